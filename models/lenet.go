@@ -1,0 +1,57 @@
+package models
+
+import (
+	"math/rand/v2"
+
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// LeNet is the LeNet-style MNIST network: conv 1→20 k5, max-pool 2,
+// conv 20→50 k5, max-pool 2, fc 800→500, fc 500→10, with ReLUs. Its
+// parameter names and shapes are those of the PyTorch module
+//
+//	class Net(nn.Module):
+//	    def __init__(self):
+//	        super().__init__()
+//	        self.conv1, self.conv2 = nn.Conv2d(1, 20, 5), nn.Conv2d(20, 50, 5)
+//	        self.pool = nn.MaxPool2d(2, 2)
+//	        self.fc1, self.fc2 = nn.Linear(800, 500), nn.Linear(500, 10)
+//
+// so that its state dict loads into that module and back.
+type LeNet struct {
+	Conv1, Conv2 *nn.Conv2d
+	Pool         *nn.MaxPool2d
+	FC1, FC2     *nn.Linear
+}
+
+// NewLeNet builds LeNet on b with PyTorch's default initialisation, drawing
+// from a PCG generator seeded with seed.
+func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
+	rng := rand.New(rand.NewPCG(seed, 0x1e1e7))
+	return &LeNet{
+		Conv1: nn.NewConv2d(b, rng, 1, 20, 5),
+		Conv2: nn.NewConv2d(b, rng, 20, 50, 5),
+		Pool:  nn.NewMaxPool2d(2),
+		FC1:   nn.NewLinear(b, rng, 800, 500),
+		FC2:   nn.NewLinear(b, rng, 500, 10),
+	}
+}
+
+// Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10].
+func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
+	x = m.Pool.Forward(tensor.ReLU(m.Conv1.Forward(x)))
+	x = m.Pool.Forward(tensor.ReLU(m.Conv2.Forward(x)))
+	x = tensor.ReLU(m.FC1.Forward(x.Reshape(-1, 800)))
+	return m.FC2.Forward(x)
+}
+
+// Parameters lists conv1.weight, conv1.bias, conv2.*, fc1.*, fc2.*.
+func (m *LeNet) Parameters() []nn.Parameter {
+	var ps []nn.Parameter
+	ps = append(ps, nn.Prefixed("conv1", m.Conv1.Parameters())...)
+	ps = append(ps, nn.Prefixed("conv2", m.Conv2.Parameters())...)
+	ps = append(ps, nn.Prefixed("fc1", m.FC1.Parameters())...)
+	ps = append(ps, nn.Prefixed("fc2", m.FC2.Parameters())...)
+	return ps
+}

@@ -1,0 +1,112 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// SGDConfig holds the hyper-parameters of torch.optim.SGD.
+type SGDConfig struct {
+	LR          float64
+	Momentum    float64
+	Dampening   float64
+	WeightDecay float64
+	Nesterov    bool
+}
+
+// SGD is stochastic gradient descent with momentum, with exactly the update
+// rule of torch.optim.SGD:
+//
+//	d = g + weight_decay·p
+//	v = d                                  on the first step
+//	v = momentum·v + (1 - dampening)·d     afterwards
+//	d = d + momentum·v  (nesterov)  or  d = v
+//	p = p - lr·d
+//
+// NewSGD packs the parameters, their gradients and the momentum buffers into
+// one allocation each, so that Step is a single backend call (one kernel
+// launch on the GPU) whatever the number of parameters.
+type SGD struct {
+	SGDConfig
+	params   []nn.Parameter
+	flatP    *tensor.Tensor
+	flatG    *tensor.Tensor
+	momentum *tensor.Tensor
+	steps    int
+}
+
+// NewSGD prepares an optimiser for the parameters (all on one device).
+func NewSGD(params []nn.Parameter, cfg SGDConfig) (*SGD, error) {
+	if len(params) == 0 {
+		return nil, fmt.Errorf("optim: SGD with no parameters")
+	}
+	if cfg.LR < 0 || cfg.Momentum < 0 || cfg.WeightDecay < 0 || math.IsNaN(cfg.LR) {
+		return nil, fmt.Errorf("optim: SGD: invalid lr %g, momentum %g or weight decay %g", cfg.LR, cfg.Momentum, cfg.WeightDecay)
+	}
+	if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
+		return nil, fmt.Errorf("optim: SGD: nesterov needs momentum > 0 and zero dampening")
+	}
+	ts := make([]*tensor.Tensor, len(params))
+	grads := make([]*tensor.Tensor, len(params))
+	for i, p := range params {
+		ts[i] = p.Tensor
+		grads[i] = tensor.Zeros(p.Tensor.Backend(), nil, p.Tensor.Shape()...)
+		if g := p.Tensor.Grad(); g != nil {
+			tensor.CopyTensor(grads[i], g)
+		}
+	}
+	s := &SGD{SGDConfig: cfg, params: params}
+	s.flatP = tensor.Pack(ts)
+	s.flatG = tensor.Pack(grads)
+	for i, p := range params {
+		p.Tensor.SetGrad(grads[i])
+	}
+	if cfg.Momentum != 0 {
+		s.momentum = tensor.Zeros(s.flatP.Backend(), nil, s.flatP.Len())
+	}
+	return s, nil
+}
+
+// ZeroGrad zeroes all gradients in one backend call.
+func (s *SGD) ZeroGrad() {
+	s.flatP.Backend().Fill(s.flatG.Buffer(), 0)
+}
+
+// Step applies one update to every parameter from its accumulated gradient.
+func (s *SGD) Step() {
+	var v tensor.Buffer
+	if s.momentum != nil {
+		v = s.momentum.Buffer()
+	}
+	s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, tensor.SGDStep{
+		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
+		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.steps == 0,
+	})
+	s.steps++
+}
+
+// Steps is the number of updates applied so far.
+func (s *SGD) Steps() int { return s.steps }
+
+// MomentumBuffer returns the momentum buffers as one flat tensor in parameter
+// order (nil without momentum), for saving training state.
+func (s *SGD) MomentumBuffer() *tensor.Tensor { return s.momentum }
+
+// SetState restores the step count and momentum values saved from an
+// earlier run (momentum may be nil when the optimiser has none).
+func (s *SGD) SetState(steps int, momentum []float32) error {
+	if s.momentum != nil {
+		if len(momentum) != s.momentum.Len() {
+			return fmt.Errorf("optim: SGD state has %d momentum values, the parameters need %d", len(momentum), s.momentum.Len())
+		}
+		s.momentum.CopyFrom(momentum)
+	}
+	s.steps = steps
+	return nil
+}
+
+// Parameters are the parameters being optimised.
+func (s *SGD) Parameters() []nn.Parameter { return s.params }

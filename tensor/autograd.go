@@ -1,0 +1,207 @@
+package tensor
+
+import "fmt"
+
+// node records how a tensor was computed: its inputs and the function that
+// turns the gradient of the output into gradients of the inputs.
+type node struct {
+	op       string
+	inputs   []*Tensor
+	backward func(g *Tensor, e *engine)
+}
+
+// RequiresGrad reports whether gradients flow to this tensor.
+func (t *Tensor) RequiresGrad() bool { return t.requiresGrad }
+
+// SetRequiresGrad marks a leaf tensor (a parameter) as one whose gradient
+// Backward accumulates into Grad.
+func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
+	if t.node != nil {
+		panic("tensor: SetRequiresGrad on a computed tensor; only leaves can be marked")
+	}
+	t.requiresGrad = on
+	return t
+}
+
+// Grad is the accumulated gradient of a leaf tensor, nil before the first
+// Backward that reaches it.
+func (t *Tensor) Grad() *Tensor { return t.grad }
+
+// SetGrad installs g (same shape) as the gradient buffer of a leaf tensor:
+// optimisers use it to place all gradients in one buffer.
+func (t *Tensor) SetGrad(g *Tensor) {
+	if g != nil {
+		mustSameShape("SetGrad", t, g)
+	}
+	t.grad = g
+}
+
+// ZeroGrad sets the accumulated gradient to zero (keeping its memory, so
+// that the next step allocates nothing).
+func (t *Tensor) ZeroGrad() {
+	if t.grad != nil {
+		t.st.b.Fill(t.grad.buffer(), 0)
+	}
+}
+
+// IsLeaf reports whether the tensor was not produced by a recorded operation.
+func (t *Tensor) IsLeaf() bool { return t.node == nil }
+
+// Detach returns a view of t that records no history.
+func (t *Tensor) Detach() *Tensor {
+	return &Tensor{st: t.st, off: t.off, shape: t.Shape(), strides: t.Strides(), scope: t.scope}
+}
+
+// record attaches a node to out when any input needs a gradient and the
+// scope records graphs.
+func record(out *Tensor, op string, backward func(g *Tensor, e *engine), inputs ...*Tensor) {
+	if !out.scope.GradEnabled() {
+		return
+	}
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			out.requiresGrad = true
+			out.node = &node{op: op, inputs: inputs, backward: backward}
+			return
+		}
+	}
+}
+
+// Backward computes the gradient of the scalar t with respect to every leaf
+// that requires one, adding it into their Grad (as PyTorch accumulates).
+// The graph is consumed: calling Backward twice on it panics.
+func (t *Tensor) Backward() {
+	if t.Len() != 1 {
+		panic(fmt.Sprintf("tensor: Backward of a non-scalar of shape %v", t.shape))
+	}
+	if !t.requiresGrad {
+		panic("tensor: Backward of a tensor that does not require grad")
+	}
+	if t.node == nil && !t.IsLeaf() {
+		panic("tensor: Backward through a graph that was already consumed")
+	}
+	order := topoOrder(t)
+	e := &engine{grads: make(map[*Tensor]*Tensor, len(order)), scope: t.scope}
+	seed := Full(t.st.b, e.scopeFor(t), 1, t.shape...)
+	seed.isOne = true
+	if t.node == nil {
+		e.pass(t, seed)
+		return
+	}
+	e.grads[t] = seed
+	for i := len(order) - 1; i >= 0; i-- {
+		u := order[i]
+		g := e.grads[u]
+		delete(e.grads, u)
+		n := u.node
+		u.node = nil // consumed; lets the inputs be collected
+		if g == nil {
+			continue
+		}
+		n.backward(g, e)
+	}
+}
+
+// topoOrder lists the computed tensors reachable from root, inputs before
+// the tensors made from them.
+func topoOrder(root *Tensor) []*Tensor {
+	var order []*Tensor
+	seen := map[*Tensor]bool{}
+	type frame struct {
+		t    *Tensor
+		next int
+	}
+	stack := []frame{{t: root}}
+	seen[root] = true
+	for len(stack) > 0 {
+		f := &stack[len(stack)-1]
+		if f.t.node == nil || f.next == len(f.t.node.inputs) {
+			if f.t.node != nil {
+				order = append(order, f.t)
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		in := f.t.node.inputs[f.next]
+		f.next++
+		if in != nil && in.requiresGrad && in.node != nil && !seen[in] {
+			seen[in] = true
+			stack = append(stack, frame{t: in})
+		}
+	}
+	return order
+}
+
+// engine accumulates gradients during one Backward.
+type engine struct {
+	grads map[*Tensor]*Tensor
+	scope *Scope
+}
+
+func (e *engine) scopeFor(t *Tensor) *Scope {
+	if t.scope != nil {
+		return t.scope
+	}
+	return e.scope
+}
+
+// sink returns the buffer where the gradient of t goes and whether the
+// caller must add into it (true) or may overwrite it (false). It returns an
+// empty buffer when t needs no gradient.
+func (e *engine) sink(t *Tensor) (Buffer, bool) {
+	if t == nil || !t.requiresGrad {
+		return Buffer{}, false
+	}
+	if t.node == nil {
+		if t.grad == nil {
+			t.grad = Zeros(t.st.b, nil, t.shape...)
+		}
+		return t.grad.buffer(), true
+	}
+	if g := e.grads[t]; g != nil {
+		return g.buffer(), true
+	}
+	g := Empty(t.st.b, e.scopeFor(t), t.shape...)
+	e.grads[t] = g
+	return g.buffer(), false
+}
+
+// sinkZeroed is sink for operations that can only add into their output.
+func (e *engine) sinkZeroed(t *Tensor) Buffer {
+	buf, acc := e.sink(t)
+	if !buf.Empty() && !acc {
+		t.st.b.Fill(buf, 0)
+	}
+	return buf
+}
+
+// pass adds a computed gradient g (shape of t, possibly strided or shared)
+// into the gradient of t.
+func (e *engine) pass(t *Tensor, g *Tensor) {
+	if t == nil || !t.requiresGrad {
+		return
+	}
+	b := t.st.b
+	if !g.IsContiguous() {
+		g = g.copyDense(e.scopeFor(t))
+	}
+	dst, acc := e.sink(t)
+	if acc {
+		b.Axpy(dst, 1, g.buffer())
+	} else {
+		b.Copy(dst, g.buffer())
+	}
+}
+
+// give hands t a gradient that nothing else references, adopting its memory
+// when t has no gradient yet instead of copying it.
+func (e *engine) give(t *Tensor, g *Tensor) {
+	if t == nil || !t.requiresGrad {
+		return
+	}
+	if t.node != nil && e.grads[t] == nil && g.IsContiguous() && !g.isOne {
+		e.grads[t] = g
+		return
+	}
+	e.pass(t, g)
+}

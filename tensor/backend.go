@@ -1,0 +1,193 @@
+package tensor
+
+import "fmt"
+
+// DType is the element type of a buffer. Tensors that carry gradients are
+// always Float32; Int32 holds labels and max-pool indices, Uint8 raw images.
+type DType uint8
+
+const (
+	Float32 DType = iota
+	Int32
+	Uint8
+)
+
+// Size is the width of one element in bytes.
+func (d DType) Size() int {
+	if d == Uint8 {
+		return 1
+	}
+	return 4
+}
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Int32:
+		return "int32"
+	case Uint8:
+		return "uint8"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Memory is one allocation owned by a Backend: host memory for the CPU, a
+// block of the caching allocator for CUDA. Only its Backend looks inside.
+type Memory interface {
+	Bytes() int
+}
+
+// Buffer is a window of Len elements of type DType, starting Off elements
+// into Mem. Buffers are how the tensor layer hands memory to a Backend; a
+// zero Buffer (Len 0, Mem nil) means "not wanted" where a doc says so.
+type Buffer struct {
+	Mem   Memory
+	Off   int
+	Len   int
+	DType DType
+}
+
+// Empty reports whether b is the zero Buffer ("not wanted").
+func (b Buffer) Empty() bool { return b.Mem == nil }
+
+// Slice returns the window [off, off+n) of b.
+func (b Buffer) Slice(off, n int) Buffer {
+	if off < 0 || n < 0 || off+n > b.Len {
+		panic(fmt.Sprintf("tensor: buffer slice [%d:%d] out of range (len %d)", off, off+n, b.Len))
+	}
+	return Buffer{Mem: b.Mem, Off: b.Off + off, Len: n, DType: b.DType}
+}
+
+// ConvGeom describes a 2-D convolution over NCHW input with an OIHW weight.
+type ConvGeom struct {
+	N, C, H, W       int // input batch, channels, height, width
+	K, R, S          int // output channels, kernel height, kernel width
+	StrideH, StrideW int
+	PadH, PadW       int
+}
+
+// OutH is the output height.
+func (g ConvGeom) OutH() int { return (g.H+2*g.PadH-g.R)/g.StrideH + 1 }
+
+// OutW is the output width.
+func (g ConvGeom) OutW() int { return (g.W+2*g.PadW-g.S)/g.StrideW + 1 }
+
+// PoolGeom describes a 2-D max pooling over NCHW input (no padding).
+type PoolGeom struct {
+	N, C, H, W       int
+	KH, KW           int
+	StrideH, StrideW int
+}
+
+// OutH is the output height.
+func (g PoolGeom) OutH() int { return (g.H-g.KH)/g.StrideH + 1 }
+
+// OutW is the output width.
+func (g PoolGeom) OutW() int { return (g.W-g.KW)/g.StrideW + 1 }
+
+// SGDStep holds the hyper-parameters of one torch.optim.SGD update.
+// FirstStep is true on the first update of a parameter, when PyTorch
+// initialises the momentum buffer to the gradient itself (no dampening).
+type SGDStep struct {
+	LR, Momentum, Dampening, WeightDecay float32
+	Nesterov                             bool
+	FirstStep                            bool
+}
+
+// Backend is what a device must implement for tensors to live on it. Two
+// implementations exist: CPU (this package) and CUDA (package cuda). Every
+// one runs the conformance suite in package tensortest.
+//
+// Conventions: outputs come first; all buffers are dense row-major unless a
+// stride argument says otherwise; float32 unless named otherwise. Operations
+// may run asynchronously (CUDA enqueues them on a stream) and are ordered
+// with respect to each other; Download waits for them. An operation panics
+// with an error value if the device fails; Guard turns that into an error.
+// Where an argument is named "accumulate", true means add into the output
+// (gradient accumulation), false means overwrite it.
+type Backend interface {
+	// Name is "cpu" or "cuda:N".
+	Name() string
+	// Alloc returns n uninitialised elements.
+	Alloc(n int, dt DType) (Buffer, error)
+	// Free returns b.Mem to the backend. The buffer must not be used after.
+	Free(b Buffer)
+	// Upload copies src ([]float32, []int32 or []uint8 of length dst.Len)
+	// into dst.
+	Upload(dst Buffer, src any)
+	// Download copies src into dst (a slice of matching type and length),
+	// waiting for pending work.
+	Download(dst any, src Buffer)
+
+	// Fill sets every element of dst (float32 or int32) to v.
+	Fill(dst Buffer, v float32)
+	// Copy copies src to dst (same length and type).
+	Copy(dst, src Buffer)
+	// CopyStrided gathers a strided view into dense dst: element
+	// (i0, i1, ...) of shape is read at src.Off + sum(ik*strides[k]).
+	CopyStrided(dst, src Buffer, shape, strides []int)
+
+	// Add sets dst = a + b elementwise (dst may alias a or b).
+	Add(dst, a, b Buffer)
+	// Mul sets dst = a * b elementwise.
+	Mul(dst, a, b Buffer)
+	// Axpy sets dst += alpha * x.
+	Axpy(dst Buffer, alpha float32, x Buffer)
+	// ScaleBy sets dst = x * s[0] (+ dst if accumulate), s a 1-element
+	// buffer that stays on the device.
+	ScaleBy(dst, x, s Buffer, accumulate bool)
+	// Sum sets dst[0] = sum(x).
+	Sum(dst, x Buffer)
+	// Broadcast sets dst[i] = s[0] for every i (+ dst if accumulate).
+	Broadcast(dst, s Buffer, accumulate bool)
+
+	// ReLU sets y = max(x, 0).
+	ReLU(y, x Buffer)
+	// ReLUBackward sets dx = dy where y > 0, else 0.
+	ReLUBackward(dx, dy, y Buffer, accumulate bool)
+
+	// MatMul sets c = alpha*op(a)*op(b) + beta*c, c m×n, op(a) m×k,
+	// op(b) k×n, where op transposes when asked; dense row-major operands
+	// (a is k×m when transA, b is n×k when transB).
+	MatMul(c, a, b Buffer, m, n, k int, transA, transB bool, alpha, beta float32)
+	// AddBias adds bias[c] to y viewed as [outer, channels, inner].
+	AddBias(y, bias Buffer, outer, channels, inner int)
+	// BiasGrad sets db[c] = sum of dy over outer and inner (+ db if
+	// accumulate), dy viewed as [outer, channels, inner].
+	BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate bool)
+
+	// Conv2d sets y = conv(x, w) + bias; bias may be empty.
+	Conv2d(y, x, w, bias Buffer, g ConvGeom)
+	// Conv2dBackward computes the input gradient into dx (overwrite, or
+	// skipped when dx is empty) and ADDS the weight and bias gradients into
+	// dw and db (either may be empty).
+	Conv2dBackward(dx, dw, db, dy, x, w Buffer, g ConvGeom)
+
+	// MaxPool2d sets y to the window maxima of x and argmax (int32) to the
+	// flat index within the input plane (h*W+w) of each maximum; ties pick
+	// the first in row-major order, as PyTorch does.
+	MaxPool2d(y, argmax, x Buffer, g PoolGeom)
+	// MaxPool2dBackward routes dy to the saved argmax positions of dx.
+	MaxPool2dBackward(dx, dy, argmax Buffer, g PoolGeom, accumulate bool)
+
+	// CrossEntropy computes the mean over n rows of -log softmax(logits)[label]
+	// into loss[0] and, when dlogits is not empty, its gradient
+	// (softmax - onehot)/n into dlogits. labels is int32.
+	CrossEntropy(loss, dlogits, logits, labels Buffer, n, classes int)
+	// Argmax sets dst[r] (int32) to the column of the row maximum of x.
+	Argmax(dst, x Buffer, rows, cols int)
+
+	// SGD applies one torch.optim.SGD update to the parameters p with
+	// gradients g and momentum buffers v (all the same length, so that many
+	// parameters held in one buffer take one call).
+	SGD(p, g, v Buffer, h SGDStep)
+
+	// GatherNormalize sets row i of dst to src row idx[i] (uint8, rowLen
+	// elements) times scale plus shift. idx is int32.
+	GatherNormalize(dst, src, idx Buffer, rowLen int, scale, shift float32)
+
+	// Synchronize waits for all queued work and reports a deferred device
+	// error, if any.
+	Synchronize() error
+}

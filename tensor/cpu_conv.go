@@ -1,0 +1,151 @@
+package tensor
+
+import "sync"
+
+// Convolution on the CPU lowers to one GEMM over the whole batch (im2col):
+// col holds, for every output pixel of every image, the C·R·S input values
+// under the kernel, so that W [K, C·R·S] · col [C·R·S, N·P] gives the output
+// for all images at once (P = OutH·OutW). One large GEMM keeps gonum's
+// parallel SGEMM busy where per-image products would be too small.
+
+var scratchPool sync.Pool // *[]float32, reused across steps
+
+func getScratch(n int) *[]float32 {
+	if p, ok := scratchPool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]float32, n)
+	return &s
+}
+
+func putScratch(p *[]float32) { scratchPool.Put(p) }
+
+// im2col fills col [C·R·S, N·P] from x [N, C, H, W].
+func im2col(col, x []float32, g ConvGeom) {
+	oh, ow := g.OutH(), g.OutW()
+	np := g.N * oh * ow
+	parallelFor(g.C*g.R*g.S, func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			c, r, s := row/(g.R*g.S), row/g.S%g.R, row%g.S
+			dst := col[row*np : (row+1)*np]
+			for n := 0; n < g.N; n++ {
+				plane := x[(n*g.C+c)*g.H*g.W:]
+				for i := 0; i < oh; i++ {
+					h := i*g.StrideH + r - g.PadH
+					out := dst[(n*oh+i)*ow : (n*oh+i+1)*ow]
+					if h < 0 || h >= g.H {
+						clear(out)
+						continue
+					}
+					for j := range out {
+						w := j*g.StrideW + s - g.PadW
+						if w < 0 || w >= g.W {
+							out[j] = 0
+						} else {
+							out[j] = plane[h*g.W+w]
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// col2im adds col [C·R·S, N·P] back into dx [N, C, H, W] (already zeroed).
+func col2im(dx, col []float32, g ConvGeom) {
+	oh, ow := g.OutH(), g.OutW()
+	np := g.N * oh * ow
+	// Parallel over channels: rows of one channel only touch that channel.
+	parallelFor(g.C, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			for rs := 0; rs < g.R*g.S; rs++ {
+				r, s := rs/g.S, rs%g.S
+				src := col[(c*g.R*g.S+rs)*np:]
+				for n := 0; n < g.N; n++ {
+					plane := dx[(n*g.C+c)*g.H*g.W:]
+					for i := 0; i < oh; i++ {
+						h := i*g.StrideH + r - g.PadH
+						if h < 0 || h >= g.H {
+							continue
+						}
+						in := src[(n*oh+i)*ow : (n*oh+i+1)*ow]
+						for j, v := range in {
+							if w := j*g.StrideW + s - g.PadW; w >= 0 && w < g.W {
+								plane[h*g.W+w] += v
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func (c *cpuBackend) Conv2d(y, x, w, bias Buffer, g ConvGeom) {
+	p := g.OutH() * g.OutW()
+	np, crs := g.N*p, g.C*g.R*g.S
+	col := getScratch(crs * np)
+	defer putScratch(col)
+	im2col(*col, f32(x), g)
+	yt := getScratch(g.K * np)
+	defer putScratch(yt)
+	c.blas.Sgemm(trans(false), trans(false), g.K, np, crs, 1, f32(w), crs, *col, np, 0, *yt, np)
+	// [K, N, P] -> [N, K, P], adding the bias on the way.
+	out := f32(y)
+	var b []float32
+	if !bias.Empty() {
+		b = f32(bias)
+	}
+	for n := 0; n < g.N; n++ {
+		for k := 0; k < g.K; k++ {
+			src := (*yt)[k*np+n*p : k*np+(n+1)*p]
+			dst := out[(n*g.K+k)*p : (n*g.K+k+1)*p]
+			if b == nil {
+				copy(dst, src)
+				continue
+			}
+			for i, v := range src {
+				dst[i] = v + b[k]
+			}
+		}
+	}
+}
+
+func (c *cpuBackend) Conv2dBackward(dx, dw, db, dy, x, w Buffer, g ConvGeom) {
+	p := g.OutH() * g.OutW()
+	np, crs := g.N*p, g.C*g.R*g.S
+	grad := f32(dy)
+	// dy [N, K, P] -> dyt [K, N, P]
+	dyt := getScratch(g.K * np)
+	defer putScratch(dyt)
+	for n := 0; n < g.N; n++ {
+		for k := 0; k < g.K; k++ {
+			copy((*dyt)[k*np+n*p:k*np+(n+1)*p], grad[(n*g.K+k)*p:(n*g.K+k+1)*p])
+		}
+	}
+	if !db.Empty() {
+		d := f32(db)
+		for k := 0; k < g.K; k++ {
+			var s float64
+			for _, v := range (*dyt)[k*np : (k+1)*np] {
+				s += float64(v)
+			}
+			d[k] += float32(s)
+		}
+	}
+	if !dw.Empty() {
+		col := getScratch(crs * np)
+		im2col(*col, f32(x), g)
+		c.blas.Sgemm(trans(false), trans(true), g.K, crs, np, 1, *dyt, np, *col, np, 1, f32(dw), crs)
+		putScratch(col)
+	}
+	if !dx.Empty() {
+		dcol := getScratch(crs * np)
+		defer putScratch(dcol)
+		c.blas.Sgemm(trans(true), trans(false), crs, np, g.K, 1, f32(w), crs, *dyt, np, 0, *dcol, np)
+		d := f32(dx)
+		clear(d)
+		col2im(d, *dcol, g)
+	}
+}

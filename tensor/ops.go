@@ -1,0 +1,254 @@
+package tensor
+
+import "fmt"
+
+// Operations with autograd. Each forward function is followed by the
+// backward closure it records; the backend does the arithmetic.
+
+// Add returns a + b (same shape).
+func Add(a, b *Tensor) *Tensor {
+	mustSameShape("Add", a, b)
+	sameBackend(a, b)
+	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
+	a.st.b.Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
+	record(out, "add", func(g *Tensor, e *engine) {
+		e.pass(a, g)
+		e.pass(b, g)
+	}, a, b)
+	return out
+}
+
+// Mul returns a * b elementwise (same shape).
+func Mul(a, b *Tensor) *Tensor {
+	mustSameShape("Mul", a, b)
+	sameBackend(a, b)
+	a, b = a.Contiguous(), b.Contiguous()
+	be := a.st.b
+	out := Empty(be, scopeOf(a, b), a.shape...)
+	be.Mul(out.buffer(), a.buffer(), b.buffer())
+	record(out, "mul", func(g *Tensor, e *engine) {
+		for _, p := range [][2]*Tensor{{a, b}, {b, a}} {
+			if p[0].requiresGrad {
+				ga := Empty(be, e.scopeFor(p[0]), p[0].shape...)
+				be.Mul(ga.buffer(), g.buffer(), p[1].buffer())
+				e.give(p[0], ga)
+			}
+		}
+	}, a, b)
+	return out
+}
+
+// Sum returns the sum of all elements as a one-element tensor.
+func Sum(x *Tensor) *Tensor {
+	x = x.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, 1)
+	be.Sum(out.buffer(), x.buffer())
+	record(out, "sum", func(g *Tensor, e *engine) {
+		dst, acc := e.sink(x)
+		be.Broadcast(dst, g.buffer(), acc)
+	}, x)
+	return out
+}
+
+// MatMul returns the matrix product a·b of a [m,k] and b [k,n].
+func MatMul(a, b *Tensor) *Tensor {
+	if len(a.shape) != 2 || len(b.shape) != 2 || a.shape[1] != b.shape[0] {
+		panic(fmt.Sprintf("tensor: MatMul of %v and %v", a.shape, b.shape))
+	}
+	sameBackend(a, b)
+	a, b = a.Contiguous(), b.Contiguous()
+	m, k, n := a.shape[0], a.shape[1], b.shape[1]
+	be := a.st.b
+	out := Empty(be, scopeOf(a, b), m, n)
+	be.MatMul(out.buffer(), a.buffer(), b.buffer(), m, n, k, false, false, 1, 0)
+	record(out, "matmul", func(g *Tensor, e *engine) {
+		if da, acc := e.sink(a); !da.Empty() { // da = g·bᵀ
+			be.MatMul(da, g.buffer(), b.buffer(), m, k, n, false, true, 1, beta(acc))
+		}
+		if db, acc := e.sink(b); !db.Empty() { // db = aᵀ·g
+			be.MatMul(db, a.buffer(), g.buffer(), k, n, m, true, false, 1, beta(acc))
+		}
+	}, a, b)
+	return out
+}
+
+func beta(accumulate bool) float32 {
+	if accumulate {
+		return 1
+	}
+	return 0
+}
+
+// Linear returns x·wᵀ + b for x [n,in], w [out,in], b [out] (b may be nil),
+// the affine map of nn.Linear.
+func Linear(x, w, b *Tensor) *Tensor {
+	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: Linear of input %v with weight %v", x.shape, w.shape))
+	}
+	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
+		panic(fmt.Sprintf("tensor: Linear bias %v for weight %v", b.shape, w.shape))
+	}
+	x, w = x.Contiguous(), w.Contiguous()
+	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
+	be := x.st.b
+	out := Empty(be, scopeOf(x, w, b), n, outF)
+	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+	if b != nil {
+		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
+	}
+	record(out, "linear", func(g *Tensor, e *engine) {
+		if dx, acc := e.sink(x); !dx.Empty() { // dx = g·w
+			be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(acc))
+		}
+		if dw, acc := e.sink(w); !dw.Empty() { // dw = gᵀ·x
+			be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(acc))
+		}
+		if b != nil {
+			if db, acc := e.sink(b); !db.Empty() {
+				be.BiasGrad(db, g.buffer(), n, outF, 1, acc)
+			}
+		}
+	}, x, w, b)
+	return out
+}
+
+// Conv2d convolves x [N,C,H,W] with w [K,C,R,S] and adds b [K] (may be nil),
+// as nn.Conv2d with the given stride and zero padding.
+func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor {
+	if len(x.shape) != 4 || len(w.shape) != 4 || x.shape[1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: Conv2d of input %v with weight %v", x.shape, w.shape))
+	}
+	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
+		panic(fmt.Sprintf("tensor: Conv2d bias %v for weight %v", b.shape, w.shape))
+	}
+	if stride < 1 || pad < 0 {
+		panic(fmt.Sprintf("tensor: Conv2d stride %d, padding %d", stride, pad))
+	}
+	x, w = x.Contiguous(), w.Contiguous()
+	g := ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3],
+		K: w.shape[0], R: w.shape[2], S: w.shape[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad}
+	if g.OutH() < 1 || g.OutW() < 1 {
+		panic(fmt.Sprintf("tensor: Conv2d kernel %dx%d larger than padded input %dx%d", g.R, g.S, g.H+2*pad, g.W+2*pad))
+	}
+	be := x.st.b
+	out := Empty(be, scopeOf(x, w, b), g.N, g.K, g.OutH(), g.OutW())
+	var bias Buffer
+	if b != nil {
+		bias = b.buffer()
+	}
+	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
+	record(out, "conv2d", func(dy *Tensor, e *engine) {
+		var dx *Tensor
+		dxBuf, acc := e.sink(x)
+		if acc { // the backend overwrites dx: compute apart, then add
+			dx = Empty(be, e.scopeFor(x), x.shape...)
+			dxBuf = dx.buffer()
+		}
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), g)
+		if dx != nil {
+			e.pass(x, dx)
+		}
+	}, x, w, b)
+	return out
+}
+
+// MaxPool2d takes the maximum over k×k windows moved by stride, as
+// nn.MaxPool2d without padding. The positions of the maxima are kept for
+// the backward pass.
+func MaxPool2d(x *Tensor, k, stride int) *Tensor {
+	if len(x.shape) != 4 {
+		panic(fmt.Sprintf("tensor: MaxPool2d of %v; want [N,C,H,W]", x.shape))
+	}
+	x = x.Contiguous()
+	g := PoolGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3], KH: k, KW: k, StrideH: stride, StrideW: stride}
+	if k < 1 || stride < 1 || g.OutH() < 1 || g.OutW() < 1 {
+		panic(fmt.Sprintf("tensor: MaxPool2d window %d stride %d on %v", k, stride, x.shape))
+	}
+	be := x.st.b
+	out := Empty(be, x.scope, g.N, g.C, g.OutH(), g.OutW())
+	argmax := EmptyOf(be, x.scope, Int32, out.shape...)
+	be.MaxPool2d(out.buffer(), argmax.buffer(), x.buffer(), g)
+	record(out, "maxpool2d", func(dy *Tensor, e *engine) {
+		dx, acc := e.sink(x)
+		be.MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
+	}, x)
+	return out
+}
+
+// ReLU returns max(x, 0).
+func ReLU(x *Tensor) *Tensor {
+	x = x.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, x.shape...)
+	be.ReLU(out.buffer(), x.buffer())
+	record(out, "relu", func(dy *Tensor, e *engine) {
+		dx, acc := e.sink(x)
+		be.ReLUBackward(dx, dy.buffer(), out.buffer(), acc)
+	}, x)
+	return out
+}
+
+// CrossEntropy returns the mean over the batch of -log softmax(logits)[label]
+// for logits [n, classes] and int32 labels [n], as nn.CrossEntropyLoss with
+// mean reduction. Its gradient is computed in the same pass.
+func CrossEntropy(logits, labels *Tensor) *Tensor {
+	if len(logits.shape) != 2 || labels.DType() != Int32 || labels.Len() != logits.shape[0] {
+		panic(fmt.Sprintf("tensor: CrossEntropy of logits %v with %s labels %v", logits.shape, labels.DType(), labels.shape))
+	}
+	sameBackend(logits, labels)
+	logits = logits.Contiguous()
+	n, classes := logits.shape[0], logits.shape[1]
+	be := logits.st.b
+	s := scopeOf(logits, labels)
+	loss := Empty(be, s, 1)
+	var dlogits *Tensor
+	var dbuf Buffer
+	if logits.requiresGrad && s.GradEnabled() {
+		dlogits = Empty(be, s, n, classes)
+		dbuf = dlogits.buffer()
+	}
+	be.CrossEntropy(loss.buffer(), dbuf, logits.buffer(), labels.buffer(), n, classes)
+	record(loss, "cross_entropy", func(g *Tensor, e *engine) {
+		if g.isOne {
+			e.give(logits, dlogits)
+			return
+		}
+		dst, acc := e.sink(logits)
+		be.ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
+	}, logits)
+	return loss
+}
+
+// Argmax returns, for each row of a 2-D tensor, the column of its maximum
+// as an int32 tensor.
+func Argmax(x *Tensor) *Tensor {
+	if len(x.shape) != 2 {
+		panic(fmt.Sprintf("tensor: Argmax of %v; want 2-D", x.shape))
+	}
+	x = x.Contiguous()
+	out := EmptyOf(x.st.b, x.scope, Int32, x.shape[0])
+	x.st.b.Argmax(out.buffer(), x.buffer(), x.shape[0], x.shape[1])
+	return out
+}
+
+// GatherNormalize builds a float32 batch from uint8 rows: row i of the
+// result is images[idx[i]]*scale + shift, shaped [len(idx), rowShape...].
+// images is uint8 [N, rowShape...], idx int32 [B]. It keeps a whole dataset
+// on the device as bytes and forms each batch there.
+func GatherNormalize(s *Scope, images, idx *Tensor, scale, shift float32) *Tensor {
+	if images.DType() != Uint8 || idx.DType() != Int32 || len(images.shape) < 2 {
+		panic(fmt.Sprintf("tensor: GatherNormalize of %s %v by %s %v", images.DType(), images.shape, idx.DType(), idx.shape))
+	}
+	sameBackend(images, idx)
+	rowShape := images.shape[1:]
+	rowLen := numel(rowShape)
+	shape := append([]int{idx.Len()}, rowShape...)
+	out := Empty(images.st.b, s, shape...)
+	images.st.b.GatherNormalize(out.buffer(), images.buffer(), idx.buffer(), rowLen, scale, shift)
+	return out
+}

@@ -1,0 +1,81 @@
+package tensor
+
+import "sync"
+
+// Scope owns the memory of the tensors created while it is in use and frees
+// all of it at once when released, without waiting for Go's garbage
+// collector (which does not see device memory). A training step creates one
+// scope, puts its input batch in it, and releases it when the step ends:
+// every tensor an operation derives from scoped inputs joins the same scope,
+// and so do the gradients Backward computes for them.
+//
+// A scope made by NewNoGradScope also switches off graph recording for the
+// operations on its tensors, as torch.no_grad does, so that evaluation keeps
+// no activations alive for a backward pass.
+type Scope struct {
+	mu       sync.Mutex
+	owned    []*storage
+	noGrad   bool
+	released bool
+}
+
+// NewScope returns an empty scope that records gradients.
+func NewScope() *Scope { return &Scope{} }
+
+// NewNoGradScope returns a scope whose operations record no graph.
+func NewNoGradScope() *Scope { return &Scope{noGrad: true} }
+
+// GradEnabled reports whether operations on this scope's tensors record a
+// graph for Backward.
+func (s *Scope) GradEnabled() bool { return s == nil || !s.noGrad }
+
+func (s *Scope) own(st *storage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		panic("tensor: allocation in a released scope")
+	}
+	s.owned = append(s.owned, st)
+}
+
+// Len is the number of allocations the scope currently owns.
+func (s *Scope) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.owned)
+}
+
+// Release frees every tensor of the scope. The scope cannot be used again;
+// use Reset to reuse it.
+func (s *Scope) Release() {
+	s.Reset()
+	s.mu.Lock()
+	s.released = true
+	s.mu.Unlock()
+}
+
+// Reset frees every tensor of the scope and leaves it ready for the next
+// step. Freed memory goes back to the backend's allocator in reverse order of
+// allocation, which lets a caching allocator hand the same blocks to the next
+// step.
+func (s *Scope) Reset() {
+	s.mu.Lock()
+	owned := s.owned
+	s.owned = s.owned[:0]
+	s.mu.Unlock()
+	for i := len(owned) - 1; i >= 0; i-- {
+		owned[i].release()
+		owned[i] = nil
+	}
+}
+
+// scopeOf picks the scope of an operation's output: the first scope among
+// its inputs, or nil when all of them are long-lived.
+func scopeOf(ts ...*Tensor) *Scope {
+	for _, t := range ts {
+		if t != nil && t.scope != nil {
+			return t.scope
+		}
+	}
+	return nil
+}
