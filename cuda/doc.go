@@ -1,0 +1,92 @@
+// Package cuda is ember's interface to NVIDIA GPUs: the CUDA driver API,
+// the NVRTC runtime compiler and cuBLAS, called without cgo.
+//
+// The package builds with CGO_ENABLED=0 on any machine. The NVIDIA
+// libraries are opened at run time with purego (github.com/ebitengine/purego)
+// on first use: libcuda.so.1 (from the driver), libnvrtc.so.13/.12/.11 and
+// libcublas.so.13/.12/.11 (from the CUDA toolkit or its redistributable
+// packages), searched by the dynamic loader and then under $CUDA_HOME/lib64
+// and /usr/local/cuda/lib64. Without them everything still compiles;
+// Available reports why no GPU can be used, and GPU tests skip.
+//
+// # Where to start
+//
+//	if err := cuda.Available(); err != nil { ... }  // no driver, no device, ...
+//	d, err := cuda.Open(0)                           // device 0, primary context
+//	defer d.Close()
+//	fmt.Println(d.Name(), d.ComputeCapability())
+//
+// Device has memory (MemAlloc, MemFree, MemGetInfo), copies (CopyHtoD,
+// CopyDtoH, CopyDtoD, Memset32), streams (NewStream, Synchronize), events
+// (EventRecord, EventQuery, NewEvent, EventElapsed) and CUDA graphs
+// (BeginCapture, EndCapture, Graph.Instantiate, GraphExec.Launch). Every
+// failed library call is an *Error naming the call and the library's own
+// error name (CUDA_ERROR_..., NVRTC_ERROR_..., CUBLAS_STATUS_...).
+//
+// # Threads and contexts
+//
+// A CUDA context is current per OS thread, and goroutines move between
+// threads. Every Device method therefore pins the calling goroutine to its
+// thread (runtime.LockOSThread), makes the device's primary context current
+// (cuCtxSetCurrent), makes the call and unpins. This costs well under a
+// microsecond per call, lets several goroutines use a device concurrently,
+// and is why code in this package must never call the driver except through
+// a Device method or Device.Do. See device.go for the measurements and the
+// alternative (one locked goroutine per device) that was rejected.
+//
+// # Memory allocator
+//
+// The framework's tensors allocate through the caching allocator in
+// alloc.go (NewAllocator), which keeps freed blocks per stream for reuse and
+// uses events to know when a block freed on one stream is safe to hand out
+// again. Device implements the DeviceMemory interface it needs. A
+// CUDA_ERROR_OUT_OF_MEMORY *Error satisfies errors.Is(err,
+// ErrDeviceOutOfMemory). For quick experiments, AllocFloat32 gives a simple
+// device array that bypasses the allocator.
+//
+// # Custom kernels
+//
+// Device.Compile is the counterpart of PyCUDA's SourceModule and CuPy's
+// RawKernel: it compiles CUDA C++ with NVRTC for the device's architecture,
+// loads the module, and Function/Launch run its kernels with Go arguments
+// (uintptr device pointers, int32, uint32, int64, uint64, float32,
+// float64):
+//
+//	const src = `
+//	extern "C" __global__ void saxpy(float a, const float *x, float *y, int n) {
+//	    int i = blockIdx.x * blockDim.x + threadIdx.x;
+//	    if (i < n) y[i] = a * x[i] + y[i];
+//	}`
+//	m, err := d.Compile(src)
+//	saxpy, err := m.Function("saxpy")
+//	x, _ := d.AllocFloat32(n)
+//	y, _ := d.AllocFloat32(n)
+//	x.CopyFromHost(hx)
+//	y.CopyFromHost(hy)
+//	err = saxpy.Launch(cuda.Grid1D(n, 256), cuda.Dim3{X: 256}, 0, 0,
+//	    float32(2), x.Ptr(), y.Ptr(), int32(n))
+//	y.CopyToHost(hy)
+//
+// # Kernel cache
+//
+// Compiled kernels are cached on disk under os.UserCacheDir()/ember/kernels,
+// keyed by SHA-256 of the source, options, NVRTC version and GPU
+// architecture, so a program compiles each kernel once per machine rather
+// than once per run. EMBER_KERNEL_CACHE=<dir> moves the cache and
+// EMBER_KERNEL_CACHE=off disables it; ReadKernelStats counts compilations
+// and hits. See kernelcache.go.
+//
+// # cuBLAS
+//
+// Device.NewBLAS returns a cuBLAS handle bound to a stream. Its Sgemm and
+// SgemmStridedBatched take ROW-MAJOR matrices (C = alpha*op(A)*op(B) +
+// beta*C, C is m x n with leading dimension ldc >= n) and map them onto
+// column-major cuBLAS by swapping the operands; SetTF32 enables TF32 tensor
+// core math (off by default: full FP32).
+//
+// # Testing
+//
+// Tests that need a GPU skip without one, unless EMBER_REQUIRE_GPU=1, which
+// turns the skip into a failure so that a GPU run in which everything
+// skipped cannot look green.
+package cuda

@@ -1,0 +1,207 @@
+package cuda
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// Bindings to the CUDA driver API (libcuda.so.1). Every entry is the address
+// of the C function; they are called through cCall() with integer/pointer
+// arguments only. C signatures (cuda.h) are noted next to each libSymbol.
+// CUresult is a C enum (32 bits): results are truncated with uint32().
+
+var driverLib = &sharedLib{
+	what:    "CUDA driver",
+	names:   []string{"libcuda.so.1", "libcuda.so"},
+	display: "libcuda.so.1",
+	install: "the NVIDIA driver",
+	dirs:    driverLibDirs,
+}
+
+var cuDrv struct {
+	cuInit               uintptr // CUresult cuInit(unsigned int Flags)
+	cuDriverGetVersion   uintptr // CUresult cuDriverGetVersion(int *driverVersion)
+	cuGetErrorName       uintptr // CUresult cuGetErrorName(CUresult error, const char **pStr)
+	cuGetErrorString     uintptr // CUresult cuGetErrorString(CUresult error, const char **pStr)
+	cuDeviceGetCount     uintptr // CUresult cuDeviceGetCount(int *count)
+	cuDeviceGet          uintptr // CUresult cuDeviceGet(CUdevice *device, int ordinal)
+	cuDeviceGetName      uintptr // CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+	cuDeviceGetAttribute uintptr // CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+	cuDeviceTotalMem     uintptr // CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+
+	cuDevicePrimaryCtxRetain  uintptr // CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+	cuDevicePrimaryCtxRelease uintptr // CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+	cuCtxSetCurrent           uintptr // CUresult cuCtxSetCurrent(CUcontext ctx)
+	cuCtxGetCurrent           uintptr // CUresult cuCtxGetCurrent(CUcontext *pctx)
+	cuCtxSynchronize          uintptr // CUresult cuCtxSynchronize(void)
+
+	cuMemAlloc   uintptr // CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+	cuMemFree    uintptr // CUresult cuMemFree_v2(CUdeviceptr dptr)
+	cuMemGetInfo uintptr // CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+
+	cuMemcpyHtoD      uintptr // CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+	cuMemcpyHtoDAsync uintptr // CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+	cuMemcpyDtoH      uintptr // CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+	cuMemcpyDtoHAsync uintptr // CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+	cuMemcpyDtoDAsync uintptr // CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+	cuMemsetD32Async  uintptr // CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int ui, size_t N, CUstream s)
+
+	cuStreamCreate      uintptr // CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+	cuStreamSynchronize uintptr // CUresult cuStreamSynchronize(CUstream hStream)
+	cuStreamDestroy     uintptr // CUresult cuStreamDestroy_v2(CUstream hStream)
+
+	cuEventCreate      uintptr // CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+	cuEventRecord      uintptr // CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+	cuEventQuery       uintptr // CUresult cuEventQuery(CUevent hEvent)
+	cuEventSynchronize uintptr // CUresult cuEventSynchronize(CUevent hEvent)
+	cuEventElapsedTime uintptr // CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+	cuEventDestroy     uintptr // CUresult cuEventDestroy_v2(CUevent hEvent)
+
+	cuStreamBeginCapture        uintptr // CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+	cuStreamEndCapture          uintptr // CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+	cuGraphInstantiateWithFlags uintptr // CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+	cuGraphLaunch               uintptr // CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+	cuGraphDestroy              uintptr // CUresult cuGraphDestroy(CUgraph hGraph)
+	cuGraphExecDestroy          uintptr // CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+
+	cuModuleLoadData    uintptr // CUresult cuModuleLoadData(CUmodule *module, const void *image)
+	cuModuleGetFunction uintptr // CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+	cuModuleUnload      uintptr // CUresult cuModuleUnload(CUmodule hmod)
+	cuFuncSetAttribute  uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+	cuFuncGetAttribute  uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+	// CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
+	//     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes,
+	//     CUstream hStream, void **kernelParams, void **extra)
+	cuLaunchKernel uintptr
+}
+
+// Driver enum values (cuda.h).
+const (
+	cuDevAttrMultiprocessorCount   = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	cuDevAttrComputeCapabilityMajr = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	cuDevAttrComputeCapabilityMinr = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+
+	cuStreamNonBlocking = 0x1 // CU_STREAM_NON_BLOCKING
+	cuEventDefault      = 0x0 // CU_EVENT_DEFAULT
+	cuEventDisableTimng = 0x2 // CU_EVENT_DISABLE_TIMING
+
+	cuStreamCaptureModeGlobal      = 0 // CU_STREAM_CAPTURE_MODE_GLOBAL
+	cuStreamCaptureModeThreadLocal = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+	cuStreamCaptureModeRelaxed     = 2 // CU_STREAM_CAPTURE_MODE_RELAXED
+
+	cuFuncAttrMaxDynamicSharedSizeBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	cuFuncAttrNumRegs                   = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+	cuFuncAttrMaxThreadsPerBlock        = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+
+	cudaSuccess           = 0
+	cudaErrOutOfMemory    = 2   // CUDA_ERROR_OUT_OF_MEMORY
+	cudaErrNoDevice       = 100 // CUDA_ERROR_NO_DEVICE
+	cudaErrInvalidImage   = 200 // CUDA_ERROR_INVALID_IMAGE
+	cudaErrNotReady       = 600 // CUDA_ERROR_NOT_READY
+	cudaErrInvalidPTX     = 218 // CUDA_ERROR_INVALID_PTX
+	cudaErrNoBinaryForGPU = 209 // CUDA_ERROR_NO_BINARY_FOR_GPU
+)
+
+var (
+	driverOnce    sync.Once
+	driverErr     error
+	driverVersion int // e.g. 12040 for CUDA 12.4
+)
+
+// loadDriver opens libcuda, resolves the symbols and calls cuInit(0). The
+// outcome is remembered: a process that has no driver keeps reporting the
+// same error.
+func loadDriver() error {
+	driverOnce.Do(func() {
+		h, err := driverLib.open()
+		if err != nil {
+			driverErr = err
+			return
+		}
+		d := &cuDrv
+		err = driverLib.resolve(h, []libSymbol{
+			reqSym(&d.cuInit, "cuInit"),
+			reqSym(&d.cuDriverGetVersion, "cuDriverGetVersion"),
+			reqSym(&d.cuGetErrorName, "cuGetErrorName"),
+			reqSym(&d.cuGetErrorString, "cuGetErrorString"),
+			reqSym(&d.cuDeviceGetCount, "cuDeviceGetCount"),
+			reqSym(&d.cuDeviceGet, "cuDeviceGet"),
+			reqSym(&d.cuDeviceGetName, "cuDeviceGetName"),
+			reqSym(&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"),
+			reqSym(&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"),
+			reqSym(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+			reqSym(&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
+			reqSym(&d.cuCtxSetCurrent, "cuCtxSetCurrent"),
+			reqSym(&d.cuCtxGetCurrent, "cuCtxGetCurrent"),
+			reqSym(&d.cuCtxSynchronize, "cuCtxSynchronize"),
+			reqSym(&d.cuMemAlloc, "cuMemAlloc_v2"),
+			reqSym(&d.cuMemFree, "cuMemFree_v2"),
+			reqSym(&d.cuMemGetInfo, "cuMemGetInfo_v2"),
+			reqSym(&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
+			reqSym(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+			reqSym(&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
+			reqSym(&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+			reqSym(&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+			reqSym(&d.cuMemsetD32Async, "cuMemsetD32Async"),
+			reqSym(&d.cuStreamCreate, "cuStreamCreate"),
+			reqSym(&d.cuStreamSynchronize, "cuStreamSynchronize"),
+			reqSym(&d.cuStreamDestroy, "cuStreamDestroy_v2"),
+			reqSym(&d.cuEventCreate, "cuEventCreate"),
+			reqSym(&d.cuEventRecord, "cuEventRecord"),
+			reqSym(&d.cuEventQuery, "cuEventQuery"),
+			reqSym(&d.cuEventSynchronize, "cuEventSynchronize"),
+			reqSym(&d.cuEventElapsedTime, "cuEventElapsedTime", "cuEventElapsedTime_v2"),
+			reqSym(&d.cuEventDestroy, "cuEventDestroy_v2"),
+			reqSym(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
+			reqSym(&d.cuStreamEndCapture, "cuStreamEndCapture"),
+			reqSym(&d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
+			reqSym(&d.cuGraphLaunch, "cuGraphLaunch"),
+			reqSym(&d.cuGraphDestroy, "cuGraphDestroy"),
+			reqSym(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
+			reqSym(&d.cuModuleLoadData, "cuModuleLoadData"),
+			reqSym(&d.cuModuleGetFunction, "cuModuleGetFunction"),
+			reqSym(&d.cuModuleUnload, "cuModuleUnload"),
+			reqSym(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
+			reqSym(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
+			reqSym(&d.cuLaunchKernel, "cuLaunchKernel"),
+		})
+		if err != nil {
+			driverErr = err
+			return
+		}
+		if r := uint32(cCall(cuDrv.cuInit, 0)); r != cudaSuccess {
+			driverErr = newDriverError("cuInit", r)
+			return
+		}
+		var v int32
+		if r := uint32(cCall(cuDrv.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); r == cudaSuccess {
+			driverVersion = int(v)
+		}
+	})
+	return driverErr
+}
+
+// DriverVersion returns the CUDA version the installed driver supports,
+// encoded as 1000*major + 10*minor (12040 is CUDA 12.4).
+func DriverVersion() (int, error) {
+	if err := loadDriver(); err != nil {
+		return 0, err
+	}
+	return driverVersion, nil
+}
+
+// driverMajor is the CUDA major version of the driver, 0 when unknown.
+func driverMajor() int {
+	if loadDriver() != nil {
+		return 0
+	}
+	return driverVersion / 1000
+}
+
+// cu converts a CUresult into an error (nil for CUDA_SUCCESS).
+func cuCheck(callName string, r uintptr) error {
+	if uint32(r) == cudaSuccess {
+		return nil
+	}
+	return newDriverError(callName, uint32(r))
+}
