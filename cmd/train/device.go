@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// device is the backend the run uses, with what the command reports of it.
+type device struct {
+	backend     tensor.Backend
+	description string
+	gpu         *cuda.Backend // nil on the CPU
+}
+
+// openDevice picks the backend --device asks for. auto takes the GPU when
+// one is usable and says why not otherwise.
+func openDevice(o *options) (*device, error) {
+	limit, err := parseBytes(o.memoryLimit)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--memory-limit %q: %v", o.memoryLimit, err)}
+	}
+	if o.device == "cpu" {
+		return &device{backend: tensor.CPU, description: "cpu (--device cpu)"}, nil
+	}
+	reason := cuda.Available()
+	if reason == nil {
+		g, err := cuda.NewBackend(o.gpu, cuda.BackendOptions{MemoryLimit: limit, TF32: o.tf32})
+		if err == nil {
+			d := g.Device()
+			maj, min := d.ComputeCapability()
+			desc := fmt.Sprintf("%s (%s, compute capability %d.%d, %.0f GiB)", g.Name(), d.Name(), maj, min, float64(d.TotalMemory())/(1<<30))
+			if o.tf32 {
+				desc += ", TF32 on"
+			}
+			return &device{backend: g, description: desc, gpu: g}, nil
+		}
+		reason = err
+	}
+	if o.device == "cuda" {
+		return nil, usageError{fmt.Errorf("--device cuda: %v", oneLine(reason))}
+	}
+	return &device{backend: tensor.CPU, description: "cpu (auto: no usable GPU: " + oneLine(reason) + ")"}, nil
+}
+
+func (d *device) close() {
+	if d.gpu != nil {
+		d.gpu.Close()
+	}
+}
+
+func (d *device) resetPeak() {
+	if d.gpu != nil {
+		d.gpu.Allocator().ResetPeakStats()
+	}
+}
+
+func (d *device) driverAllocs() int64 {
+	if d.gpu == nil {
+		return 0
+	}
+	return int64(d.gpu.MemoryStats().DriverAllocs)
+}
+
+// memoryLine is the GPU memory part of the end-of-epoch line.
+func (d *device) memoryLine() string {
+	if d.gpu == nil {
+		return ""
+	}
+	s := d.gpu.MemoryStats()
+	return fmt.Sprintf(", GPU memory reserved %s (peak %s), peak allocated %s",
+		mib(s.Reserved.Current), mib(s.Reserved.Peak), mib(s.Allocated.Peak))
+}
+
+func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirst int64) {
+	if d.gpu == nil {
+		return
+	}
+	s := d.gpu.MemoryStats()
+	logf("| GPU memory reserved (peak) | %s |", mib(s.Reserved.Peak))
+	logf("| GPU memory allocated (peak) | %s |", mib(s.Allocated.Peak))
+	if steps > 1 {
+		logf("| driver allocations after step 1 | %d (%.4f per step) |",
+			int64(s.DriverAllocs)-allocsAfterFirst, float64(int64(s.DriverAllocs)-allocsAfterFirst)/float64(steps-1))
+	}
+}
+
+func mib(b int) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func isOutOfMemory(err error) bool {
+	var oom *cuda.OutOfMemoryError
+	return errors.As(err, &oom)
+}
+
+// parseBytes reads sizes such as 512MiB, 2GiB, 64MB or a plain byte count.
+func parseBytes(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), 1.0
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("want a positive size such as 64MiB or 1GiB")
+	}
+	return int(v * mult), nil
+}

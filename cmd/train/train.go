@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ember-ml/ember/data"
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// trainer holds one run of the command.
+type trainer struct {
+	opt         *options
+	out, errOut io.Writer
+
+	dev   *device
+	model *models.LeNet
+	sgd   *optim.SGD
+
+	train, test         *data.Dataset
+	trainImgs, testImgs *tensor.Tensor // whole sets on the device, as bytes
+
+	startEpoch, startStep int
+	globalStep            int
+	stepTimes             []float64 // seconds per step, one per log window
+	driverAllocsAfter1    int64
+	epochSeconds          []float64
+	lastAccuracy          float64
+}
+
+// The normalisation (x/255 - mean)/std as one multiply-add on bytes.
+var (
+	pixelScale = float32(1 / (255 * data.Std))
+	pixelShift = float32(-data.Mean / data.Std)
+)
+
+func (t *trainer) logf(format string, args ...any) { fmt.Fprintf(t.out, format+"\n", args...) }
+
+func (t *trainer) main(ctx context.Context) (code int) {
+	start := time.Now()
+	defer func() {
+		if t.dev != nil {
+			t.dev.close()
+		}
+	}()
+	err := t.setup(ctx)
+	if err == nil {
+		err = tensor.Guard(func() { err = t.loop(ctx) })
+	}
+	switch {
+	case err == nil:
+		t.logf("done in %.1f s; model saved to %s", time.Since(start).Seconds(), t.opt.save)
+		if t.opt.bench {
+			t.printBench()
+		}
+		return exitOK
+	case errors.Is(err, errInterrupted):
+		return exitInterrupted
+	default:
+		fmt.Fprintf(t.errOut, "train: %v\n", oneLine(err))
+		var u usageError
+		if errors.As(err, &u) || isOutOfMemory(err) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+}
+
+var errInterrupted = errors.New("interrupted")
+
+func (t *trainer) setup(ctx context.Context) error {
+	o := t.opt
+	if o.download {
+		dir := o.dataDir
+		if dir == "" {
+			dir = "mnist"
+			o.dataDir = dir
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return usageError{fmt.Errorf("--download: %w", err)}
+		}
+		if err := data.Download(ctx, dir, data.DownloadOptions{Log: t.errOut}); err != nil {
+			return usageError{err}
+		}
+	}
+	src, err := data.Locate(o.dataDir)
+	if err != nil {
+		return usageError{err}
+	}
+	t.logf("data: %s", src.Describe())
+	t.train, t.test, err = data.LoadMNIST(src.Dir)
+	if err != nil {
+		return usageError{err}
+	}
+	if o.limit > 0 && o.limit < t.train.N {
+		d, n := t.train, o.limit
+		t.train = &data.Dataset{Images: d.Images[:n*d.Rows*d.Cols], Labels: d.Labels[:n], N: n, Rows: d.Rows, Cols: d.Cols}
+	}
+	if t.train.N < o.batchSize {
+		return usageError{fmt.Errorf("--batch-size %d is larger than the %d training images", o.batchSize, t.train.N)}
+	}
+
+	t.dev, err = openDevice(o)
+	if err != nil {
+		return err
+	}
+	t.logf("device: %s", t.dev.description)
+
+	return tensor.Guard(func() {
+		b := t.dev.backend
+		t.trainImgs = tensor.FromUint8(b, nil, t.train.Images, t.train.N, t.train.Rows*t.train.Cols)
+		t.testImgs = tensor.FromUint8(b, nil, t.test.Images, t.test.N, t.test.Rows*t.test.Cols)
+		t.model = models.NewLeNet(b, o.seed)
+		t.sgd, err = optim.NewSGD(t.model.Parameters(), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
+		if err != nil {
+			return
+		}
+		if o.resume != "" {
+			err = t.restore()
+		}
+		t.dev.resetPeak()
+	})
+}
+
+// restore loads the model and training state saved by an earlier run.
+func (t *trainer) restore() error {
+	st, err := models.LoadCheckpoint(t.opt.resume, t.model)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := t.sgd.SetState(st.OptimizerSteps, st.Momentum); err != nil {
+		return usageError{fmt.Errorf("%s: %w", t.opt.resume, err)}
+	}
+	if bs := st.Flags["batch-size"]; bs != "" && bs != fmt.Sprint(t.opt.batchSize) {
+		t.logf("resume: note: the checkpoint was trained with --batch-size %s, continuing with %d", bs, t.opt.batchSize)
+	}
+	if st.Seed != t.opt.seed {
+		t.logf("resume: using the checkpoint's seed %d for the data order", st.Seed)
+		t.opt.seed = st.Seed
+	}
+	t.startEpoch, t.startStep, t.globalStep = st.Epoch, st.Step, st.GlobalStep
+	t.logf("resume: %s at epoch %d, step %d", t.opt.resume, st.Epoch+1, st.Step)
+	return nil
+}
+
+func (t *trainer) loop(ctx context.Context) error {
+	o := t.opt
+	b := t.dev.backend
+	if t.startEpoch >= o.epochs {
+		t.logf("nothing to do: the checkpoint already has %d epochs (ask for more with --epochs)", t.startEpoch)
+		return nil
+	}
+	metrics, err := openMetrics(o.metrics, t.startEpoch > 0 || t.startStep > 0)
+	if err != nil {
+		return usageError{err}
+	}
+	defer metrics.close()
+
+	steps := t.train.N / o.batchSize // drop the last partial batch, as reference.py does
+	scope := tensor.NewScope()
+	defer scope.Release()
+	lossSum := tensor.Zeros(b, nil, 1)
+	defer lossSum.Release()
+	labels := make([]int32, o.batchSize)
+
+	for epoch := t.startEpoch; epoch < o.epochs; epoch++ {
+		perm := data.Permutation(t.train.N, o.seed, epoch)
+		first := 0
+		if epoch == t.startEpoch {
+			first = t.startStep
+		}
+		b.Fill(lossSum.Buffer(), 0)
+		bar := newProgress(t.errOut, steps, fmt.Sprintf("epoch %d/%d", epoch+1, o.epochs))
+		epochStart := time.Now()
+		windowStart, windowSteps := epochStart, 0
+		for step := first; step < steps; step++ {
+			if ctx.Err() != nil {
+				return t.interrupted(epoch, step)
+			}
+			idx := perm[step*o.batchSize : (step+1)*o.batchSize]
+			for i, j := range idx {
+				labels[i] = int32(t.train.Labels[j])
+			}
+			scope.Reset()
+			loss := t.step(scope, idx, labels)
+			b.Axpy(lossSum.Buffer(), 1, loss.Buffer())
+			t.globalStep++
+			windowSteps++
+			if t.globalStep == 1 {
+				t.driverAllocsAfter1 = t.dev.driverAllocs()
+			}
+			if (step+1)%o.logInterval == 0 || step == steps-1 {
+				l := loss.Item() // waits for the queued steps
+				now := time.Now()
+				t.stepTimes = append(t.stepTimes, now.Sub(windowStart).Seconds()/float64(windowSteps))
+				windowStart, windowSteps = now, 0
+				if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+					return fmt.Errorf("loss is %v at epoch %d, step %d; stopped, the last good checkpoint is %s", l, epoch+1, step+1, t.opt.save)
+				}
+				imgs := float64((step+1-first)*o.batchSize) / now.Sub(epochStart).Seconds()
+				bar.update(step+1, l, imgs)
+			}
+		}
+		if err := b.Synchronize(); err != nil {
+			return err
+		}
+		secs := time.Since(epochStart).Seconds()
+		bar.finish()
+		t.epochSeconds = append(t.epochSeconds, secs)
+		trainLoss := float64(lossSum.Item()) / float64(steps-first)
+		testLoss, acc := t.evaluate()
+		t.lastAccuracy = acc
+		imgsPerSec := float64((steps-first)*o.batchSize) / secs
+		t.logf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.2f s, %.0f images/s%s",
+			epoch+1, o.epochs, trainLoss, testLoss, acc, secs, imgsPerSec, t.dev.memoryLine())
+		if err := metrics.write(epoch+1, trainLoss, testLoss, acc, secs, imgsPerSec); err != nil {
+			return err
+		}
+		if err := t.save(epoch+1, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs one training step on a batch and returns the loss tensor
+// (still on the device, not read back).
+func (t *trainer) step(scope *tensor.Scope, idx, labels []int32) *tensor.Tensor {
+	b := t.dev.backend
+	n := len(idx)
+	ix := tensor.FromInt32(b, scope, idx, n)
+	x := tensor.GatherNormalize(scope, t.trainImgs, ix, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
+	y := tensor.FromInt32(b, scope, labels, n)
+	loss := tensor.CrossEntropy(t.model.Forward(x), y)
+	t.sgd.ZeroGrad()
+	loss.Backward()
+	t.sgd.Step()
+	return loss
+}
+
+// evaluate returns the mean loss and the accuracy in percent on the test set.
+func (t *trainer) evaluate() (loss, accuracy float64) {
+	const batch = 1000
+	b := t.dev.backend
+	rows, cols := t.test.Rows, t.test.Cols
+	var lossSum float64
+	correct := 0
+	idx := make([]int32, batch)
+	labels := make([]int32, batch)
+	for start := 0; start < t.test.N; start += batch {
+		n := min(batch, t.test.N-start)
+		for i := 0; i < n; i++ {
+			idx[i] = int32(start + i)
+			labels[i] = int32(t.test.Labels[start+i])
+		}
+		s := tensor.NewNoGradScope()
+		ix := tensor.FromInt32(b, s, idx[:n], n)
+		x := tensor.GatherNormalize(s, t.testImgs, ix, pixelScale, pixelShift).Reshape(n, 1, rows, cols)
+		y := tensor.FromInt32(b, s, labels[:n], n)
+		logits := t.model.Forward(x)
+		lossSum += float64(tensor.CrossEntropy(logits, y).Item()) * float64(n)
+		for i, p := range tensor.Argmax(logits).Int32s() {
+			if p == labels[i] {
+				correct++
+			}
+		}
+		s.Release()
+	}
+	return lossSum / float64(t.test.N), 100 * float64(correct) / float64(t.test.N)
+}
+
+// save writes the model and the training state, each atomically.
+func (t *trainer) save(epoch, step int) error {
+	if dir := filepath.Dir(t.opt.save); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return usageError{fmt.Errorf("--save %s: %w", t.opt.save, err)}
+		}
+	}
+	var momentum []float32
+	if m := t.sgd.MomentumBuffer(); m != nil {
+		momentum = m.Float32s()
+	}
+	o := t.opt
+	st := &models.TrainingState{
+		Epoch: epoch, Step: step, GlobalStep: t.globalStep, Seed: o.seed,
+		Momentum: momentum, OptimizerSteps: t.sgd.Steps(),
+		Flags: map[string]string{
+			"epochs": fmt.Sprint(o.epochs), "batch-size": fmt.Sprint(o.batchSize), "lr": fmt.Sprint(o.lr),
+			"momentum": fmt.Sprint(o.momentum), "seed": fmt.Sprint(o.seed), "limit": fmt.Sprint(o.limit),
+			"device": t.dev.backend.Name(),
+		},
+	}
+	return models.SaveCheckpoint(o.save, t.model, st)
+}
+
+// interrupted saves where training stopped and says how to continue.
+func (t *trainer) interrupted(epoch, step int) error {
+	if err := t.save(epoch, step); err != nil {
+		fmt.Fprintf(t.errOut, "train: interrupted, and saving failed: %v\n", oneLine(err))
+		return errInterrupted
+	}
+	fmt.Fprintf(t.errOut, "train: interrupted at epoch %d, step %d; saved %s\n", epoch+1, step, t.opt.save)
+	fmt.Fprintf(t.errOut, "resume with: train --resume %s --epochs %d\n", t.opt.save, t.opt.epochs)
+	return errInterrupted
+}
+
+func (t *trainer) printBench() {
+	med := median(t.stepTimes)
+	epochs := append([]float64(nil), t.epochSeconds...)
+	t.logf("\n| metric | value |\n| --- | --- |")
+	t.logf("| device | %s |", t.dev.backend.Name())
+	t.logf("| batch size | %d |", t.opt.batchSize)
+	for i, s := range epochs {
+		t.logf("| epoch %d seconds | %.3f |", i+1, s)
+		t.logf("| epoch %d images/s | %.0f |", i+1, float64(t.train.N/t.opt.batchSize*t.opt.batchSize)/s)
+	}
+	t.logf("| step time (median over log windows) | %.1f us |", med*1e6)
+	t.dev.benchRows(t.logf, t.globalStep, t.driverAllocsAfter1)
+	t.logf("| test accuracy | %.2f%% |", t.lastAccuracy)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(err error) string {
+	msg := err.Error()
+	for i, r := range msg {
+		if r == '\n' {
+			return msg[:i]
+		}
+	}
+	return msg
+}
