@@ -83,10 +83,27 @@ func (s *SGD) Step() {
 	}
 	s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, tensor.SGDStep{
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
-		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.steps == 0,
+		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(),
 	})
 	s.steps++
 }
+
+// firstStepDiffers reports whether this step needs PyTorch's special first
+// update (v = d). With zero dampening the general rule applied to the zeroed
+// buffer gives the same bits (0.9·0 + 1·d = d), so every step issues the
+// same device work, which lets a captured step be replayed from the start.
+func (s *SGD) firstStepDiffers() bool { return s.steps == 0 && s.Dampening != 0 }
+
+// Replayable reports whether the next Step issues the same device work as
+// every later one, so that it can be captured once and replayed.
+func (s *SGD) Replayable() bool { return !s.firstStepDiffers() }
+
+// Replayed counts one step that ran as a replay of a captured Step.
+func (s *SGD) Replayed() { s.steps++ }
+
+// Rewind takes back the count of a Step whose device work never ran (a
+// failed capture).
+func (s *SGD) Rewind() { s.steps-- }
 
 // Steps is the number of updates applied so far.
 func (s *SGD) Steps() int { return s.steps }

@@ -16,7 +16,7 @@ func (t *Tensor) RequiresGrad() bool { return t.requiresGrad }
 // SetRequiresGrad marks a leaf tensor (a parameter) as one whose gradient
 // Backward accumulates into Grad.
 func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
-	if t.node != nil {
+	if !t.IsLeaf() {
 		panic("tensor: SetRequiresGrad on a computed tensor; only leaves can be marked")
 	}
 	t.requiresGrad = on
@@ -45,7 +45,7 @@ func (t *Tensor) ZeroGrad() {
 }
 
 // IsLeaf reports whether the tensor was not produced by a recorded operation.
-func (t *Tensor) IsLeaf() bool { return t.node == nil }
+func (t *Tensor) IsLeaf() bool { return t.node == nil && !t.consumed }
 
 // Detach returns a view of t that records no history.
 func (t *Tensor) Detach() *Tensor {
@@ -77,7 +77,7 @@ func (t *Tensor) Backward() {
 	if !t.requiresGrad {
 		panic("tensor: Backward of a tensor that does not require grad")
 	}
-	if t.node == nil && !t.IsLeaf() {
+	if t.consumed {
 		panic("tensor: Backward through a graph that was already consumed")
 	}
 	order := topoOrder(t)
@@ -95,10 +95,17 @@ func (t *Tensor) Backward() {
 		delete(e.grads, u)
 		n := u.node
 		u.node = nil // consumed; lets the inputs be collected
+		u.consumed = true
 		if g == nil {
 			continue
 		}
 		n.backward(g, e)
+		// Nothing reads u's gradient after this: give its memory back now
+		// rather than at the end of the step, which keeps the peak of a
+		// backward pass near one activation's gradient at a time.
+		if g != seed && g.scope != nil && g.st != t.st {
+			g.st.release()
+		}
 	}
 }
 
@@ -153,8 +160,11 @@ func (e *engine) sink(t *Tensor) (Buffer, bool) {
 		return Buffer{}, false
 	}
 	if t.node == nil {
-		if t.grad == nil {
-			t.grad = Zeros(t.st.b, nil, t.shape...)
+		if t.consumed {
+			panic("tensor: Backward through a graph that was already consumed")
+		}
+		if t.grad == nil { // a scoped leaf's gradient goes with its scope
+			t.grad = Zeros(t.st.b, t.scope, t.shape...)
 		}
 		return t.grad.buffer(), true
 	}

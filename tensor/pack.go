@@ -26,7 +26,10 @@ func Pack(ts []*Tensor) *Tensor {
 		b.Copy(flat.st.buf.Slice(off, n), t.buffer())
 		old := t.st
 		t.st, t.off, t.scope = flat.st, off, nil
-		if old != flat.st {
+		// Free the old storage once all of it has moved: a tensor packed
+		// before (the same parameters packed again) shares it with its
+		// neighbours until they move too.
+		if old.moved += n; old != flat.st && old.moved >= old.buf.Len {
 			old.release()
 		}
 		off += n

@@ -21,14 +21,16 @@ type Tensor struct {
 	requiresGrad bool
 	grad         *Tensor
 	node         *node
+	consumed     bool // computed, and its node was used up by a Backward
 	isOne        bool // the seed gradient of Backward: all ones
 }
 
 // storage is the memory shared by a tensor and its views.
 type storage struct {
-	b   Backend
-	buf Buffer
-	h   *liveness
+	b     Backend
+	buf   Buffer
+	h     *liveness
+	moved int // elements Pack has moved out to another storage
 }
 
 // liveness is kept apart from storage so that a cleanup attached to the

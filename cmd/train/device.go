@@ -15,6 +15,14 @@ type device struct {
 	backend     tensor.Backend
 	description string
 	gpu         *cuda.Backend // nil on the CPU
+
+	// datasetReserved is what the allocator had reserved once the uint8
+	// training and test sets were uploaded; trainingPeak the peak reserved
+	// and allocated bytes while training (evaluation excluded).
+	datasetReserved       int
+	trainingPeakReserved  int
+	trainingPeakAllocated int
+	datasetAllocated      int
 }
 
 // openDevice picks the backend --device asks for. auto takes the GPU when
@@ -66,14 +74,32 @@ func (d *device) driverAllocs() int64 {
 	return int64(d.gpu.MemoryStats().DriverAllocs)
 }
 
-// memoryLine is the GPU memory part of the end-of-epoch line.
+func (d *device) markDataset() {
+	if d.gpu != nil {
+		s := d.gpu.MemoryStats()
+		d.datasetReserved, d.datasetAllocated = s.Reserved.Current, s.Allocated.Current
+	}
+}
+
+func (d *device) markTrainingPeak() {
+	if d.gpu != nil {
+		s := d.gpu.MemoryStats()
+		d.trainingPeakReserved = max(d.trainingPeakReserved, s.Reserved.Peak)
+		d.trainingPeakAllocated = max(d.trainingPeakAllocated, s.Allocated.Peak)
+	}
+}
+
+// memoryLine is the GPU memory part of the end-of-epoch line: the peak
+// reserved and allocated while training, without the uint8 data set that
+// stays on the device for the whole run.
 func (d *device) memoryLine() string {
 	if d.gpu == nil {
 		return ""
 	}
 	s := d.gpu.MemoryStats()
-	return fmt.Sprintf(", GPU memory reserved %s (peak %s), peak allocated %s",
-		mib(s.Reserved.Current), mib(s.Reserved.Peak), mib(s.Allocated.Peak))
+	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (plus %s of data set); reserved now %s",
+		mib(d.trainingPeakReserved-d.datasetReserved), mib(d.trainingPeakAllocated-d.datasetAllocated),
+		mib(d.datasetReserved), mib(s.Reserved.Current))
 }
 
 func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirst int64) {
@@ -81,8 +107,10 @@ func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirs
 		return
 	}
 	s := d.gpu.MemoryStats()
-	logf("| GPU memory reserved (peak) | %s |", mib(s.Reserved.Peak))
-	logf("| GPU memory allocated (peak) | %s |", mib(s.Allocated.Peak))
+	logf("| GPU memory reserved, training peak (without data set) | %s |", mib(d.trainingPeakReserved-d.datasetReserved))
+	logf("| GPU memory allocated, training peak (without data set) | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
+	logf("| GPU memory reserved by the uint8 data set | %s |", mib(d.datasetReserved))
+	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
 	if steps > 1 {
 		logf("| driver allocations after step 1 | %d (%.4f per step) |",
 			int64(s.DriverAllocs)-allocsAfterFirst, float64(int64(s.DriverAllocs)-allocsAfterFirst)/float64(steps-1))

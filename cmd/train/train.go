@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/optim"
@@ -109,6 +110,12 @@ func (t *trainer) setup(ctx context.Context) error {
 		return usageError{fmt.Errorf("--batch-size %d is larger than the %d training images", o.batchSize, t.train.N)}
 	}
 
+	// This run is the only writer of --save: clear temporary files that a
+	// save killed half-way left behind.
+	if removed, err := models.RemoveCheckpointTemps(o.save); err == nil && len(removed) > 0 {
+		t.logf("removed %d temporary file(s) of an interrupted save", len(removed))
+	}
+
 	t.dev, err = openDevice(o)
 	if err != nil {
 		return err
@@ -119,6 +126,7 @@ func (t *trainer) setup(ctx context.Context) error {
 		b := t.dev.backend
 		t.trainImgs = tensor.FromUint8(b, nil, t.train.Images, t.train.N, t.train.Rows*t.train.Cols)
 		t.testImgs = tensor.FromUint8(b, nil, t.test.Images, t.test.N, t.test.Rows*t.test.Cols)
+		t.dev.markDataset()
 		t.model = models.NewLeNet(b, o.seed)
 		t.sgd, err = optim.NewSGD(t.model.Parameters(), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
 		if err != nil {
@@ -171,6 +179,14 @@ func (t *trainer) loop(ctx context.Context) error {
 	lossSum := tensor.Zeros(b, nil, 1)
 	defer lossSum.Release()
 	labels := make([]int32, o.batchSize)
+	// The batch's indices and labels go to the same device tensors every
+	// step, which is what lets a captured step be replayed.
+	idxDev := tensor.EmptyOf(b, nil, tensor.Int32, o.batchSize)
+	labelsDev := tensor.EmptyOf(b, nil, tensor.Int32, o.batchSize)
+	defer idxDev.Release()
+	defer labelsDev.Release()
+	runner := t.newStepper(scope, idxDev, labelsDev, lossSum)
+	defer runner.close()
 
 	for epoch := t.startEpoch; epoch < o.epochs; epoch++ {
 		perm := data.Permutation(t.train.N, o.seed, epoch)
@@ -190,9 +206,9 @@ func (t *trainer) loop(ctx context.Context) error {
 			for i, j := range idx {
 				labels[i] = int32(t.train.Labels[j])
 			}
-			scope.Reset()
-			loss := t.step(scope, idx, labels)
-			b.Axpy(lossSum.Buffer(), 1, loss.Buffer())
+			b.Upload(idxDev.Buffer(), idx)
+			b.Upload(labelsDev.Buffer(), labels)
+			loss := runner.run()
 			t.globalStep++
 			windowSteps++
 			if t.globalStep == 1 {
@@ -214,6 +230,7 @@ func (t *trainer) loop(ctx context.Context) error {
 			return err
 		}
 		secs := time.Since(epochStart).Seconds()
+		t.dev.markTrainingPeak()
 		bar.finish()
 		t.epochSeconds = append(t.epochSeconds, secs)
 		trainLoss := float64(lossSum.Item()) / float64(steps-first)
@@ -232,24 +249,72 @@ func (t *trainer) loop(ctx context.Context) error {
 	return nil
 }
 
-// step runs one training step on a batch and returns the loss tensor
-// (still on the device, not read back).
-func (t *trainer) step(scope *tensor.Scope, idx, labels []int32) *tensor.Tensor {
-	b := t.dev.backend
-	n := len(idx)
-	ix := tensor.FromInt32(b, scope, idx, n)
-	x := tensor.GatherNormalize(scope, t.trainImgs, ix, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
-	y := tensor.FromInt32(b, scope, labels, n)
-	loss := tensor.CrossEntropy(t.model.Forward(x), y)
+// stepper runs training steps on the batch held in idx and labels: eagerly,
+// or on the GPU by replaying a CUDA graph of the step captured once.
+type stepper struct {
+	t                *trainer
+	scope            *tensor.Scope
+	idx, labels, sum *tensor.Tensor
+	graph            *cuda.StepGraph
+	graphLoss        *tensor.Tensor
+	tryGraph         bool
+}
+
+func (t *trainer) newStepper(scope *tensor.Scope, idx, labels, lossSum *tensor.Tensor) *stepper {
+	return &stepper{t: t, scope: scope, idx: idx, labels: labels, sum: lossSum,
+		tryGraph: t.dev.gpu != nil && !t.opt.noGraph}
+}
+
+// eager queues one training step and returns its loss (not read back).
+func (s *stepper) eager() *tensor.Tensor {
+	t := s.t
+	s.scope.Reset()
+	n := s.idx.Len()
+	x := tensor.GatherNormalize(s.scope, t.trainImgs, s.idx, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
+	loss := tensor.CrossEntropy(t.model.Forward(x), s.labels)
 	t.sgd.ZeroGrad()
 	loss.Backward()
 	t.sgd.Step()
+	t.dev.backend.Axpy(s.sum.Buffer(), 1, loss.Buffer())
 	return loss
+}
+
+func (s *stepper) run() *tensor.Tensor {
+	if s.graph != nil {
+		if err := s.graph.Replay(); err != nil {
+			panic(&tensor.Error{Op: "replay", Err: err})
+		}
+		s.t.sgd.Replayed()
+		return s.graphLoss
+	}
+	if s.tryGraph && s.t.sgd.Replayable() {
+		s.tryGraph = false
+		var loss *tensor.Tensor
+		g, err := s.t.dev.gpu.Capture(func() { loss = s.eager() })
+		if err == nil {
+			s.t.logf("cuda graph: the training step is captured once and replayed (--no-graph launches eagerly)")
+			s.graph, s.graphLoss = g, loss
+			return s.run()
+		}
+		// The capture ran no work, but the host side of the step did.
+		s.t.sgd.Rewind()
+		s.t.logf("cuda graph: capture failed, launching eagerly: %v", oneLine(err))
+	}
+	return s.eager()
+}
+
+func (s *stepper) close() {
+	if s.graph != nil {
+		s.scope.Reset()
+		s.graph.Close()
+	}
 }
 
 // evaluate returns the mean loss and the accuracy in percent on the test set.
 func (t *trainer) evaluate() (loss, accuracy float64) {
-	const batch = 1000
+	// Evaluate in batches no larger than the training batch (at most 1000),
+	// so that evaluation never needs more device memory than training.
+	batch := min(t.opt.batchSize, 1000)
 	b := t.dev.backend
 	rows, cols := t.test.Rows, t.test.Cols
 	var lossSum float64

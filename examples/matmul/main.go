@@ -167,7 +167,7 @@ func run(ordinal, M, N, K, runs int, tf32 bool) (ok bool, err error) {
 
 	// Compile (or load from the kernel cache) and look up the kernel.
 	t0 := time.Now()
-	mod, err := d.Compile(kernelSource, "-O3")
+	mod, err := d.Compile(kernelSource)
 	if err != nil {
 		return false, err
 	}

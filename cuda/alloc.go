@@ -1,0 +1,980 @@
+// Caching device-memory allocator.
+//
+// cuMemAlloc and cuMemFree are slow (hundreds of microseconds) and cuMemFree
+// synchronizes the whole device, so a training loop that asked the driver for
+// every tensor would spend most of its time waiting. The Allocator therefore
+// keeps memory it got from the driver (a "segment") and carves it into blocks
+// that it hands out and takes back without driver calls. The design follows
+// the ideas of PyTorch's CUDACachingAllocator and TensorFlow's BFC allocator:
+//
+// Rounding. Every request is rounded up to a multiple of 512 bytes. Sizes
+// then come in few classes, so freed blocks fit later requests and the
+// alignment of every block is at least 512 (cuMemAlloc gives 256 or more).
+//
+// Two pools per owner. Requests of up to 1 MiB are "small" and are carved
+// from 2 MiB segments; larger requests are "large" and never share segments
+// with small ones. Mixing them would let long-lived small tensors pin big
+// segments and fragment them. A large request under 10 MiB gets a 20 MiB
+// segment that later mid-sized requests share; one of 10 MiB or more gets a
+// segment of its own, rounded up to 2 MiB so that it can be reused for
+// slightly different sizes. (PyTorch uses the same numbers.)
+//
+// Best fit and splitting. Free blocks sit in a B-tree keyed by (stream,
+// size, address), so finding the smallest free block
+// that fits, inserting and removing are O(log n), with ties going to the
+// lowest address to keep live data packed at the start of segments. A block
+// bigger than the request is split and the rest stays free. Small blocks are
+// always split (the rest is a multiple of 512, so never under 512 bytes);
+// large blocks are split only when the rest is more than 1 MiB, because a
+// smaller rest could only serve small requests, which never come from the
+// large pool, and would just be fragmentation. On free, a block is merged at
+// once with its free neighbours in the same segment, so a segment whose blocks
+// are all free is one block again and can be returned to the driver.
+//
+// Streams. A block is tied to the stream it was allocated on, and a freed
+// block is reused only for that stream: kernels on one stream run in order, so
+// the next user on that stream cannot run before the previous user finished,
+// without any synchronization. If a block was also used on other streams
+// (RecordStream), Free records an event on each of them and the block is
+// cached only when all those events have completed; pending events are polled
+// at the start of Alloc and again before giving up on an out-of-memory
+// condition. Events on one stream complete in order, so polling stops at the
+// first incomplete event of each stream.
+//
+// Out of memory. When a new segment is needed and the driver reports out of
+// memory, or the segment would take the reserved total over the limit, the
+// allocator (1) polls pending events and searches the cache again, (2) returns
+// wholly free cached segments of the same kind (small or large) to the driver,
+// the smallest single one that is big enough or else largest first, and
+// retries, (3) waits for pending events if the driver can (EventSynchronize)
+// and searches again, then returns every wholly free cached segment and
+// retries, and (4) when the preferred segment is bigger than the request
+// needs (the 20 MiB mid-size segment) retries with the smallest segment that
+// fits. Only then does it fail, with an *OutOfMemoryError that says where the
+// memory went. Freeing the cache in stages keeps as much of it as possible,
+// since every segment given back costs a slow driver call to get again.
+//
+// Private pools. While a CUDA graph is captured its kernels bake in the
+// addresses they use, and replays reuse them later, so that memory must not be
+// handed to anyone else. BeginPrivatePool makes Allocs on a stream come from
+// segments owned by a fresh pool; freed blocks of the pool go back to it, and
+// its segments are neither reused by others nor returned to the driver until
+// ReleasePool, after which they join the general cache once all its blocks
+// are free.
+//
+// One mutex guards everything, driver calls included: allocation is short and
+// driver calls are rare once the cache is warm.
+
+package cuda
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Stream identifies a CUDA stream (0 = the legacy default stream).
+type Stream uintptr
+
+// Event identifies a recorded CUDA event.
+type Event uintptr
+
+// DeviceMemory is what the allocator needs from a driver. The real
+// implementation wraps cuMemAlloc/cuMemFree/cuMemGetInfo/cuEvent*; tests use a fake.
+type DeviceMemory interface {
+	MemAlloc(bytes int) (ptr uintptr, err error) // must return an error wrapping ErrDeviceOutOfMemory when the device is out of memory
+	MemFree(ptr uintptr) error
+	MemGetInfo() (free, total int, err error)
+	EventRecord(s Stream) (Event, error) // records an event on s
+	EventQuery(e Event) (done bool, err error)
+	EventDestroy(e Event) error
+}
+
+// EventSynchronizer may also be implemented by a DeviceMemory (the real
+// driver does, with cuEventSynchronize). The allocator then waits for pending
+// events before it gives up on an allocation or empties its cache, as PyTorch
+// does, instead of failing while memory is merely waiting for the GPU.
+type EventSynchronizer interface {
+	EventSynchronize(e Event) error // blocks until e has completed
+}
+
+// ErrDeviceOutOfMemory is wrapped by every out-of-memory error, whether the
+// driver ran out or the allocator's limit was reached.
+var ErrDeviceOutOfMemory = errors.New("cuda: device out of memory")
+
+// ErrInvalidBlock is wrapped by the errors of Free for a nil block, a block
+// already freed, or a block of another allocator. Such a free is always a bug
+// in the caller, and ignoring it would corrupt the cache later.
+var ErrInvalidBlock = errors.New("cuda: invalid block")
+
+const (
+	oneKiB = 1 << 10
+	oneMiB = 1 << 20
+	oneGiB = 1 << 30
+
+	minBlockSize  = 512         // rounding and alignment of every block
+	smallSize     = 1 * oneMiB  // largest request served by the small pool
+	smallBuffer   = 2 * oneMiB  // segment size of the small pool
+	largeBuffer   = 20 * oneMiB // segment for large requests under minLargeAlloc
+	minLargeAlloc = 10 * oneMiB // from here large requests get their own segment
+	roundLarge    = 2 * oneMiB  // rounding of segments of large pools
+
+	// maxAllocRequest keeps all the rounding below far from overflow; no device
+	// comes close to it.
+	maxAllocRequest = math.MaxInt / 4
+)
+
+// roundUpPow2 rounds n up to a multiple of m (a power of two).
+func roundUpPow2(n, m int) int { return (n + m - 1) &^ (m - 1) }
+
+// roundSize is the block size for a request of n bytes.
+func roundSize(n int) int { return roundUpPow2(n, minBlockSize) }
+
+// segmentSize is the preferred driver allocation for a block of rounded bytes.
+func segmentSize(rounded int) int {
+	switch {
+	case rounded <= smallSize:
+		return smallBuffer
+	case rounded < minLargeAlloc:
+		return largeBuffer
+	default:
+		return roundUpPow2(rounded, roundLarge)
+	}
+}
+
+// minSegmentSize is the smallest segment that a block of rounded bytes may
+// live in, tried as a last resort when the preferred one does not fit.
+func minSegmentSize(rounded int) int {
+	if rounded <= smallSize {
+		return smallBuffer
+	}
+	return roundUpPow2(rounded, roundLarge)
+}
+
+// shouldSplit says whether a free block with rest bytes more than the
+// request is split. Rule: small blocks always split (rest is a multiple of
+// 512, so never a sliver under 512 bytes); large blocks split only when the
+// rest is more than 1 MiB, since a rest of 1 MiB or less could only ever
+// serve small requests, which the large pool never sees.
+func shouldSplit(small bool, rest int) bool {
+	if small {
+		return rest >= minBlockSize
+	}
+	return rest > smallSize
+}
+
+// AllocatorOptions configures NewAllocator.
+type AllocatorOptions struct {
+	Limit int // hard cap on reserved bytes; 0 = no cap beyond the device
+}
+
+// PoolID names a private pool made by BeginPrivatePool.
+type PoolID uint64
+
+// Block is an allocation handed out by Alloc. A fresh Block with a fresh
+// generation number is made for every allocation, so a stale *Block kept
+// after Free can never be mistaken for a later allocation at the same
+// address: freeing it again is reported. A Block holds no pointers (it finds
+// its chunk by slot number), so the garbage collector never scans Blocks and
+// making one is the cheapest allocation Go has.
+type Block struct {
+	owner uint64 // Allocator.id
+	slot  uint32 // index of the chunk in Allocator.slots
+	gen   uint64 // the chunk's gen while this allocation is live
+	ptr   uintptr
+	// size and requested are copies that never change, so that reading
+	// them needs no lock even while the allocator works on the chunk.
+	size      int
+	requested int
+}
+
+// Ptr is the device address of the block.
+func (b *Block) Ptr() uintptr { return b.ptr }
+
+// Size is the number of bytes the block holds: the request rounded up to 512
+// bytes, or somewhat more for a large block whose rest (1 MiB or less) was
+// not worth splitting off.
+func (b *Block) Size() int { return b.size }
+
+// Requested is the size that was asked for.
+func (b *Block) Requested() int { return b.requested }
+
+type chunkState uint8
+
+const (
+	chunkFree    chunkState = iota // in its pool's tree, reusable
+	chunkInUse                     // handed out
+	chunkPending                   // freed, waiting for events on other streams
+)
+
+// memChunk is the allocator's record of a piece of a segment. Chunks are never
+// shown to callers (a Block names one by slot), which lets them be recycled.
+//
+// Chunks refer to each other by slot number rather than by pointer, and the
+// free tree holds slot numbers too: the hot path then stores no pointers, so
+// it never pays for the garbage collector's write barrier, which otherwise
+// dominates the cost of an Alloc/Free pair whenever a collection is running.
+type memChunk struct {
+	ptr    uintptr
+	size   int
+	stream Stream
+	seg    *memSegment
+	// prev and next are the slots of the neighbours by address within
+	// seg, 0 for none.
+	prev, next uint32
+
+	state     chunkState
+	slot      uint32 // index in Allocator.slots, for life; never 0
+	gen       uint64 // generation of the live Block while in use, else 0
+	requested int
+	uses      []Stream // other streams the chunk was used on (RecordStream)
+	events    int      // events still pending before the chunk is free
+}
+
+// isSplit reports whether the chunk is only part of its segment.
+func (c *memChunk) isSplit() bool { return c.prev|c.next != 0 }
+
+// memSegment is one driver allocation.
+type memSegment struct {
+	ptr    uintptr
+	size   int
+	stream Stream
+	pool   *blockPool
+	first  *memChunk // the chunk at ptr; it is never merged away
+	// prev and next link the segments of pool.
+	prev, next *memSegment
+}
+
+// blockPool holds the segments of one kind (small or large) of one owner
+// (the general cache or a private pool) and a tree of their free chunks.
+type blockPool struct {
+	tree    freeTree
+	small   bool
+	private *privatePool // nil for the general cache
+	segs    *memSegment
+	nsegs   int
+}
+
+type privatePool struct {
+	id           PoolID
+	small, large blockPool
+	capturing    int  // BeginPrivatePool calls not yet ended
+	live         int  // chunks in use or pending
+	released     bool // ReleasePool called; merge into the cache when live == 0
+}
+
+type queuedFree struct {
+	ev Event
+	c  *memChunk
+}
+
+type freeQueue struct {
+	stream Stream
+	items  []queuedFree
+}
+
+// Allocator is a caching allocator for one device. All methods are safe for
+// concurrent use.
+type Allocator struct {
+	mu     sync.Mutex
+	id     uint64 // unique among allocators, to recognize foreign Blocks
+	dm     DeviceMemory
+	syncer EventSynchronizer // dm, if it can wait for events; else nil
+
+	limit int
+	// ceiling is the most that reserved may be: the limit, or what was
+	// reserved when SetLimit lowered the limit below it, shrinking as
+	// segments are returned. Only checkInvariants reads it.
+	ceiling int
+
+	small, large blockPool
+
+	private  map[PoolID]*privatePool
+	capture  map[Stream][]*privatePool // stack of active pools per stream
+	nextPool PoolID
+
+	queues        map[Stream]*freeQueue
+	queueList     []*freeQueue // queues in creation order, for deterministic polling
+	pendingEvents int
+
+	slots []*memChunk // every chunk ever made, by slot number; slots[0] is nil
+	spare []uint32    // slots of recycled chunks
+	gen   uint64      // last allocation generation handed out
+
+	stats MemoryStats
+}
+
+var allocatorIDs atomic.Uint64
+
+// NewAllocator makes an allocator that gets its memory from dm.
+func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
+	if dm == nil {
+		panic("cuda: NewAllocator with nil DeviceMemory")
+	}
+	a := &Allocator{
+		id:      allocatorIDs.Add(1),
+		dm:      dm,
+		private: make(map[PoolID]*privatePool),
+		capture: make(map[Stream][]*privatePool),
+		queues:  make(map[Stream]*freeQueue),
+		slots:   []*memChunk{nil},
+	}
+	a.syncer, _ = dm.(EventSynchronizer)
+	a.small.small = true
+	a.setLimit(opt.Limit)
+	return a
+}
+
+// Alloc returns a block of at least bytes bytes for use on stream s.
+func (a *Allocator) Alloc(bytes int, s Stream) (*Block, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("cuda: Alloc of %d bytes: size must be positive", bytes)
+	}
+	if bytes > maxAllocRequest {
+		return nil, fmt.Errorf("cuda: Alloc of %d bytes: size too large", bytes)
+	}
+	rounded := roundSize(bytes)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pendingEvents > 0 {
+		if err := a.processEvents(); err != nil {
+			return nil, err
+		}
+	}
+	pool := a.poolFor(s, rounded)
+	if c := a.takeBestFit(pool, s, rounded); c != nil {
+		a.stats.CacheHits++
+		return a.take(pool, c, rounded, bytes), nil
+	}
+	c, hit, err := a.grow(pool, s, bytes, rounded)
+	if err != nil {
+		return nil, err
+	}
+	if hit {
+		a.stats.CacheHits++
+	} else {
+		a.stats.CacheMisses++
+	}
+	return a.take(pool, c, rounded, bytes), nil
+}
+
+// poolFor picks the pool serving a request of rounded bytes on s.
+func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
+	small := rounded <= smallSize
+	if len(a.capture) != 0 {
+		if st := a.capture[s]; len(st) > 0 {
+			pp := st[len(st)-1]
+			if small {
+				return &pp.small
+			}
+			return &pp.large
+		}
+	}
+	if small {
+		return &a.small
+	}
+	return &a.large
+}
+
+// take hands out c (free, not in any tree), splitting off the rest.
+func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) *Block {
+	if rest := c.size - rounded; shouldSplit(pool.small, rest) {
+		r := a.newChunk()
+		r.ptr = c.ptr + uintptr(rounded)
+		r.size = rest
+		r.stream = c.stream
+		if r.seg != c.seg { // usually recycled from this very segment
+			r.seg = c.seg
+		}
+		r.prev = c.slot
+		r.next = c.next
+		if n := a.slots[c.next]; n != nil {
+			n.prev = r.slot
+		}
+		c.next = r.slot
+		c.size = rounded
+		a.poolInsert(pool, r)
+	}
+	c.state = chunkInUse
+	c.requested = requested
+	if pool.private != nil {
+		pool.private.live++
+	}
+	bump(&a.stats.Allocated, c.size)
+	bump(&a.stats.Active, c.size)
+	bump(&a.stats.Requested, requested)
+	a.stats.ActiveBlocks++
+	a.gen++
+	c.gen = a.gen
+	return &Block{owner: a.id, slot: c.slot, gen: c.gen, ptr: c.ptr, size: c.size, requested: requested}
+}
+
+// errNoSegment is grow's internal signal that a segment could not be had,
+// either from the driver or because of the limit.
+var errNoSegment = errors.New("no memory")
+
+// grow finds memory for a request that the cache could not serve, going
+// through the out-of-memory stages described at the top of the file. It
+// returns a free chunk that is in no tree; hit says it came from the cache.
+func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memChunk, hit bool, err error) {
+	want := segmentSize(rounded)
+	c, err = a.newSegment(pool, s, want)
+	if err != errNoSegment {
+		return c, false, err
+	}
+
+	// Stage 1: blocks waiting on events may have become free meanwhile.
+	if a.pendingEvents > 0 {
+		if err := a.processEvents(); err != nil {
+			return nil, false, err
+		}
+		if c := a.takeBestFit(pool, s, rounded); c != nil {
+			return c, true, nil
+		}
+	}
+
+	// Stage 2: give back cached segments of the same kind.
+	need := want
+	if a.limit > 0 && a.stats.Reserved.Current+want > a.limit {
+		need = a.stats.Reserved.Current + want - a.limit
+	}
+	general := &a.large
+	if pool.small {
+		general = &a.small
+	}
+	freed, err := a.releaseCached(general, need)
+	if err != nil {
+		return nil, false, err
+	}
+	if freed > 0 {
+		a.stats.Retries++
+		if c, err = a.newSegment(pool, s, want); err != errNoSegment {
+			return c, false, err
+		}
+	}
+
+	// Stage 3: wait for the GPU to finish with blocks freed on other
+	// streams, if the driver can, and search again; then give back
+	// everything cached.
+	if waited, err := a.syncEvents(); err != nil {
+		return nil, false, err
+	} else if waited {
+		if c := a.takeBestFit(pool, s, rounded); c != nil {
+			return c, true, nil
+		}
+	}
+	freed1, err := a.releaseCached(&a.small, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	freed2, err := a.releaseCached(&a.large, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	if freed1+freed2 > 0 {
+		a.stats.Retries++
+		if c, err = a.newSegment(pool, s, want); err != errNoSegment {
+			return c, false, err
+		}
+	}
+
+	// Stage 4: a segment just big enough, in case the preferred one was the
+	// shared mid-size segment.
+	if min := minSegmentSize(rounded); min < want {
+		a.stats.Retries++
+		if c, err = a.newSegment(pool, s, min); err != errNoSegment {
+			return c, false, err
+		}
+	}
+
+	a.stats.OOMs++
+	return nil, false, a.oomError(bytes, rounded, want)
+}
+
+// newSegment gets a segment of size bytes from the driver for pool and
+// returns its single chunk, not yet in the tree. It returns errNoSegment when
+// the limit or the device is exhausted, and other driver errors wrapped.
+func (a *Allocator) newSegment(pool *blockPool, s Stream, size int) (*memChunk, error) {
+	if a.limit > 0 && a.stats.Reserved.Current+size > a.limit {
+		return nil, errNoSegment
+	}
+	ptr, err := a.dm.MemAlloc(size)
+	if err != nil {
+		if errors.Is(err, ErrDeviceOutOfMemory) {
+			return nil, errNoSegment
+		}
+		return nil, fmt.Errorf("cuda: allocating a %d-byte segment: %w", size, err)
+	}
+	if ptr == 0 {
+		return nil, fmt.Errorf("cuda: allocating a %d-byte segment: driver returned a null pointer", size)
+	}
+	seg := &memSegment{ptr: ptr, size: size, stream: s, pool: pool}
+	c := a.newChunk()
+	c.ptr = ptr
+	c.size = size
+	c.stream = s
+	c.seg = seg
+	seg.first = c
+	pool.linkSegment(seg)
+	bump(&a.stats.Reserved, size)
+	a.stats.Segments++
+	a.stats.DriverAllocs++
+	return c, nil
+}
+
+// releaseCached returns wholly free segments of pool to the driver and says
+// how many bytes it gave back. With need <= 0 it returns all of them.
+// Otherwise it returns the smallest single segment of at least need bytes,
+// or failing that the largest ones until need is met, so as to keep as much
+// of the cache as possible. It runs only on the out-of-memory path and in
+// EmptyCache, so the walk over the pool's segments is not on the hot path.
+func (a *Allocator) releaseCached(pool *blockPool, need int) (int, error) {
+	var cands []*memSegment
+	for seg := pool.segs; seg != nil; seg = seg.next {
+		if f := seg.first; f.state == chunkFree && f.next == 0 {
+			cands = append(cands, seg)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, nil
+	}
+	if need > 0 {
+		var best *memSegment
+		for _, seg := range cands {
+			if seg.size >= need && (best == nil || seg.size < best.size) {
+				best = seg
+			}
+		}
+		if best != nil {
+			cands = cands[:1]
+			cands[0] = best
+		} else {
+			slices.SortFunc(cands, func(x, y *memSegment) int {
+				return cmp.Or(cmp.Compare(y.size, x.size), cmp.Compare(x.ptr, y.ptr))
+			})
+		}
+	}
+	freed := 0
+	for _, seg := range cands {
+		size := seg.size
+		if err := a.releaseSegment(seg.first); err != nil {
+			return freed, err
+		}
+		freed += size
+		if need > 0 && freed >= need {
+			break
+		}
+	}
+	return freed, nil
+}
+
+// releaseSegment returns the segment of c, which must be its only chunk and
+// free, to the driver. On a driver error the segment stays cached.
+func (a *Allocator) releaseSegment(c *memChunk) error {
+	seg := c.seg
+	pool := seg.pool
+	a.poolRemove(pool, c)
+	if err := a.dm.MemFree(seg.ptr); err != nil {
+		a.poolInsert(pool, c)
+		return fmt.Errorf("cuda: returning the %d-byte segment at %#x to the driver: %w", seg.size, seg.ptr, err)
+	}
+	pool.unlinkSegment(seg)
+	bump(&a.stats.Reserved, -seg.size)
+	a.stats.Segments--
+	a.stats.DriverFrees++
+	if a.ceiling > a.limit {
+		a.ceiling = max(a.limit, a.stats.Reserved.Current)
+	}
+	seg.first = nil
+	a.recycle(c)
+	return nil
+}
+
+// Free gives b back. The memory is reused for b's stream at once, or for
+// streams recorded with RecordStream only after the work queued on them so
+// far has completed.
+func (a *Allocator) Free(b *Block) error {
+	if b == nil {
+		return fmt.Errorf("%w: Free(nil)", ErrInvalidBlock)
+	}
+	if b.owner != a.id {
+		return fmt.Errorf("%w: Free of block %#x (%d bytes), which is not from this allocator", ErrInvalidBlock, b.ptr, b.size)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.live(b)
+	if c == nil {
+		return fmt.Errorf("%w: double free of block %#x (%d bytes)", ErrInvalidBlock, b.ptr, b.size)
+	}
+	if len(c.uses) > 0 {
+		return a.freeAfterEvents(b, c)
+	}
+	a.release(c)
+	return a.freeChunk(c)
+}
+
+// live returns the chunk of b if b is a live allocation of a, else nil.
+func (a *Allocator) live(b *Block) *memChunk {
+	if int(b.slot) >= len(a.slots) {
+		return nil
+	}
+	c := a.slots[b.slot]
+	if c.gen != b.gen || c.state != chunkInUse {
+		return nil
+	}
+	return c
+}
+
+// release does the accounting of a Free: the caller no longer holds c.
+func (a *Allocator) release(c *memChunk) {
+	c.gen = 0
+	bump(&a.stats.Allocated, -c.size)
+	bump(&a.stats.Requested, -c.requested)
+	c.requested = 0
+}
+
+// freeAfterEvents records an event on every other stream that used c and
+// parks c until they complete.
+func (a *Allocator) freeAfterEvents(b *Block, c *memChunk) error {
+	var buf [4]Event
+	evs := buf[:0]
+	for _, s := range c.uses {
+		ev, err := a.dm.EventRecord(s)
+		if err != nil {
+			// Leave the block allocated, so that the caller can
+			// retry; nothing has been queued yet.
+			err = fmt.Errorf("cuda: freeing block %#x: recording an event on stream %#x: %w", b.ptr, s, err)
+			for _, e := range evs {
+				if derr := a.dm.EventDestroy(e); derr != nil {
+					err = errors.Join(err, fmt.Errorf("cuda: destroying an event: %w", derr))
+				}
+			}
+			return err
+		}
+		evs = append(evs, ev)
+	}
+	a.release(c)
+	for i, s := range c.uses {
+		q := a.queues[s]
+		if q == nil {
+			q = &freeQueue{stream: s}
+			a.queues[s] = q
+			a.queueList = append(a.queueList, q)
+		}
+		q.items = append(q.items, queuedFree{ev: evs[i], c: c})
+	}
+	c.events = len(evs)
+	c.state = chunkPending
+	a.pendingEvents += len(evs)
+	return nil
+}
+
+// processEvents frees the chunks whose events have all completed.
+func (a *Allocator) processEvents() error {
+	for _, q := range a.queueList {
+		for len(q.items) > 0 {
+			pe := q.items[0]
+			done, err := a.dm.EventQuery(pe.ev)
+			if err != nil {
+				return fmt.Errorf("cuda: querying an event on stream %#x: %w", q.stream, err)
+			}
+			if !done {
+				break // later events on this stream cannot be done either
+			}
+			q.items[0] = queuedFree{}
+			q.items = q.items[1:]
+			if len(q.items) == 0 {
+				q.items = nil
+			}
+			a.pendingEvents--
+			derr := a.dm.EventDestroy(pe.ev)
+			if pe.c.events--; pe.c.events == 0 {
+				if err := a.freeChunk(pe.c); err != nil {
+					return err
+				}
+			}
+			if derr != nil {
+				return fmt.Errorf("cuda: destroying an event on stream %#x: %w", q.stream, derr)
+			}
+		}
+	}
+	return nil
+}
+
+// syncEvents waits for every pending event, when the driver can, and frees
+// the chunks waiting on them. Events on a stream complete in order, so
+// waiting for the last one of each stream is enough.
+func (a *Allocator) syncEvents() (waited bool, err error) {
+	if a.syncer == nil || a.pendingEvents == 0 {
+		return false, nil
+	}
+	for _, q := range a.queueList {
+		if n := len(q.items); n > 0 {
+			if err := a.syncer.EventSynchronize(q.items[n-1].ev); err != nil {
+				return false, fmt.Errorf("cuda: waiting for an event on stream %#x: %w", q.stream, err)
+			}
+		}
+	}
+	return true, a.processEvents()
+}
+
+// freeChunk puts c, no longer used by anyone, back in its pool, merged with
+// free neighbours.
+func (a *Allocator) freeChunk(c *memChunk) error {
+	pool := c.seg.pool
+	bump(&a.stats.Active, -c.size)
+	a.stats.ActiveBlocks--
+	c.state = chunkFree
+	if len(c.uses) != 0 {
+		c.uses = c.uses[:0]
+	}
+	if p := a.slots[c.prev]; p != nil && p.state == chunkFree {
+		a.poolRemove(pool, p)
+		p.size += c.size
+		p.next = c.next
+		if n := a.slots[c.next]; n != nil {
+			n.prev = p.slot
+		}
+		a.recycle(c)
+		c = p
+	}
+	if n := a.slots[c.next]; n != nil && n.state == chunkFree {
+		a.poolRemove(pool, n)
+		c.size += n.size
+		c.next = n.next
+		if nn := a.slots[n.next]; nn != nil {
+			nn.prev = c.slot
+		}
+		a.recycle(n)
+	}
+	a.poolInsert(pool, c)
+	if pp := pool.private; pp != nil {
+		if pp.live--; pp.live == 0 && pp.released {
+			return a.mergePool(pp)
+		}
+		return nil
+	}
+	// Over the limit only after SetLimit lowered it: give memory back as
+	// soon as a segment empties.
+	if a.limit > 0 && a.stats.Reserved.Current > a.limit && !c.isSplit() {
+		return a.releaseSegment(c)
+	}
+	return nil
+}
+
+// RecordStream notes that b is also used on stream s, so that Free will not
+// let b's memory be reused until the work queued on s by then has completed.
+// Calling it on a block that is not live is a bug in the caller and panics.
+func (a *Allocator) RecordStream(b *Block, s Stream) {
+	if b == nil || b.owner != a.id {
+		panic("cuda: RecordStream on a block that is not from this allocator")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.live(b)
+	if c == nil {
+		panic(fmt.Sprintf("cuda: RecordStream on block %#x after it was freed", b.ptr))
+	}
+	if s == c.stream {
+		return
+	}
+	for _, u := range c.uses {
+		if u == s {
+			return
+		}
+	}
+	c.uses = append(c.uses, s)
+}
+
+// EmptyCache returns every wholly free cached segment to the driver. Blocks
+// freed but waiting for events of other streams are waited for if the driver
+// implements EventSynchronize, and otherwise keep their segments. Segments
+// of private pools that have not been released stay.
+func (a *Allocator) EmptyCache() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if waited, err := a.syncEvents(); err != nil {
+		return err
+	} else if !waited && a.pendingEvents > 0 {
+		if err := a.processEvents(); err != nil {
+			return err
+		}
+	}
+	if _, err := a.releaseCached(&a.small, 0); err != nil {
+		return err
+	}
+	_, err := a.releaseCached(&a.large, 0)
+	return err
+}
+
+// SetLimit sets the cap on reserved bytes (0 or less: none). Lowering it
+// below what is reserved frees no live memory: no new segment is reserved
+// until the total is under the limit, and cached segments are returned as
+// they empty, when a new segment is needed, or by EmptyCache.
+func (a *Allocator) SetLimit(bytes int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.setLimit(bytes)
+}
+
+func (a *Allocator) setLimit(bytes int) {
+	a.limit = max(bytes, 0)
+	a.ceiling = a.limit
+	if a.limit > 0 {
+		a.ceiling = max(a.limit, a.stats.Reserved.Current)
+	}
+}
+
+// BeginPrivatePool makes the following Allocs on s come from a new private
+// pool, until EndPrivatePool(s). Calls nest: the innermost pool is used.
+func (a *Allocator) BeginPrivatePool(s Stream) PoolID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextPool++
+	pp := &privatePool{id: a.nextPool}
+	pp.small.small = true
+	pp.small.private = pp
+	pp.large.private = pp
+	pp.capturing = 1
+	a.private[pp.id] = pp
+	a.capture[s] = append(a.capture[s], pp)
+	return pp.id
+}
+
+// EndPrivatePool ends the innermost BeginPrivatePool on s. The pool keeps its
+// memory until ReleasePool. Calling it without a matching Begin panics.
+func (a *Allocator) EndPrivatePool(s Stream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.capture[s]
+	if len(st) == 0 {
+		panic(fmt.Sprintf("cuda: EndPrivatePool on stream %#x without BeginPrivatePool", s))
+	}
+	pp := st[len(st)-1]
+	st[len(st)-1] = nil
+	if st = st[:len(st)-1]; len(st) == 0 {
+		delete(a.capture, s)
+	} else {
+		a.capture[s] = st
+	}
+	pp.capturing--
+}
+
+// ReleasePool gives the pool's segments to the general cache, at once if all
+// its blocks are free, otherwise when the last one is freed.
+func (a *Allocator) ReleasePool(id PoolID) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pp := a.private[id]
+	if pp == nil || pp.released {
+		return fmt.Errorf("cuda: ReleasePool(%d): no such pool, or already released", id)
+	}
+	if pp.capturing > 0 {
+		return fmt.Errorf("cuda: ReleasePool(%d): pool still active; call EndPrivatePool first", id)
+	}
+	pp.released = true
+	if pp.live == 0 {
+		return a.mergePool(pp)
+	}
+	return nil
+}
+
+// mergePool moves the segments of a released pool, all wholly free, into the
+// general cache.
+func (a *Allocator) mergePool(pp *privatePool) error {
+	delete(a.private, pp.id)
+	for _, pair := range [2][2]*blockPool{{&pp.small, &a.small}, {&pp.large, &a.large}} {
+		from, to := pair[0], pair[1]
+		for from.segs != nil {
+			seg := from.segs
+			c := seg.first
+			a.poolRemove(from, c)
+			from.unlinkSegment(seg)
+			seg.pool = to
+			to.linkSegment(seg)
+			a.poolInsert(to, c)
+		}
+	}
+	// Segments cannot stay when the limit was lowered below reserved.
+	if a.limit > 0 && a.stats.Reserved.Current > a.limit {
+		if _, err := a.releaseCached(&a.small, a.stats.Reserved.Current-a.limit); err != nil {
+			return err
+		}
+		if a.stats.Reserved.Current > a.limit {
+			if _, err := a.releaseCached(&a.large, a.stats.Reserved.Current-a.limit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *blockPool) linkSegment(seg *memSegment) {
+	seg.prev = nil
+	seg.next = p.segs
+	if p.segs != nil {
+		p.segs.prev = seg
+	}
+	p.segs = seg
+	p.nsegs++
+}
+
+func (p *blockPool) unlinkSegment(seg *memSegment) {
+	if seg.prev != nil {
+		seg.prev.next = seg.next
+	} else {
+		p.segs = seg.next
+	}
+	if seg.next != nil {
+		seg.next.prev = seg.prev
+	}
+	seg.prev, seg.next = nil, nil
+	p.nsegs--
+}
+
+// newChunk returns a chunk with no links, recycled when possible so that
+// splitting does not allocate. The caller sets its place and size.
+func (a *Allocator) newChunk() *memChunk {
+	if n := len(a.spare); n > 0 {
+		c := a.slots[a.spare[n-1]]
+		a.spare = a.spare[:n-1]
+		c.prev, c.next = 0, 0
+		c.events = 0
+		c.requested = 0
+		return c
+	}
+	if len(a.slots) > math.MaxUint32 {
+		panic("cuda: allocator out of chunk slots")
+	}
+	c := &memChunk{slot: uint32(len(a.slots))}
+	a.slots = append(a.slots, c)
+	return c
+}
+
+// recycle keeps a chunk that was merged away or whose segment went back to
+// the driver. Stale Blocks may still name its slot; Free rejects them because
+// the chunk's generation is no longer theirs.
+//
+// It keeps c.seg: the chunk will most likely be reused in the same segment,
+// and not storing the pointer again saves a write barrier.
+func (a *Allocator) recycle(c *memChunk) {
+	c.gen = 0
+	c.state = chunkFree
+	if len(c.uses) != 0 {
+		c.uses = c.uses[:0]
+	}
+	a.spare = append(a.spare, c.slot)
+}
+
+// add changes a statistic and keeps its peak.
+func bump(p *StatPair, d int) {
+	p.Current += d
+	if p.Current > p.Peak {
+		p.Peak = p.Current
+	}
+}

@@ -1,0 +1,808 @@
+package cuda
+
+// The CUDA implementation of tensor.Backend.
+//
+// What is where:
+//   - backend.go (this file): Backend, NewBackend, memory (Alloc/Free through
+//     the caching allocator), copies, and the elementwise, reduction, loss and
+//     optimiser operations;
+//   - conv.go: Conv2d, Conv2dBackward, MaxPool2d and its backward;
+//   - kernels.go: the embedded CUDA sources (kernels/*.cu) and the table of
+//     kernel names;
+//   - kernels/*.cu: the kernels, each file with a note on what it holds.
+//
+// Design. A Backend owns one Device, one non-blocking stream, one cuBLAS
+// handle bound to that stream, one caching Allocator and one Module with
+// every kernel (compiled once, by NVRTC, when the Backend is made, and cached
+// on disk). Every operation is enqueued on the one stream and returns without
+// waiting: operations are ordered by the stream, so memory freed by one
+// operation (workspaces, tensors released by a Scope) can be handed by the
+// allocator to the next operation at once, with no synchronization. Only
+// Download and Synchronize wait for the GPU.
+//
+// All device work goes through a small executor interface (gpuExec here);
+// tests without a GPU substitute a recorder that checks every launch against
+// the kernels' C signatures and counts them (backend_test.go).
+//
+// Semantics follow tensor/cpu.go exactly (first maximum wins, NaN propagates,
+// the torch.optim.SGD rule, ...). Reductions are deterministic (no atomics;
+// fixed reduction trees in double precision), so the same inputs give the
+// same bits on every run; see kernels/reduce.cu.
+//
+// Errors. A failed launch, copy or cuBLAS call panics with
+// &tensor.Error{Op: "cuda: <op>", Err: err}, which tensor.Guard recovers. An
+// error in a kernel itself (the GPU faulted) surfaces asynchronously, at the
+// next Download or Synchronize. Alloc returns the allocator's error (an
+// *OutOfMemoryError when memory runs out) instead of panicking. Misuse that
+// is a programming error (a buffer of the wrong type or too short, a buffer
+// of another backend) panics with a string, as the CPU backend does.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+var _ tensor.Backend = (*Backend)(nil)
+
+// BackendOptions configures NewBackend.
+type BackendOptions struct {
+	// MemoryLimit caps the device memory the allocator reserves, in bytes;
+	// 0 means no cap beyond the device's memory.
+	MemoryLimit int
+	// TF32 lets cuBLAS round GEMM inputs to TF32 on tensor cores (faster,
+	// relative error about 1e-3). Off by default: full FP32.
+	TF32 bool
+}
+
+// Backend runs tensor operations on one GPU. It is safe for concurrent use;
+// all work goes to one stream, in the order the calls are made.
+type Backend struct {
+	dev    *Device
+	stream Stream
+	blas   *BLAS
+	alloc  *Allocator
+	mod    *Module
+	k      kernels
+	x      executor // where device work goes: the GPU, or a recorder in tests
+	name   string
+
+	mu       sync.Mutex
+	deferred error // errors of Free, reported by Synchronize
+	closed   atomic.Bool
+}
+
+// Launch geometry. blockSize threads per block for 1-D kernels; grids are
+// capped at maxGrid blocks (the kernels loop), which keeps every 1-D index
+// far from overflow and the GPU full (4096 blocks of 256 threads is more than
+// an H200's 132 SMs hold at once).
+const (
+	blockSize = 256
+	maxGrid   = 4096
+)
+
+// NewBackend opens GPU ordinal and prepares it for tensors: a stream, a
+// cuBLAS handle, the compiled kernels and a caching allocator.
+func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
+	if opt.MemoryLimit < 0 {
+		return nil, fmt.Errorf("cuda: NewBackend: negative memory limit %d", opt.MemoryLimit)
+	}
+	src, err := kernelSource()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal)}
+	ok := false
+	defer func() {
+		if !ok {
+			b.Close()
+		}
+	}()
+	if b.stream, err = dev.NewStream(); err != nil {
+		return nil, err
+	}
+	if b.blas, err = dev.NewBLAS(b.stream); err != nil {
+		return nil, err
+	}
+	if err = b.blas.SetTF32(opt.TF32); err != nil {
+		return nil, err
+	}
+	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream}
+	if b.mod, err = dev.Compile(src, kernelOptions...); err != nil {
+		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
+	}
+	if err = b.k.load(b.mod); err != nil {
+		return nil, err
+	}
+	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit})
+	ok = true
+	return b, nil
+}
+
+// Name is "cuda:N".
+func (b *Backend) Name() string { return b.name }
+
+// Device is the GPU.
+func (b *Backend) Device() *Device { return b.dev }
+
+// Allocator is the caching allocator all tensor memory comes from.
+func (b *Backend) Allocator() *Allocator { return b.alloc }
+
+// MemoryStats returns the allocator's statistics.
+func (b *Backend) MemoryStats() MemoryStats { return b.alloc.Stats() }
+
+// Stream is the stream every operation is queued on.
+func (b *Backend) Stream() Stream { return b.stream }
+
+// Close waits for queued work and releases the stream, the cuBLAS handle,
+// the kernels, the allocator's cached memory and the device. Tensors still
+// alive must not be used afterwards. Close is idempotent.
+func (b *Backend) Close() error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var errs []error
+	if b.stream != 0 {
+		errs = append(errs, b.dev.Synchronize(b.stream))
+	}
+	if b.blas != nil {
+		errs = append(errs, b.blas.Close())
+	}
+	if b.mod != nil {
+		errs = append(errs, b.mod.Unload())
+	}
+	if b.alloc != nil {
+		errs = append(errs, b.alloc.EmptyCache())
+	}
+	if b.stream != 0 {
+		errs = append(errs, b.dev.DestroyStream(b.stream))
+	}
+	errs = append(errs, b.dev.Close())
+	return errors.Join(errs...)
+}
+
+// Synchronize waits for all queued work and returns the first device error,
+// together with any error of an earlier Free.
+func (b *Backend) Synchronize() error {
+	err := b.x.synchronize()
+	b.mu.Lock()
+	d := b.deferred
+	b.deferred = nil
+	b.mu.Unlock()
+	return errors.Join(err, d)
+}
+
+func (b *Backend) deferError(err error) {
+	b.mu.Lock()
+	if b.deferred == nil {
+		b.deferred = err
+	}
+	b.mu.Unlock()
+}
+
+// ---- memory ----
+
+// blockMemory is a tensor.Memory: one block of the caching allocator (nil
+// for an allocation of zero bytes).
+type blockMemory struct {
+	blk   *Block
+	bytes int
+	owner *Backend
+	freed atomic.Bool
+}
+
+func (m *blockMemory) Bytes() int { return m.bytes }
+
+// Alloc returns n uninitialised elements of type dt. It fails with the
+// allocator's error (an *OutOfMemoryError, wrapping ErrDeviceOutOfMemory)
+// when the memory cannot be found.
+func (b *Backend) Alloc(n int, dt tensor.DType) (tensor.Buffer, error) {
+	switch dt {
+	case tensor.Float32, tensor.Int32, tensor.Uint8:
+	default:
+		return tensor.Buffer{}, fmt.Errorf("cuda: Alloc: unknown dtype %v", dt)
+	}
+	if n < 0 || n > math.MaxInt/8 {
+		return tensor.Buffer{}, fmt.Errorf("cuda: Alloc of %d elements", n)
+	}
+	m := &blockMemory{bytes: n * dt.Size(), owner: b}
+	if m.bytes > 0 {
+		blk, err := b.alloc.Alloc(m.bytes, b.stream)
+		if err != nil {
+			return tensor.Buffer{}, err
+		}
+		m.blk = blk
+	}
+	return tensor.Buffer{Mem: m, Len: n, DType: dt}, nil
+}
+
+// Free gives the memory back to the allocator's cache at once: work already
+// queued that uses it runs before any later user, all being on one stream.
+// Free may be called from any goroutine (Go's cleanups run on their own); it
+// never panics, and a double free is reported by the next Synchronize.
+func (b *Backend) Free(buf tensor.Buffer) {
+	m, ok := buf.Mem.(*blockMemory)
+	if !ok || m == nil {
+		if buf.Mem != nil {
+			b.deferError(fmt.Errorf("cuda: Free of memory %T not from a CUDA backend", buf.Mem))
+		}
+		return
+	}
+	if !m.freed.CompareAndSwap(false, true) {
+		b.deferError(fmt.Errorf("cuda: double free of a %d-byte buffer", m.bytes))
+		return
+	}
+	if m.blk != nil {
+		if err := m.owner.alloc.Free(m.blk); err != nil {
+			b.deferError(err)
+		}
+	}
+}
+
+// ptr returns the device address of buf's first element, checking that buf
+// belongs to b, has type dt and lies inside its memory.
+func (b *Backend) ptr(op string, buf tensor.Buffer, dt tensor.DType) uintptr {
+	m, ok := buf.Mem.(*blockMemory)
+	if !ok || m == nil {
+		panic(fmt.Sprintf("cuda: %s: buffer not allocated by a CUDA backend (memory %T)", op, buf.Mem))
+	}
+	if m.owner != b {
+		panic(fmt.Sprintf("cuda: %s: buffer belongs to %s, not %s", op, m.owner.name, b.name))
+	}
+	if buf.DType != dt {
+		panic(fmt.Sprintf("cuda: %s: want a %v buffer, have %v", op, dt, buf.DType))
+	}
+	if m.freed.Load() {
+		panic(fmt.Sprintf("cuda: %s: use of a freed buffer", op))
+	}
+	if buf.Off < 0 || buf.Len < 0 || (buf.Off+buf.Len)*dt.Size() > m.bytes {
+		panic(fmt.Sprintf("cuda: %s: buffer window [%d, %d) outside its %d-byte memory", op, buf.Off, buf.Off+buf.Len, m.bytes))
+	}
+	if m.blk == nil {
+		return 0
+	}
+	return m.blk.Ptr() + uintptr(buf.Off*dt.Size())
+}
+
+func (b *Backend) f32(op string, buf tensor.Buffer) uintptr { return b.ptr(op, buf, tensor.Float32) }
+func (b *Backend) i32(op string, buf tensor.Buffer) uintptr { return b.ptr(op, buf, tensor.Int32) }
+
+// need panics when buf holds fewer than n elements.
+func need(op, what string, buf tensor.Buffer, n int) {
+	if buf.Len < n {
+		panic(fmt.Sprintf("cuda: %s: %s has %d elements, need %d", op, what, buf.Len, n))
+	}
+}
+
+// workspace allocates temporary device memory for one operation; release
+// it as soon as the operation's work is queued.
+func (b *Backend) workspace(op string, bytes int) *Block {
+	blk, err := b.alloc.Alloc(bytes, b.stream)
+	if err != nil {
+		panic(&tensor.Error{Op: "cuda: " + op, Err: err})
+	}
+	return blk
+}
+
+func (b *Backend) release(blk *Block) {
+	if blk != nil {
+		if err := b.alloc.Free(blk); err != nil {
+			b.deferError(err)
+		}
+	}
+}
+
+// ---- launching ----
+
+// devCheck panics with a *tensor.Error when a device call failed.
+func devCheck(op string, err error) {
+	if err != nil {
+		panic(&tensor.Error{Op: "cuda: " + op, Err: err})
+	}
+}
+
+// executor is where the backend's device work goes: the GPU (gpuExec), or
+// in tests without a GPU a recorder that checks every launch against the
+// kernels' signatures.
+type executor interface {
+	launch(f *Function, grid, block Dim3, args []any) error
+	sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) error
+	memset32(dst uintptr, v uint32, count int) error
+	copyDtoD(dst, src uintptr, bytes int) error
+	copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error
+	copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error
+	synchronize() error
+}
+
+// gpuExec queues everything on one stream of one device.
+type gpuExec struct {
+	dev    *Device
+	blas   *BLAS
+	stream Stream
+}
+
+func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
+	return f.Launch(grid, block, 0, g.stream, args...)
+}
+
+func (g *gpuExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) error {
+	return g.blas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func (g *gpuExec) memset32(dst uintptr, v uint32, count int) error {
+	return g.dev.Memset32(dst, v, count, g.stream)
+}
+
+func (g *gpuExec) copyDtoD(dst, src uintptr, bytes int) error {
+	return g.dev.CopyDtoD(dst, src, bytes, g.stream)
+}
+
+func (g *gpuExec) copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error {
+	return g.dev.CopyHtoD(dst, src, bytes, g.stream)
+}
+
+func (g *gpuExec) copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error {
+	return g.dev.CopyDtoH(dst, src, bytes, g.stream)
+}
+
+func (g *gpuExec) synchronize() error { return g.dev.Synchronize(g.stream) }
+
+// gridFor is the 1-D grid for n elements: one thread each, at most maxGrid
+// blocks (the kernels' grid-stride loops do the rest).
+func gridFor(n int) Dim3 {
+	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
+}
+
+// launch runs a 1-D grid-stride kernel over n elements; nothing when n is 0.
+func (b *Backend) launch(op string, f *Function, n int, args ...any) {
+	if n <= 0 {
+		return
+	}
+	devCheck(op, b.x.launch(f, gridFor(n), Dim3{X: blockSize, Y: 1, Z: 1}, args))
+}
+
+// launchGrid runs a kernel with an explicit grid and block size.
+func (b *Backend) launchGrid(op string, f *Function, grid, block int, args ...any) {
+	devCheck(op, b.x.launch(f, Dim3{X: grid, Y: 1, Z: 1}, Dim3{X: block, Y: 1, Z: 1}, args))
+}
+
+func flag(v bool) int32 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// i32arg converts a dimension for a kernel's int parameter.
+func i32arg(op string, v int) int32 {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s: dimension %d does not fit a 32-bit int", op, v))
+	}
+	return int32(v)
+}
+
+// ---- copies ----
+
+// Upload copies a host slice into dst. The copy is queued on the stream; the
+// driver stages pageable (ordinary Go) memory before returning, so src may
+// be reused as soon as Upload returns.
+func (b *Backend) Upload(dst tensor.Buffer, src any) {
+	var p unsafe.Pointer
+	var n int
+	var dt tensor.DType
+	switch s := src.(type) {
+	case []float32:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.Float32
+	case []int32:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.Int32
+	case []uint8:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.Uint8
+	default:
+		panic(fmt.Sprintf("cuda: cannot upload %T", src))
+	}
+	d := b.ptr("upload", dst, dt)
+	if n != dst.Len {
+		panic(fmt.Sprintf("cuda: upload of %d elements into %d", n, dst.Len))
+	}
+	if n == 0 {
+		return
+	}
+	devCheck("upload", b.x.copyHtoD(d, p, n*dt.Size()))
+	runtime.KeepAlive(src)
+}
+
+// Download waits for the work queued so far and copies src into a host
+// slice. A device error of earlier work surfaces here, as a panic with a
+// *tensor.Error.
+func (b *Backend) Download(dst any, src tensor.Buffer) {
+	var p unsafe.Pointer
+	var n int
+	var dt tensor.DType
+	switch d := dst.(type) {
+	case []float32:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.Float32
+	case []int32:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.Int32
+	case []uint8:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.Uint8
+	default:
+		panic(fmt.Sprintf("cuda: cannot download into %T", dst))
+	}
+	s := b.ptr("download", src, dt)
+	if n != src.Len {
+		panic(fmt.Sprintf("cuda: download of %d elements into %d", src.Len, n))
+	}
+	if n == 0 {
+		return
+	}
+	devCheck("download", b.x.copyDtoH(p, s, n*dt.Size()))
+	runtime.KeepAlive(dst)
+}
+
+// Fill sets a float32 or int32 buffer to v (int32(v) for int32), with
+// cuMemsetD32Async.
+func (b *Backend) Fill(dst tensor.Buffer, v float32) {
+	var bits uint32
+	switch dst.DType {
+	case tensor.Float32:
+		bits = math.Float32bits(v)
+	case tensor.Int32:
+		bits = uint32(int32(v))
+	default:
+		panic(fmt.Sprintf("cuda: fill: want a float32 or int32 buffer, have %v", dst.DType))
+	}
+	p := b.ptr("fill", dst, dst.DType)
+	if dst.Len == 0 {
+		return
+	}
+	devCheck("fill", b.x.memset32(p, bits, dst.Len))
+}
+
+// Copy copies src to dst (same type and length), device to device.
+func (b *Backend) Copy(dst, src tensor.Buffer) {
+	if src.DType != dst.DType || src.Len != dst.Len {
+		panic(fmt.Sprintf("cuda: copy of %d %v into %d %v", src.Len, src.DType, dst.Len, dst.DType))
+	}
+	d, s := b.ptr("copy", dst, dst.DType), b.ptr("copy", src, src.DType)
+	if dst.Len == 0 || d == s {
+		return
+	}
+	devCheck("copy", b.x.copyDtoD(d, s, dst.Len*dst.DType.Size()))
+}
+
+// maxStridedRank is the most dimensions copy_strided takes (after merging).
+const maxStridedRank = 6
+
+// mergeDims drops dimensions of size 1 and merges each dimension with the
+// next inner one when together they are contiguous (stride_outer ==
+// stride_inner * size_inner), which leaves the addressed elements and their
+// order unchanged. A view of any rank that is dense in places shrinks to few
+// dimensions. It returns at least one dimension.
+func mergeDims(shape, strides []int) (s, t []int) {
+	for k := range shape {
+		if shape[k] == 1 {
+			continue
+		}
+		if n := len(s); n > 0 && t[n-1] == strides[k]*shape[k] {
+			s[n-1] *= shape[k]
+			t[n-1] = strides[k]
+			continue
+		}
+		s = append(s, shape[k])
+		t = append(t, strides[k])
+	}
+	if len(s) == 0 {
+		s, t = []int{1}, []int{0}
+	}
+	return s, t
+}
+
+// CopyStrided gathers the view (shape, strides, starting at src.Off) into
+// dense dst. Views of up to 6 dimensions after merging are supported.
+func (b *Backend) CopyStrided(dst, src tensor.Buffer, shape, strides []int) {
+	const op = "copy_strided"
+	if len(shape) != len(strides) {
+		panic(fmt.Sprintf("cuda: %s: shape %v and strides %v differ in rank", op, shape, strides))
+	}
+	if src.DType != dst.DType {
+		panic(fmt.Sprintf("cuda: %s: %v source into %v destination", op, src.DType, dst.DType))
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			panic(fmt.Sprintf("cuda: %s: negative dimension in shape %v", op, shape))
+		}
+		n *= d
+	}
+	if n != dst.Len {
+		panic(fmt.Sprintf("cuda: %s: shape %v has %d elements, destination %d", op, shape, n, dst.Len))
+	}
+	pd, ps := b.ptr(op, dst, dst.DType), b.ptr(op, src, src.DType)
+	if n == 0 {
+		return
+	}
+	lo, hi := 0, 0
+	for k, d := range shape {
+		if e := (d - 1) * strides[k]; e < 0 {
+			lo += e
+		} else {
+			hi += e
+		}
+	}
+	if lo < 0 || hi >= src.Len {
+		panic(fmt.Sprintf("cuda: %s: view shape %v strides %v reaches [%d, %d] outside the source's %d elements", op, shape, strides, lo, hi, src.Len))
+	}
+	s, t := mergeDims(shape, strides)
+	if len(s) > maxStridedRank {
+		panic(fmt.Sprintf("cuda: %s: views of rank %d are not supported (shape %v strides %v is %d-D after merging contiguous dimensions; the kernel takes at most %d)",
+			op, len(shape), shape, strides, len(s), maxStridedRank))
+	}
+	var s6, t6 [maxStridedRank]int64
+	pad := maxStridedRank - len(s)
+	for k := range s6 {
+		s6[k] = 1
+		if k >= pad {
+			s6[k], t6[k] = int64(s[k-pad]), int64(t[k-pad])
+		}
+	}
+	f := b.k.copyStridedU32
+	if dst.DType == tensor.Uint8 {
+		f = b.k.copyStridedU8
+	}
+	b.launch(op, f, n, pd, ps, int64(n),
+		s6[0], s6[1], s6[2], s6[3], s6[4], s6[5],
+		t6[0], t6[1], t6[2], t6[3], t6[4], t6[5])
+}
+
+// ---- elementwise ----
+
+// Add sets dst = a + b.
+func (b *Backend) Add(dst, x, y tensor.Buffer) {
+	const op = "add"
+	n := dst.Len
+	need(op, "a", x, n)
+	need(op, "b", y, n)
+	b.launch(op, b.k.add, n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
+}
+
+// Mul sets dst = a * b.
+func (b *Backend) Mul(dst, x, y tensor.Buffer) {
+	const op = "mul"
+	n := dst.Len
+	need(op, "a", x, n)
+	need(op, "b", y, n)
+	b.launch(op, b.k.mul, n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
+}
+
+// Axpy sets dst += alpha * x.
+func (b *Backend) Axpy(dst tensor.Buffer, alpha float32, x tensor.Buffer) {
+	const op = "axpy"
+	n := dst.Len
+	need(op, "x", x, n)
+	b.launch(op, b.k.axpy, n, b.f32(op, dst), alpha, b.f32(op, x), int64(n))
+}
+
+// ScaleBy sets dst = x * s[0] (+ dst).
+func (b *Backend) ScaleBy(dst, x, s tensor.Buffer, accumulate bool) {
+	const op = "scale_by"
+	n := dst.Len
+	need(op, "x", x, n)
+	need(op, "s", s, 1)
+	b.launch(op, b.k.scaleBy, n, b.f32(op, dst), b.f32(op, x), b.f32(op, s), int64(n), flag(accumulate))
+}
+
+// Sum sets dst[0] = sum(x), in double precision, deterministically: pass 1
+// writes one partial sum per block (a single block writes dst directly),
+// pass 2 adds the partials in order.
+func (b *Backend) Sum(dst, x tensor.Buffer) {
+	const op = "sum"
+	need(op, "dst", dst, 1)
+	pd, px := b.f32(op, dst), b.f32(op, x)
+	n := x.Len
+	if n == 0 {
+		devCheck(op, b.x.memset32(pd, 0, 1))
+		return
+	}
+	b.sum(op, pd, px, n)
+}
+
+// sumBlocks is the number of blocks of pass 1 of a sum of n elements: a
+// function of n alone, so that the result does not depend on the device.
+func sumBlocks(n int) int { return min(max((n+blockSize*16-1)/(blockSize*16), 1), 1024) }
+
+func (b *Backend) sum(op string, pd, px uintptr, n int) {
+	nb := sumBlocks(n)
+	var part uintptr
+	if nb > 1 {
+		ws := b.workspace(op, nb*8)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	b.launchGrid(op, b.k.sumPartial, nb, blockSize, px, int64(n), part, pd)
+	if nb > 1 {
+		b.launchGrid(op, b.k.sumFinal, 1, blockSize, pd, part, int32(nb), int64(1))
+	}
+}
+
+// Broadcast sets dst[i] = s[0] (+ dst).
+func (b *Backend) Broadcast(dst, s tensor.Buffer, accumulate bool) {
+	const op = "broadcast"
+	need(op, "s", s, 1)
+	b.launch(op, b.k.broadcast, dst.Len, b.f32(op, dst), b.f32(op, s), int64(dst.Len), flag(accumulate))
+}
+
+// ReLU sets y = max(x, 0).
+func (b *Backend) ReLU(y, x tensor.Buffer) {
+	const op = "relu"
+	n := x.Len
+	need(op, "y", y, n)
+	b.launch(op, b.k.relu, n, b.f32(op, y), b.f32(op, x), int64(n))
+}
+
+// ReLUBackward sets dx = dy where y > 0, else 0 (+ dx).
+func (b *Backend) ReLUBackward(dx, dy, y tensor.Buffer, accumulate bool) {
+	const op = "relu_backward"
+	n := dx.Len
+	need(op, "dy", dy, n)
+	need(op, "y", y, n)
+	b.launch(op, b.k.reluBackward, n, b.f32(op, dx), b.f32(op, dy), b.f32(op, y), int64(n), flag(accumulate))
+}
+
+// ---- linear algebra ----
+
+// MatMul sets c = alpha*op(a)*op(b) + beta*c with cuBLAS (row-major).
+func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool, alpha, beta float32) {
+	const op = "matmul"
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("cuda: %s: negative size m=%d n=%d k=%d", op, m, n, k))
+	}
+	need(op, "c", c, m*n)
+	need(op, "a", x, m*k)
+	need(op, "b", y, k*n)
+	pc, pa, pb := b.f32(op, c), b.f32(op, x), b.f32(op, y)
+	if k == 0 {
+		// No products: c = beta*c, over the whole of c as on the CPU.
+		b.launch(op, b.k.scale, c.Len, pc, beta, int64(c.Len))
+		return
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	b.gemm(op, transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n)
+}
+
+// AddBias adds bias[c] to y viewed as [outer, channels, inner].
+func (b *Backend) AddBias(y, bias tensor.Buffer, outer, channels, inner int) {
+	const op = "add_bias"
+	total := outer * channels * inner
+	need(op, "y", y, total)
+	need(op, "bias", bias, channels)
+	b.launch(op, b.k.addBias, total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels), int64(inner))
+}
+
+// BiasGrad sets db[c] = sum of dy over outer and inner (+ db).
+func (b *Backend) BiasGrad(db, dy tensor.Buffer, outer, channels, inner int, accumulate bool) {
+	const op = "bias_grad"
+	need(op, "dy", dy, outer*channels*inner)
+	need(op, "db", db, channels)
+	b.biasGrad(op, b.f32(op, db), b.f32(op, dy), outer, channels, inner, accumulate)
+}
+
+// biasGrad launches the per-channel reduction: a thread per channel when
+// the channels are the innermost axis and the columns are not too long
+// (coalesced reads, the CPU's summation order), else a block per channel.
+func (b *Backend) biasGrad(op string, pdb, pdy uintptr, outer, channels, inner int, accumulate bool) {
+	if channels <= 0 {
+		return
+	}
+	if inner == 1 && outer <= 1<<16 {
+		b.launch(op, b.k.biasGradCols, channels, pdb, pdy, int64(outer), int64(channels), flag(accumulate))
+		return
+	}
+	const threads = 512
+	b.launchGrid(op, b.k.biasGradBlock, min(channels, 1<<16), threads, pdb, pdy, int64(outer), int64(channels), int64(inner), flag(accumulate))
+}
+
+// ---- loss, argmax, optimiser, data ----
+
+// ceRowsPerBlock is the number of rows one block of cross_entropy (32 warps)
+// takes before a second block is used; the block count depends on n alone.
+const ceRowsPerBlock = 256
+
+// CrossEntropy writes the mean loss over n rows to loss[0] and, when
+// dlogits is not empty, (softmax - onehot)/n to dlogits.
+func (b *Backend) CrossEntropy(loss, dlogits, logits, labels tensor.Buffer, n, classes int) {
+	const op = "cross_entropy"
+	need(op, "loss", loss, 1)
+	need(op, "logits", logits, n*classes)
+	need(op, "labels", labels, n)
+	pl, pz, py := b.f32(op, loss), b.f32(op, logits), b.i32(op, labels)
+	var pdz uintptr
+	if !dlogits.Empty() {
+		need(op, "dlogits", dlogits, n*classes)
+		pdz = b.f32(op, dlogits)
+	}
+	if n <= 0 {
+		// The mean of no rows: 0/0, as on the CPU.
+		devCheck(op, b.x.memset32(pl, math.Float32bits(float32(math.NaN())), 1))
+		return
+	}
+	if classes <= 0 {
+		panic(fmt.Sprintf("cuda: %s: %d classes", op, classes))
+	}
+	nb := min((n+ceRowsPerBlock-1)/ceRowsPerBlock, 1024)
+	var part uintptr
+	if nb > 1 {
+		ws := b.workspace(op, nb*8)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	b.launchGrid(op, b.k.crossEntropy, nb, 1024, pl, pdz, pz, py, i32arg(op, n), i32arg(op, classes), part)
+	if nb > 1 {
+		b.launchGrid(op, b.k.sumFinal, 1, blockSize, pl, part, int32(nb), int64(n))
+	}
+}
+
+// Argmax sets dst[r] to the column of the first maximum of row r.
+func (b *Backend) Argmax(dst, x tensor.Buffer, rows, cols int) {
+	const op = "argmax"
+	need(op, "dst", dst, rows)
+	need(op, "x", x, rows*cols)
+	pd, px := b.i32(op, dst), b.f32(op, x)
+	if rows <= 0 {
+		return
+	}
+	if cols <= 0 {
+		devCheck(op, b.x.memset32(pd, 0, rows))
+		return
+	}
+	const warps = blockSize / 32
+	b.launchGrid(op, b.k.argmax, min((rows+warps-1)/warps, maxGrid), blockSize, pd, px, i32arg(op, rows), i32arg(op, cols))
+}
+
+// SGD applies one torch.optim.SGD update; v is used only with momentum.
+func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
+	const op = "sgd"
+	n := p.Len
+	need(op, "g", g, n)
+	var pv uintptr
+	if h.Momentum != 0 {
+		need(op, "v", v, n)
+		pv = b.f32(op, v)
+	}
+	b.launch(op, b.k.sgd, n, b.f32(op, p), b.f32(op, g), pv, int64(n),
+		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep))
+}
+
+// GatherNormalize sets row i of dst to src row idx[i] (uint8) * scale +
+// shift. An index outside the source gives a row of NaN.
+func (b *Backend) GatherNormalize(dst, src, idx tensor.Buffer, rowLen int, scale, shift float32) {
+	const op = "gather_normalize"
+	rows := idx.Len
+	if rowLen < 0 {
+		panic(fmt.Sprintf("cuda: %s: row length %d", op, rowLen))
+	}
+	need(op, "dst", dst, rows*rowLen)
+	pd, ps, pi := b.f32(op, dst), b.ptr(op, src, tensor.Uint8), b.i32(op, idx)
+	if rowLen == 0 {
+		return
+	}
+	b.launch(op, b.k.gatherNormalize, rows*rowLen, pd, ps, pi, int64(rows), int64(rowLen), int64(src.Len/rowLen), scale, shift)
+}

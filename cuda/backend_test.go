@@ -1,0 +1,582 @@
+package cuda
+
+// Tests of the CUDA backend that need no GPU: the kernel table against the
+// embedded sources, dimension merging of CopyStrided, and a recording
+// executor that runs LeNet training steps through the real backend code
+// with every device call captured, checking each kernel launch against the
+// kernel's C signature (argument count and kinds, non-null pointers, into
+// allocated memory) and each GEMM's operands against the memory they point
+// into, and counting the launches of one training step.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// kernelParam is one parameter of an extern "C" kernel.
+type kernelParam struct {
+	name string
+	kind string // "ptr", "int32", "int64", "float32", "float64"
+}
+
+var kernelDeclRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)`)
+
+// parseKernels returns the parameters of every extern "C" kernel of the
+// embedded sources.
+func parseKernels(t *testing.T) map[string][]kernelParam {
+	t.Helper()
+	src, err := kernelSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]kernelParam{}
+	for _, m := range kernelDeclRE.FindAllStringSubmatch(src, -1) {
+		var ps []kernelParam
+		for _, p := range strings.Split(m[2], ",") {
+			p = strings.Join(strings.Fields(p), " ")
+			if p == "" {
+				continue
+			}
+			i := strings.LastIndexAny(p, " *")
+			name, typ := p[i+1:], p[:i+1]
+			var kind string
+			switch {
+			case strings.Contains(typ, "*"):
+				kind = "ptr"
+			case strings.Contains(typ, "long long"):
+				kind = "int64"
+			case strings.Contains(typ, "double"):
+				kind = "float64"
+			case strings.Contains(typ, "float"):
+				kind = "float32"
+			case strings.Contains(typ, "int"):
+				kind = "int32"
+			default:
+				t.Fatalf("kernel %s: parameter %q of unknown type", m[1], p)
+			}
+			ps = append(ps, kernelParam{name: name, kind: kind})
+		}
+		if _, dup := out[m[1]]; dup {
+			t.Fatalf("kernel %s declared twice", m[1])
+		}
+		out[m[1]] = ps
+	}
+	return out
+}
+
+func TestKernelTableMatchesSources(t *testing.T) {
+	sigs := parseKernels(t)
+	var k kernels
+	seen := map[string]bool{}
+	for _, e := range k.table() {
+		if _, ok := sigs[e.name]; !ok {
+			t.Errorf("kernel table names %s, which the sources do not define (extern \"C\" __global__)", e.name)
+		}
+		if seen[e.name] {
+			t.Errorf("kernel %s listed twice", e.name)
+		}
+		seen[e.name] = true
+	}
+	for name := range sigs {
+		if !seen[name] {
+			t.Errorf("kernel %s is defined but not in the table", name)
+		}
+	}
+	// Every file is embedded and listed.
+	entries, err := kernelFS.ReadDir("kernels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !slices.Contains(kernelFiles, "kernels/"+e.Name()) {
+			t.Errorf("kernels/%s is embedded but not compiled (add it to kernelFiles)", e.Name())
+		}
+	}
+}
+
+func TestMergeDims(t *testing.T) {
+	cases := []struct {
+		shape, strides []int
+		s, t           []int
+	}{
+		{[]int{2, 3, 4}, []int{12, 4, 1}, []int{24}, []int{1}},
+		{[]int{7, 33}, []int{1, 7}, []int{7, 33}, []int{1, 7}},
+		{[]int{1, 33, 1}, []int{999, 1, 5}, []int{33}, []int{1}},
+		{[]int{1}, []int{1}, []int{1}, []int{0}},
+		{[]int{5, 7}, []int{0, 1}, []int{5, 7}, []int{0, 1}},
+		{[]int{2, 3, 4, 5}, []int{120, 40, 10, 2}, []int{120}, []int{2}},
+		{[]int{2, 3, 4, 5}, []int{120, 40, 10, 1}, []int{24, 5}, []int{10, 1}},
+		{[]int{2, 2, 2, 2, 2, 2, 2, 2}, []int{128, 64, 32, 16, 8, 4, 2, 1}, []int{256}, []int{1}},
+		{[]int{4, 6, 5}, []int{5, 20, 1}, []int{4, 6, 5}, []int{5, 20, 1}},
+	}
+	for _, c := range cases {
+		s, st := mergeDims(c.shape, c.strides)
+		if !slices.Equal(s, c.s) || !slices.Equal(st, c.t) {
+			t.Errorf("mergeDims(%v, %v) = %v, %v; want %v, %v", c.shape, c.strides, s, st, c.s, c.t)
+		}
+	}
+}
+
+func TestGridAndBlockCounts(t *testing.T) {
+	for _, c := range []struct{ n, want int }{{1, 1}, {256, 1}, {257, 2}, {4096 * 256, 4096}, {1 << 40, maxGrid}} {
+		if g := gridFor(c.n); g.X != c.want {
+			t.Errorf("gridFor(%d) = %d blocks, want %d", c.n, g.X, c.want)
+		}
+	}
+	for _, c := range []struct{ n, want int }{{1, 1}, {4096, 1}, {4097, 2}, {100003, 25}, {1 << 40, 1024}} {
+		if got := sumBlocks(c.n); got != c.want {
+			t.Errorf("sumBlocks(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+// ---- recording executor ----
+
+// recMem is a DeviceMemory with made-up addresses, for an Allocator that
+// never touches a GPU.
+type recMem struct {
+	mu     sync.Mutex
+	next   uintptr
+	segs   map[uintptr]int
+	allocs int
+}
+
+func newRecMem() *recMem { return &recMem{next: 0x7e00_0000_0000, segs: map[uintptr]int{}} }
+
+func (m *recMem) MemAlloc(bytes int) (uintptr, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.next
+	m.next += uintptr(bytes) + 1<<20
+	m.segs[p] = bytes
+	m.allocs++
+	return p, nil
+}
+
+func (m *recMem) MemFree(p uintptr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.segs, p)
+	return nil
+}
+
+func (m *recMem) MemGetInfo() (int, int, error)     { return 1 << 40, 1 << 40, nil }
+func (m *recMem) EventRecord(Stream) (Event, error) { return 1, nil }
+func (m *recMem) EventQuery(Event) (bool, error)    { return true, nil }
+func (m *recMem) EventDestroy(Event) error          { return nil }
+func (m *recMem) inside(p uintptr, bytes int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for base, n := range m.segs {
+		if p >= base && p+uintptr(bytes) <= base+uintptr(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// nullable lists the pointer parameters a launch may pass as null.
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true}
+
+// blockSized lists the kernels that need blockDim a multiple of 32 (warp
+// shuffles, block reductions).
+var blockSized = map[string]bool{
+	"ember_sum_partial": true, "ember_sum_final": true, "ember_bias_grad_block": true,
+	"ember_cross_entropy": true, "ember_argmax": true,
+}
+
+type recExec struct {
+	t        *testing.T
+	sigs     map[string][]kernelParam
+	mem      *recMem
+	mu       sync.Mutex
+	launches map[string]int
+	gemms    int
+	memsets  int
+	copies   int
+}
+
+func (r *recExec) errorf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Errorf(format, args...)
+}
+
+func (r *recExec) launch(f *Function, grid, block Dim3, args []any) error {
+	r.mu.Lock()
+	r.launches[f.Name]++
+	r.mu.Unlock()
+	sig, ok := r.sigs[f.Name]
+	if !ok {
+		r.errorf("launch of unknown kernel %s", f.Name)
+		return nil
+	}
+	if grid.X < 1 || block.X < 1 || block.X > 1024 {
+		r.errorf("%s: launch with grid %v block %v", f.Name, grid, block)
+	}
+	if blockSized[f.Name] && block.X%32 != 0 {
+		r.errorf("%s: block of %d threads, not a multiple of 32", f.Name, block.X)
+	}
+	if len(args) != len(sig) {
+		r.errorf("%s: %d arguments for %d parameters %v", f.Name, len(args), len(sig), sig)
+		return nil
+	}
+	for i, a := range args {
+		p := sig[i]
+		var kind string
+		switch a.(type) {
+		case uintptr:
+			kind = "ptr"
+		case int32:
+			kind = "int32"
+		case int64:
+			kind = "int64"
+		case float32:
+			kind = "float32"
+		case float64:
+			kind = "float64"
+		default:
+			kind = fmt.Sprintf("%T", a)
+		}
+		if kind != p.kind {
+			r.errorf("%s: argument %d (%s) is %s, the parameter is %s", f.Name, i, p.name, kind, p.kind)
+			continue
+		}
+		if kind == "ptr" {
+			ptr := a.(uintptr)
+			if ptr == 0 {
+				if !nullable[p.name] {
+					r.errorf("%s: null pointer for %s", f.Name, p.name)
+				}
+			} else if !r.mem.inside(ptr, 1) {
+				r.errorf("%s: pointer %#x for %s is outside allocated memory", f.Name, ptr, p.name)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *recExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) error {
+	r.mu.Lock()
+	r.gemms++
+	r.mu.Unlock()
+	if _, err := rowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc); err != nil {
+		r.errorf("sgemm: %v", err)
+	}
+	// Extent of a row-major rows x cols operand with leading dimension ld.
+	extent := func(rows, cols, ld int) int { return 4 * ((rows-1)*ld + cols) }
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	for _, o := range []struct {
+		name  string
+		p     uintptr
+		bytes int
+	}{{"A", a, extent(ar, ac, lda)}, {"B", b, extent(br, bc, ldb)}, {"C", c, extent(m, n, ldc)}} {
+		if !r.mem.inside(o.p, o.bytes) {
+			r.errorf("sgemm m=%d n=%d k=%d transA=%v transB=%v: operand %s (%d bytes at %#x) is not inside one allocation", m, n, k, transA, transB, o.name, o.bytes, o.p)
+		}
+	}
+	return nil
+}
+
+func (r *recExec) memset32(dst uintptr, v uint32, count int) error {
+	r.mu.Lock()
+	r.memsets++
+	r.mu.Unlock()
+	if !r.mem.inside(dst, 4*count) {
+		r.errorf("memset32 of %d words at %#x outside allocated memory", count, dst)
+	}
+	return nil
+}
+
+func (r *recExec) copyDtoD(dst, src uintptr, bytes int) error {
+	r.mu.Lock()
+	r.copies++
+	r.mu.Unlock()
+	if !r.mem.inside(dst, bytes) || !r.mem.inside(src, bytes) {
+		r.errorf("copyDtoD of %d bytes outside allocated memory", bytes)
+	}
+	return nil
+}
+
+func (r *recExec) copyHtoD(dst uintptr, _ unsafe.Pointer, bytes int) error {
+	r.mu.Lock()
+	r.copies++
+	r.mu.Unlock()
+	if !r.mem.inside(dst, bytes) {
+		r.errorf("copyHtoD of %d bytes outside allocated memory", bytes)
+	}
+	return nil
+}
+
+func (r *recExec) copyDtoH(_ unsafe.Pointer, src uintptr, bytes int) error {
+	r.mu.Lock()
+	r.copies++
+	r.mu.Unlock()
+	if !r.mem.inside(src, bytes) {
+		r.errorf("copyDtoH of %d bytes outside allocated memory", bytes)
+	}
+	return nil
+}
+
+func (r *recExec) synchronize() error { return nil }
+
+func (r *recExec) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.launches = map[string]int{}
+	r.gemms, r.memsets, r.copies = 0, 0, 0
+}
+
+func (r *recExec) kernelLaunches() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.launches {
+		n += c
+	}
+	return n
+}
+
+// newRecordingBackend is a Backend whose device work goes to a recExec and
+// whose memory comes from an Allocator over made-up addresses.
+func newRecordingBackend(t *testing.T) (*Backend, *recExec) {
+	mem := newRecMem()
+	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, AllocatorOptions{})}
+	for _, e := range b.k.table() {
+		*e.f = &Function{Name: e.name}
+	}
+	rec := &recExec{t: t, sigs: parseKernels(t), mem: mem, launches: map[string]int{}}
+	b.x = rec
+	return b, rec
+}
+
+// lenetTrainer runs LeNet training steps on synthetic MNIST-shaped data kept
+// on the device as bytes, the way a training loop does: per step, a scope
+// holding the batch and everything derived from it, reset at the end.
+type lenetTrainer struct {
+	b      tensor.Backend
+	model  *models.LeNet
+	opt    *optim.SGD
+	images *tensor.Tensor // uint8 [m, 1, 28, 28]
+	labels []int32
+	batch  int
+	rng    *rand.Rand
+	scope  *tensor.Scope
+}
+
+func newLeNetTrainer(t testing.TB, b tensor.Backend, batch int) *lenetTrainer {
+	t.Helper()
+	const m = 512
+	rng := rand.New(rand.NewPCG(3, 4))
+	pix := make([]uint8, m*28*28)
+	for i := range pix {
+		pix[i] = uint8(rng.IntN(256))
+	}
+	labels := make([]int32, m)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	model := models.NewLeNet(b, 1)
+	opt, err := optim.NewSGD(model.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &lenetTrainer{
+		b: b, model: model, opt: opt, batch: batch, rng: rng, labels: labels,
+		images: tensor.FromUint8(b, nil, pix, m, 1, 28, 28),
+		scope:  tensor.NewScope(),
+	}
+}
+
+// step runs one forward, backward and SGD step and returns the loss.
+func (l *lenetTrainer) step() float32 {
+	idx := make([]int32, l.batch)
+	lab := make([]int32, l.batch)
+	for i := range idx {
+		idx[i] = int32(l.rng.IntN(len(l.labels)))
+		lab[i] = l.labels[idx[i]]
+	}
+	s := l.scope
+	x := tensor.GatherNormalize(s, l.images, tensor.FromInt32(l.b, s, idx, l.batch), 1/(255*0.3081), -0.1307/0.3081)
+	loss := tensor.CrossEntropy(l.model.Forward(x), tensor.FromInt32(l.b, s, lab, l.batch))
+	l.opt.ZeroGrad()
+	loss.Backward()
+	l.opt.Step()
+	v := loss.Item()
+	s.Reset()
+	return v
+}
+
+func (l *lenetTrainer) close() {
+	l.scope.Release()
+	l.images.Release()
+	for _, p := range l.model.Parameters() {
+		p.Tensor.Release()
+		if g := p.Tensor.Grad(); g != nil {
+			g.Release()
+		}
+	}
+	if m := l.opt.MomentumBuffer(); m != nil {
+		m.Release()
+	}
+}
+
+// TestRecordedLeNetStep runs LeNet training steps (batch 64) through the
+// backend with a recording executor: every launch must match its kernel's
+// signature and point into allocated memory, every GEMM's operands must lie
+// inside one allocation. It logs the device calls of one step.
+func TestRecordedLeNetStep(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	tr := newLeNetTrainer(t, b, 64)
+	defer tr.close()
+	tr.step() // the first step (momentum initialisation, gradient buffers)
+	rec.reset()
+	tr.step()
+	names := make([]string, 0, len(rec.launches))
+	for n := range rec.launches {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&sb, " %s=%d", n, rec.launches[n])
+	}
+	t.Logf("one LeNet training step at batch 64: %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies;%s",
+		rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, sb.String())
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+}
+
+// TestRecordedOps runs every Backend operation once on the recording backend
+// (argument checks only; values are not computed).
+func TestRecordedOps(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	alloc := func(n int, dt tensor.DType) tensor.Buffer {
+		buf, err := b.Alloc(n, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	f := func(n int) tensor.Buffer { return alloc(n, tensor.Float32) }
+	i := func(n int) tensor.Buffer { return alloc(n, tensor.Int32) }
+	x, y, z := f(1000), f(1000), f(1000)
+	b.Fill(x, 1)
+	b.Fill(i(7), 3)
+	b.Copy(y, x)
+	b.Copy(alloc(5, tensor.Uint8), alloc(5, tensor.Uint8))
+	b.CopyStrided(f(12), x.Slice(3, 100), []int{3, 4}, []int{1, 3})
+	b.CopyStrided(alloc(12, tensor.Uint8), alloc(12, tensor.Uint8), []int{3, 4}, []int{1, 3})
+	b.Add(z, x, y)
+	b.Mul(z, x, y)
+	b.Axpy(z, 2, x)
+	b.ScaleBy(z, x, y.Slice(0, 1), true)
+	b.Sum(f(1), x)
+	b.Sum(f(1), f(100003))
+	b.Sum(f(1), f(0))
+	b.Broadcast(z, x.Slice(0, 1), false)
+	b.ReLU(z, x)
+	b.ReLUBackward(z, x, y, true)
+	b.MatMul(f(6), f(10), f(15), 2, 3, 5, true, true, 1, 0)
+	b.MatMul(f(6), f(0), f(0), 2, 3, 0, false, false, 1, 0.5)
+	b.AddBias(z, f(10), 10, 10, 10)
+	b.BiasGrad(f(10), z, 10, 10, 10, false)
+	b.BiasGrad(f(100), z, 10, 100, 1, true)
+	g := tensor.ConvGeom{N: 2, C: 3, H: 9, W: 7, K: 5, R: 3, S: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
+	xn, yn, wn := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW(), g.K*g.C*g.R*g.S
+	b.Conv2d(f(yn), f(xn), f(wn), f(g.K), g)
+	b.Conv2d(f(yn), f(xn), f(wn), tensor.Buffer{}, g)
+	b.Conv2dBackward(f(xn), f(wn), f(g.K), f(yn), f(xn), f(wn), g)
+	b.Conv2dBackward(tensor.Buffer{}, f(wn), tensor.Buffer{}, f(yn), f(xn), f(wn), g)
+	b.Conv2dBackward(f(xn), tensor.Buffer{}, tensor.Buffer{}, f(yn), f(xn), f(wn), g)
+	b.Conv2dBackward(tensor.Buffer{}, tensor.Buffer{}, f(g.K), f(yn), f(xn), f(wn), g)
+	pg := tensor.PoolGeom{N: 2, C: 3, H: 9, W: 7, KH: 3, KW: 3, StrideH: 2, StrideW: 2}
+	pn, po := pg.N*pg.C*pg.H*pg.W, pg.N*pg.C*pg.OutH()*pg.OutW()
+	b.MaxPool2d(f(po), i(po), f(pn), pg)
+	b.MaxPool2dBackward(f(pn), f(po), i(po), pg, false)
+	b.CrossEntropy(f(1), f(640), f(640), i(64), 64, 10)
+	b.CrossEntropy(f(1), tensor.Buffer{}, f(10250), i(1025), 1025, 10)
+	b.Argmax(i(64), f(640), 64, 10)
+	b.SGD(x, y, z, tensor.SGDStep{LR: 0.1, Momentum: 0.9})
+	b.SGD(x, y, tensor.Buffer{}, tensor.SGDStep{LR: 0.1})
+	b.GatherNormalize(f(64*784), alloc(100*784, tensor.Uint8), i(64), 784, 1, 0)
+	d := make([]float32, 1000)
+	b.Upload(x, d)
+	b.Download(d, x)
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+	if rec.kernelLaunches() == 0 {
+		t.Fatal("nothing was launched")
+	}
+}
+
+// TestRecordedMisuse checks the programming-error panics (strings, not
+// *tensor.Error) and that Free never panics.
+func TestRecordedMisuse(t *testing.T) {
+	b, _ := newRecordingBackend(t)
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			r := recover()
+			if r == nil {
+				t.Errorf("%s: no panic", what)
+			} else if _, ok := r.(*tensor.Error); ok {
+				t.Errorf("%s: panicked with a device error %v, want a programming error", what, r)
+			}
+		}()
+		f()
+	}
+	x, _ := b.Alloc(10, tensor.Float32)
+	xi, _ := b.Alloc(10, tensor.Int32)
+	cpu, _ := tensor.CPU.Alloc(10, tensor.Float32)
+	mustPanic("wrong dtype", func() { b.ReLU(x, xi) })
+	mustPanic("foreign buffer", func() { b.ReLU(x, cpu) })
+	mustPanic("short input", func() { b.Add(x, x.Slice(0, 5), x) })
+	mustPanic("upload length", func() { b.Upload(x, make([]float32, 3)) })
+	mustPanic("rank 7 view", func() {
+		dst, _ := b.Alloc(128, tensor.Float32)
+		src, _ := b.Alloc(1<<14, tensor.Float32)
+		b.CopyStrided(dst, src, []int{2, 2, 2, 2, 2, 2, 2}, []int{2, 8, 32, 128, 512, 2048, 8192})
+	})
+	b.Free(x)
+	mustPanic("use after free", func() { b.ReLU(x, x) })
+	b.Free(x) // double free: reported by Synchronize, no panic
+	if err := b.Synchronize(); err == nil {
+		t.Error("Synchronize did not report a double free")
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("the error was reported twice: %v", err)
+	}
+	// Zero-length buffers are fine everywhere.
+	e, err := b.Alloc(0, tensor.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.ReLU(e, e)
+	b.Upload(e, []float32{})
+	b.Download([]float32{}, e)
+	b.Free(e)
+	b.Free(xi)
+	if err := b.Synchronize(); err != nil {
+		t.Error(err)
+	}
+}

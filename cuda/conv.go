@@ -1,0 +1,238 @@
+package cuda
+
+// Convolution and max pooling on the GPU.
+//
+// Conv2d lowers to one GEMM over the whole batch, the scheme of the CPU
+// backend (tensor/cpu_conv.go), so both compute the same sums in the same
+// shapes:
+//
+//	forward:  im2col   x [N,C,H,W]         -> col [CRS, N·P]   (workspace)
+//	          Sgemm    W [K,CRS] · col      -> yt [K, N·P]      (workspace)
+//	          swap01   yt [K,N,P] (+bias)   -> y [N,K,P]
+//	backward: swap01   dy [N,K,P]           -> dyt [K, N·P]     (workspace)
+//	          bias_grad over dyt rows       -> db += ...
+//	          im2col   x                    -> col              (workspace)
+//	          Sgemm    dyt · colᵀ (beta=1)  -> dw += ...
+//	          Sgemm    Wᵀ · dyt             -> dcol (reuses col's workspace)
+//	          col2im   dcol                 -> dx (overwrite)
+//
+// with P = OutH·OutW and CRS = C·R·S. Workspaces come from the caching
+// allocator and go back as soon as the work using them is queued: the next
+// user of the memory is queued later on the same stream, so it runs after.
+// Reusing col for dcol is safe for the same reason (the dw GEMM that reads
+// col precedes the GEMM that overwrites it). dx is skipped when its buffer is
+// empty (the first layer), dw and db when theirs are.
+//
+// Launches: forward 3 (im2col, GEMM, swap01); backward 6 with dx (swap01,
+// bias_grad, im2col, 2 GEMMs, col2im), 4 without.
+
+import (
+	"fmt"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// convShape is a validated ConvGeom with its derived sizes.
+type convShape struct {
+	g             tensor.ConvGeom
+	oh, ow, p, np int
+	crs           int
+	xLen, yLen    int
+	wLen, colLen  int
+	dims          [12]int32 // N, C, H, W, R, S, SH, SW, PH, PW, OH, OW
+}
+
+func convShapeOf(op string, g tensor.ConvGeom) convShape {
+	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.K < 0 || g.R < 1 || g.S < 1 ||
+		g.StrideH < 1 || g.StrideW < 1 || g.PadH < 0 || g.PadW < 0 {
+		panic(fmt.Sprintf("cuda: %s: invalid geometry %+v", op, g))
+	}
+	c := convShape{g: g, oh: max(g.OutH(), 0), ow: max(g.OutW(), 0)}
+	if g.H+2*g.PadH < g.R || g.W+2*g.PadW < g.S {
+		c.oh, c.ow = 0, 0
+	}
+	c.p = c.oh * c.ow
+	c.np = g.N * c.p
+	c.crs = g.C * g.R * g.S
+	c.xLen = g.N * g.C * g.H * g.W
+	c.yLen = g.N * g.K * c.p
+	c.wLen = g.K * c.crs
+	c.colLen = c.crs * c.np
+	for i, v := range []int{g.N, g.C, g.H, g.W, g.R, g.S, g.StrideH, g.StrideW, g.PadH, g.PadW, c.oh, c.ow} {
+		c.dims[i] = i32arg(op, v)
+	}
+	return c
+}
+
+// im2col queues col [CRS, N·P] = the patches of x.
+func (b *Backend) im2col(op string, col, x uintptr, c convShape) {
+	d := c.dims
+	b.launch(op, b.k.im2col, c.colLen, col, x,
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
+		int64(c.colLen), int64(c.xLen))
+}
+
+// col2im queues dx = the sum of col's patches (overwrite).
+func (b *Backend) col2im(op string, dx, col uintptr, c convShape) {
+	d := c.dims
+	b.launch(op, b.k.col2im, c.xLen, dx, col,
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
+		int64(c.xLen), int64(c.colLen))
+}
+
+// swap01 queues out [B, A, P] = in [A, B, P] (+ bias[a] when bias != 0).
+func (b *Backend) swap01(op string, out, in, bias uintptr, A, B, P int) {
+	b.launch(op, b.k.swap01, A*B*P, out, in, bias, int64(A), int64(B), int64(P))
+}
+
+func (b *Backend) gemm(op string, transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, bm uintptr, ldb int, beta float32, c uintptr, ldc int) {
+	devCheck(op, b.x.sgemm(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc))
+}
+
+// Conv2d sets y = conv(x, w) + bias (bias may be empty).
+func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d"
+	c := convShapeOf(op, g)
+	need(op, "y", y, c.yLen)
+	need(op, "x", x, c.xLen)
+	need(op, "w", w, c.wLen)
+	py, px, pw := b.f32(op, y), b.f32(op, x), b.f32(op, w)
+	var pbias uintptr
+	if !bias.Empty() {
+		need(op, "bias", bias, g.K)
+		pbias = b.f32(op, bias)
+	}
+	if c.yLen == 0 {
+		return
+	}
+	if c.crs == 0 {
+		// No input channels: the products are empty, y = bias (or 0).
+		devCheck(op, b.x.memset32(py, 0, c.yLen))
+		if pbias != 0 {
+			b.launch(op, b.k.addBias, c.yLen, py, pbias, int64(c.yLen), int64(g.K), int64(c.p))
+		}
+		return
+	}
+	col := b.workspace(op, 4*c.colLen)
+	defer b.release(col)
+	yt := b.workspace(op, 4*c.yLen)
+	defer b.release(yt)
+	b.im2col(op, col.Ptr(), px, c)
+	b.gemm(op, false, false, g.K, c.np, c.crs, 1, pw, c.crs, col.Ptr(), c.np, 0, yt.Ptr(), c.np)
+	b.swap01(op, py, yt.Ptr(), pbias, g.K, g.N, c.p)
+}
+
+// Conv2dBackward overwrites dx with the input gradient (skipped when dx is
+// empty) and adds the weight and bias gradients into dw and db (each
+// skipped when empty).
+func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_backward"
+	wantDX, wantDW, wantDB := !dx.Empty(), !dw.Empty(), !db.Empty()
+	if !wantDX && !wantDW && !wantDB {
+		return
+	}
+	c := convShapeOf(op, g)
+	need(op, "dy", dy, c.yLen)
+	pdy := b.f32(op, dy)
+	var pdx, pdw, pdb, px, pw uintptr
+	if wantDX {
+		need(op, "dx", dx, c.xLen)
+		need(op, "w", w, c.wLen)
+		pdx, pw = b.f32(op, dx), b.f32(op, w)
+	}
+	if wantDW {
+		need(op, "dw", dw, c.wLen)
+		need(op, "x", x, c.xLen)
+		pdw, px = b.f32(op, dw), b.f32(op, x)
+	}
+	if wantDB {
+		need(op, "db", db, g.K)
+		pdb = b.f32(op, db)
+	}
+	if c.yLen == 0 {
+		// No outputs (or no output channels): nothing flows back; dx is
+		// overwritten with zeros as on the CPU.
+		if wantDX && c.xLen > 0 {
+			devCheck(op, b.x.memset32(pdx, 0, c.xLen))
+		}
+		return
+	}
+	if !wantDX && !wantDW {
+		// Only the bias: reduce dy [N, K, P] over N and P directly.
+		b.biasGrad(op, pdb, pdy, g.N, g.K, c.p, true)
+		return
+	}
+	dyt := b.workspace(op, 4*c.yLen)
+	defer b.release(dyt)
+	b.swap01(op, dyt.Ptr(), pdy, 0, g.N, g.K, c.p)
+	if wantDB {
+		// db[k] += sum of row k of dyt [K, N·P].
+		b.biasGrad(op, pdb, dyt.Ptr(), 1, g.K, c.np, true)
+	}
+	if c.crs == 0 {
+		return // no weights, and dx has no elements
+	}
+	col := b.workspace(op, 4*c.colLen)
+	defer b.release(col)
+	if wantDW {
+		b.im2col(op, col.Ptr(), px, c)
+		// dw [K, CRS] += dyt [K, N·P] · colᵀ
+		b.gemm(op, false, true, g.K, c.crs, c.np, 1, dyt.Ptr(), c.np, col.Ptr(), c.np, 1, pdw, c.crs)
+	}
+	if wantDX {
+		// dcol [CRS, N·P] = Wᵀ · dyt, into col's workspace.
+		b.gemm(op, true, false, c.crs, c.np, g.K, 1, pw, c.crs, dyt.Ptr(), c.np, 0, col.Ptr(), c.np)
+		b.col2im(op, pdx, col.Ptr(), c)
+	}
+}
+
+// poolShape is a validated PoolGeom with its derived sizes.
+type poolShape struct {
+	xLen, yLen int
+	dims       [8]int32 // H, W, KH, KW, SH, SW, OH, OW
+}
+
+func poolShapeOf(op string, g tensor.PoolGeom) poolShape {
+	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.KH < 1 || g.KW < 1 || g.StrideH < 1 || g.StrideW < 1 {
+		panic(fmt.Sprintf("cuda: %s: invalid geometry %+v", op, g))
+	}
+	oh, ow := g.OutH(), g.OutW()
+	if g.H < g.KH || g.W < g.KW {
+		oh, ow = 0, 0
+	}
+	if g.H*g.W > 1<<31-1 {
+		panic(fmt.Sprintf("cuda: %s: a %dx%d plane does not fit int32 argmax indices", op, g.H, g.W))
+	}
+	s := poolShape{xLen: g.N * g.C * g.H * g.W, yLen: g.N * g.C * oh * ow}
+	for i, v := range []int{g.H, g.W, g.KH, g.KW, g.StrideH, g.StrideW, oh, ow} {
+		s.dims[i] = i32arg(op, v)
+	}
+	return s
+}
+
+// MaxPool2d sets y to the window maxima of x and argmax to their flat
+// h*W+w positions in the input plane (first maximum wins, NaN propagates).
+func (b *Backend) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
+	const op = "maxpool2d"
+	s := poolShapeOf(op, g)
+	need(op, "y", y, s.yLen)
+	need(op, "argmax", argmax, s.yLen)
+	need(op, "x", x, s.xLen)
+	d := s.dims
+	b.launch(op, b.k.maxPool, s.yLen, b.f32(op, y), b.i32(op, argmax), b.f32(op, x),
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.yLen), int64(s.xLen))
+}
+
+// MaxPool2dBackward routes dy to the argmax positions of dx (+ dx when
+// accumulating). One thread per dx element gathers from the windows that
+// cover it: deterministic, no atomics, also for overlapping windows.
+func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolGeom, accumulate bool) {
+	const op = "maxpool2d_backward"
+	s := poolShapeOf(op, g)
+	need(op, "dx", dx, s.xLen)
+	need(op, "dy", dy, s.yLen)
+	need(op, "argmax", argmax, s.yLen)
+	d := s.dims
+	b.launch(op, b.k.maxPoolBackward, s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.xLen), int64(s.yLen), flag(accumulate))
+}

@@ -1,0 +1,90 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// StepGraph is device work recorded once from the backend's stream as a CUDA
+// graph and replayed with one launch, as torch.cuda.CUDAGraph does: a
+// training step of LeNet is dozens of small kernels whose launch cost, not
+// their arithmetic, bounds the step time at small batch sizes.
+//
+// A replay repeats exactly the recorded work on exactly the recorded
+// addresses. Inputs change between replays by overwriting the tensors the
+// work reads (Upload into them before Replay); the values the work wrote
+// (the loss, say) are read from the tensors that held them during capture.
+// Those tensors must stay allocated for the life of the graph, so the memory
+// allocated during capture comes from a private pool of the allocator that
+// nothing else draws from.
+type StepGraph struct {
+	b    *Backend
+	exec *GraphExec
+	pool PoolID
+}
+
+// Capture records the work f queues on the backend into a graph instead of
+// running it: after Capture returns, nothing of f has executed yet; call
+// Replay to run it. f must not wait for the device (no Download, Item or
+// Synchronize) and must not upload from the host. If f fails or the driver
+// cannot capture, Capture returns an error and the caller runs its work
+// eagerly instead; what f allocated goes back to the general cache once the
+// caller releases it.
+func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
+	if err := b.Synchronize(); err != nil {
+		return nil, err
+	}
+	pool := b.alloc.BeginPrivatePool(b.stream)
+	poolEnded := false
+	defer func() {
+		if !poolEnded {
+			b.alloc.EndPrivatePool(b.stream)
+		}
+		if err != nil {
+			b.alloc.ReleasePool(pool)
+		}
+	}()
+	if err := b.dev.BeginCapture(b.stream); err != nil {
+		return nil, err
+	}
+	runErr := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if e, ok := r.(error); ok {
+					err = e
+				} else {
+					err = fmt.Errorf("%v", r)
+				}
+			}
+		}()
+		f()
+		return nil
+	}()
+	graph, endErr := b.dev.EndCapture(b.stream)
+	b.alloc.EndPrivatePool(b.stream)
+	poolEnded = true
+	if runErr != nil || endErr != nil {
+		graph.Destroy()
+		return nil, fmt.Errorf("cuda: capturing a graph: %w", errors.Join(runErr, endErr))
+	}
+	exec, err := graph.Instantiate()
+	graph.Destroy()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: capturing a graph: %w", err)
+	}
+	return &StepGraph{b: b, exec: exec, pool: pool}, nil
+}
+
+// Replay queues one run of the recorded work on the backend's stream.
+func (g *StepGraph) Replay() error {
+	return g.exec.Launch(g.b.stream)
+}
+
+// Close destroys the graph and gives the private pool back to the general
+// cache once the tensors allocated during capture are released.
+func (g *StepGraph) Close() error {
+	if err := g.b.Synchronize(); err != nil {
+		return err
+	}
+	return errors.Join(g.exec.Destroy(), g.b.alloc.ReleasePool(g.pool))
+}

@@ -1,0 +1,109 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+)
+
+// The CUDA C sources of the backend's kernels, embedded in the binary and
+// compiled once per process (and cached on disk by KernelCache) when a
+// Backend is made. kernelFiles is the order of concatenation: common.cu
+// defines what the others use.
+
+//go:embed kernels/*.cu
+var kernelFS embed.FS
+
+var kernelFiles = []string{
+	"kernels/common.cu",
+	"kernels/elementwise.cu",
+	"kernels/reduce.cu",
+	"kernels/conv.cu",
+	"kernels/loss.cu",
+}
+
+// kernelOptions are the NVRTC options of the backend's module. --fmad=false
+// keeps a*b+c as two rounded operations, as Go computes it on amd64, so that
+// elementwise kernels reproduce the CPU backend exactly; the kernels are
+// memory-bound, so fused multiply-adds would gain nothing measurable.
+var kernelOptions = []string{"--fmad=false"}
+
+// kernelSource returns the single translation unit compiled for the
+// backend, with #line directives so that compiler messages name the
+// original file and line.
+func kernelSource() (string, error) {
+	var b strings.Builder
+	for _, name := range kernelFiles {
+		data, err := kernelFS.ReadFile(name)
+		if err != nil {
+			return "", fmt.Errorf("cuda: embedded kernel source %s: %w", name, err)
+		}
+		fmt.Fprintf(&b, "#line 1 \"%s\"\n", name)
+		b.Write(data)
+		if len(data) > 0 && data[len(data)-1] != '\n' {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String(), nil
+}
+
+// kernels holds every kernel of the backend's module.
+type kernels struct {
+	add, mul, axpy, scale, scaleBy, broadcast *Function
+	relu, reluBackward                        *Function
+	addBias, biasGradCols, biasGradBlock      *Function
+	copyStridedU32, copyStridedU8             *Function
+	gatherNormalize, sgd                      *Function
+	sumPartial, sumFinal                      *Function
+	im2col, col2im, swap01                    *Function
+	maxPool, maxPoolBackward                  *Function
+	crossEntropy, argmax                      *Function
+}
+
+// table lists each field with the extern "C" name of its kernel.
+func (k *kernels) table() []struct {
+	f    **Function
+	name string
+} {
+	return []struct {
+		f    **Function
+		name string
+	}{
+		{&k.add, "ember_add"},
+		{&k.mul, "ember_mul"},
+		{&k.axpy, "ember_axpy"},
+		{&k.scale, "ember_scale"},
+		{&k.scaleBy, "ember_scale_by"},
+		{&k.broadcast, "ember_broadcast"},
+		{&k.relu, "ember_relu"},
+		{&k.reluBackward, "ember_relu_backward"},
+		{&k.addBias, "ember_add_bias"},
+		{&k.biasGradCols, "ember_bias_grad_cols"},
+		{&k.biasGradBlock, "ember_bias_grad_block"},
+		{&k.copyStridedU32, "ember_copy_strided_u32"},
+		{&k.copyStridedU8, "ember_copy_strided_u8"},
+		{&k.gatherNormalize, "ember_gather_normalize"},
+		{&k.sgd, "ember_sgd"},
+		{&k.sumPartial, "ember_sum_partial"},
+		{&k.sumFinal, "ember_sum_final"},
+		{&k.im2col, "ember_im2col"},
+		{&k.col2im, "ember_col2im"},
+		{&k.swap01, "ember_swap01"},
+		{&k.maxPool, "ember_maxpool2d"},
+		{&k.maxPoolBackward, "ember_maxpool2d_backward"},
+		{&k.crossEntropy, "ember_cross_entropy"},
+		{&k.argmax, "ember_argmax"},
+	}
+}
+
+// load looks every kernel up in m.
+func (k *kernels) load(m *Module) error {
+	for _, e := range k.table() {
+		f, err := m.Function(e.name)
+		if err != nil {
+			return err
+		}
+		*e.f = f
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+// common.cu: definitions shared by every ember kernel. The Go side
+// (cuda/kernels.go) concatenates the .cu files of this directory into one
+// NVRTC translation unit, this file first, so that one compilation yields
+// one module holding all kernels. NVRTC sees no system headers: only
+// built-in types and CUDA device intrinsics are used.
+//
+// Conventions of all kernels:
+//   - every kernel is extern "C" (unmangled, found by name from Go);
+//   - element counts and sizes are long long (Go int64); small dimensions
+//     (channels, kernel sizes, strides) are int (Go int32);
+//   - 1-D kernels use grid-stride loops, so any grid size is correct; the Go
+//     side caps the grid (see gridFor in backend.go);
+//   - kernels that do much index arithmetic (divisions) run a 32-bit
+//     instantiation when every index fits comfortably (< 2^30, so that
+//     i + gridDim*blockDim cannot overflow) and a 64-bit one otherwise;
+//   - reductions are deterministic: fixed-shape trees in double precision,
+//     no atomics, so results do not depend on scheduling;
+//   - the module is compiled with --fmad=false: a*b+c is rounded twice, as Go
+//     does on amd64, so elementwise results equal the CPU backend's bit for
+//     bit.
+
+#define EMBER_SMALL_INDEX(n) ((long long)(n) < (1LL << 30))
+
+// Grid-stride loop over [0, n) with index type T.
+#define EMBER_LOOP(T, i, n)                                                  \
+    for (T i = (T)blockIdx.x * (T)blockDim.x + (T)threadIdx.x; i < (T)(n); \
+         i += (T)blockDim.x * (T)gridDim.x)
+
+__device__ __forceinline__ float ember_neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float ember_nan() { return __int_as_float(0x7fc00000); }
+
+__device__ __forceinline__ int ember_imin(int a, int b) { return a < b ? a : b; }
+
+// ember_nan_max is max that propagates NaN (Go's built-in max does; fmaxf
+// does not).
+__device__ __forceinline__ float ember_nan_max(float a, float b) {
+    return (a > b || a != a) ? a : b;
+}
+
+// Warp-wide reductions by xor butterfly: every lane ends with the same
+// value (IEEE addition is commutative, so mirrored partners compute equal
+// sums), and the tree shape is fixed, so the result is deterministic. All 32
+// lanes must take part.
+__device__ __forceinline__ float ember_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = ember_nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float ember_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double ember_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ember_block_sum_d sums one double per thread over the block; the result is
+// valid in thread 0 only. blockDim.x must be a multiple of 32 (at most 1024)
+// and every thread of the block must call it (it synchronizes). Warps are
+// added in order by thread 0, so the result is deterministic. It can be
+// called repeatedly (the trailing barrier protects the shared array).
+__device__ double ember_block_sum_d(double v) {
+    __shared__ double part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = ember_warp_sum_d(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.x == 0) {
+        const int nw = blockDim.x >> 5;
+        for (int w = 0; w < nw; w++) s += part[w];
+    }
+    __syncthreads();
+    return s;
+}

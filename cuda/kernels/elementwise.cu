@@ -1,0 +1,169 @@
+// elementwise.cu: the memory-bound one-pass kernels of the CUDA backend:
+// arithmetic (add, mul, axpy, scale, scale_by, broadcast), activations
+// (relu, relu_backward), add_bias, the strided gather behind
+// Tensor.Contiguous (copy_strided_*), batch assembly from a uint8 dataset
+// (gather_normalize) and the optimiser update (sgd). Each mirrors the loop
+// of the same name in tensor/cpu.go operation for operation, so that with
+// --fmad=false the results are identical to the CPU backend's.
+
+extern "C" __global__ void ember_add(float* dst, const float* a, const float* b, long long n) {
+    EMBER_LOOP(long long, i, n) dst[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void ember_mul(float* dst, const float* a, const float* b, long long n) {
+    EMBER_LOOP(long long, i, n) dst[i] = a[i] * b[i];
+}
+
+// dst += alpha * x
+extern "C" __global__ void ember_axpy(float* dst, float alpha, const float* x, long long n) {
+    EMBER_LOOP(long long, i, n) dst[i] += alpha * x[i];
+}
+
+// dst *= s (MatMul with k == 0: c = beta*c)
+extern "C" __global__ void ember_scale(float* dst, float s, long long n) {
+    EMBER_LOOP(long long, i, n) dst[i] *= s;
+}
+
+// dst = x * s[0] (+ dst); s stays on the device.
+extern "C" __global__ void ember_scale_by(float* dst, const float* x, const float* s, long long n, int acc) {
+    const float k = s[0];
+    if (acc) {
+        EMBER_LOOP(long long, i, n) dst[i] += x[i] * k;
+    } else {
+        EMBER_LOOP(long long, i, n) dst[i] = x[i] * k;
+    }
+}
+
+// dst = s[0] (+ dst)
+extern "C" __global__ void ember_broadcast(float* dst, const float* s, long long n, int acc) {
+    const float v = s[0];
+    if (acc) {
+        EMBER_LOOP(long long, i, n) dst[i] += v;
+    } else {
+        EMBER_LOOP(long long, i, n) dst[i] = v;
+    }
+}
+
+// y = max(x, 0) with Go's max semantics: NaN propagates, -0 becomes +0.
+extern "C" __global__ void ember_relu(float* y, const float* x, long long n) {
+    EMBER_LOOP(long long, i, n) {
+        const float v = x[i];
+        y[i] = (v > 0.0f || v != v) ? v : 0.0f;
+    }
+}
+
+// dx = dy where y > 0 else 0 (+ dx). A NaN y passes dy, as on the CPU.
+extern "C" __global__ void ember_relu_backward(float* dx, const float* dy, const float* y, long long n, int acc) {
+    EMBER_LOOP(long long, i, n) {
+        const float v = (y[i] <= 0.0f) ? 0.0f : dy[i];
+        if (acc) {
+            dx[i] += v;
+        } else {
+            dx[i] = v;
+        }
+    }
+}
+
+// y[o, c, i] += bias[c] for y viewed as [outer, channels, inner].
+template <typename I>
+__device__ __forceinline__ void add_bias_body(float* y, const float* bias, I total, I channels, I inner) {
+    EMBER_LOOP(I, i, total) y[i] += bias[(i / inner) % channels];
+}
+
+extern "C" __global__ void ember_add_bias(float* y, const float* bias, long long total, long long channels, long long inner) {
+    if (EMBER_SMALL_INDEX(total)) {
+        add_bias_body<int>(y, bias, (int)total, (int)channels, (int)inner);
+    } else {
+        add_bias_body<long long>(y, bias, total, channels, inner);
+    }
+}
+
+// copy_strided: dense dst[i] = src[sum_k idx_k * stride_k], where idx is the
+// row-major multi-index of i in shape (s0..s5). The Go side merges
+// contiguous dimensions and pads the shape on the left with (1, stride 0)
+// to exactly six. Strides may be any sign; offsets are 64-bit.
+#define EMBER_STRIDED_OFFSET(i)                             \
+    long long r = (i), off = 0, q;                          \
+    q = r / s5; off += (r - q * s5) * t5; r = q;            \
+    q = r / s4; off += (r - q * s4) * t4; r = q;            \
+    q = r / s3; off += (r - q * s3) * t3; r = q;            \
+    q = r / s2; off += (r - q * s2) * t2; r = q;            \
+    q = r / s1; off += (r - q * s1) * t1; r = q;            \
+    off += r * t0;
+
+extern "C" __global__ void ember_copy_strided_u32(unsigned int* dst, const unsigned int* src, long long n,
+                                                  long long s0, long long s1, long long s2, long long s3, long long s4, long long s5,
+                                                  long long t0, long long t1, long long t2, long long t3, long long t4, long long t5) {
+    EMBER_LOOP(long long, i, n) {
+        EMBER_STRIDED_OFFSET(i)
+        dst[i] = src[off];
+    }
+}
+
+extern "C" __global__ void ember_copy_strided_u8(unsigned char* dst, const unsigned char* src, long long n,
+                                                 long long s0, long long s1, long long s2, long long s3, long long s4, long long s5,
+                                                 long long t0, long long t1, long long t2, long long t3, long long t4, long long t5) {
+    EMBER_LOOP(long long, i, n) {
+        EMBER_STRIDED_OFFSET(i)
+        dst[i] = src[off];
+    }
+}
+
+// dst row i = src row idx[i] (uint8, rowLen wide) * scale + shift. An index
+// outside [0, srcRows) yields a row of NaN (the CPU backend panics; a kernel
+// cannot, and NaN cannot go unnoticed).
+template <typename I>
+__device__ __forceinline__ void gather_body(float* dst, const unsigned char* src, const int* idx, I total, I rowLen,
+                                            long long srcRows, float scale, float shift) {
+    EMBER_LOOP(I, i, total) {
+        const I r = i / rowLen;
+        const I j = i - r * rowLen;
+        const long long k = idx[r];
+        if (k < 0 || k >= srcRows) {
+            dst[i] = ember_nan();
+        } else {
+            dst[i] = (float)src[k * (long long)rowLen + (long long)j] * scale + shift;
+        }
+    }
+}
+
+extern "C" __global__ void ember_gather_normalize(float* dst, const unsigned char* src, const int* idx, long long rows,
+                                                  long long rowLen, long long srcRows, float scale, float shift) {
+    const long long total = rows * rowLen;
+    if (EMBER_SMALL_INDEX(total)) {
+        gather_body<int>(dst, src, idx, (int)total, (int)rowLen, srcRows, scale, shift);
+    } else {
+        gather_body<long long>(dst, src, idx, total, rowLen, srcRows, scale, shift);
+    }
+}
+
+// One torch.optim.SGD step (tensor/cpu.go SGD, operation for operation):
+//   d = g + wd*p                               (when wd != 0)
+//   v = d (first step) | momentum*v + (1-dampening)*d   (when momentum != 0)
+//   d = d + momentum*v (nesterov) | v                   (when momentum != 0)
+//   p = p - lr*d
+// v is not touched (and may be null) when momentum == 0.
+extern "C" __global__ void ember_sgd(float* p, const float* g, float* v, long long n, float lr, float momentum,
+                                     float dampening, float wd, int nesterov, int first) {
+    const float keep = 1.0f - dampening;
+    EMBER_LOOP(long long, i, n) {
+        const float pi = p[i];
+        float d = g[i];
+        if (wd != 0.0f) d += wd * pi;
+        if (momentum != 0.0f) {
+            float vi;
+            if (first) {
+                vi = d;
+            } else {
+                vi = momentum * v[i] + keep * d;
+            }
+            v[i] = vi;
+            if (nesterov) {
+                d += momentum * vi;
+            } else {
+                d = vi;
+            }
+        }
+        p[i] = pi - lr * d;
+    }
+}
