@@ -20,9 +20,10 @@
 // slightly different sizes. (PyTorch uses the same numbers.)
 //
 // Best fit and splitting. Free blocks sit in a B-tree keyed by (stream,
-// size, address), so finding the smallest free block
-// that fits, inserting and removing are O(log n), with ties going to the
-// lowest address to keep live data packed at the start of segments. A block
+// size, address), so finding the smallest free block that fits, inserting
+// and removing are O(log n), with ties going to the lowest address to keep
+// live data packed at the start of segments. (Only the slow paths, running
+// out of memory and EmptyCache, walk a pool's list of segments.) A block
 // bigger than the request is split and the rest stays free. Small blocks are
 // always split (the rest is a multiple of 512, so never under 512 bytes);
 // large blocks are split only when the rest is more than 1 MiB, because a
@@ -63,7 +64,10 @@
 // are free.
 //
 // One mutex guards everything, driver calls included: allocation is short and
-// driver calls are rare once the cache is warm.
+// driver calls are rare once the cache is warm. Bad frees (nil, double, or a
+// block of another allocator) are errors, never ignored: a stale handle
+// silently freeing someone else's memory is the worst bug an allocator can
+// let through.
 
 package cuda
 
