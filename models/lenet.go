@@ -40,8 +40,8 @@ func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
 
 // Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10].
 func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = m.Pool.Forward(tensor.ReLU(m.Conv1.Forward(x)))
-	x = m.Pool.Forward(tensor.ReLU(m.Conv2.Forward(x)))
+	x = m.Pool.Forward(m.Conv1.ForwardReLU(x))
+	x = m.Pool.Forward(m.Conv2.ForwardReLU(x))
 	x = tensor.ReLU(m.FC1.Forward(x.Reshape(-1, 800)))
 	return m.FC2.Forward(x)
 }

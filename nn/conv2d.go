@@ -31,6 +31,12 @@ func (c *Conv2d) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
 
+// ForwardReLU applies the convolution followed by ReLU in one pass, which
+// stores no pre-activation and saves a pass over the output.
+func (c *Conv2d) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
+	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding)
+}
+
 // Parameters returns weight and bias.
 func (c *Conv2d) Parameters() []Parameter {
 	return []Parameter{{"weight", c.Weight}, {"bias", c.Bias}}

@@ -65,6 +65,9 @@ type ConvGeom struct {
 	K, R, S          int // output channels, kernel height, kernel width
 	StrideH, StrideW int
 	PadH, PadW       int
+	// ReLU asks Conv2d for max(conv + bias, 0), saving a pass over the
+	// output and the memory of the pre-activation (Conv2dReLU).
+	ReLU bool
 }
 
 // OutH is the output height.
@@ -157,7 +160,8 @@ type Backend interface {
 	// accumulate), dy viewed as [outer, channels, inner].
 	BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate bool)
 
-	// Conv2d sets y = conv(x, w) + bias; bias may be empty.
+	// Conv2d sets y = conv(x, w) + bias (then max(·, 0) when g.ReLU); bias
+	// may be empty.
 	Conv2d(y, x, w, bias Buffer, g ConvGeom)
 	// Conv2dBackward computes the input gradient into dx (overwrite, or
 	// skipped when dx is empty) and ADDS the weight and bias gradients into

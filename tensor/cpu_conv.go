@@ -101,12 +101,16 @@ func (c *cpuBackend) Conv2d(y, x, w, bias Buffer, g ConvGeom) {
 		for k := 0; k < g.K; k++ {
 			src := (*yt)[k*np+n*p : k*np+(n+1)*p]
 			dst := out[(n*g.K+k)*p : (n*g.K+k+1)*p]
-			if b == nil {
-				copy(dst, src)
-				continue
+			var bk float32
+			if b != nil {
+				bk = b[k]
 			}
 			for i, v := range src {
-				dst[i] = v + b[k]
+				v += bk
+				if g.ReLU && !(v > 0) && v == v { // NaN stays NaN, as max(NaN, 0) does in PyTorch
+					v = 0
+				}
+				dst[i] = v
 			}
 		}
 	}

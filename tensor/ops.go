@@ -115,7 +115,14 @@ func Linear(x, w, b *Tensor) *Tensor {
 
 // Conv2d convolves x [N,C,H,W] with w [K,C,R,S] and adds b [K] (may be nil),
 // as nn.Conv2d with the given stride and zero padding.
-func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor {
+func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, false) }
+
+// Conv2dReLU is ReLU(Conv2d(x, w, b, stride, pad)) computed in one pass:
+// the backend applies the activation as it writes the convolution's output,
+// so the pre-activation is never stored.
+func Conv2dReLU(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, true) }
+
+func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
 	if len(x.shape) != 4 || len(w.shape) != 4 || x.shape[1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: Conv2d of input %v with weight %v", x.shape, w.shape))
 	}
@@ -127,7 +134,7 @@ func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor {
 	}
 	x, w = x.Contiguous(), w.Contiguous()
 	g := ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3],
-		K: w.shape[0], R: w.shape[2], S: w.shape[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad}
+		K: w.shape[0], R: w.shape[2], S: w.shape[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad, ReLU: relu}
 	if g.OutH() < 1 || g.OutW() < 1 {
 		panic(fmt.Sprintf("tensor: Conv2d kernel %dx%d larger than padded input %dx%d", g.R, g.S, g.H+2*pad, g.W+2*pad))
 	}
@@ -139,6 +146,11 @@ func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor {
 	}
 	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
 	record(out, "conv2d", func(dy *Tensor, e *engine) {
+		if relu { // the gradient through max(·, 0), from the output itself
+			masked := Empty(be, e.scopeFor(out), out.shape...)
+			be.ReLUBackward(masked.buffer(), dy.buffer(), out.buffer(), false)
+			dy = masked
+		}
 		var dx *Tensor
 		dxBuf, acc := e.sink(x)
 		if acc { // the backend overwrites dx: compute apart, then add

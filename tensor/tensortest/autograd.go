@@ -1,0 +1,585 @@
+package tensortest
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Tolerances of RunAutograd, relative to the largest magnitude of the
+// expected tensor (a normwise test: the elementwise bounds were checked by
+// RunBackend, this checks that the tensor layer calls the right operations
+// with the right arguments). Against the float64 references: tolElem for
+// elementwise operations, tolAG for accumulating ones (sums of up to a few
+// hundred terms, whose error relative to the largest output stays well
+// below it). Another backend is compared with the CPU, both of whose
+// results carry such errors: twice the tolerance.
+const tolAG = 2e-5
+
+// agInput describes one input of an autograd case.
+type agInput struct {
+	shape []int
+	kind  string // "normal" (default), "distinct" (no ties), "away" (|x| >= 0.05)
+	grad  bool
+}
+
+// agCase is a tensor-level computation with its float64 reference.
+type agCase struct {
+	name   string
+	inputs []agInput
+	labels [2]int // [n, classes] of int32 labels, zero for none
+	direct bool   // Backward on the scalar output itself (seed 1), else on Σ out·W
+	tol    float64
+	fwd    func(in []*tensor.Tensor, labels *tensor.Tensor) *tensor.Tensor
+	// ref returns the output and the gradient of every input that has
+	// grad, given the gradient gout of the output.
+	ref func(in [][]float32, labels []int32, gout []float32) (out []float64, grads [][]float64)
+}
+
+// RunAutograd checks each tensor-level operation, forward and backward, on
+// b: against the float64 references when b is the CPU backend, else against
+// the same computation on tensor.CPU. The loss whose gradient is taken is
+// Σ out·W for a random W (so that every output element gets its own
+// gradient), or the output itself for the cases marked direct.
+func RunAutograd(t *testing.T, b tensor.Backend) {
+	seed := baseSeed(t)
+	t.Logf("tensortest: autograd on %s, seed %d (rerun with %s=%d)", b.Name(), seed, seedEnv, seed)
+	t.Run("Autograd", func(t *testing.T) {
+		for _, c := range autogradCases() {
+			subtest(t, b, seed, c.name, func(e *env) { runAutogradCase(e, c) })
+		}
+	})
+}
+
+func runAutogradCase(e *env, c agCase) {
+	var shapes []string
+	for _, in := range c.inputs {
+		shapes = append(shapes, fmt.Sprint(in.shape))
+	}
+	e.ctx = "inputs " + strings.Join(shapes, " ")
+	ins := make([][]float32, len(c.inputs))
+	for i, in := range c.inputs {
+		n := 1
+		for _, d := range in.shape {
+			n *= d
+		}
+		switch in.kind {
+		case "distinct":
+			ins[i] = e.distinct(n)
+		case "away":
+			ins[i] = e.normal(n, 1)
+			for j, v := range ins[i] {
+				if math.Abs(float64(v)) < 0.05 {
+					ins[i][j] = float32(math.Copysign(0.05, float64(v))) + v
+				}
+			}
+		default:
+			ins[i] = e.normal(n, 1)
+		}
+	}
+	var lab []int32
+	if c.labels[0] > 0 {
+		lab = e.labels(c.labels[0], c.labels[1])
+	}
+	out, shape, grads, w := evalAutograd(e.b, c, ins, lab, func(n int) []float32 { return e.normal(n, 1) })
+	tol := c.tol
+	var wantOut []float64
+	var wantGrads [][]float64
+	if e.b == tensor.CPU {
+		gout := w
+		if c.direct {
+			gout = []float32{1}
+		}
+		wantOut, wantGrads = c.ref(ins, lab, gout)
+	} else {
+		tol *= 2
+		o, _, g, _ := evalAutograd(tensor.CPU, c, ins, lab, func(int) []float32 { return w })
+		wantOut = f64(o)
+		for _, gi := range g {
+			wantGrads = append(wantGrads, f64(gi))
+		}
+	}
+	e.near("forward", shape, out, wantOut, normBound(wantOut), tol)
+	gi := 0
+	for i, in := range c.inputs {
+		if !in.grad {
+			continue
+		}
+		if grads[gi] == nil {
+			e.fail("input %d has no gradient after Backward", i)
+		} else {
+			e.near(fmt.Sprintf("gradient of input %d", i), in.shape, grads[gi], wantGrads[gi], normBound(wantGrads[gi]), tol)
+		}
+		gi++
+	}
+}
+
+// normBound is max|want| for every element: a normwise test.
+func normBound(want []float64) []float64 {
+	m := 0.0
+	for _, v := range want {
+		m = math.Max(m, math.Abs(v))
+	}
+	if m == 0 {
+		m = 1e-30
+	}
+	b := make([]float64, len(want))
+	for i := range b {
+		b[i] = m
+	}
+	return b
+}
+
+// evalAutograd runs case c on backend be: forward, backward, and reads the
+// output and the gradients of the inputs that require them. makeW gives the
+// weights W of the loss Σ out·W for an output of n elements.
+func evalAutograd(be tensor.Backend, c agCase, ins [][]float32, lab []int32, makeW func(n int) []float32) (out []float32, shape []int, grads [][]float32, w []float32) {
+	s := tensor.NewScope()
+	defer s.Release()
+	ts := make([]*tensor.Tensor, len(ins))
+	for i, in := range c.inputs {
+		ts[i] = tensor.FromFloat32(be, s, ins[i], in.shape...)
+		if in.grad {
+			ts[i].SetRequiresGrad(true)
+		}
+	}
+	var lt *tensor.Tensor
+	if lab != nil {
+		lt = tensor.FromInt32(be, s, lab, len(lab))
+	}
+	o := c.fwd(ts, lt)
+	out, shape = o.Float32s(), o.Shape()
+	if c.direct {
+		o.Backward()
+	} else {
+		w = makeW(len(out))
+		tensor.Sum(tensor.Mul(o, tensor.FromFloat32(be, s, w, shape...))).Backward()
+	}
+	for i, in := range c.inputs {
+		if !in.grad {
+			continue
+		}
+		g := ts[i].Grad()
+		if g == nil {
+			grads = append(grads, nil)
+			continue
+		}
+		grads = append(grads, g.Float32s())
+		g.Release()
+	}
+	return out, shape, grads, w
+}
+
+// ---------------------------------------------------------------------------
+// Cases.
+
+func in(grad bool, shape ...int) agInput    { return agInput{shape: shape, grad: grad} }
+func inK(kind string, shape ...int) agInput { return agInput{shape: shape, kind: kind, grad: true} }
+func zeros64(n int) []float64               { return make([]float64, n) }
+
+func scaled(s []float64, k float64) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = k * v
+	}
+	return out
+}
+
+// mm64 is a float64 matmul c = op(a)·op(b), c m×n, with refMatMul's layout.
+func mm64(a, b []float64, m, n, k int, ta, tb bool) []float64 {
+	c := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				av := a[i*k+p]
+				if ta {
+					av = a[p*m+i]
+				}
+				bv := b[p*n+j]
+				if tb {
+					bv = b[j*k+p]
+				}
+				s += av * bv
+			}
+			c[i*n+j] = s
+		}
+	}
+	return c
+}
+
+// linear64 is x·wᵀ + b for x [n,in], w [out,in].
+func linear64(x, w, b []float64, n, inF, outF int) []float64 {
+	y := mm64(x, w, n, outF, inF, false, true)
+	if b != nil {
+		for i := 0; i < n; i++ {
+			for j := 0; j < outF; j++ {
+				y[i*outF+j] += b[j]
+			}
+		}
+	}
+	return y
+}
+
+// linearGrads64 is the gradient of linear64: dx = g·w, dw = gᵀ·x, db = Σ g.
+func linearGrads64(g, x, w []float64, n, inF, outF int) (dx, dw, db []float64) {
+	dx = mm64(g, w, n, inF, outF, false, false)
+	dw = mm64(g, x, outF, inF, n, true, false)
+	db = make([]float64, outF)
+	for i := 0; i < n; i++ {
+		for j := 0; j < outF; j++ {
+			db[j] += g[i*outF+j]
+		}
+	}
+	return dx, dw, db
+}
+
+// swapAxes returns x (of shape) with axes i and j exchanged, densely.
+func swapAxes(x []float64, shape []int, i, j int) []float64 {
+	outShape := append([]int(nil), shape...)
+	outShape[i], outShape[j] = outShape[j], outShape[i]
+	strides := make([]int, len(shape))
+	s := 1
+	for k := len(shape) - 1; k >= 0; k-- {
+		strides[k] = s
+		s *= shape[k]
+	}
+	strides[i], strides[j] = strides[j], strides[i]
+	out := make([]float64, len(x))
+	idx := make([]int, len(shape))
+	for o := range out {
+		off := 0
+		for k := range idx {
+			off += idx[k] * strides[k]
+		}
+		out[o] = x[off]
+		for k := len(idx) - 1; k >= 0; k-- {
+			idx[k]++
+			if idx[k] < outShape[k] {
+				break
+			}
+			idx[k] = 0
+		}
+	}
+	return out
+}
+
+func convCase(name string, x, w []int, bias bool, stride, pad int) agCase {
+	ins := []agInput{in(true, x...), in(true, w...)}
+	if bias {
+		ins = append(ins, in(true, w[0]))
+	}
+	g := tensor.ConvGeom{N: x[0], C: x[1], H: x[2], W: x[3], K: w[0], R: w[2], S: w[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad}
+	return agCase{
+		name: name, inputs: ins, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+			var b *tensor.Tensor
+			if bias {
+				b = t[2]
+			}
+			return tensor.Conv2d(t[0], t[1], b, stride, pad)
+		},
+		ref: func(v [][]float32, _ []int32, gout []float32) ([]float64, [][]float64) {
+			var b []float32
+			if bias {
+				b = v[2]
+			}
+			y, _ := refConv(v[0], v[1], b, g)
+			r := refConvBackward(gout, v[0], v[1], g)
+			grads := [][]float64{r.dx, r.dw}
+			if bias {
+				grads = append(grads, r.db)
+			}
+			return y, grads
+		},
+	}
+}
+
+func poolCase(name string, x []int, k, stride int) agCase {
+	g := tensor.PoolGeom{N: x[0], C: x[1], H: x[2], W: x[3], KH: k, KW: k, StrideH: stride, StrideW: stride}
+	return agCase{
+		name: name, inputs: []agInput{inK("distinct", x...)}, tol: tolElem,
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.MaxPool2d(t[0], k, stride) },
+		ref: func(v [][]float32, _ []int32, gout []float32) ([]float64, [][]float64) {
+			y, idx := refPool(v[0], g)
+			dx, _ := refPoolBackward(gout, idx, nil, g)
+			return f64(y), [][]float64{dx}
+		},
+	}
+}
+
+func transposeCase(name string, shape []int, i, j int) agCase {
+	outShape := append([]int(nil), shape...)
+	outShape[i], outShape[j] = outShape[j], outShape[i]
+	return agCase{
+		name: name, inputs: []agInput{in(true, shape...)}, tol: 0,
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return t[0].Transpose(i, j).Contiguous() },
+		ref: func(v [][]float32, _ []int32, gout []float32) ([]float64, [][]float64) {
+			return swapAxes(f64(v[0]), shape, i, j), [][]float64{swapAxes(f64(gout), outShape, i, j)}
+		},
+	}
+}
+
+func ceCase(name string, n, classes int, direct bool, scale float32) agCase {
+	return agCase{
+		name: name, inputs: []agInput{in(true, n, classes)}, labels: [2]int{n, classes}, direct: direct, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			z := t[0]
+			if scale != 1 {
+				z = tensor.Mul(z, tensor.Full(z.Backend(), z.Scope(), scale, z.Shape()...))
+			}
+			return tensor.CrossEntropy(z, lab)
+		},
+		ref: func(v [][]float32, lab []int32, gout []float32) ([]float64, [][]float64) {
+			z := v[0]
+			if scale != 1 {
+				z = make([]float32, len(v[0]))
+				for i, x := range v[0] {
+					z[i] = x * scale
+				}
+			}
+			loss, _, dz, _ := refCE(z, lab, n, classes)
+			return []float64{loss}, [][]float64{scaled(dz, float64(gout[0])*float64(scale))}
+		},
+	}
+}
+
+func autogradCases() []agCase {
+	cases := []agCase{
+		{
+			name: "Add", inputs: []agInput{in(true, 7, 33), in(true, 7, 33)}, tol: tolElem,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Add(t[0], t[1]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				out := make([]float64, len(v[0]))
+				for i := range out {
+					out[i] = float64(v[0][i]) + float64(v[1][i])
+				}
+				return out, [][]float64{f64(g), f64(g)}
+			},
+		},
+		{
+			name: "Add/one input without grad", inputs: []agInput{in(false, 257), in(true, 257)}, tol: tolElem,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Add(t[0], t[1]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				out := make([]float64, len(v[0]))
+				for i := range out {
+					out[i] = float64(v[0][i]) + float64(v[1][i])
+				}
+				return out, [][]float64{f64(g)}
+			},
+		},
+		{
+			name: "Mul", inputs: []agInput{in(true, 1000), in(true, 1000)}, tol: tolElem,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Mul(t[0], t[1]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				n := len(v[0])
+				out, ga, gb := zeros64(n), zeros64(n), zeros64(n)
+				for i := range out {
+					a, b, gg := float64(v[0][i]), float64(v[1][i]), float64(g[i])
+					out[i], ga[i], gb[i] = a*b, gg*b, gg*a
+				}
+				return out, [][]float64{ga, gb}
+			},
+		},
+		{
+			name: "Mul/fan-out x*x", inputs: []agInput{in(true, 3, 11)}, tol: tolElem,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Mul(t[0], t[0]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				n := len(v[0])
+				out, gx := zeros64(n), zeros64(n)
+				for i := range out {
+					x := float64(v[0][i])
+					out[i], gx[i] = x*x, 2*x*float64(g[i])
+				}
+				return out, [][]float64{gx}
+			},
+		},
+		{
+			name: "Sum", inputs: []agInput{in(true, 33, 7)}, tol: tolAG,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Sum(t[0]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				var s float64
+				gx := zeros64(len(v[0]))
+				for i, x := range v[0] {
+					s += float64(x)
+					gx[i] = float64(g[0])
+				}
+				return []float64{s}, [][]float64{gx}
+			},
+		},
+		{
+			name: "Sum/direct", inputs: []agInput{in(true, 4099)}, direct: true, tol: tolAG,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Sum(t[0]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				var s float64
+				gx := zeros64(len(v[0]))
+				for i, x := range v[0] {
+					s += float64(x)
+					gx[i] = float64(g[0])
+				}
+				return []float64{s}, [][]float64{gx}
+			},
+		},
+	}
+	for _, mm := range [][3]int{{7, 33, 5}, {1, 1, 257}, {33, 64, 10}} {
+		m, k, n := mm[0], mm[1], mm[2]
+		cases = append(cases, agCase{
+			name: "MatMul/" + shapeName(m, k, n), inputs: []agInput{in(true, m, k), in(true, k, n)}, tol: tolAG,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.MatMul(t[0], t[1]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				a, b, gg := f64(v[0]), f64(v[1]), f64(g)
+				return mm64(a, b, m, n, k, false, false),
+					[][]float64{mm64(gg, b, m, k, n, false, true), mm64(a, gg, k, n, m, true, false)}
+			},
+		})
+	}
+	for _, bias := range []bool{true, false} {
+		n, inF, outF := 7, 33, 10
+		name := "Linear"
+		ins := []agInput{in(true, n, inF), in(true, outF, inF)}
+		if bias {
+			ins = append(ins, in(true, outF))
+		} else {
+			name += "/no bias"
+		}
+		cases = append(cases, agCase{
+			name: name, inputs: ins, tol: tolAG,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+				var b *tensor.Tensor
+				if bias {
+					b = t[2]
+				}
+				return tensor.Linear(t[0], t[1], b)
+			},
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				var b []float64
+				if bias {
+					b = f64(v[2])
+				}
+				x, w := f64(v[0]), f64(v[1])
+				dx, dw, db := linearGrads64(f64(g), x, w, n, inF, outF)
+				grads := [][]float64{dx, dw}
+				if bias {
+					grads = append(grads, db)
+				}
+				return linear64(x, w, b, n, inF, outF), grads
+			},
+		})
+	}
+	cases = append(cases,
+		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
+		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
+		convCase("Conv2d/stride 1 pad 2", []int{1, 1, 7, 10}, []int{2, 1, 5, 5}, true, 1, 2),
+		convCase("Conv2d/LeNet conv2", []int{2, 20, 12, 12}, []int{50, 20, 5, 5}, true, 1, 0),
+		poolCase("MaxPool2d/k2 s2", []int{2, 3, 8, 9}, 2, 2),
+		poolCase("MaxPool2d/k3 s2", []int{1, 2, 9, 9}, 3, 2),
+		poolCase("MaxPool2d/k2 s1", []int{2, 2, 5, 7}, 2, 1),
+		agCase{
+			name: "ReLU", inputs: []agInput{inK("away", 1000)}, tol: tolElem,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.ReLU(t[0]) },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				out, gx := zeros64(len(v[0])), zeros64(len(v[0]))
+				for i, x := range v[0] {
+					if x > 0 {
+						out[i], gx[i] = float64(x), float64(g[i])
+					}
+				}
+				return out, [][]float64{gx}
+			},
+		},
+		ceCase("CrossEntropy/direct", 7, 10, true, 1),
+		ceCase("CrossEntropy/weighted", 33, 10, false, 1),
+		ceCase("CrossEntropy/large logits", 16, 10, true, 80),
+		agCase{
+			name: "Reshape", inputs: []agInput{in(true, 6, 35)}, tol: 0,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+				return tensor.Mul(t[0].Reshape(5, -1), tensor.Full(t[0].Backend(), t[0].Scope(), 1, 5, 42)).Reshape(-1)
+			},
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				return f64(v[0]), [][]float64{f64(g)}
+			},
+		},
+		agCase{
+			name: "Reshape/Flatten", inputs: []agInput{in(true, 2, 3, 4, 5)}, tol: 0,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return t[0].Flatten() },
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				return f64(v[0]), [][]float64{f64(g)}
+			},
+		},
+		transposeCase("Transpose/2-D", []int{7, 33}, 0, 1),
+		transposeCase("Transpose/3-D axes 0,2", []int{3, 4, 5}, 0, 2),
+		transposeCase("Transpose/4-D axes 1,3", []int{2, 3, 4, 5}, 1, 3),
+		mlpCase(),
+		fanoutCase(),
+	)
+	return cases
+}
+
+func shapeName(m, k, n int) string { return fmt.Sprintf("%dx%d·%dx%d", m, k, k, n) }
+
+// mlpCase is Linear → ReLU → Linear → CrossEntropy: gradients flow through
+// intermediate (non-leaf) tensors.
+func mlpCase() agCase {
+	const n, inF, hid, cls = 9, 13, 17, 5
+	return agCase{
+		name:   "Composite/Linear-ReLU-Linear-CrossEntropy",
+		inputs: []agInput{in(true, n, inF), in(true, hid, inF), in(true, hid), in(true, cls, hid), in(true, cls)},
+		labels: [2]int{n, cls}, direct: true, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			h := tensor.ReLU(tensor.Linear(t[0], t[1], t[2]))
+			return tensor.CrossEntropy(tensor.Linear(h, t[3], t[4]), lab)
+		},
+		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
+			x, w1, b1, w2, b2 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4])
+			h := linear64(x, w1, b1, n, inF, hid)
+			r := make([]float64, len(h))
+			for i, a := range h {
+				r[i] = math.Max(a, 0)
+			}
+			z := linear64(r, w2, b2, n, hid, cls)
+			z32 := make([]float32, len(z))
+			for i, a := range z {
+				z32[i] = float32(a)
+			}
+			// The loss at float32-rounded logits: what the device sees.
+			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			dr, dw2, db2 := linearGrads64(scaled(dz, float64(g[0])), r, w2, n, hid, cls)
+			for i := range dr {
+				if h[i] <= 0 {
+					dr[i] = 0
+				}
+			}
+			dx, dw1, db1 := linearGrads64(dr, x, w1, n, inF, hid)
+			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
+		},
+	}
+}
+
+// fanoutCase uses an intermediate tensor three times: h = Linear(x),
+// out = h*h + h, so that its gradient accumulates (2h + 1)·g.
+func fanoutCase() agCase {
+	const n, inF, outF = 5, 8, 6
+	return agCase{
+		name:   "Composite/fan-out of an intermediate",
+		inputs: []agInput{in(true, n, inF), in(true, outF, inF)},
+		tol:    tolAG,
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+			h := tensor.Linear(t[0], t[1], nil)
+			return tensor.Add(tensor.Mul(h, h), h)
+		},
+		ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+			x, w := f64(v[0]), f64(v[1])
+			h := linear64(x, w, nil, n, inF, outF)
+			out, dh := zeros64(len(h)), zeros64(len(h))
+			for i, a := range h {
+				out[i] = a*a + a
+				dh[i] = (2*a + 1) * float64(g[i])
+			}
+			dx, dw, _ := linearGrads64(dh, x, w, n, inF, outF)
+			return out, [][]float64{dx, dw}
+		},
+	}
+}

@@ -1,0 +1,298 @@
+package tensortest
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// The suite tests itself: a backend that is the CPU behind a wrapper (so
+// that RunAutograd takes its compare-with-the-CPU path) must pass, and
+// backends with one deliberate, realistic bug each must fail, with a
+// message naming the operation.
+
+// wrapped is the CPU backend under another identity.
+type wrapped struct{ tensor.Backend }
+
+func (wrapped) Name() string { return "wrapped-cpu" }
+
+func TestWrappedCPUPassesAutograd(t *testing.T) {
+	RunAutograd(t, wrapped{tensor.CPU})
+}
+
+// mutant is the CPU backend with the bug named by bug.
+type mutant struct {
+	tensor.Backend
+	bug string
+}
+
+func (m mutant) Name() string { return "mutant:" + m.bug }
+
+func dl(b tensor.Buffer) []float32 {
+	out := make([]float32, b.Len)
+	tensor.CPU.Download(out, b)
+	return out
+}
+
+func (m mutant) Download(dst any, src tensor.Buffer) {
+	if m.bug == "download-ignores-offset" && src.Off > 0 {
+		src.Off = 0
+	}
+	m.Backend.Download(dst, src)
+}
+
+func (m mutant) Fill(dst tensor.Buffer, v float32) {
+	if m.bug == "fill-one-past-end" && dst.Len > 1 {
+		dst.Len++ // writes the guard element after the window
+	}
+	m.Backend.Fill(dst, v)
+}
+
+func (m mutant) ReLUBackward(dx, dy, y tensor.Buffer, acc bool) {
+	if m.bug != "relu-backward-at-zero" {
+		m.Backend.ReLUBackward(dx, dy, y, acc)
+		return
+	}
+	d, g, out := dl(dx), dl(dy), dl(y)
+	for i := range d {
+		v := g[i]
+		if out[i] < 0 { // passes the gradient where y == 0
+			v = 0
+		}
+		if acc {
+			d[i] += v
+		} else {
+			d[i] = v
+		}
+	}
+	tensor.CPU.Upload(dx, d)
+}
+
+// tf32 keeps 10 bits of mantissa, as a TF32 tensor core does.
+func tf32(s []float32) []float32 {
+	out := make([]float32, len(s))
+	for i, v := range s {
+		out[i] = math.Float32frombits(math.Float32bits(v) &^ 0x1fff)
+	}
+	return out
+}
+
+func (m mutant) MatMul(c, a, b tensor.Buffer, mm, n, k int, ta, tb bool, alpha, beta float32) {
+	switch m.bug {
+	case "matmul-beta0-reads-c":
+		if beta == 0 {
+			beta = math.SmallestNonzeroFloat32
+		}
+	case "matmul-tf32":
+		ta32, _ := tensor.CPU.Alloc(a.Len, tensor.Float32)
+		tb32, _ := tensor.CPU.Alloc(b.Len, tensor.Float32)
+		tensor.CPU.Upload(ta32, tf32(dl(a)))
+		tensor.CPU.Upload(tb32, tf32(dl(b)))
+		a, b = ta32, tb32
+	}
+	m.Backend.MatMul(c, a, b, mm, n, k, ta, tb, alpha, beta)
+}
+
+func (m mutant) BiasGrad(db, dy tensor.Buffer, outer, ch, inner int, acc bool) {
+	if m.bug == "biasgrad-overwrites" {
+		acc = false
+	}
+	m.Backend.BiasGrad(db, dy, outer, ch, inner, acc)
+}
+
+func (m mutant) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	if m.bug == "conv-square-padding" {
+		g.PadW = g.PadH // assumes equal padding on both axes
+	}
+	m.Backend.Conv2d(y, x, w, bias, g)
+}
+
+func (m mutant) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+	if m.bug == "conv-backward-dx-accumulates" && !dx.Empty() {
+		tmp, _ := tensor.CPU.Alloc(dx.Len, tensor.Float32)
+		m.Backend.Conv2dBackward(tmp, dw, db, dy, x, w, g)
+		tensor.CPU.Axpy(dx, 1, tmp)
+		return
+	}
+	m.Backend.Conv2dBackward(dx, dw, db, dy, x, w, g)
+}
+
+func (m mutant) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
+	if m.bug != "maxpool-last-tie" {
+		m.Backend.MaxPool2d(y, argmax, x, g)
+		return
+	}
+	in := dl(x)
+	oh, ow := g.OutH(), g.OutW()
+	out, idx := make([]float32, y.Len), make([]int32, y.Len)
+	for p := 0; p < g.N*g.C; p++ {
+		for i := 0; i < oh; i++ {
+			for j := 0; j < ow; j++ {
+				best, at := float32(math.Inf(-1)), 0
+				for r := 0; r < g.KH; r++ {
+					for s := 0; s < g.KW; s++ {
+						pos := (i*g.StrideH+r)*g.W + j*g.StrideW + s
+						if v := in[p*g.H*g.W+pos]; v >= best {
+							best, at = v, pos
+						}
+					}
+				}
+				out[(p*oh+i)*ow+j], idx[(p*oh+i)*ow+j] = best, int32(at)
+			}
+		}
+	}
+	tensor.CPU.Upload(y, out)
+	tensor.CPU.Upload(argmax, idx)
+}
+
+func (m mutant) CrossEntropy(loss, dlogits, logits, labels tensor.Buffer, n, classes int) {
+	switch m.bug {
+	case "crossentropy-unstable":
+		z := dl(logits)
+		lab := make([]int32, n)
+		tensor.CPU.Download(lab, labels)
+		var total float32
+		var dz []float32
+		if !dlogits.Empty() {
+			dz = make([]float32, n*classes)
+		}
+		for r := 0; r < n; r++ {
+			var se float32
+			for _, v := range z[r*classes : (r+1)*classes] {
+				se += float32(math.Exp(float64(v))) // no max subtracted
+			}
+			total += float32(math.Log(float64(se))) - z[r*classes+int(lab[r])]
+			for c := 0; dz != nil && c < classes; c++ {
+				p := float32(math.Exp(float64(z[r*classes+c]))) / se
+				if c == int(lab[r]) {
+					p--
+				}
+				dz[r*classes+c] = p / float32(n)
+			}
+		}
+		tensor.CPU.Upload(loss, []float32{total / float32(n)})
+		if dz != nil {
+			tensor.CPU.Upload(dlogits, dz)
+		}
+		return
+	case "crossentropy-grad-not-mean":
+		m.Backend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
+		if !dlogits.Empty() && n > 1 {
+			d := dl(dlogits)
+			for i := range d {
+				d[i] *= float32(n)
+			}
+			tensor.CPU.Upload(dlogits, d)
+		}
+		return
+	}
+	m.Backend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
+}
+
+func (m mutant) Argmax(dst, x tensor.Buffer, rows, cols int) {
+	if m.bug != "argmax-last-tie" {
+		m.Backend.Argmax(dst, x, rows, cols)
+		return
+	}
+	z := dl(x)
+	out := make([]int32, rows)
+	for r := range out {
+		for c := 1; c < cols; c++ {
+			if z[r*cols+c] >= z[r*cols+int(out[r])] {
+				out[r] = int32(c)
+			}
+		}
+	}
+	tensor.CPU.Upload(dst, out)
+}
+
+func (m mutant) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
+	if m.bug == "sgd-dampens-first-step" && h.FirstStep && h.Momentum != 0 {
+		tensor.CPU.Fill(v, 0) // v = m·0 + (1 − dampening)·d
+		h.FirstStep = false
+	}
+	m.Backend.SGD(p, g, v, h)
+}
+
+func (m mutant) ScaleBy(dst, x, s tensor.Buffer, acc bool) {
+	if m.bug == "scaleby-ignores-scale" {
+		one, _ := tensor.CPU.Alloc(1, tensor.Float32)
+		tensor.CPU.Fill(one, 1)
+		s = one
+	}
+	m.Backend.ScaleBy(dst, x, s, acc)
+}
+
+// TestMutantHelper runs the suite on the mutant named by
+// TENSORTEST_MUTANT; it is run in a subprocess by TestSuiteCatchesBugs.
+func TestMutantHelper(t *testing.T) {
+	bug := os.Getenv("TENSORTEST_MUTANT")
+	if bug == "" {
+		t.Skip("run by TestSuiteCatchesBugs")
+	}
+	b := mutant{tensor.CPU, bug}
+	if os.Getenv("TENSORTEST_MUTANT_AUTOGRAD") != "" {
+		RunAutograd(t, b)
+	} else {
+		RunBackend(t, b)
+	}
+}
+
+func TestSuiteCatchesBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocesses")
+	}
+	cases := []struct {
+		bug, subtest, message string
+		autograd              bool
+	}{
+		{"download-ignores-offset", "AllocUploadDownload", "round trip", false},
+		{"fill-one-past-end", "Fill", "outside the window", false},
+		{"relu-backward-at-zero", "ReLUBackward", "ReLUBackward", false},
+		{"matmul-beta0-reads-c", "MatMul", "beta=0", false},
+		{"matmul-tf32", "MatMul", "out of tolerance", false},
+		{"biasgrad-overwrites", "BiasGrad", "accumulate=true", false},
+		{"conv-square-padding", "Conv2d", "pad 2,0", false},
+		{"conv-backward-dx-accumulates", "Conv2dBackward", "Conv2dBackward dx", false},
+		{"maxpool-last-tie", "MaxPool2d", "ties", false},
+		{"crossentropy-unstable", "CrossEntropy", "±300", false},
+		{"crossentropy-grad-not-mean", "CrossEntropy", "dlogits", false},
+		{"argmax-last-tie", "Argmax", "ties=true", false},
+		{"sgd-dampens-first-step", "SGD", "Dampening:0.1", false},
+		{"scaleby-ignores-scale", "CrossEntropy/weighted", "gradient of input 0", true},
+	}
+	for _, c := range cases {
+		t.Run(c.bug, func(t *testing.T) {
+			group := "Backend"
+			if c.autograd {
+				group = "Autograd"
+			}
+			sub := "^" + strings.ReplaceAll(c.subtest, "/", "$/^") + "$"
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMutantHelper$/^"+group+"$/"+sub, "-test.count=1")
+			cmd.Env = append(os.Environ(), "TENSORTEST_MUTANT="+c.bug)
+			if c.autograd {
+				cmd.Env = append(cmd.Env, "TENSORTEST_MUTANT_AUTOGRAD=1")
+			}
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a backend with bug %q:\n%s", c.bug, out)
+			}
+			if !strings.Contains(string(out), c.message) || !strings.Contains(string(out), "seed") {
+				t.Errorf("bug %q: failure output lacks %q or the seed:\n%s", c.bug, c.message, out)
+			}
+			if testing.Verbose() {
+				lines := strings.Split(string(out), "\n")
+				for _, l := range lines {
+					if strings.Contains(l, "seed ") && !strings.Contains(l, "tensortest:") {
+						t.Logf("caught: %s", strings.TrimSpace(l))
+						break
+					}
+				}
+			}
+		})
+	}
+}
