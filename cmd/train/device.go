@@ -16,9 +16,10 @@ type device struct {
 	description string
 	gpu         *cuda.Backend // nil on the CPU
 
-	// datasetReserved is what the allocator had reserved once the uint8
-	// training and test sets were uploaded; trainingPeak the peak reserved
-	// and allocated bytes while training (evaluation excluded).
+	// dataset* is what the allocator had reserved and allocated once the
+	// uint8 training and test sets were uploaded; trainingPeak* the peaks
+	// while training (evaluation excluded). Memory figures "without the data
+	// set" subtract the data set's own bytes from the peaks.
 	datasetReserved       int
 	trainingPeakReserved  int
 	trainingPeakAllocated int
@@ -97,9 +98,9 @@ func (d *device) memoryLine() string {
 		return ""
 	}
 	s := d.gpu.MemoryStats()
-	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (plus %s of data set); reserved now %s",
-		mib(d.trainingPeakReserved-d.datasetReserved), mib(d.trainingPeakAllocated-d.datasetAllocated),
-		mib(d.datasetReserved), mib(s.Reserved.Current))
+	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (without the %s data set); reserved now %s",
+		mib(d.trainingPeakReserved-d.datasetAllocated), mib(d.trainingPeakAllocated-d.datasetAllocated),
+		mib(d.datasetAllocated), mib(s.Reserved.Current))
 }
 
 func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirst int64) {
@@ -107,9 +108,9 @@ func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirs
 		return
 	}
 	s := d.gpu.MemoryStats()
-	logf("| GPU memory reserved, training peak (without data set) | %s |", mib(d.trainingPeakReserved-d.datasetReserved))
-	logf("| GPU memory allocated, training peak (without data set) | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
-	logf("| GPU memory reserved by the uint8 data set | %s |", mib(d.datasetReserved))
+	logf("| GPU memory reserved, training peak, without the data set | %s |", mib(d.trainingPeakReserved-d.datasetAllocated))
+	logf("| GPU memory allocated, training peak, without the data set | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
+	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.datasetAllocated))
 	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
 	if steps > 1 {
 		logf("| driver allocations after step 1 | %d (%.4f per step) |",

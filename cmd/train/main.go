@@ -26,9 +26,16 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signalContext()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM: training finishes the
+// step in flight, saves, and exits 130.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // options are the command-line flags.
@@ -43,6 +50,7 @@ type options struct {
 	dataDir     string
 	download    bool
 	limit       int
+	testLimit   int
 	save        string
 	resume      string
 	logInterval int
@@ -67,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.dataDir, "data", "", "directory with the four MNIST files (default: $MNIST_DIR, else the copy in the Go module cache)")
 	fs.BoolVar(&o.download, "download", false, "download MNIST into --data (or ./mnist) from the canonical mirrors first")
 	fs.IntVar(&o.limit, "limit", 0, "train on the first N images only (0 = all)")
+	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images only (0 = all 10,000)")
 	fs.StringVar(&o.save, "save", "lenet.safetensors", "checkpoint path (safetensors; training state goes beside it)")
 	fs.StringVar(&o.resume, "resume", "", "continue from this checkpoint")
 	fs.IntVar(&o.logInterval, "log-interval", 100, "steps between progress lines")
@@ -92,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--momentum %g: want 0 <= momentum < 1", o.momentum)
 	case o.limit < 0:
 		return nil, fmt.Errorf("--limit %d: want 0 (all) or a positive count", o.limit)
+	case o.testLimit < 0:
+		return nil, fmt.Errorf("--test-limit %d: want 0 (all) or a positive count", o.testLimit)
 	case o.logInterval < 1:
 		return nil, fmt.Errorf("--log-interval %d: want at least 1", o.logInterval)
 	case o.device != "auto" && o.device != "cpu" && o.device != "cuda":

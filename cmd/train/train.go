@@ -55,7 +55,7 @@ func (t *trainer) main(ctx context.Context) (code int) {
 	}()
 	err := t.setup(ctx)
 	if err == nil {
-		err = tensor.Guard(func() { err = t.loop(ctx) })
+		err = guarded(func() error { return t.loop(ctx) })
 	}
 	switch {
 	case err == nil:
@@ -103,8 +103,10 @@ func (t *trainer) setup(ctx context.Context) error {
 		return usageError{err}
 	}
 	if o.limit > 0 && o.limit < t.train.N {
-		d, n := t.train, o.limit
-		t.train = &data.Dataset{Images: d.Images[:n*d.Rows*d.Cols], Labels: d.Labels[:n], N: n, Rows: d.Rows, Cols: d.Cols}
+		t.train = firstN(t.train, o.limit)
+	}
+	if o.testLimit > 0 && o.testLimit < t.test.N {
+		t.test = firstN(t.test, o.testLimit)
 	}
 	if t.train.N < o.batchSize {
 		return usageError{fmt.Errorf("--batch-size %d is larger than the %d training images", o.batchSize, t.train.N)}
@@ -122,7 +124,7 @@ func (t *trainer) setup(ctx context.Context) error {
 	}
 	t.logf("device: %s", t.dev.description)
 
-	return tensor.Guard(func() {
+	return guarded(func() (err error) {
 		b := t.dev.backend
 		t.trainImgs = tensor.FromUint8(b, nil, t.train.Images, t.train.N, t.train.Rows*t.train.Cols)
 		t.testImgs = tensor.FromUint8(b, nil, t.test.Images, t.test.N, t.test.Rows*t.test.Cols)
@@ -130,13 +132,30 @@ func (t *trainer) setup(ctx context.Context) error {
 		t.model = models.NewLeNet(b, o.seed)
 		t.sgd, err = optim.NewSGD(t.model.Parameters(), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
 		if err != nil {
-			return
+			return err
 		}
 		if o.resume != "" {
-			err = t.restore()
+			if err := t.restore(); err != nil {
+				return err
+			}
 		}
 		t.dev.resetPeak()
+		return nil
 	})
+}
+
+// guarded runs f and returns its error, or the device error (out of memory,
+// a failed launch) that an operation inside it panicked with.
+func guarded(f func() error) error {
+	var err error
+	if gerr := tensor.Guard(func() { err = f() }); gerr != nil {
+		return gerr
+	}
+	return err
+}
+
+func firstN(d *data.Dataset, n int) *data.Dataset {
+	return &data.Dataset{Images: d.Images[:n*d.Rows*d.Cols], Labels: d.Labels[:n], N: n, Rows: d.Rows, Cols: d.Cols}
 }
 
 // restore loads the model and training state saved by an earlier run.
@@ -237,8 +256,12 @@ func (t *trainer) loop(ctx context.Context) error {
 		testLoss, acc := t.evaluate()
 		t.lastAccuracy = acc
 		imgsPerSec := float64((steps-first)*o.batchSize) / secs
-		t.logf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.2f s, %.0f images/s%s",
-			epoch+1, o.epochs, trainLoss, testLoss, acc, secs, imgsPerSec, t.dev.memoryLine())
+		testSet := ""
+		if t.test.N < 10000 {
+			testSet = fmt.Sprintf(" (first %d test images)", t.test.N)
+		}
+		t.logf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%%s, %.2f s, %.0f images/s%s",
+			epoch+1, o.epochs, trainLoss, testLoss, acc, testSet, secs, imgsPerSec, t.dev.memoryLine())
 		if err := metrics.write(epoch+1, trainLoss, testLoss, acc, secs, imgsPerSec); err != nil {
 			return err
 		}
