@@ -1,6 +1,10 @@
 package tensor
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/ember-ml/ember/tensor/internal/sgemm"
+)
 
 // Convolution on the CPU lowers to one GEMM over the whole batch (im2col):
 // col holds, for every output pixel of every image, the C·R·S input values
@@ -90,7 +94,7 @@ func (c *cpuBackend) Conv2d(y, x, w, bias Buffer, g ConvGeom) {
 	im2col(*col, f32(x), g)
 	yt := getScratch(g.K * np)
 	defer putScratch(yt)
-	c.blas.Sgemm(trans(false), trans(false), g.K, np, crs, 1, f32(w), crs, *col, np, 0, *yt, np)
+	sgemm.Sgemm(false, false, g.K, np, crs, 1, f32(w), crs, *col, np, 0, *yt, np)
 	// [K, N, P] -> [N, K, P], adding the bias on the way.
 	out := f32(y)
 	var b []float32
@@ -141,13 +145,13 @@ func (c *cpuBackend) Conv2dBackward(dx, dw, db, dy, x, w Buffer, g ConvGeom) {
 	if !dw.Empty() {
 		col := getScratch(crs * np)
 		im2col(*col, f32(x), g)
-		c.blas.Sgemm(trans(false), trans(true), g.K, crs, np, 1, *dyt, np, *col, np, 1, f32(dw), crs)
+		sgemm.Sgemm(false, true, g.K, crs, np, 1, *dyt, np, *col, np, 1, f32(dw), crs)
 		putScratch(col)
 	}
 	if !dx.Empty() {
 		dcol := getScratch(crs * np)
 		defer putScratch(dcol)
-		c.blas.Sgemm(trans(true), trans(false), crs, np, g.K, 1, f32(w), crs, *dyt, np, 0, *dcol, np)
+		sgemm.Sgemm(true, false, crs, np, g.K, 1, f32(w), crs, *dyt, np, 0, *dcol, np)
 		d := f32(dx)
 		clear(d)
 		col2im(d, *dcol, g)

@@ -3,20 +3,30 @@ package main
 import (
 	"fmt"
 
+	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/tensor"
 )
 
 // openBackend returns the backend --device names and a description of it
-// for the log. predict runs on the CPU for now: "auto" picks it, and
-// "cuda" is refused until the CUDA backend is wired in here.
+// for the log: "auto" takes the first GPU when one is usable and otherwise
+// the CPU, saying why.
 func openBackend(name string) (tensor.Backend, string, error) {
 	switch name {
 	case "cpu":
 		return tensor.CPU, "cpu", nil
-	case "auto":
-		return tensor.CPU, "cpu (auto)", nil
-	case "cuda":
-		return nil, "", fmt.Errorf("not supported by predict yet; use --device cpu")
+	case "auto", "cuda":
+		reason := cuda.Available()
+		if reason == nil {
+			b, err := cuda.NewBackend(0, cuda.BackendOptions{})
+			if err == nil {
+				return b, b.Name() + " (" + b.Device().Name() + ")", nil
+			}
+			reason = err
+		}
+		if name == "cuda" {
+			return nil, "", fmt.Errorf("no usable GPU: %v", reason)
+		}
+		return tensor.CPU, fmt.Sprintf("cpu (auto: no usable GPU: %v)", reason), nil
 	}
 	return nil, "", fmt.Errorf("unknown device %q; want auto, cpu or cuda", name)
 }

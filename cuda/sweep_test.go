@@ -1,0 +1,66 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// TestGPUBatchSizeSweep trains LeNet with batch sizes 64, 65, ..., 80 and
+// back down to 64, a step sequence whose block sizes change every step. A
+// caching allocator that splits and coalesces well keeps the memory it
+// reserves within 1.1x of the peak in use; one that only caches exact sizes
+// keeps reserving new blocks.
+func TestGPUBatchSizeSweep(t *testing.T) {
+	d := requireGPU(t)
+	b, err := NewBackend(d.Ordinal(), BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m := models.NewLeNet(b, 1)
+	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var sizes []int
+	for bs := 64; bs <= 80; bs++ {
+		sizes = append(sizes, bs)
+	}
+	for bs := 79; bs >= 64; bs-- {
+		sizes = append(sizes, bs)
+	}
+	s := tensor.NewScope()
+	defer s.Release()
+	for _, bs := range sizes {
+		x := make([]float32, bs*784)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		y := make([]int32, bs)
+		for i := range y {
+			y[i] = int32(rng.IntN(10))
+		}
+		for step := 0; step < 2; step++ {
+			s.Reset()
+			loss := tensor.CrossEntropy(m.Forward(tensor.FromFloat32(b, s, x, bs, 1, 28, 28)), tensor.FromInt32(b, s, y, bs))
+			sgd.ZeroGrad()
+			loss.Backward()
+			sgd.Step()
+		}
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	st := b.MemoryStats()
+	ratio := float64(st.Reserved.Peak) / float64(st.Allocated.Peak)
+	t.Logf("batch sizes 64..80..64: peak reserved %.2f MiB, peak allocated %.2f MiB (ratio %.3f), %d driver allocations, %d cache hits",
+		float64(st.Reserved.Peak)/(1<<20), float64(st.Allocated.Peak)/(1<<20), ratio, st.DriverAllocs, st.CacheHits)
+	if ratio > 1.1 {
+		t.Errorf("peak reserved is %.3fx peak allocated, want at most 1.1x\n%s", ratio, b.Allocator().MemorySummary())
+	}
+}
