@@ -277,6 +277,10 @@ func (*cpuBackend) MaxPool2d(y, argmax, x Buffer, g PoolGeom) {
 	parallelFor(g.N*g.C, func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			plane := in[p*g.H*g.W : (p+1)*g.H*g.W]
+			if g.KH == 2 && g.KW == 2 && g.StrideH == 2 && g.StrideW == 2 {
+				maxPool2x2(out[p*oh*ow:(p+1)*oh*ow], idx[p*oh*ow:(p+1)*oh*ow], plane, g.W, oh, ow)
+				continue
+			}
 			for i := 0; i < oh; i++ {
 				for j := 0; j < ow; j++ {
 					best, at := float32(math.Inf(-1)), -1
@@ -296,6 +300,28 @@ func (*cpuBackend) MaxPool2d(y, argmax, x Buffer, g PoolGeom) {
 			}
 		}
 	})
+}
+
+// maxPool2x2 is MaxPool2d's common case (2×2 windows, stride 2) for one
+// plane, with the same tie and NaN rules as the general loop.
+func maxPool2x2(out []float32, idx []int32, plane []float32, w, oh, ow int) {
+	for i := 0; i < oh; i++ {
+		r0, r1 := plane[2*i*w:], plane[(2*i+1)*w:]
+		o, x := out[i*ow:(i+1)*ow], idx[i*ow:(i+1)*ow]
+		for j := range o {
+			best, at := r0[2*j], 2*i*w+2*j
+			if v := r0[2*j+1]; v > best || v != v {
+				best, at = v, 2*i*w+2*j+1
+			}
+			if v := r1[2*j]; v > best || v != v {
+				best, at = v, (2*i+1)*w+2*j
+			}
+			if v := r1[2*j+1]; v > best || v != v {
+				best, at = v, (2*i+1)*w+2*j+1
+			}
+			o[j], x[j] = best, int32(at)
+		}
+	}
 }
 
 func (*cpuBackend) MaxPool2dBackward(dx, dy, argmax Buffer, g PoolGeom, accumulate bool) {

@@ -33,6 +33,7 @@ func im2col(col, x []float32, g ConvGeom) {
 		for row := lo; row < hi; row++ {
 			c, r, s := row/(g.R*g.S), row/g.S%g.R, row%g.S
 			dst := col[row*np : (row+1)*np]
+			j0, j1 := validCols(g, s, ow)
 			for n := 0; n < g.N; n++ {
 				plane := x[(n*g.C+c)*g.H*g.W:]
 				for i := 0; i < oh; i++ {
@@ -42,18 +43,36 @@ func im2col(col, x []float32, g ConvGeom) {
 						clear(out)
 						continue
 					}
-					for j := range out {
-						w := j*g.StrideW + s - g.PadW
-						if w < 0 || w >= g.W {
-							out[j] = 0
-						} else {
-							out[j] = plane[h*g.W+w]
-						}
+					clear(out[:j0])
+					clear(out[j1:])
+					row := plane[h*g.W:]
+					if g.StrideW == 1 { // a contiguous run of the input row
+						copy(out[j0:j1], row[j0+s-g.PadW:])
+						continue
+					}
+					for j := j0; j < j1; j++ {
+						out[j] = row[j*g.StrideW+s-g.PadW]
 					}
 				}
 			}
 		}
 	})
+}
+
+// validCols is the range [j0, j1) of output columns whose input column
+// j*StrideW + s - PadW falls inside the image (the rest read padding).
+func validCols(g ConvGeom, s, ow int) (j0, j1 int) {
+	// smallest j with j*StrideW >= PadW - s
+	if d := g.PadW - s; d > 0 {
+		j0 = (d + g.StrideW - 1) / g.StrideW
+	}
+	// largest j with j*StrideW + s - PadW <= W - 1, plus one
+	j1 = (g.W-1-s+g.PadW)/g.StrideW + 1
+	if g.W-1-s+g.PadW < 0 {
+		j1 = 0
+	}
+	j0, j1 = min(j0, ow), min(j1, ow)
+	return j0, max(j1, j0)
 }
 
 // col2im adds col [C·R·S, N·P] back into dx [N, C, H, W] (already zeroed).
@@ -66,6 +85,7 @@ func col2im(dx, col []float32, g ConvGeom) {
 			for rs := 0; rs < g.R*g.S; rs++ {
 				r, s := rs/g.S, rs%g.S
 				src := col[(c*g.R*g.S+rs)*np:]
+				j0, j1 := validCols(g, s, ow)
 				for n := 0; n < g.N; n++ {
 					plane := dx[(n*g.C+c)*g.H*g.W:]
 					for i := 0; i < oh; i++ {
@@ -74,10 +94,9 @@ func col2im(dx, col []float32, g ConvGeom) {
 							continue
 						}
 						in := src[(n*oh+i)*ow : (n*oh+i+1)*ow]
-						for j, v := range in {
-							if w := j*g.StrideW + s - g.PadW; w >= 0 && w < g.W {
-								plane[h*g.W+w] += v
-							}
+						row := plane[h*g.W:]
+						for j := j0; j < j1; j++ {
+							row[j*g.StrideW+s-g.PadW] += in[j]
 						}
 					}
 				}
