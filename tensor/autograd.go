@@ -99,11 +99,13 @@ func (t *Tensor) Backward() {
 		if g == nil {
 			continue
 		}
+		e.current, e.keepCurrent = g.st, false
 		n.backward(g, e)
-		// Nothing reads u's gradient after this: give its memory back now
-		// rather than at the end of the step, which keeps the peak of a
-		// backward pass near one activation's gradient at a time.
-		if g != seed && g.scope != nil && g.st != t.st {
+		// Nothing reads u's gradient after this (unless a view of it became
+		// an input's gradient): give its memory back now rather than at the
+		// end of the step, which keeps the peak of a backward pass near one
+		// activation's gradient at a time.
+		if g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent {
 			g.st.release()
 		}
 	}
@@ -143,6 +145,11 @@ func topoOrder(root *Tensor) []*Tensor {
 type engine struct {
 	grads map[*Tensor]*Tensor
 	scope *Scope
+	// current is the memory of the gradient being propagated; keepCurrent
+	// records that a view of it was handed on (Reshape), so it must outlive
+	// this node.
+	current     *storage
+	keepCurrent bool
 }
 
 func (e *engine) scopeFor(t *Tensor) *Scope {
@@ -211,6 +218,9 @@ func (e *engine) give(t *Tensor, g *Tensor) {
 	}
 	if t.node != nil && e.grads[t] == nil && g.IsContiguous() && !g.isOne {
 		e.grads[t] = g
+		if g.st == e.current {
+			e.keepCurrent = true
+		}
 		return
 	}
 	e.pass(t, g)

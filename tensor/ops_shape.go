@@ -37,7 +37,8 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	out := t.view(t.off, shape, contiguousStrides(shape))
 	in := t
 	record(out, "reshape", func(g *Tensor, e *engine) {
-		e.pass(in, g.view(g.off, in.Shape(), contiguousStrides(in.shape)))
+		// The gradient is the same memory seen with the input's shape.
+		e.give(in, g.view(g.off, in.Shape(), contiguousStrides(in.shape)))
 	}, in)
 	return out
 }
