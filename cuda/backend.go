@@ -702,23 +702,79 @@ func (b *Backend) BiasGrad(db, dy tensor.Buffer, outer, channels, inner int, acc
 	const op = "bias_grad"
 	need(op, "dy", dy, outer*channels*inner)
 	need(op, "db", db, channels)
-	b.biasGrad(op, b.f32(op, db), b.f32(op, dy), outer, channels, inner, accumulate)
+	b.biasGrad(op, b.f32(op, db), b.f32(op, dy), 0, outer, channels, inner, accumulate)
 }
 
-// biasGrad launches the per-channel reduction: a thread per channel when
-// the channels are the innermost axis and the columns are not too long
-// (coalesced reads, the CPU's summation order), else a block per channel.
-func (b *Backend) biasGrad(op string, pdb, pdy uintptr, outer, channels, inner int, accumulate bool) {
+// biasGrad launches the per-channel reduction db[c] (+)= sum of dy [outer,
+// channels, inner] over outer and inner (kernels/reduce.cu), and, when pdyt
+// is not 0, writes the transpose dyt [channels, outer, inner] on the way
+// (Conv2dBackward). inner == 1 without dyt: ember_bias_grad_cols, 32
+// channels per block; else ember_bias_grad_rows, a block per (channel, about
+// 1024 elements). When a channel spans several blocks they write partial
+// sums to a workspace and ember_bias_grad_finish adds them in order. LeNet:
+// fc1 and fc2 (64 rows) one launch each; conv1 (64 parts of 576) and conv2
+// (4 parts of 1024) two each, the first also being the transpose of dy.
+// The partition depends on the shape alone, so results are reproducible.
+func (b *Backend) biasGrad(op string, pdb, pdy, pdyt uintptr, outer, channels, inner int, accumulate bool) {
 	if channels <= 0 {
 		return
 	}
-	if inner == 1 && outer <= 1<<16 {
-		b.launch(op, b.k.biasGradCols, channels, pdb, pdy, int64(outer), int64(channels), flag(accumulate))
+	if outer <= 0 || inner <= 0 {
+		// Sums of nothing: db = 0 (+ db).
+		if !accumulate {
+			devCheck(op, b.x.memset32(pdb, 0, channels))
+		}
 		return
 	}
-	const threads = 512
-	b.launchGrid(op, b.k.biasGradBlock, min(channels, 1<<16), threads, pdb, pdy, int64(outer), int64(channels), int64(inner), flag(accumulate))
+	var rpb, parts int
+	var f *Function
+	var grid, block Dim3
+	if inner == 1 && pdyt == 0 {
+		rpb = biasColsRowsPerBlock(outer)
+		parts = (outer + rpb - 1) / rpb
+		f = b.k.biasGradCols
+		grid = Dim3{X: (channels + 31) / 32, Y: parts, Z: 1}
+		block = Dim3{X: 32, Y: 8, Z: 1}
+	} else {
+		rpb = biasRowsPerBlock(inner)
+		parts = (outer + rpb - 1) / rpb
+		f = b.k.biasGradRows
+		grid = Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
+		block = Dim3{X: blockSize, Y: 1, Z: 1}
+	}
+	var part uintptr
+	if parts > 1 {
+		ws := b.workspace(op, 4*parts*channels)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	if f == b.k.biasGradCols {
+		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdy, int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
+	} else {
+		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdyt, pdy, int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
+	}
+	if parts > 1 {
+		const warps = blockSize / 32
+		b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
+	}
 }
+
+// maxGridY is the largest gridDim.y (and z) CUDA allows.
+const maxGridY = 65535
+
+// biasColsRowsPerBlock is the row chunk of ember_bias_grad_cols: all rows
+// in one block up to 1024 (one launch), else chunks of 256 rows (32 per
+// thread), or more when that would need more than maxGridY chunks.
+func biasColsRowsPerBlock(outer int) int {
+	if outer <= 1024 {
+		return outer
+	}
+	return max(256, (outer+maxGridY-1)/maxGridY)
+}
+
+// biasRowsPerBlock is the number of outer rows one block of
+// ember_bias_grad_rows takes: about 1024 elements (4 per thread).
+func biasRowsPerBlock(inner int) int { return max(1, 1024/inner) }
 
 // ---- loss, argmax, optimiser, data ----
 

@@ -187,12 +187,13 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true}
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
 var blockSized = map[string]bool{
-	"ember_sum_partial": true, "ember_sum_final": true, "ember_bias_grad_block": true,
+	"ember_sum_partial": true, "ember_sum_final": true, "ember_bias_grad_rows": true,
+	"ember_bias_grad_cols": true, "ember_bias_grad_finish": true,
 	"ember_cross_entropy": true, "ember_argmax": true,
 }
 

@@ -8,9 +8,10 @@ package cuda
 //
 //	forward:  im2col   x [N,C,H,W]         -> col [CRS, N·P]   (workspace)
 //	          Sgemm    W [K,CRS] · col      -> yt [K, N·P]      (workspace)
-//	          swap01   yt [K,N,P] (+bias)   -> y [N,K,P]
-//	backward: swap01   dy [N,K,P]           -> dyt [K, N·P]     (workspace)
-//	          bias_grad over dyt rows       -> db += ...
+//	          swap01   yt [K,N,P] (+bias, ReLU) -> y [N,K,P]
+//	backward: bias_grad_rows dy [N,K,P]     -> dyt [K, N·P]     (workspace)
+//	                                           and db partials
+//	          bias_grad_finish              -> db += ...        (when split)
 //	          im2col   x                    -> col              (workspace)
 //	          Sgemm    dyt · colᵀ (beta=1)  -> dw += ...
 //	          Sgemm    Wᵀ · dyt             -> dcol (reuses col's workspace)
@@ -23,8 +24,9 @@ package cuda
 // col precedes the GEMM that overwrites it). dx is skipped when its buffer is
 // empty (the first layer), dw and db when theirs are.
 //
-// Launches: forward 3 (im2col, GEMM, swap01); backward 6 with dx (swap01,
-// bias_grad, im2col, 2 GEMMs, col2im), 4 without.
+// Launches: forward 3 (im2col, GEMM, swap01); backward 6 or 7 with dx
+// (bias_grad_rows, [bias_grad_finish,] im2col, 2 GEMMs, col2im), 4 or 5
+// without; without db, swap01 replaces bias_grad_rows.
 
 import (
 	"fmt"
@@ -64,12 +66,13 @@ func convShapeOf(op string, g tensor.ConvGeom) convShape {
 	return c
 }
 
-// im2col queues col [CRS, N·P] = the patches of x.
+// im2col queues col [CRS, N·P] = the patches of x: a 2-D grid, y over the
+// C·R (channel, kernel row) pairs, x over the N·P columns (kernels/conv.cu).
 func (b *Backend) im2col(op string, col, x uintptr, c convShape) {
 	d := c.dims
-	b.launch(op, b.k.im2col, c.colLen, col, x,
-		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
-		int64(c.colLen), int64(c.xLen))
+	grid := Dim3{X: min((c.np+blockSize-1)/blockSize, maxGrid), Y: min(c.g.C*c.g.R, maxGridY), Z: 1}
+	devCheck(op, b.x.launch(b.k.im2col, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], int64(c.np)}))
 }
 
 // col2im queues dx = the sum of col's patches (overwrite).
@@ -80,16 +83,38 @@ func (b *Backend) col2im(op string, dx, col uintptr, c convShape) {
 		int64(c.xLen), int64(c.colLen))
 }
 
-// swap01 queues out [B, A, P] = in [A, B, P] (+ bias[a] when bias != 0).
-func (b *Backend) swap01(op string, out, in, bias uintptr, A, B, P int) {
-	b.launch(op, b.k.swap01, A*B*P, out, in, bias, int64(A), int64(B), int64(P))
+// rowTiles is the launch of a kernel over rows × P elements in 2-D tiles
+// (swap01): blockDim.x threads along P (a multiple of 32, at most 256,
+// splitting P into equal parts), blockDim.y rows per block.
+func rowTiles(rows, P int) (grid, block Dim3) {
+	tx, ty := 0, 1
+	if P >= blockSize {
+		parts := (P + blockSize - 1) / blockSize
+		tx = ((P+parts-1)/parts + 31) / 32 * 32
+	} else {
+		tx = max((P+31)/32*32, 32)
+		ty = blockSize / tx
+	}
+	grid = Dim3{X: min((P+tx-1)/tx, maxGrid), Y: min((rows+ty-1)/ty, maxGridY), Z: 1}
+	return grid, Dim3{X: tx, Y: ty, Z: 1}
+}
+
+// swap01 queues out [B, A, P] = in [A, B, P] (+ bias[a] when bias != 0,
+// then max(·, 0) when relu).
+func (b *Backend) swap01(op string, out, in, bias uintptr, A, B, P int, relu bool) {
+	if A*B*P <= 0 {
+		return
+	}
+	grid, block := rowTiles(A*B, P)
+	devCheck(op, b.x.launch(b.k.swap01, grid, block, []any{out, in, bias, int64(A), int64(B), int64(P), flag(relu)}))
 }
 
 func (b *Backend) gemm(op string, transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, bm uintptr, ldb int, beta float32, c uintptr, ldc int) {
 	devCheck(op, b.x.sgemm(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc))
 }
 
-// Conv2d sets y = conv(x, w) + bias (bias may be empty).
+// Conv2d sets y = conv(x, w) + bias (bias may be empty), then max(y, 0)
+// when g.ReLU (in the same pass: swap01's epilogue).
 func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 	const op = "conv2d"
 	c := convShapeOf(op, g)
@@ -110,6 +135,9 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 		devCheck(op, b.x.memset32(py, 0, c.yLen))
 		if pbias != 0 {
 			b.launch(op, b.k.addBias, c.yLen, py, pbias, int64(c.yLen), int64(g.K), int64(c.p))
+			if g.ReLU {
+				b.launch(op, b.k.relu, c.yLen, py, py, int64(c.yLen))
+			}
 		}
 		return
 	}
@@ -119,7 +147,7 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 	defer b.release(yt)
 	b.im2col(op, col.Ptr(), px, c)
 	b.gemm(op, false, false, g.K, c.np, c.crs, 1, pw, c.crs, col.Ptr(), c.np, 0, yt.Ptr(), c.np)
-	b.swap01(op, py, yt.Ptr(), pbias, g.K, g.N, c.p)
+	b.swap01(op, py, yt.Ptr(), pbias, g.K, g.N, c.p, g.ReLU)
 }
 
 // Conv2dBackward overwrites dx with the input gradient (skipped when dx is
@@ -159,15 +187,17 @@ func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.Co
 	}
 	if !wantDX && !wantDW {
 		// Only the bias: reduce dy [N, K, P] over N and P directly.
-		b.biasGrad(op, pdb, pdy, g.N, g.K, c.p, true)
+		b.biasGrad(op, pdb, pdy, 0, g.N, g.K, c.p, true)
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)
 	defer b.release(dyt)
-	b.swap01(op, dyt.Ptr(), pdy, 0, g.N, g.K, c.p)
 	if wantDB {
-		// db[k] += sum of row k of dyt [K, N·P].
-		b.biasGrad(op, pdb, dyt.Ptr(), 1, g.K, c.np, true)
+		// dyt [K, N·P] = dy transposed, and db[k] += the sum of row k, in
+		// one pass over dy.
+		b.biasGrad(op, pdb, pdy, dyt.Ptr(), g.N, g.K, c.p, true)
+	} else {
+		b.swap01(op, dyt.Ptr(), pdy, 0, g.N, g.K, c.p, false)
 	}
 	if c.crs == 0 {
 		return // no weights, and dx has no elements
@@ -224,8 +254,10 @@ func (b *Backend) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
 }
 
 // MaxPool2dBackward routes dy to the argmax positions of dx (+ dx when
-// accumulating). One thread per dx element gathers from the windows that
-// cover it: deterministic, no atomics, also for overlapping windows.
+// accumulating), deterministically and without atomics. Windows that do not
+// overlap (stride >= window, LeNet): one thread per output writes its stride
+// cell (ember_maxpool2d_backward_disjoint). Otherwise one thread per dx
+// element gathers from the windows that cover it.
 func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolGeom, accumulate bool) {
 	const op = "maxpool2d_backward"
 	s := poolShapeOf(op, g)
@@ -233,6 +265,18 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 	need(op, "dy", dy, s.yLen)
 	need(op, "argmax", argmax, s.yLen)
 	d := s.dims
+	if g.StrideH >= g.KH && g.StrideW >= g.KW {
+		if s.yLen == 0 {
+			// No windows: nothing routed; dx = 0 (+ dx).
+			if !accumulate && s.xLen > 0 {
+				devCheck(op, b.x.memset32(b.f32(op, dx), 0, s.xLen))
+			}
+			return
+		}
+		b.launch(op, b.k.maxPoolBackwardDisjoint, s.yLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
+			d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.yLen), int64(s.xLen), flag(accumulate))
+		return
+	}
 	b.launch(op, b.k.maxPoolBackward, s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.xLen), int64(s.yLen), flag(accumulate))
 }

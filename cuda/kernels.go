@@ -51,12 +51,14 @@ func kernelSource() (string, error) {
 type kernels struct {
 	add, mul, axpy, scale, scaleBy, broadcast *Function
 	relu, reluBackward                        *Function
-	addBias, biasGradCols, biasGradBlock      *Function
+	addBias, biasGradCols                     *Function
+	biasGradRows, biasGradFinish              *Function
 	copyStridedU32, copyStridedU8             *Function
 	gatherNormalize, sgd                      *Function
 	sumPartial, sumFinal                      *Function
 	im2col, col2im, swap01                    *Function
 	maxPool, maxPoolBackward                  *Function
+	maxPoolBackwardDisjoint                   *Function
 	crossEntropy, argmax                      *Function
 }
 
@@ -79,7 +81,8 @@ func (k *kernels) table() []struct {
 		{&k.reluBackward, "ember_relu_backward"},
 		{&k.addBias, "ember_add_bias"},
 		{&k.biasGradCols, "ember_bias_grad_cols"},
-		{&k.biasGradBlock, "ember_bias_grad_block"},
+		{&k.biasGradRows, "ember_bias_grad_rows"},
+		{&k.biasGradFinish, "ember_bias_grad_finish"},
 		{&k.copyStridedU32, "ember_copy_strided_u32"},
 		{&k.copyStridedU8, "ember_copy_strided_u8"},
 		{&k.gatherNormalize, "ember_gather_normalize"},
@@ -91,6 +94,7 @@ func (k *kernels) table() []struct {
 		{&k.swap01, "ember_swap01"},
 		{&k.maxPool, "ember_maxpool2d"},
 		{&k.maxPoolBackward, "ember_maxpool2d_backward"},
+		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
 		{&k.crossEntropy, "ember_cross_entropy"},
 		{&k.argmax, "ember_argmax"},
 	}
