@@ -14,10 +14,12 @@
 // Two pools per owner. Requests of up to 1 MiB are "small" and are carved
 // from 2 MiB segments; larger requests are "large" and never share segments
 // with small ones. Mixing them would let long-lived small tensors pin big
-// segments and fragment them. A large request under 10 MiB gets a 20 MiB
-// segment that later mid-sized requests share; one of 10 MiB or more gets a
-// segment of its own, rounded up to 2 MiB so that it can be reused for
-// slightly different sizes. (PyTorch uses the same numbers.)
+// segments and fragment them. A large request gets a segment of its own,
+// rounded up to 2 MiB so that it can be reused for slightly different sizes.
+// (PyTorch instead gives requests under 10 MiB a shared 20 MiB segment,
+// available here as AllocatorOptions.SharedSegment; for a small network that
+// is most of its memory: a LeNet step at batch 64 peaks at 24 MiB in use, and
+// 20 MiB segments more than doubled what it reserved.)
 //
 // Best fit and splitting. Free blocks sit in a B-tree keyed by (stream,
 // size, address), so finding the smallest free block that fits, inserting
@@ -120,12 +122,10 @@ const (
 	oneMiB = 1 << 20
 	oneGiB = 1 << 30
 
-	minBlockSize  = 512         // rounding and alignment of every block
-	smallSize     = 1 * oneMiB  // largest request served by the small pool
-	smallBuffer   = 2 * oneMiB  // segment size of the small pool
-	largeBuffer   = 20 * oneMiB // segment for large requests under minLargeAlloc
-	minLargeAlloc = 10 * oneMiB // from here large requests get their own segment
-	roundLarge    = 2 * oneMiB  // rounding of segments of large pools
+	minBlockSize = 512        // rounding and alignment of every block
+	smallSize    = 1 * oneMiB // largest request served by the small pool
+	smallBuffer  = 2 * oneMiB // segment size of the small pool
+	roundLarge   = 2 * oneMiB // rounding of segments of large pools
 
 	// maxAllocRequest keeps all the rounding below far from overflow; no device
 	// comes close to it.
@@ -138,13 +138,18 @@ func roundUpPow2(n, m int) int { return (n + m - 1) &^ (m - 1) }
 // roundSize is the block size for a request of n bytes.
 func roundSize(n int) int { return roundUpPow2(n, minBlockSize) }
 
-// segmentSize is the preferred driver allocation for a block of rounded bytes.
-func segmentSize(rounded int) int {
+// minLargeAlloc is where large requests stop sharing segments when
+// AllocatorOptions.SharedSegment asks for sharing (PyTorch's 10 MiB).
+const minLargeAlloc = 10 * oneMiB
+
+// segmentSize is the preferred driver allocation for a block of rounded
+// bytes; shared is AllocatorOptions.SharedSegment.
+func segmentSize(rounded, shared int) int {
 	switch {
 	case rounded <= smallSize:
 		return smallBuffer
-	case rounded < minLargeAlloc:
-		return largeBuffer
+	case shared > 0 && rounded < minLargeAlloc:
+		return shared
 	default:
 		return roundUpPow2(rounded, roundLarge)
 	}
@@ -174,6 +179,11 @@ func shouldSplit(small bool, rest int) bool {
 // AllocatorOptions configures NewAllocator.
 type AllocatorOptions struct {
 	Limit int // hard cap on reserved bytes; 0 = no cap beyond the device
+	// SharedSegment, when positive, is the size of the segments that large
+	// requests under 10 MiB share (PyTorch uses 20 MiB: fewer driver calls
+	// for many mid-size tensors). 0, the default, gives every large request
+	// its own segment rounded to 2 MiB, which reserves least.
+	SharedSegment int
 }
 
 // PoolID names a private pool made by BeginPrivatePool.
@@ -289,7 +299,8 @@ type Allocator struct {
 	dm     DeviceMemory
 	syncer EventSynchronizer // dm, if it can wait for events; else nil
 
-	limit int
+	sharedSegment int // AllocatorOptions.SharedSegment
+	limit         int
 	// ceiling is the most that reserved may be: the limit, or what was
 	// reserved when SetLimit lowered the limit below it, shrinking as
 	// segments are returned. Only checkInvariants reads it.
@@ -327,6 +338,7 @@ func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
 		queues:  make(map[Stream]*freeQueue),
 		slots:   []*memChunk{nil},
 	}
+	a.sharedSegment = opt.SharedSegment
 	a.syncer, _ = dm.(EventSynchronizer)
 	a.small.small = true
 	a.setLimit(opt.Limit)
@@ -426,7 +438,7 @@ var errNoSegment = errors.New("no memory")
 // through the out-of-memory stages described at the top of the file. It
 // returns a free chunk that is in no tree; hit says it came from the cache.
 func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memChunk, hit bool, err error) {
-	want := segmentSize(rounded)
+	want := segmentSize(rounded, a.sharedSegment)
 	c, err = a.newSegment(pool, s, want)
 	if err != errNoSegment {
 		return c, false, err

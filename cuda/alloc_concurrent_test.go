@@ -21,7 +21,7 @@ func TestAllocConcurrent(t *testing.T) {
 	// The fake GPU goroutine may be starved on a loaded machine, so let the
 	// allocator wait for events as it would with the real driver.
 	d := newFakeDevice(2 * oneGiB)
-	a := NewAllocator(&syncFakeDevice{fakeDevice: d}, AllocatorOptions{Limit: oneGiB})
+	a := NewAllocator(&syncFakeDevice{fakeDevice: d}, AllocatorOptions{Limit: oneGiB, SharedSegment: 20 * oneMiB})
 	var ooms atomic.Int64
 	var wg, bg sync.WaitGroup
 	var stop atomic.Bool

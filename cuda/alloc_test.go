@@ -10,7 +10,9 @@ import (
 func newTestAllocator(t testing.TB, total, limit int) (*Allocator, *fakeDevice) {
 	t.Helper()
 	d := newFakeDevice(total)
-	return NewAllocator(d, AllocatorOptions{Limit: limit}), d
+	// The tests were written for PyTorch's shared 20 MiB mid-size segments;
+	// TestAllocOwnSegments covers the default.
+	return NewAllocator(d, AllocatorOptions{Limit: limit, SharedSegment: 20 * oneMiB}), d
 }
 
 func mustAlloc(t testing.TB, a *Allocator, n int, s Stream) *Block {
@@ -126,7 +128,7 @@ func TestAllocSegmentSizes(t *testing.T) {
 		{64 * oneMiB, 64 * oneMiB, 64 * oneMiB},
 	} {
 		r := roundSize(c.req)
-		if got := segmentSize(r); got != c.seg {
+		if got := segmentSize(r, 20*oneMiB); got != c.seg {
 			t.Errorf("segmentSize(%d) = %d, want %d", r, got, c.seg)
 		}
 		if got := minSegmentSize(r); got != c.min {
@@ -825,7 +827,7 @@ func TestAllocMemorySummary(t *testing.T) {
 // stream 1 but waiting for an event on stream 2.
 func fillWithPending(t *testing.T, dm DeviceMemory) (*Allocator, *Block, *Block) {
 	t.Helper()
-	a := NewAllocator(dm, AllocatorOptions{})
+	a := NewAllocator(dm, AllocatorOptions{SharedSegment: 20 * oneMiB})
 	b := mustAlloc(t, a, oneMiB, 1)
 	c := mustAlloc(t, a, oneMiB, 1)
 	a.RecordStream(b, 2)
@@ -876,4 +878,40 @@ func TestAllocEventSynchronize(t *testing.T) {
 		t.Errorf("Alloc with failing EventSynchronize: %v", err)
 	}
 	check(t, a)
+}
+
+// TestAllocOwnSegments: by default every large request gets its own segment
+// rounded to 2 MiB, so a small workload reserves little more than it uses.
+func TestAllocOwnSegments(t *testing.T) {
+	d := newFakeDevice(oneGiB)
+	a := NewAllocator(d, AllocatorOptions{})
+	for _, c := range []struct{ req, seg int }{
+		{oneMiB + 1, 2 * oneMiB}, {3 * oneMiB, 4 * oneMiB}, {10*oneMiB - 512, 10 * oneMiB}, {10*oneMiB + 1, 12 * oneMiB},
+	} {
+		if got := segmentSize(roundSize(c.req), 0); got != c.seg {
+			t.Errorf("segmentSize(%d) = %d, want %d", c.req, got, c.seg)
+		}
+	}
+	b1, err := a.Alloc(3*oneMiB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := a.Alloc(5*oneMiB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.Reserved.Current != 4*oneMiB+6*oneMiB || st.DriverAllocs != 2 {
+		t.Errorf("reserved %d in %d driver allocations, want 10 MiB in 2", st.Reserved.Current, st.DriverAllocs)
+	}
+	a.Free(b1)
+	a.Free(b2)
+	// A freed 6 MiB segment serves a 4.5 MiB request without the driver.
+	b3, err := a.Alloc(4*oneMiB+oneMiB/2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.DriverAllocs != 2 {
+		t.Errorf("%d driver allocations, want the cached segment reused", st.DriverAllocs)
+	}
+	a.Free(b3)
 }

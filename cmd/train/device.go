@@ -62,6 +62,13 @@ func (d *device) close() {
 	}
 }
 
+func (d *device) emptyCache() {
+	if d.gpu != nil {
+		d.gpu.Allocator().EmptyCache()
+		d.gpu.Allocator().ResetPeakStats()
+	}
+}
+
 func (d *device) resetPeak() {
 	if d.gpu != nil {
 		d.gpu.Allocator().ResetPeakStats()

@@ -67,11 +67,16 @@ func (t *trainer) main(ctx context.Context) (code int) {
 	case errors.Is(err, errInterrupted):
 		return exitInterrupted
 	default:
-		fmt.Fprintf(t.errOut, "train: %v\n", oneLine(err))
 		var u usageError
-		if errors.As(err, &u) || isOutOfMemory(err) {
+		switch {
+		case isOutOfMemory(err):
+			fmt.Fprintf(t.errOut, "train: %v; try a smaller --batch-size (now %d) or a larger --memory-limit\n", oneLine(err), t.opt.batchSize)
+			return exitUsage
+		case errors.As(err, &u):
+			fmt.Fprintf(t.errOut, "train: %v\n", oneLine(err))
 			return exitUsage
 		}
+		fmt.Fprintf(t.errOut, "train: %v\n", oneLine(err))
 		return exitFailure
 	}
 }
@@ -254,6 +259,9 @@ func (t *trainer) loop(ctx context.Context) error {
 		t.epochSeconds = append(t.epochSeconds, secs)
 		trainLoss := float64(lossSum.Item()) / float64(steps-first)
 		testLoss, acc := t.evaluate()
+		// Evaluation's batches are not the step's: hand their cached blocks
+		// back so that the training step runs in only its own memory.
+		t.dev.emptyCache()
 		t.lastAccuracy = acc
 		imgsPerSec := float64((steps-first)*o.batchSize) / secs
 		testSet := ""
