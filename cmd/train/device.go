@@ -110,7 +110,7 @@ func (d *device) memoryLine() string {
 		mib(d.datasetAllocated), mib(s.Reserved.Current))
 }
 
-func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirst int64) {
+func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int64) {
 	if d.gpu == nil {
 		return
 	}
@@ -120,8 +120,8 @@ func (d *device) benchRows(logf func(string, ...any), steps int, allocsAfterFirs
 	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.datasetAllocated))
 	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
 	if steps > 1 {
-		logf("| driver allocations after step 1 | %d (%.4f per step) |",
-			int64(s.DriverAllocs)-allocsAfterFirst, float64(int64(s.DriverAllocs)-allocsAfterFirst)/float64(steps-1))
+		logf("| driver allocations by training steps after the first | %d (%.4f per step) |",
+			stepAllocs, float64(stepAllocs)/float64(steps-1))
 	}
 }
 

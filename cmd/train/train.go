@@ -33,7 +33,7 @@ type trainer struct {
 	startEpoch, startStep int
 	globalStep            int
 	stepTimes             []float64 // seconds per step, one per log window
-	driverAllocsAfter1    int64
+	stepDriverAllocs      int64     // driver allocations by training steps after the first
 	epochSeconds          []float64
 	lastAccuracy          float64
 }
@@ -220,6 +220,9 @@ func (t *trainer) loop(ctx context.Context) error {
 		}
 		b.Fill(lossSum.Buffer(), 0)
 		bar := newProgress(t.errOut, steps, fmt.Sprintf("epoch %d/%d", epoch+1, o.epochs))
+		// Driver allocations made by training steps after the first (the
+		// steady state, which should make none); evaluation is not counted.
+		epochAllocs := t.dev.driverAllocs()
 		epochStart := time.Now()
 		windowStart, windowSteps := epochStart, 0
 		for step := first; step < steps; step++ {
@@ -236,7 +239,7 @@ func (t *trainer) loop(ctx context.Context) error {
 			t.globalStep++
 			windowSteps++
 			if t.globalStep == 1 {
-				t.driverAllocsAfter1 = t.dev.driverAllocs()
+				epochAllocs = t.dev.driverAllocs()
 			}
 			if (step+1)%o.logInterval == 0 || step == steps-1 {
 				l := loss.Item() // waits for the queued steps
@@ -255,6 +258,7 @@ func (t *trainer) loop(ctx context.Context) error {
 		}
 		secs := time.Since(epochStart).Seconds()
 		t.dev.markTrainingPeak()
+		t.stepDriverAllocs += t.dev.driverAllocs() - epochAllocs
 		bar.finish()
 		t.epochSeconds = append(t.epochSeconds, secs)
 		trainLoss := float64(lossSum.Item()) / float64(steps-first)
@@ -420,7 +424,7 @@ func (t *trainer) printBench() {
 		t.logf("| epoch %d images/s | %.0f |", i+1, float64(t.train.N/t.opt.batchSize*t.opt.batchSize)/s)
 	}
 	t.logf("| step time (median over log windows) | %.1f us |", med*1e6)
-	t.dev.benchRows(t.logf, t.globalStep, t.driverAllocsAfter1)
+	t.dev.benchRows(t.logf, t.globalStep, t.stepDriverAllocs)
 	t.logf("| test accuracy | %.2f%% |", t.lastAccuracy)
 }
 
