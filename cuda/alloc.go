@@ -384,11 +384,11 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 	small := rounded <= smallSize
 	if len(a.capture) != 0 {
 		if st := a.capture[s]; len(st) > 0 {
-			pp := st[len(st)-1]
-			if small {
-				return &pp.small
-			}
-			return &pp.large
+			// A private pool serves one captured sequence whose pattern
+			// never changes, so the fragmentation that separate small and
+			// large pools guard against cannot build up: one pool whose
+			// blocks split down to 512 bytes packs the sequence tightly.
+			return &st[len(st)-1].large
 		}
 	}
 	if small {
@@ -399,7 +399,7 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 
 // take hands out c (free, not in any tree), splitting off the rest.
 func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) *Block {
-	if rest := c.size - rounded; shouldSplit(pool.small, rest) {
+	if rest := c.size - rounded; shouldSplit(pool.small || pool.private != nil, rest) {
 		r := a.newChunk()
 		r.ptr = c.ptr + uintptr(rounded)
 		r.size = rest
@@ -905,12 +905,18 @@ func (a *Allocator) ReleasePool(id PoolID) error {
 func (a *Allocator) mergePool(pp *privatePool) error {
 	delete(a.private, pp.id)
 	for _, pair := range [2][2]*blockPool{{&pp.small, &a.small}, {&pp.large, &a.large}} {
-		from, to := pair[0], pair[1]
+		from := pair[0]
 		for from.segs != nil {
 			seg := from.segs
 			c := seg.first
 			a.poolRemove(from, c)
 			from.unlinkSegment(seg)
+			// A private pool mixes sizes in one pool; back in the general
+			// cache, segments of the small pool's size serve small requests.
+			to := pair[1]
+			if seg.size <= smallBuffer {
+				to = &a.small
+			}
 			seg.pool = to
 			to.linkSegment(seg)
 			a.poolInsert(to, c)
