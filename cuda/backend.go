@@ -702,7 +702,7 @@ func (b *Backend) BiasGrad(db, dy tensor.Buffer, outer, channels, inner int, acc
 	const op = "bias_grad"
 	need(op, "dy", dy, outer*channels*inner)
 	need(op, "db", db, channels)
-	b.biasGrad(op, b.f32(op, db), b.f32(op, dy), 0, outer, channels, inner, accumulate)
+	b.biasGrad(op, b.f32(op, db), b.f32(op, dy), 0, 0, outer, channels, inner, accumulate)
 }
 
 // biasGrad launches the per-channel reduction db[c] (+)= sum of dy [outer,
@@ -715,7 +715,9 @@ func (b *Backend) BiasGrad(db, dy tensor.Buffer, outer, channels, inner int, acc
 // fc1 and fc2 (64 rows) one launch each; conv1 (64 parts of 576) and conv2
 // (4 parts of 1024) two each, the first also being the transpose of dy.
 // The partition depends on the shape alone, so results are reproducible.
-func (b *Backend) biasGrad(op string, pdb, pdy, pdyt uintptr, outer, channels, inner int, accumulate bool) {
+// pmask, when not 0, masks dy by the sign of a fused ReLU's output (rows
+// form only).
+func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, channels, inner int, accumulate bool) {
 	if channels <= 0 {
 		return
 	}
@@ -729,7 +731,7 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt uintptr, outer, channels, i
 	var rpb, parts int
 	var f *Function
 	var grid, block Dim3
-	if inner == 1 && pdyt == 0 {
+	if inner == 1 && pdyt == 0 && pmask == 0 {
 		rpb = biasColsRowsPerBlock(outer)
 		parts = (outer + rpb - 1) / rpb
 		f = b.k.biasGradCols
@@ -751,7 +753,7 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt uintptr, outer, channels, i
 	if f == b.k.biasGradCols {
 		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdy, int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	} else {
-		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdyt, pdy, int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
+		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdyt, pdy, pmask, int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
 	}
 	if parts > 1 {
 		const warps = blockSize / 32

@@ -187,7 +187,7 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true}
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -505,10 +505,15 @@ func TestRecordedOps(t *testing.T) {
 	xn, yn, wn := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW(), g.K*g.C*g.R*g.S
 	b.Conv2d(f(yn), f(xn), f(wn), f(g.K), g)
 	b.Conv2d(f(yn), f(xn), f(wn), tensor.Buffer{}, g)
-	b.Conv2dBackward(f(xn), f(wn), f(g.K), f(yn), f(xn), f(wn), g)
-	b.Conv2dBackward(tensor.Buffer{}, f(wn), tensor.Buffer{}, f(yn), f(xn), f(wn), g)
-	b.Conv2dBackward(f(xn), tensor.Buffer{}, tensor.Buffer{}, f(yn), f(xn), f(wn), g)
-	b.Conv2dBackward(tensor.Buffer{}, tensor.Buffer{}, f(g.K), f(yn), f(xn), f(wn), g)
+	b.Conv2dBackward(f(xn), f(wn), f(g.K), f(yn), f(xn), f(wn), tensor.Buffer{}, g)
+	b.Conv2dBackward(tensor.Buffer{}, f(wn), tensor.Buffer{}, f(yn), f(xn), f(wn), tensor.Buffer{}, g)
+	b.Conv2dBackward(f(xn), tensor.Buffer{}, tensor.Buffer{}, f(yn), f(xn), f(wn), tensor.Buffer{}, g)
+	b.Conv2dBackward(tensor.Buffer{}, tensor.Buffer{}, f(g.K), f(yn), f(xn), f(wn), tensor.Buffer{}, g)
+	gr := g
+	gr.ReLU = true
+	b.Conv2d(f(yn), f(xn), f(wn), f(g.K), gr)
+	b.Conv2dBackward(f(xn), f(wn), f(g.K), f(yn), f(xn), f(wn), f(yn), gr)
+	b.Conv2dBackward(f(xn), f(wn), tensor.Buffer{}, f(yn), f(xn), f(wn), f(yn), gr)
 	pg := tensor.PoolGeom{N: 2, C: 3, H: 9, W: 7, KH: 3, KW: 3, StrideH: 2, StrideW: 2}
 	pn, po := pg.N*pg.C*pg.H*pg.W, pg.N*pg.C*pg.OutH()*pg.OutW()
 	b.MaxPool2d(f(po), i(po), f(pn), pg)

@@ -370,7 +370,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 			gdx, _ := h.f32(make([]float32, len(x)))
 			gdw, _ := h.f32(make([]float32, len(w)))
 			gdb, _ := h.f32(make([]float32, g.K))
-			b.Conv2dBackward(gdx, gdw, gdb, gdy, gx, gw, g)
+			b.Conv2dBackward(gdx, gdw, gdb, gdy, gx, gw, tensor.Buffer{}, g)
 			return downloadF(b, gdx), downloadF(b, gdw), downloadF(b, gdb)
 		}
 		dx1, dw1, db1 := run()

@@ -153,7 +153,7 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 // Conv2dBackward overwrites dx with the input gradient (skipped when dx is
 // empty) and adds the weight and bias gradients into dw and db (each
 // skipped when empty).
-func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
 	const op = "conv2d_backward"
 	wantDX, wantDW, wantDB := !dx.Empty(), !dw.Empty(), !db.Empty()
 	if !wantDX && !wantDW && !wantDB {
@@ -185,18 +185,29 @@ func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.Co
 		}
 		return
 	}
+	var pmask uintptr // the fused ReLU's output, masking dy
+	if g.ReLU {
+		need(op, "y", y, c.yLen)
+		pmask = b.f32(op, y)
+	}
 	if !wantDX && !wantDW {
 		// Only the bias: reduce dy [N, K, P] over N and P directly.
-		b.biasGrad(op, pdb, pdy, 0, g.N, g.K, c.p, true)
+		b.biasGrad(op, pdb, pdy, 0, pmask, g.N, g.K, c.p, true)
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)
 	defer b.release(dyt)
-	if wantDB {
-		// dyt [K, N·P] = dy transposed, and db[k] += the sum of row k, in
-		// one pass over dy.
-		b.biasGrad(op, pdb, pdy, dyt.Ptr(), g.N, g.K, c.p, true)
-	} else {
+	switch {
+	case wantDB || pmask != 0:
+		// dyt [K, N·P] = dy transposed (and masked), and db[k] += the sum
+		// of row k, in one pass over dy. Without db the sums go to scratch.
+		if !wantDB {
+			scratch := b.workspace(op, 4*g.K)
+			defer b.release(scratch)
+			pdb = scratch.Ptr()
+		}
+		b.biasGrad(op, pdb, pdy, dyt.Ptr(), pmask, g.N, g.K, c.p, wantDB)
+	default:
 		b.swap01(op, dyt.Ptr(), pdy, 0, g.N, g.K, c.p, false)
 	}
 	if c.crs == 0 {

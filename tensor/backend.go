@@ -165,8 +165,10 @@ type Backend interface {
 	Conv2d(y, x, w, bias Buffer, g ConvGeom)
 	// Conv2dBackward computes the input gradient into dx (overwrite, or
 	// skipped when dx is empty) and ADDS the weight and bias gradients into
-	// dw and db (either may be empty).
-	Conv2dBackward(dx, dw, db, dy, x, w Buffer, g ConvGeom)
+	// dw and db (either may be empty). When g.ReLU, y is the output of the
+	// fused Conv2d and dy is taken as 0 where y is not positive (the
+	// gradient through the ReLU), in the same pass; otherwise y is unused.
+	Conv2dBackward(dx, dw, db, dy, x, w, y Buffer, g ConvGeom)
 
 	// MaxPool2d sets y to the window maxima of x and argmax (int32) to the
 	// flat index within the input plane (h*W+w) of each maximum; ties pick

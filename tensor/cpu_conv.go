@@ -139,16 +139,31 @@ func (c *cpuBackend) Conv2d(y, x, w, bias Buffer, g ConvGeom) {
 	}
 }
 
-func (c *cpuBackend) Conv2dBackward(dx, dw, db, dy, x, w Buffer, g ConvGeom) {
+func (c *cpuBackend) Conv2dBackward(dx, dw, db, dy, x, w, y Buffer, g ConvGeom) {
 	p := g.OutH() * g.OutW()
 	np, crs := g.N*p, g.C*g.R*g.S
 	grad := f32(dy)
 	// dy [N, K, P] -> dyt [K, N, P]
 	dyt := getScratch(g.K * np)
 	defer putScratch(dyt)
+	var out []float32
+	if g.ReLU {
+		out = f32(y)
+	}
 	for n := 0; n < g.N; n++ {
 		for k := 0; k < g.K; k++ {
-			copy((*dyt)[k*np+n*p:k*np+(n+1)*p], grad[(n*g.K+k)*p:(n*g.K+k+1)*p])
+			dst, src := (*dyt)[k*np+n*p:k*np+(n+1)*p], grad[(n*g.K+k)*p:(n*g.K+k+1)*p]
+			if out == nil {
+				copy(dst, src)
+				continue
+			}
+			mask := out[(n*g.K+k)*p : (n*g.K+k+1)*p]
+			for i, v := range src {
+				if mask[i] <= 0 {
+					v = 0
+				}
+				dst[i] = v
+			}
 		}
 	}
 	if !db.Empty() {

@@ -146,10 +146,9 @@ func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
 	}
 	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
 	record(out, "conv2d", func(dy *Tensor, e *engine) {
-		if relu { // the gradient through max(·, 0), from the output itself
-			masked := Empty(be, e.scopeFor(out), out.shape...)
-			be.ReLUBackward(masked.buffer(), dy.buffer(), out.buffer(), false)
-			dy = masked
+		var y Buffer
+		if relu { // the backend masks dy by the output itself
+			y = out.buffer()
 		}
 		var dx *Tensor
 		dxBuf, acc := e.sink(x)
@@ -161,7 +160,7 @@ func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
 		if b != nil {
 			db = e.sinkZeroed(b)
 		}
-		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), g)
+		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
 		if dx != nil {
 			e.pass(x, dx)
 		}

@@ -98,14 +98,17 @@ extern "C" __global__ void ember_bias_grad_cols(float* db, float* partial, const
 // element e = (o-o0)*inner + i of thread t runs t, t+blockDim.x, ...; (o, i)
 // is carried along without dividing (one division pair per thread).
 template <typename I>
-__device__ __forceinline__ float bias_rows_sum(float* dst, const float* src, I rowStride, I inner, I n) {
+__device__ __forceinline__ float bias_rows_sum(float* dst, const float* src, const float* mask, I rowStride, I inner,
+                                               I n) {
     const I m = n * inner;
     const I step = blockDim.x;
     const I dO = step / inner, dI = step - dO * inner;
     I o = (I)threadIdx.x / inner, i = (I)threadIdx.x - o * inner;
     float s = 0.0f;
     for (I e = threadIdx.x; e < m; e += step) {
-        const float v = src[o * rowStride + i];
+        float v = src[o * rowStride + i];
+        // Through a fused ReLU: no gradient where the output was not positive.
+        if (mask != 0 && !(mask[o * rowStride + i] > 0.0f)) v = 0.0f;
         if (dst != 0) dst[e] = v;
         s += v;
         o += dO;
@@ -123,23 +126,27 @@ __device__ __forceinline__ float bias_rows_sum(float* dst, const float* src, I r
 // [j*rowsPerBlock, ...) and all of inner (about 1024 elements: a few per
 // thread, coalesced along inner), and copies them to dyt [channels, outer,
 // inner] when dyt is not null. gridDim.x == 1: writes db[k]; else
-// partial[k*gridDim.x + j].
+// partial[k*gridDim.x + j]. When mask (same layout as dy) is not null, dy
+// counts as 0 where mask is not positive: the gradient through the ReLU fused
+// into the convolution, at the cost of reading the mask.
 // Cost: reads (and with dyt writes) outer*channels*inner*4 bytes: LeNet
 // conv1 (dy 2.9 MB) ~2 us read+transpose at 3 TB/s, conv2 (0.8 MB) ~0.6 us;
 // replaces swap01 (3.9-7.4 us) + bias_grad_block (5.2 / 21.6 us).
-extern "C" __global__ void ember_bias_grad_rows(float* db, float* partial, float* dyt, const float* dy, long long outer,
+extern "C" __global__ void ember_bias_grad_rows(float* db, float* partial, float* dyt, const float* dy,
+                                                const float* mask, long long outer,
                                                 long long channels, long long inner, int rowsPerBlock, int acc) {
     const long long o0 = (long long)blockIdx.x * rowsPerBlock;
     const long long n = outer - o0 < rowsPerBlock ? outer - o0 : rowsPerBlock;
     const bool small = EMBER_SMALL_INDEX(outer * channels * inner);
     for (long long k = blockIdx.y; k < channels; k += gridDim.y) {
         const float* src = dy + (o0 * channels + k) * inner;
+        const float* msk = mask != 0 ? mask + (o0 * channels + k) * inner : (const float*)0;
         float* dst = dyt != 0 ? dyt + (k * outer + o0) * inner : (float*)0;
         float s;
         if (small) {
-            s = bias_rows_sum<int>(dst, src, (int)(channels * inner), (int)inner, (int)n);
+            s = bias_rows_sum<int>(dst, src, msk, (int)(channels * inner), (int)inner, (int)n);
         } else {
-            s = bias_rows_sum<long long>(dst, src, channels * inner, inner, n);
+            s = bias_rows_sum<long long>(dst, src, msk, channels * inner, inner, n);
         }
         s = ember_block_sum_f(s);
         if (threadIdx.x == 0) {

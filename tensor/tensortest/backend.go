@@ -533,8 +533,9 @@ func testConv2d(e *env) {
 		if g.OutH() != (g.H+2*g.PadH-g.R)/g.StrideH+1 || g.OutW() != (g.W+2*g.PadW-g.S)/g.StrideW+1 {
 			e.fail("ConvGeom %s: OutH/OutW %d,%d", geomStr(g), g.OutH(), g.OutW())
 		}
-		for _, withBias := range []bool{true, false} {
-			e.tcase("%s bias=%v", geomStr(g), withBias)(func() {
+		for variant := range 3 {
+			withBias, relu := variant != 1, variant == 2
+			e.tcase("%s bias=%v relu=%v", geomStr(g), withBias, relu)(func() {
 				x, w := e.normal(g.N*g.C*g.H*g.W, 1), e.normal(g.K*g.C*g.R*g.S, 1)
 				var bias []float32
 				var bb tensor.Buffer
@@ -543,8 +544,15 @@ func testConv2d(e *env) {
 					bb = e.in("bias", bias)
 				}
 				want, bound := refConv(x, w, bias, g)
+				if relu { // the fused ReLU; a value within the bound of 0 may land on either side
+					for i, v := range want {
+						want[i] = max(v, 0)
+					}
+				}
+				gg := g
+				gg.ReLU = relu
 				y := e.nanOut("y", len(want))
-				e.b.Conv2d(y.win, e.in("x", x), e.in("w", w), bb, g)
+				e.b.Conv2d(y.win, e.in("x", x), e.in("w", w), bb, gg)
 				e.near("Conv2d y", dims(g.N, g.K, g.OutH(), g.OutW()), e.getF(y), want, bound, tolAcc)
 			})
 		}
@@ -555,28 +563,53 @@ func testConv2d(e *env) {
 // added into (they hold random values before); each of them may be empty.
 // tolAcc relative to the sums of the magnitudes of the terms.
 func testConv2dBackward(e *env) {
+	variants := []struct {
+		what        string
+		dx, dw, db  bool
+		throughReLU bool
+	}{
+		{"dx dw db", true, true, true, false}, {"dx", true, false, false, false},
+		{"dw db", false, true, true, false}, {"dw", false, true, false, false},
+		{"dx dw db through ReLU", true, true, true, true}, {"dw through ReLU", false, true, false, true},
+		{"db through ReLU", false, false, true, true}, {"dx dw through ReLU", true, true, false, true},
+	}
 	for _, g := range convCases {
-		for variant, what := range []string{"dx dw db", "dx", "dw db", "dw"} {
-			e.tcase("%s computing %s", geomStr(g), what)(func() {
+		for _, v := range variants {
+			e.tcase("%s computing %s", geomStr(g), v.what)(func() {
 				x, w := e.normal(g.N*g.C*g.H*g.W, 1), e.normal(g.K*g.C*g.R*g.S, 1)
 				dy := e.normal(g.N*g.K*g.OutH()*g.OutW(), 1)
 				dw0, db0 := e.normal(len(w), 1), e.normal(g.K, 1)
-				r := refConvBackward(dy, x, w, g)
+				// Through the fused ReLU, dy counts only where the forward
+				// output y is positive; y is random here, only its sign matters.
+				dyRef, gg := dy, g
+				var yb tensor.Buffer
+				if v.throughReLU {
+					y := e.normal(len(dy), 1)
+					yb = e.in("y", y)
+					dyRef = make([]float32, len(dy))
+					for i := range dy {
+						if y[i] > 0 {
+							dyRef[i] = dy[i]
+						}
+					}
+					gg.ReLU = true
+				}
+				r := refConvBackward(dyRef, x, w, g)
 				var dx, dw, db *dbuf
 				var dxb, dwb, dbb tensor.Buffer
-				if variant <= 1 {
+				if v.dx {
 					dx = e.nanOut("dx", len(x))
 					dxb = dx.win
 				}
-				if variant != 1 {
+				if v.dw {
 					dw = e.f32("dw", dw0, false)
 					dwb = dw.win
 				}
-				if variant == 0 || variant == 2 {
+				if v.db {
 					db = e.f32("db", db0, false)
 					dbb = db.win
 				}
-				e.b.Conv2dBackward(dxb, dwb, dbb, e.in("dy", dy), e.in("x", x), e.in("w", w), g)
+				e.b.Conv2dBackward(dxb, dwb, dbb, e.in("dy", dy), e.in("x", x), e.in("w", w), yb, gg)
 				if dx != nil {
 					e.near("Conv2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), r.dx, r.dxB, tolAcc)
 				}

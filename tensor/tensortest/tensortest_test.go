@@ -108,17 +108,23 @@ func (m mutant) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 	if m.bug == "conv-square-padding" {
 		g.PadW = g.PadH // assumes equal padding on both axes
 	}
+	if m.bug == "conv-relu-ignored" {
+		g.ReLU = false
+	}
 	m.Backend.Conv2d(y, x, w, bias, g)
 }
 
-func (m mutant) Conv2dBackward(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+func (m mutant) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
 	if m.bug == "conv-backward-dx-accumulates" && !dx.Empty() {
 		tmp, _ := tensor.CPU.Alloc(dx.Len, tensor.Float32)
-		m.Backend.Conv2dBackward(tmp, dw, db, dy, x, w, g)
+		m.Backend.Conv2dBackward(tmp, dw, db, dy, x, w, y, g)
 		tensor.CPU.Axpy(dx, 1, tmp)
 		return
 	}
-	m.Backend.Conv2dBackward(dx, dw, db, dy, x, w, g)
+	if m.bug == "conv-relu-mask-ignored" {
+		g.ReLU = false
+	}
+	m.Backend.Conv2dBackward(dx, dw, db, dy, x, w, y, g)
 }
 
 func (m mutant) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
@@ -258,6 +264,8 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"biasgrad-overwrites", "BiasGrad", "accumulate=true", false},
 		{"conv-square-padding", "Conv2d", "pad 2,0", false},
 		{"conv-backward-dx-accumulates", "Conv2dBackward", "Conv2dBackward dx", false},
+		{"conv-relu-mask-ignored", "Conv2dBackward", "Conv2dBackward", false},
+		{"conv-relu-ignored", "Conv2d", "Conv2d y", false},
 		{"maxpool-last-tie", "MaxPool2d", "ties", false},
 		{"crossentropy-unstable", "CrossEntropy", "±300", false},
 		{"crossentropy-grad-not-mean", "CrossEntropy", "dlogits", false},
