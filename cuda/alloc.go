@@ -439,6 +439,18 @@ var errNoSegment = errors.New("no memory")
 // returns a free chunk that is in no tree; hit says it came from the cache.
 func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memChunk, hit bool, err error) {
 	want := segmentSize(rounded, a.sharedSegment)
+
+	// A miss in the general large pool proves that none of its free blocks
+	// fits: its wholly free segments are smaller than the request (the
+	// batch grew, say). Kept, they would ratchet reserved memory up with
+	// every size change, so they go back before a new segment is taken.
+	// With one segment per large block this costs nothing in a steady
+	// workload, whose requests all hit the cache after the first step.
+	if a.sharedSegment == 0 && pool == &a.large {
+		if _, err := a.releaseCached(pool, 0); err != nil {
+			return nil, false, err
+		}
+	}
 	c, err = a.newSegment(pool, s, want)
 	if err != errNoSegment {
 		return c, false, err

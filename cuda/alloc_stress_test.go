@@ -23,6 +23,11 @@ type liveBlock struct {
 // segment touched in full plus the global counters, and everything every
 // fullEvery operations.
 func TestAllocStress(t *testing.T) {
+	t.Run("shared 20 MiB segments", func(t *testing.T) { allocStress(t, 20*oneMiB) })
+	t.Run("own segments (default)", func(t *testing.T) { allocStress(t, 0) })
+}
+
+func allocStress(t *testing.T, shared int) {
 	ops := 500_000
 	if testing.Short() || allocRaceEnabled {
 		ops = 100_000
@@ -33,7 +38,8 @@ func TestAllocStress(t *testing.T) {
 		fullEvery = 50
 	)
 	rng := rand.New(rand.NewPCG(20240611, 1))
-	a, d := newTestAllocator(t, 4*oneGiB, limit)
+	d := newFakeDevice(4 * oneGiB)
+	a := NewAllocator(d, AllocatorOptions{Limit: limit, SharedSegment: shared})
 	var live []liveBlock
 	var nOOM, nAlloc, nFree, nRecord int
 

@@ -915,3 +915,61 @@ func TestAllocOwnSegments(t *testing.T) {
 	}
 	a.Free(b3)
 }
+
+// stepSizes is a LeNet-like training step at batch size bs: the large
+// tensors it allocates (bytes), in order; each is freed in reverse order at
+// the end of the step, with the im2col workspaces freed right after use.
+func stepSizes(bs int) []int {
+	return []int{bs * 784 * 4, bs * 25 * 576 * 4, bs * 20 * 576 * 4, bs * 500 * 64 * 4, bs * 50 * 64 * 4, bs * 20 * 576 * 4}
+}
+
+func runStep(t *testing.T, a *Allocator, bs int) {
+	t.Helper()
+	var live []*Block
+	for i, n := range stepSizes(bs) {
+		b := mustAlloc(t, a, n, 0)
+		if i == 1 || i == 3 { // workspaces
+			mustFree(t, a, b)
+			continue
+		}
+		live = append(live, b)
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		mustFree(t, a, live[i])
+	}
+}
+
+// TestAllocBatchSweep: batch sizes 64, 65, ..., 80 and back down. Segments
+// outgrown as the batch grows are given back on the next miss, so reserved
+// memory follows the memory in use instead of ratcheting up.
+func TestAllocBatchSweep(t *testing.T) {
+	a := NewAllocator(newFakeDevice(oneGiB), AllocatorOptions{})
+	for bs := 64; bs <= 80; bs++ {
+		runStep(t, a, bs)
+	}
+	for bs := 79; bs >= 64; bs-- {
+		runStep(t, a, bs)
+	}
+	check(t, a)
+	st := a.Stats()
+	ratio := float64(st.Reserved.Peak) / float64(st.Allocated.Peak)
+	t.Logf("peak reserved %d, peak allocated %d: %.3fx, %d driver allocations", st.Reserved.Peak, st.Allocated.Peak, ratio, st.DriverAllocs)
+	if ratio > 1.25 {
+		t.Errorf("peak reserved %.3fx peak allocated", ratio)
+	}
+}
+
+// TestAllocSteadySteps: the same step again and again reaches a state in
+// which it never calls the driver.
+func TestAllocSteadySteps(t *testing.T) {
+	a := NewAllocator(newFakeDevice(oneGiB), AllocatorOptions{})
+	runStep(t, a, 64)
+	runStep(t, a, 64)
+	before := a.Stats().DriverAllocs
+	for range 20 {
+		runStep(t, a, 64)
+	}
+	if got := a.Stats().DriverAllocs; got != before {
+		t.Errorf("%d driver allocations in steady state", got-before)
+	}
+}
