@@ -52,8 +52,8 @@
 // retries, (3) waits for pending events if the driver can (EventSynchronize)
 // and searches again, then returns every wholly free cached segment and
 // retries, and (4) when the preferred segment is bigger than the request
-// needs (the 20 MiB mid-size segment) retries with the smallest segment that
-// fits. Only then does it fail, with an *OutOfMemoryError that says where the
+// needs (the shared mid-size segment, when SharedSegment asks for one)
+// retries with the smallest segment that fits. Only then does it fail, with an *OutOfMemoryError that says where the
 // memory went. Freeing the cache in stages keeps as much of it as possible,
 // since every segment given back costs a slow driver call to get again.
 //
