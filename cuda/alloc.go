@@ -53,8 +53,8 @@
 // and searches again, then returns every wholly free cached segment and
 // retries, and (4) when the preferred segment is bigger than the request
 // needs (the shared mid-size segment, when SharedSegment asks for one)
-// retries with the smallest segment that fits. Only then does it fail, with an *OutOfMemoryError that says where the
-// memory went. Freeing the cache in stages keeps as much of it as possible,
+// retries with the smallest segment that fits. Only then does it fail, with
+// an *OutOfMemoryError that says where the memory went. Freeing the cache in stages keeps as much of it as possible,
 // since every segment given back costs a slow driver call to get again.
 //
 // Private pools. While a CUDA graph is captured its kernels bake in the
