@@ -54,8 +54,9 @@
 // retries, and (4) when the preferred segment is bigger than the request
 // needs (the shared mid-size segment, when SharedSegment asks for one)
 // retries with the smallest segment that fits. Only then does it fail, with
-// an *OutOfMemoryError that says where the memory went. Freeing the cache in stages keeps as much of it as possible,
-// since every segment given back costs a slow driver call to get again.
+// an *OutOfMemoryError that says where the memory went. Freeing the cache in
+// stages keeps as much of it as possible, since every segment given back
+// costs a slow driver call to get again.
 //
 // Private pools. While a CUDA graph is captured its kernels bake in the
 // addresses they use, and replays reuse them later, so that memory must not be
