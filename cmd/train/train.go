@@ -159,6 +159,8 @@ func guarded(f func() error) error {
 	return err
 }
 
+func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+
 func firstN(d *data.Dataset, n int) *data.Dataset {
 	return &data.Dataset{Images: d.Images[:n*d.Rows*d.Cols], Labels: d.Labels[:n], N: n, Rows: d.Rows, Cols: d.Cols}
 }
@@ -224,6 +226,7 @@ func (t *trainer) loop(ctx context.Context) error {
 		// steady state, which should make none); evaluation is not counted.
 		epochAllocs := t.dev.driverAllocs()
 		epochStart := time.Now()
+		lastCheck := first - 1 // the last step whose loss was checked
 		windowStart, windowSteps := epochStart, 0
 		for step := first; step < steps; step++ {
 			if ctx.Err() != nil {
@@ -246,9 +249,20 @@ func (t *trainer) loop(ctx context.Context) error {
 				now := time.Now()
 				t.stepTimes = append(t.stepTimes, now.Sub(windowStart).Seconds()/float64(windowSteps))
 				windowStart, windowSteps = now, 0
-				if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-					return fmt.Errorf("loss is %v at epoch %d, step %d; stopped, the last good checkpoint is %s", l, epoch+1, step+1, t.opt.save)
+				// The running sum turns NaN or Inf with the first bad step,
+				// so checking it here catches one between two checks too.
+				if sum := lossSum.Item(); !finite(l) || !finite(sum) {
+					bad := l
+					if finite(l) {
+						bad = sum
+					}
+					where := fmt.Sprintf("step %d", step+1)
+					if step > lastCheck+1 {
+						where = fmt.Sprintf("a step from %d to %d", lastCheck+2, step+1)
+					}
+					return fmt.Errorf("loss is %v at epoch %d, %s; stopped, the last good checkpoint is %s", bad, epoch+1, where, t.opt.save)
 				}
+				lastCheck = step
 				imgs := float64((step+1-first)*o.batchSize) / now.Sub(epochStart).Seconds()
 				bar.update(step+1, l, imgs)
 			}

@@ -188,11 +188,16 @@ func TestNonFiniteLoss(t *testing.T) {
 	if code != exitFailure {
 		t.Fatalf("exit %d, want %d\n%s%s", code, exitFailure, out, errOut)
 	}
-	if !regexp.MustCompile(`train: loss is (NaN|\+Inf|-Inf) at epoch 1, step \d+`).MatchString(errOut) {
+	if !regexp.MustCompile(`train: loss is (NaN|\+Inf|-Inf) at epoch 1, step \d+;`).MatchString(errOut) {
 		t.Errorf("message does not name the epoch and step:\n%s", errOut)
 	}
 	if _, err := os.Stat(save); err == nil {
 		t.Errorf("a checkpoint of the diverged model was written")
+	}
+	// Checked every 5 steps, the message gives the range the bad step is in.
+	code, out, errOut = train(t, "--device", "cpu", "--limit", "640", "--test-limit", "100", "--epochs", "1", "--lr", "1e30", "--log-interval", "5", "--save", save)
+	if code != exitFailure || !regexp.MustCompile(`at epoch 1, (step 1;|a step from \d+ to \d+;)`).MatchString(errOut) {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
 	}
 }
 
