@@ -21,6 +21,20 @@ func TestGPUBatchSizeSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	batchSweep(t, b, 1.1) // the target; not met yet (1.20x): see docs/performance.md
+}
+
+// TestRecordedBatchSizeSweep runs the same sweep through the backend's real
+// allocation sequence on made-up addresses (it reproduces the H200's figures
+// exactly), so the allocator's policy is checked without a GPU. Its bound is
+// what the allocator achieves today, 1.20x, as a guard against regressions;
+// the GPU test above holds the 1.1x target.
+func TestRecordedBatchSizeSweep(t *testing.T) {
+	b, _ := newRecordingBackend(t)
+	batchSweep(t, b, 1.21)
+}
+
+func batchSweep(t *testing.T, b *Backend, limit float64) {
 	m := models.NewLeNet(b, 1)
 	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
 	if err != nil {
@@ -60,7 +74,7 @@ func TestGPUBatchSizeSweep(t *testing.T) {
 	ratio := float64(st.Reserved.Peak) / float64(st.Allocated.Peak)
 	t.Logf("batch sizes 64..80..64: peak reserved %.2f MiB, peak allocated %.2f MiB (ratio %.3f), %d driver allocations, %d cache hits",
 		float64(st.Reserved.Peak)/(1<<20), float64(st.Allocated.Peak)/(1<<20), ratio, st.DriverAllocs, st.CacheHits)
-	if ratio > 1.1 {
-		t.Errorf("peak reserved is %.3fx peak allocated, want at most 1.1x\n%s", ratio, b.Allocator().MemorySummary())
+	if ratio > limit {
+		t.Errorf("peak reserved is %.3fx peak allocated, want at most %.2fx\n%s", ratio, limit, b.Allocator().MemorySummary())
 	}
 }
