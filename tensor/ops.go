@@ -73,6 +73,17 @@ func MatMul(a, b *Tensor) *Tensor {
 	return out
 }
 
+// nonNil drops nil tensors (an absent bias) from a list of operands.
+func nonNil(ts ...*Tensor) []*Tensor {
+	out := ts[:0]
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 func beta(accumulate bool) float32 {
 	if accumulate {
 		return 1
@@ -89,6 +100,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
 		panic(fmt.Sprintf("tensor: Linear bias %v for weight %v", b.shape, w.shape))
 	}
+	sameBackend(nonNil(x, w, b)...)
 	x, w = x.Contiguous(), w.Contiguous()
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
@@ -132,6 +144,7 @@ func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
 	if stride < 1 || pad < 0 {
 		panic(fmt.Sprintf("tensor: Conv2d stride %d, padding %d", stride, pad))
 	}
+	sameBackend(nonNil(x, w, b)...)
 	x, w = x.Contiguous(), w.Contiguous()
 	g := ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3],
 		K: w.shape[0], R: w.shape[2], S: w.shape[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad, ReLU: relu}

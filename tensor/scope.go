@@ -60,13 +60,12 @@ func (s *Scope) Release() {
 // step.
 func (s *Scope) Reset() {
 	s.mu.Lock()
-	owned := s.owned
-	s.owned = s.owned[:0]
-	s.mu.Unlock()
-	for i := len(owned) - 1; i >= 0; i-- {
-		owned[i].release()
-		owned[i] = nil
+	defer s.mu.Unlock()
+	for i := len(s.owned) - 1; i >= 0; i-- {
+		s.owned[i].release()
+		s.owned[i] = nil
 	}
+	s.owned = s.owned[:0]
 }
 
 // scopeOf picks the scope of an operation's output: the first scope among
