@@ -1,0 +1,8 @@
+// Package optim updates parameters from their gradients: SGD with momentum,
+// dampening, nesterov and weight decay, following torch.optim.SGD's rule
+// exactly, and a step learning-rate schedule.
+//
+// NewSGD packs the parameters, their gradients and the momentum buffers into
+// one allocation each, so that ZeroGrad and Step are one backend call each
+// (one kernel launch on a GPU) whatever the number of parameters.
+package optim
