@@ -45,6 +45,7 @@ var cublasFn struct {
 	getVersion          uintptr // cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int *version)
 	setStream           uintptr // cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId)
 	setMathMode         uintptr // cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+	setWorkspace        uintptr // cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes); optional
 	sgemm               uintptr // cublasStatus_t cublasSgemm_v2(h, transa, transb, int m, int n, int k, const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc)
 	sgemmStridedBatched uintptr // cublasStatus_t cublasSgemmStridedBatched(h, transa, transb, int m, int n, int k, const float *alpha, const float *A, int lda, long long strideA, const float *B, int ldb, long long strideB, const float *beta, float *C, int ldc, long long strideC, int batchCount)
 }
@@ -83,6 +84,7 @@ func loadCublas() error {
 			reqSym(&c.getVersion, "cublasGetVersion_v2", "cublasGetVersion"),
 			reqSym(&c.setStream, "cublasSetStream_v2", "cublasSetStream"),
 			reqSym(&c.setMathMode, "cublasSetMathMode"),
+			optSym(&c.setWorkspace, "cublasSetWorkspace_v2", "cublasSetWorkspace"),
 			reqSym(&c.sgemm, "cublasSgemm_v2", "cublasSgemm"),
 			reqSym(&c.sgemmStridedBatched, "cublasSgemmStridedBatched"),
 		})
@@ -160,6 +162,19 @@ func (b *BLAS) SetTF32(on bool) error {
 		mode = cublasTF32TensorOpMath
 	}
 	return b.do("cublasSetMathMode", func() uintptr { return cCall(cublasFn.setMathMode, b.h, mode) }, func() { b.tf32 = on })
+}
+
+// SetWorkspace gives cuBLAS the device memory [ptr, ptr+bytes) as its
+// workspace (cublasSetWorkspace_v2) instead of the one it allocates itself;
+// bytes 0 means none, which rules out split-K kernels. The memory must stay
+// allocated while the handle uses it.
+func (b *BLAS) SetWorkspace(ptr uintptr, bytes int) error {
+	if cublasFn.setWorkspace == 0 {
+		return errors.New("cuda: this cuBLAS has no cublasSetWorkspace_v2")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.do("cublasSetWorkspace_v2", func() uintptr { return cCall(cublasFn.setWorkspace, b.h, ptr, uintptr(bytes)) }, func() {})
 }
 
 // TF32 reports whether TF32 math is enabled.

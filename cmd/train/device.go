@@ -20,10 +20,11 @@ type device struct {
 	// uint8 training and test sets were uploaded; trainingPeak* the peaks
 	// while training (evaluation excluded). Memory figures "without the data
 	// set" subtract the data set's own bytes from the peaks.
-	datasetReserved       int
 	trainingPeakReserved  int
 	trainingPeakAllocated int
-	datasetAllocated      int
+	datasetAllocated      int // data set + cuBLAS workspace
+	dataset               int
+	freeAtStart           int // device free memory once the backend was open
 }
 
 // openDevice picks the backend --device asks for. auto takes the GPU when
@@ -46,7 +47,9 @@ func openDevice(o *options) (*device, error) {
 			if o.tf32 {
 				desc += ", TF32 on"
 			}
-			return &device{backend: g, description: desc, gpu: g}, nil
+			dev := &device{backend: g, description: desc, gpu: g}
+			dev.freeAtStart, _, _ = d.MemGetInfo()
+			return dev, nil
 		}
 		reason = err
 	}
@@ -82,10 +85,13 @@ func (d *device) driverAllocs() int64 {
 	return int64(d.gpu.MemoryStats().DriverAllocs)
 }
 
-func (d *device) markDataset() {
+// markDataset records the bytes of the uint8 data set just uploaded and of
+// cuBLAS's workspace: the training figures subtract exactly these, and the
+// lines name them apart.
+func (d *device) markDataset(bytes int) {
 	if d.gpu != nil {
-		s := d.gpu.MemoryStats()
-		d.datasetReserved, d.datasetAllocated = s.Reserved.Current, s.Allocated.Current
+		d.datasetAllocated = bytes + d.gpu.BLASWorkspace()
+		d.dataset = bytes
 	}
 }
 
@@ -105,9 +111,9 @@ func (d *device) memoryLine() string {
 		return ""
 	}
 	s := d.gpu.MemoryStats()
-	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (without the %s data set); reserved now %s",
+	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (plus %s data set, %s cuBLAS workspace); reserved now %s",
 		mib(d.trainingPeakReserved-d.datasetAllocated), mib(d.trainingPeakAllocated-d.datasetAllocated),
-		mib(d.datasetAllocated), mib(s.Reserved.Current))
+		mib(d.dataset), mib(d.gpu.BLASWorkspace()), mib(s.Reserved.Current))
 }
 
 func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int64) {
@@ -115,10 +121,16 @@ func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int6
 		return
 	}
 	s := d.gpu.MemoryStats()
-	logf("| GPU memory reserved, training peak, without the data set | %s |", mib(d.trainingPeakReserved-d.datasetAllocated))
-	logf("| GPU memory allocated, training peak, without the data set | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
-	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.datasetAllocated))
+	logf("| GPU memory reserved, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakReserved-d.datasetAllocated))
+	logf("| GPU memory allocated, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
+	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.dataset))
+	logf("| cuBLAS workspace (from the allocator) | %s |", mib(d.gpu.BLASWorkspace()))
 	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
+	if free, _, err := d.gpu.Device().MemGetInfo(); err == nil && d.freeAtStart > 0 {
+		// What the device lost since the backend opened: our reserved
+		// memory plus what libraries (cuBLAS's workspace) took themselves.
+		logf("| device memory taken since start (cuMemGetInfo) | %s |", mib(d.freeAtStart-free))
+	}
 	if steps > 1 {
 		logf("| driver allocations by training steps after the first | %d (%.4f per step) |",
 			stepAllocs, float64(stepAllocs)/float64(steps-1))

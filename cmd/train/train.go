@@ -133,7 +133,7 @@ func (t *trainer) setup(ctx context.Context) error {
 		b := t.dev.backend
 		t.trainImgs = tensor.FromUint8(b, nil, t.train.Images, t.train.N, t.train.Rows*t.train.Cols)
 		t.testImgs = tensor.FromUint8(b, nil, t.test.Images, t.test.N, t.test.Rows*t.test.Cols)
-		t.dev.markDataset()
+		t.dev.markDataset(len(t.train.Images) + len(t.test.Images))
 		t.model = models.NewLeNet(b, o.seed)
 		t.sgd, err = optim.NewSGD(t.model.Parameters(), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
 		if err != nil {
