@@ -129,7 +129,7 @@ func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int6
 	if free, _, err := d.gpu.Device().MemGetInfo(); err == nil && d.freeAtStart > 0 {
 		// What the device lost since the backend opened: our reserved
 		// memory plus what libraries (cuBLAS's workspace) took themselves.
-		logf("| device memory taken since start (cuMemGetInfo) | %s |", mib(d.freeAtStart-free))
+		logf("| device memory taken since the backend opened, with its cuBLAS workspace (cuMemGetInfo) | %s |", mib(d.freeAtStart-free+d.gpu.BLASWorkspace()))
 	}
 	if steps > 1 {
 		logf("| driver allocations by training steps after the first | %d (%.4f per step) |",
