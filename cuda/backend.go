@@ -748,7 +748,7 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 		grid = Dim3{X: (channels + 31) / 32, Y: parts, Z: 1}
 		block = Dim3{X: 32, Y: 8, Z: 1}
 	} else {
-		rpb = biasRowsPerBlock(outer, inner)
+		rpb = biasRowsPerBlock(inner)
 		parts = (outer + rpb - 1) / rpb
 		f = b.k.biasGradRows
 		grid = Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
@@ -786,15 +786,7 @@ func biasColsRowsPerBlock(outer int) int {
 
 // biasRowsPerBlock is the number of outer rows one block of
 // ember_bias_grad_rows takes: about 1024 elements (4 per thread).
-func biasRowsPerBlock(outer, inner int) int {
-	// A channel of up to 4096 elements is summed by one block (16 per
-	// thread), which writes db itself: no partial sums, no finishing launch
-	// (LeNet's conv2: 64 x 64).
-	if outer*inner <= 4096 {
-		return outer
-	}
-	return max(1, 1024/inner)
-}
+func biasRowsPerBlock(inner int) int { return max(1, 1024/inner) }
 
 // ---- loss, argmax, optimiser, data ----
 
