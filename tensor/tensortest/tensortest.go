@@ -195,61 +195,38 @@ func (e *env) getI(d *dbuf) []int32 {
 func (e *env) verify() {
 	e.t.Helper()
 	for _, d := range e.live {
-		n := d.raw.Len
 		switch d.raw.DType {
 		case tensor.Float32:
-			all := make([]float32, n)
-			e.b.Download(all, d.raw)
-			for i, v := range all {
-				if (i < d.pre || i >= n-d.post) && math.Float32bits(v) != math.Float32bits(guardF32) {
-					e.fail("buffer %s: element %d outside the window [%d,%d) was overwritten with %g", d.name, i-d.pre, 0, d.win.Len, v)
-					break
-				}
-			}
-			if d.konst {
-				want := d.host.([]float32)
-				for i, v := range all[d.pre : n-d.post] {
-					if math.Float32bits(v) != math.Float32bits(want[i]) {
-						e.fail("input %s was modified: element %d is %g, was %g", d.name, i, v, want[i])
-						break
-					}
-				}
-			}
+			// Bits, not values: a NaN guard must stay that very NaN.
+			verifyBuffer(e, d, guardF32, func(v float32) uint32 { return math.Float32bits(v) })
 		case tensor.Int32:
-			all := make([]int32, n)
-			e.b.Download(all, d.raw)
-			for i, v := range all {
-				if (i < d.pre || i >= n-d.post) && v != guardI32 {
-					e.fail("buffer %s: element %d outside the window [%d,%d) was overwritten with %d", d.name, i-d.pre, 0, d.win.Len, v)
-					break
-				}
-			}
-			if d.konst {
-				want := d.host.([]int32)
-				for i, v := range all[d.pre : n-d.post] {
-					if v != want[i] {
-						e.fail("input %s was modified: element %d is %d, was %d", d.name, i, v, want[i])
-						break
-					}
-				}
-			}
+			verifyBuffer(e, d, guardI32, func(v int32) int32 { return v })
 		case tensor.Uint8:
-			all := make([]uint8, n)
-			e.b.Download(all, d.raw)
-			for i, v := range all {
-				if (i < d.pre || i >= n-d.post) && v != guardU8 {
-					e.fail("buffer %s: element %d outside the window [%d,%d) was overwritten with %d", d.name, i-d.pre, 0, d.win.Len, v)
-					break
-				}
-			}
-			if d.konst {
-				want := d.host.([]uint8)
-				for i, v := range all[d.pre : n-d.post] {
-					if v != want[i] {
-						e.fail("input %s was modified: element %d is %d, was %d", d.name, i, v, want[i])
-						break
-					}
-				}
+			verifyBuffer(e, d, guardU8, func(v uint8) uint8 { return v })
+		}
+	}
+}
+
+// verifyBuffer downloads all of d (window and guards) and checks that the
+// guard elements still hold guard and, for an input, that the window still
+// holds what was uploaded; key gives the value compared.
+func verifyBuffer[T any, K comparable](e *env, d *dbuf, guard T, key func(T) K) {
+	e.t.Helper()
+	n := d.raw.Len
+	all := make([]T, n)
+	e.b.Download(all, d.raw)
+	for i, v := range all {
+		if (i < d.pre || i >= n-d.post) && key(v) != key(guard) {
+			e.fail("buffer %s: element %d outside the window [%d,%d) was overwritten with %v", d.name, i-d.pre, 0, d.win.Len, v)
+			break
+		}
+	}
+	if d.konst {
+		want := d.host.([]T)
+		for i, v := range all[d.pre : n-d.post] {
+			if key(v) != key(want[i]) {
+				e.fail("input %s was modified: element %d is %v, was %v", d.name, i, v, want[i])
+				break
 			}
 		}
 	}
