@@ -190,33 +190,33 @@ type AllocatorOptions struct {
 // PoolID names a private pool made by BeginPrivatePool.
 type PoolID uint64
 
-// Block is an allocation handed out by Alloc. A fresh Block with a fresh
-// generation number is made for every allocation, so a stale *Block kept
-// after Free can never be mistaken for a later allocation at the same
-// address: freeing it again is reported. A Block holds no pointers (it finds
-// its chunk by slot number), so the garbage collector never scans Blocks and
-// making one is the cheapest allocation Go has.
+// Block is an allocation handed out by Alloc, a small value that callers
+// copy freely. Every allocation carries a fresh generation number, so a stale
+// copy kept after Free can never be mistaken for a later allocation at the
+// same address: freeing it again is reported. A Block holds no pointers (it
+// finds its chunk by slot number) and handing one out allocates nothing on
+// the Go heap. The zero Block is no allocation.
 type Block struct {
-	owner uint64 // Allocator.id
-	slot  uint32 // index of the chunk in Allocator.slots
-	gen   uint64 // the chunk's gen while this allocation is live
-	ptr   uintptr
+	ptr uintptr
+	gen uint64 // the chunk's gen while this allocation is live
 	// size and requested are copies that never change, so that reading
 	// them needs no lock even while the allocator works on the chunk.
 	size      int
 	requested int
+	slot      uint32 // index of the chunk in Allocator.slots
+	owner     uint32 // Allocator.id; 0 for the zero Block
 }
 
 // Ptr is the device address of the block.
-func (b *Block) Ptr() uintptr { return b.ptr }
+func (b Block) Ptr() uintptr { return b.ptr }
 
 // Size is the number of bytes the block holds: the request rounded up to 512
 // bytes, or somewhat more for a large block whose rest (1 MiB or less) was
 // not worth splitting off.
-func (b *Block) Size() int { return b.size }
+func (b Block) Size() int { return b.size }
 
 // Requested is the size that was asked for.
-func (b *Block) Requested() int { return b.requested }
+func (b Block) Requested() int { return b.requested }
 
 type chunkState uint8
 
@@ -296,12 +296,11 @@ type freeQueue struct {
 // concurrent use.
 type Allocator struct {
 	mu     sync.Mutex
-	id     uint64 // unique among allocators, to recognize foreign Blocks
+	id     uint32 // unique among allocators, to recognize foreign Blocks
 	dm     DeviceMemory
 	syncer EventSynchronizer // dm, if it can wait for events; else nil
 
-	sharedSegment int     // AllocatorOptions.SharedSegment
-	blockSlab     []Block // handles not yet handed out; see newBlock
+	sharedSegment int // AllocatorOptions.SharedSegment
 	limit         int
 	// ceiling is the most that reserved may be: the limit, or what was
 	// reserved when SetLimit lowered the limit below it, shrinking as
@@ -325,7 +324,7 @@ type Allocator struct {
 	stats MemoryStats
 }
 
-var allocatorIDs atomic.Uint64
+var allocatorIDs atomic.Uint32
 
 // NewAllocator makes an allocator that gets its memory from dm.
 func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
@@ -348,20 +347,36 @@ func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
 }
 
 // Alloc returns a block of at least bytes bytes for use on stream s.
-func (a *Allocator) Alloc(bytes int, s Stream) (*Block, error) {
+func (a *Allocator) Alloc(bytes int, s Stream) (Block, error) {
 	if bytes <= 0 {
-		return nil, fmt.Errorf("cuda: Alloc of %d bytes: size must be positive", bytes)
+		return Block{}, fmt.Errorf("cuda: Alloc of %d bytes: size must be positive", bytes)
 	}
 	if bytes > maxAllocRequest {
-		return nil, fmt.Errorf("cuda: Alloc of %d bytes: size too large", bytes)
+		return Block{}, fmt.Errorf("cuda: Alloc of %d bytes: size too large", bytes)
 	}
 	rounded := roundSize(bytes)
 
 	a.mu.Lock()
+	// The cache-hit path unlocks by hand: a deferred call costs a tenth
+	// of it.
+	if a.pendingEvents == 0 {
+		pool := a.poolFor(s, rounded)
+		if c := a.takeBestFit(pool, s, rounded); c != nil {
+			a.stats.CacheHits++
+			b := a.take(pool, c, rounded, bytes)
+			a.mu.Unlock()
+			return b, nil
+		}
+	}
 	defer a.mu.Unlock()
+	return a.allocSlow(bytes, rounded, s)
+}
+
+// allocSlow is Alloc when blocks wait on events or the cache misses.
+func (a *Allocator) allocSlow(bytes, rounded int, s Stream) (Block, error) {
 	if a.pendingEvents > 0 {
 		if err := a.processEvents(); err != nil {
-			return nil, err
+			return Block{}, err
 		}
 	}
 	pool := a.poolFor(s, rounded)
@@ -371,7 +386,7 @@ func (a *Allocator) Alloc(bytes int, s Stream) (*Block, error) {
 	}
 	c, hit, err := a.grow(pool, s, bytes, rounded)
 	if err != nil {
-		return nil, err
+		return Block{}, err
 	}
 	if hit {
 		a.stats.CacheHits++
@@ -400,7 +415,7 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 }
 
 // take hands out c (free, not in any tree), splitting off the rest.
-func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) *Block {
+func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) Block {
 	if rest := c.size - rounded; shouldSplit(pool.small || pool.private != nil, rest) {
 		r := a.newChunk()
 		r.ptr = c.ptr + uintptr(rounded)
@@ -429,9 +444,7 @@ func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) *
 	a.stats.ActiveBlocks++
 	a.gen++
 	c.gen = a.gen
-	b := a.newBlock()
-	*b = Block{owner: a.id, slot: c.slot, gen: c.gen, ptr: c.ptr, size: c.size, requested: requested}
-	return b
+	return Block{owner: a.id, slot: c.slot, gen: c.gen, ptr: c.ptr, size: c.size, requested: requested}
 }
 
 // errNoSegment is grow's internal signal that a segment could not be had,
@@ -630,28 +643,32 @@ func (a *Allocator) releaseSegment(c *memChunk) error {
 // Free gives b back. The memory is reused for b's stream at once, or for
 // streams recorded with RecordStream only after the work queued on them so
 // far has completed.
-func (a *Allocator) Free(b *Block) error {
-	if b == nil {
-		return fmt.Errorf("%w: Free(nil)", ErrInvalidBlock)
+func (a *Allocator) Free(b Block) error {
+	if b.owner == 0 {
+		return fmt.Errorf("%w: Free of the zero Block", ErrInvalidBlock)
 	}
 	if b.owner != a.id {
 		return fmt.Errorf("%w: Free of block %#x (%d bytes), which is not from this allocator", ErrInvalidBlock, b.ptr, b.size)
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	c := a.live(b)
 	if c == nil {
+		a.mu.Unlock()
 		return fmt.Errorf("%w: double free of block %#x (%d bytes)", ErrInvalidBlock, b.ptr, b.size)
 	}
+	var err error
 	if len(c.uses) > 0 {
-		return a.freeAfterEvents(b, c)
+		err = a.freeAfterEvents(b, c)
+	} else {
+		a.release(c)
+		err = a.freeChunk(c)
 	}
-	a.release(c)
-	return a.freeChunk(c)
+	a.mu.Unlock()
+	return err
 }
 
 // live returns the chunk of b if b is a live allocation of a, else nil.
-func (a *Allocator) live(b *Block) *memChunk {
+func (a *Allocator) live(b Block) *memChunk {
 	if int(b.slot) >= len(a.slots) {
 		return nil
 	}
@@ -672,7 +689,7 @@ func (a *Allocator) release(c *memChunk) {
 
 // freeAfterEvents records an event on every other stream that used c and
 // parks c until they complete.
-func (a *Allocator) freeAfterEvents(b *Block, c *memChunk) error {
+func (a *Allocator) freeAfterEvents(b Block, c *memChunk) error {
 	var buf [4]Event
 	evs := buf[:0]
 	for _, s := range c.uses {
@@ -802,8 +819,8 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 // RecordStream notes that b is also used on stream s, so that Free will not
 // let b's memory be reused until the work queued on s by then has completed.
 // Calling it on a block that is not live is a bug in the caller and panics.
-func (a *Allocator) RecordStream(b *Block, s Stream) {
-	if b == nil || b.owner != a.id {
+func (a *Allocator) RecordStream(b Block, s Stream) {
+	if b.owner != a.id {
 		panic("cuda: RecordStream on a block that is not from this allocator")
 	}
 	a.mu.Lock()
@@ -1015,22 +1032,4 @@ func bump(p *StatPair, d int) {
 	if p.Current > p.Peak {
 		p.Peak = p.Current
 	}
-}
-
-// blockSlabSize is how many Block handles one heap allocation provides.
-const blockSlabSize = 128
-
-// newBlock returns a fresh Block handle. Handles come from arrays of
-// blockSlabSize (one heap allocation per 128 of them, a third of the cost
-// of the cache-hit path otherwise) and are never reused, so a stale handle
-// can never free another allocation. A slab stays in memory while any of
-// its handles is referenced; they hold no pointers, so the collector never
-// scans them.
-func (a *Allocator) newBlock() *Block {
-	if len(a.blockSlab) == 0 {
-		a.blockSlab = make([]Block, blockSlabSize)
-	}
-	b := &a.blockSlab[0]
-	a.blockSlab = a.blockSlab[1:]
-	return b
 }

@@ -32,7 +32,7 @@ func BenchmarkAllocFreeCacheHit(b *testing.B) {
 func BenchmarkAllocFreeCacheHitBusy(b *testing.B) {
 	a, _ := newTestAllocator(b, 64<<30, 0)
 	rng := rand.New(rand.NewPCG(1, 2))
-	var blocks []*Block
+	var blocks []Block
 	for range 20_000 {
 		blocks = append(blocks, mustAllocQuiet(b, a, 512*(1+rng.IntN(64)), Stream(rng.IntN(4))))
 	}
@@ -79,7 +79,7 @@ func BenchmarkAllocFreeCacheHitParallel(b *testing.B) {
 	})
 }
 
-func mustAllocQuiet(b testing.TB, a *Allocator, n int, s Stream) *Block {
+func mustAllocQuiet(b testing.TB, a *Allocator, n int, s Stream) Block {
 	blk, err := a.Alloc(n, s)
 	if err != nil {
 		b.Fatal(err)

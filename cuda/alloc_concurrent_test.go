@@ -33,7 +33,7 @@ func TestAllocConcurrent(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			s := Stream(1 + w%2)
-			var live []*Block
+			var live []Block
 			for range iters {
 				if len(live) < 32 && rng.IntN(2) == 0 {
 					n := logUniformSize(rng, 16*oneMiB)

@@ -56,7 +56,7 @@ func FuzzAllocator(f *testing.F) {
 			limit = 64 * oneMiB
 		}
 		a, d := newTestAllocator(t, 256*oneMiB, limit)
-		var live []*Block
+		var live []Block
 		var pools []PoolID
 		capturing := map[Stream]int{}
 		fail := func(op string, err error) { t.Helper(); t.Fatalf("op %d (%s): %v", r.i, op, err) }

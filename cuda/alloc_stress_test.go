@@ -14,7 +14,7 @@ func logUniformSize(rng *rand.Rand, max int) int {
 }
 
 type liveBlock struct {
-	b *Block
+	b Block
 	s Stream
 }
 

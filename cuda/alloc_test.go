@@ -15,7 +15,7 @@ func newTestAllocator(t testing.TB, total, limit int) (*Allocator, *fakeDevice) 
 	return NewAllocator(d, AllocatorOptions{Limit: limit, SharedSegment: 20 * oneMiB}), d
 }
 
-func mustAlloc(t testing.TB, a *Allocator, n int, s Stream) *Block {
+func mustAlloc(t testing.TB, a *Allocator, n int, s Stream) Block {
 	t.Helper()
 	b, err := a.Alloc(n, s)
 	if err != nil {
@@ -28,7 +28,7 @@ func mustAlloc(t testing.TB, a *Allocator, n int, s Stream) *Block {
 	return b
 }
 
-func mustFree(t testing.TB, a *Allocator, b *Block) {
+func mustFree(t testing.TB, a *Allocator, b Block) {
 	t.Helper()
 	if err := a.Free(b); err != nil {
 		t.Fatalf("Free: %v", err)
@@ -44,7 +44,7 @@ func check(t testing.TB, a *Allocator) {
 }
 
 // segOf returns the segment of a live block.
-func segOf(a *Allocator, b *Block) *memSegment {
+func segOf(a *Allocator, b Block) *memSegment {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.live(b)
@@ -55,7 +55,7 @@ func segOf(a *Allocator, b *Block) *memSegment {
 }
 
 // checkBlock verifies that b describes its chunk.
-func checkBlock(a *Allocator, b *Block) error {
+func checkBlock(a *Allocator, b Block) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.live(b)
@@ -162,7 +162,7 @@ func TestAllocReuseFreedBlock(t *testing.T) {
 
 func TestAllocSplitCoalesceBestFit(t *testing.T) {
 	a, d := newTestAllocator(t, 1<<30, 0)
-	x := make([]*Block, 6)
+	x := make([]Block, 6)
 	sizes := []int{1000, 4096, 2000, 2048, 2048, 100}
 	for i, n := range sizes {
 		x[i] = mustAlloc(t, a, n, 0)
@@ -499,7 +499,7 @@ func TestAllocBadFree(t *testing.T) {
 	other, _ := newTestAllocator(t, 1<<30, 0)
 	b := mustAlloc(t, a, 100, 0)
 	ob := mustAlloc(t, other, 100, 0)
-	for name, blk := range map[string]*Block{"nil": nil, "zero": {}, "foreign": ob} {
+	for name, blk := range map[string]Block{"zero": {}, "foreign": ob, "forged": {owner: a.id, slot: b.slot, gen: b.gen + 1}} {
 		if err := a.Free(blk); !errors.Is(err, ErrInvalidBlock) {
 			t.Errorf("Free(%s) = %v, want ErrInvalidBlock", name, err)
 		}
@@ -535,7 +535,7 @@ func mustPanic(t *testing.T, name string, f func()) {
 func TestAllocLimit(t *testing.T) {
 	const limit = 10 * oneMiB
 	a, d := newTestAllocator(t, 1<<30, limit)
-	var live []*Block
+	var live []Block
 	for {
 		b, err := a.Alloc(100*1024, 0)
 		if st := a.Stats(); st.Reserved.Current > limit {
@@ -674,7 +674,7 @@ func TestAllocRecordStream(t *testing.T) {
 	if d.destroys != 2 || d.eventsUp != 0 {
 		t.Errorf("%d events destroyed, %d left", d.destroys, d.eventsUp)
 	}
-	for _, x := range []*Block{c, e, f} {
+	for _, x := range []Block{c, e, f} {
 		mustFree(t, a, x)
 	}
 	if d.records != 2 {
@@ -825,7 +825,7 @@ func TestAllocMemorySummary(t *testing.T) {
 
 // fillWithPending leaves a 2 MiB device full, with one block of it freed on
 // stream 1 but waiting for an event on stream 2.
-func fillWithPending(t *testing.T, dm DeviceMemory) (*Allocator, *Block, *Block) {
+func fillWithPending(t *testing.T, dm DeviceMemory) (*Allocator, Block, Block) {
 	t.Helper()
 	a := NewAllocator(dm, AllocatorOptions{SharedSegment: 20 * oneMiB})
 	b := mustAlloc(t, a, oneMiB, 1)
@@ -925,7 +925,7 @@ func stepSizes(bs int) []int {
 
 func runStep(t *testing.T, a *Allocator, bs int) {
 	t.Helper()
-	var live []*Block
+	var live []Block
 	for i, n := range stepSizes(bs) {
 		b := mustAlloc(t, a, n, 0)
 		if i == 1 || i == 3 { // workspaces

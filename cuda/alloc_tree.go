@@ -187,6 +187,17 @@ func (a *Allocator) poolRemove(p *blockPool, c *memChunk) {
 }
 
 func (t *freeTree) insert(it btItem) {
+	// Fast path: a pool caching fewer than btMaxItems chunks is one leaf.
+	if x := t.root; x != nil && x.n < btMaxItems && x.leaf() {
+		i := x.search(it.key)
+		for j := x.n; j > i; j-- {
+			x.items[j] = x.items[j-1]
+		}
+		x.items[i] = it
+		x.n++
+		t.n++
+		return
+	}
 	if t.root == nil {
 		t.root = new(btNode)
 	}
@@ -247,6 +258,19 @@ func (x *btNode) splitChild(i int) {
 // so that removing one never leaves a node short.
 func (t *freeTree) delete(k btKey) {
 	x := t.root
+	if x != nil && x.leaf() { // fast path: the tree is one leaf
+		i := x.search(k)
+		if i == x.n || x.items[i].key != k {
+			panic("cuda: allocator corrupted: free chunk missing from its pool")
+		}
+		x.n--
+		for ; i < x.n; i++ {
+			x.items[i] = x.items[i+1]
+		}
+		x.items[x.n] = btItem{}
+		t.n--
+		return
+	}
 	for {
 		if x == nil {
 			panic("cuda: allocator corrupted: free chunk missing from its pool")

@@ -78,7 +78,7 @@ type Backend struct {
 	mu       sync.Mutex
 	deferred error // errors of Free, reported by Synchronize
 
-	blasWorkspace *Block // cuBLAS's workspace, from the allocator
+	blasWorkspace Block // cuBLAS's workspace, from the allocator
 	closed        atomic.Bool
 }
 
@@ -165,7 +165,7 @@ func (b *Backend) Close() error {
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
-	if b.blasWorkspace != nil {
+	if b.blasWorkspace.owner != 0 {
 		errs = append(errs, b.alloc.Free(b.blasWorkspace))
 	}
 	if b.mod != nil {
@@ -202,10 +202,9 @@ func (b *Backend) deferError(err error) {
 
 // ---- memory ----
 
-// blockMemory is a tensor.Memory: one block of the caching allocator (nil
-// for an allocation of zero bytes).
+// blockMemory is a tensor.Memory: one block of the caching allocator.
 type blockMemory struct {
-	blk   *Block
+	blk   Block // the zero Block for zero bytes
 	bytes int
 	owner *Backend
 	freed atomic.Bool
@@ -252,7 +251,7 @@ func (b *Backend) Free(buf tensor.Buffer) {
 		b.deferError(fmt.Errorf("cuda: double free of a %d-byte buffer", m.bytes))
 		return
 	}
-	if m.blk != nil {
+	if m.bytes > 0 {
 		if err := m.owner.alloc.Free(m.blk); err != nil {
 			b.deferError(err)
 		}
@@ -278,9 +277,6 @@ func (b *Backend) ptr(op string, buf tensor.Buffer, dt tensor.DType) uintptr {
 	if buf.Off < 0 || buf.Len < 0 || (buf.Off+buf.Len)*dt.Size() > m.bytes {
 		panic(fmt.Sprintf("cuda: %s: buffer window [%d, %d) outside its %d-byte memory", op, buf.Off, buf.Off+buf.Len, m.bytes))
 	}
-	if m.blk == nil {
-		return 0
-	}
 	return m.blk.Ptr() + uintptr(buf.Off*dt.Size())
 }
 
@@ -296,7 +292,7 @@ func need(op, what string, buf tensor.Buffer, n int) {
 
 // workspace allocates temporary device memory for one operation; release
 // it as soon as the operation's work is queued.
-func (b *Backend) workspace(op string, bytes int) *Block {
+func (b *Backend) workspace(op string, bytes int) Block {
 	blk, err := b.alloc.Alloc(bytes, b.stream)
 	if err != nil {
 		panic(&tensor.Error{Op: "cuda: " + op, Err: err})
@@ -304,8 +300,8 @@ func (b *Backend) workspace(op string, bytes int) *Block {
 	return blk
 }
 
-func (b *Backend) release(blk *Block) {
-	if blk != nil {
+func (b *Backend) release(blk Block) {
+	if blk.owner != 0 {
 		if err := b.alloc.Free(blk); err != nil {
 			b.deferError(err)
 		}
@@ -916,7 +912,7 @@ func (b *Backend) setBLASWorkspace() error {
 // BLASWorkspace is the size of the cuBLAS workspace taken from the
 // allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	if b.blasWorkspace == nil {
+	if b.blasWorkspace.owner == 0 {
 		return 0
 	}
 	return b.blasWorkspace.Size()
