@@ -180,6 +180,11 @@ func shouldSplit(small bool, rest int) bool {
 // AllocatorOptions configures NewAllocator.
 type AllocatorOptions struct {
 	Limit int // hard cap on reserved bytes; 0 = no cap beyond the device
+	// Expandable makes the general pools map pages at the end of one
+	// address range per stream instead of taking a segment per large
+	// block, when the DeviceMemory implements VirtualMemory (see
+	// alloc_expand.go). SharedSegment is then ignored.
+	Expandable bool
 	// SharedSegment, when positive, is the size of the segments that large
 	// requests under 10 MiB share (PyTorch uses 20 MiB: fewer driver calls
 	// for many mid-size tensors). 0, the default, gives every large request
@@ -260,6 +265,10 @@ type memSegment struct {
 	stream Stream
 	pool   *blockPool
 	first  *memChunk // the chunk at ptr; it is never merged away
+	last   uint32    // slot of the chunk that ends the segment
+	// va is the address range reserved for an expandable segment, of
+	// which the first size bytes are mapped; 0 for a driver allocation.
+	va int
 	// prev and next link the segments of pool.
 	prev, next *memSegment
 }
@@ -267,11 +276,18 @@ type memSegment struct {
 // blockPool holds the segments of one kind (small or large) of one owner
 // (the general cache or a private pool) and a tree of their free chunks.
 type blockPool struct {
-	tree    freeTree
-	small   bool
+	tree  freeTree
+	small bool
+	// packed pools split blocks down to 512 bytes whatever their size:
+	// private pools, and expandable ones, whose free rests at the end
+	// merge with the next pages mapped.
+	packed  bool
 	private *privatePool // nil for the general cache
 	segs    *memSegment
 	nsegs   int
+	// expandable holds the pool's expandable segments, one per stream,
+	// when the allocator maps pages instead of allocating segments.
+	expandable []*memSegment
 }
 
 type privatePool struct {
@@ -300,7 +316,10 @@ type Allocator struct {
 	dm     DeviceMemory
 	syncer EventSynchronizer // dm, if it can wait for events; else nil
 
-	sharedSegment int // AllocatorOptions.SharedSegment
+	sharedSegment int           // AllocatorOptions.SharedSegment
+	vm            VirtualMemory // the driver's, with AllocatorOptions.Expandable; else nil
+	page          int           // vm's page size
+	vaSize        int           // address range reserved per expandable segment
 	limit         int
 	// ceiling is the most that reserved may be: the limit, or what was
 	// reserved when SetLimit lowered the limit below it, shrinking as
@@ -340,6 +359,11 @@ func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
 		slots:   []*memChunk{nil},
 	}
 	a.sharedSegment = opt.SharedSegment
+	if vm, ok := dm.(VirtualMemory); ok && opt.Expandable {
+		a.vm, a.page = vm, vm.PageSize()
+		a.sharedSegment = 0
+		a.large.packed = true
+	}
 	a.syncer, _ = dm.(EventSynchronizer)
 	a.small.small = true
 	a.setLimit(opt.Limit)
@@ -408,7 +432,7 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 			return &st[len(st)-1].large
 		}
 	}
-	if small {
+	if small && a.vm == nil {
 		return &a.small
 	}
 	return &a.large
@@ -416,7 +440,7 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 
 // take hands out c (free, not in any tree), splitting off the rest.
 func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) Block {
-	if rest := c.size - rounded; shouldSplit(pool.small || pool.private != nil, rest) {
+	if rest := c.size - rounded; shouldSplit(pool.small || pool.packed, rest) {
 		r := a.newChunk()
 		r.ptr = c.ptr + uintptr(rounded)
 		r.size = rest
@@ -431,6 +455,9 @@ func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) B
 		}
 		c.next = r.slot
 		c.size = rounded
+		if r.next == 0 {
+			r.seg.last = r.slot
+		}
 		a.poolInsert(pool, r)
 	}
 	c.state = chunkInUse
@@ -464,11 +491,11 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 	// With one segment per large block this costs nothing in a steady
 	// workload, whose requests all hit the cache after the first step.
 	if a.sharedSegment == 0 && pool == &a.large {
-		if _, err := a.releaseCached(pool, 0); err != nil {
+		if _, err := a.releaseCached(pool, 0, false); err != nil {
 			return nil, false, err
 		}
 	}
-	c, err = a.newSegment(pool, s, want)
+	c, err = a.memoryFor(pool, s, rounded, want)
 	if err != errNoSegment {
 		return c, false, err
 	}
@@ -492,13 +519,13 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 	if pool.small {
 		general = &a.small
 	}
-	freed, err := a.releaseCached(general, need)
+	freed, err := a.releaseCached(general, need, true)
 	if err != nil {
 		return nil, false, err
 	}
 	if freed > 0 {
 		a.stats.Retries++
-		if c, err = a.newSegment(pool, s, want); err != errNoSegment {
+		if c, err = a.memoryFor(pool, s, rounded, want); err != errNoSegment {
 			return c, false, err
 		}
 	}
@@ -513,24 +540,24 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 			return c, true, nil
 		}
 	}
-	freed1, err := a.releaseCached(&a.small, 0)
+	freed1, err := a.releaseCached(&a.small, 0, true)
 	if err != nil {
 		return nil, false, err
 	}
-	freed2, err := a.releaseCached(&a.large, 0)
+	freed2, err := a.releaseCached(&a.large, 0, true)
 	if err != nil {
 		return nil, false, err
 	}
 	if freed1+freed2 > 0 {
 		a.stats.Retries++
-		if c, err = a.newSegment(pool, s, want); err != errNoSegment {
+		if c, err = a.memoryFor(pool, s, rounded, want); err != errNoSegment {
 			return c, false, err
 		}
 	}
 
 	// Stage 4: a segment just big enough, in case the preferred one was the
 	// shared mid-size segment.
-	if min := minSegmentSize(rounded); min < want {
+	if min := minSegmentSize(rounded); min < want && !a.expands(pool) {
 		a.stats.Retries++
 		if c, err = a.newSegment(pool, s, min); err != errNoSegment {
 			return c, false, err
@@ -565,6 +592,7 @@ func (a *Allocator) newSegment(pool *blockPool, s Stream, size int) (*memChunk, 
 	c.stream = s
 	c.seg = seg
 	seg.first = c
+	seg.last = c.slot
 	pool.linkSegment(seg)
 	bump(&a.stats.Reserved, size)
 	a.stats.Segments++
@@ -572,45 +600,60 @@ func (a *Allocator) newSegment(pool *blockPool, s Stream, size int) (*memChunk, 
 	return c, nil
 }
 
-// releaseCached returns wholly free segments of pool to the driver and says
-// how many bytes it gave back. With need <= 0 it returns all of them.
-// Otherwise it returns the smallest single segment of at least need bytes,
-// or failing that the largest ones until need is met, so as to keep as much
-// of the cache as possible. It runs only on the out-of-memory path and in
-// EmptyCache, so the walk over the pool's segments is not on the hot path.
-func (a *Allocator) releaseCached(pool *blockPool, need int) (int, error) {
-	var cands []*memSegment
+// releaseCached returns cached memory of pool to the driver and says how
+// many bytes it gave back: wholly free segments and, with trim, the free
+// pages at the end of expandable segments. With need <= 0 it returns all of
+// it. Otherwise it returns the smallest single piece of at least need
+// bytes, or failing that the largest ones until need is met, so as to keep
+// as much of the cache as possible. It runs only on the out-of-memory path,
+// on large-pool misses and in EmptyCache, so the walk over the pool's
+// segments is not on the hot path.
+func (a *Allocator) releaseCached(pool *blockPool, need int, trim bool) (int, error) {
+	type piece struct {
+		seg   *memSegment
+		bytes int
+	}
+	var cands []piece
 	for seg := pool.segs; seg != nil; seg = seg.next {
-		if f := seg.first; f.state == chunkFree && f.next == 0 {
-			cands = append(cands, seg)
+		if seg.va > 0 {
+			if n := a.trimmable(seg); trim && n > 0 {
+				cands = append(cands, piece{seg, n})
+			}
+		} else if f := seg.first; f.state == chunkFree && f.next == 0 {
+			cands = append(cands, piece{seg, seg.size})
 		}
 	}
 	if len(cands) == 0 {
 		return 0, nil
 	}
 	if need > 0 {
-		var best *memSegment
-		for _, seg := range cands {
-			if seg.size >= need && (best == nil || seg.size < best.size) {
-				best = seg
+		best := -1
+		for i, p := range cands {
+			if p.bytes >= need && (best < 0 || p.bytes < cands[best].bytes) {
+				best = i
 			}
 		}
-		if best != nil {
+		if best >= 0 {
+			cands[0] = cands[best]
 			cands = cands[:1]
-			cands[0] = best
 		} else {
-			slices.SortFunc(cands, func(x, y *memSegment) int {
-				return cmp.Or(cmp.Compare(y.size, x.size), cmp.Compare(x.ptr, y.ptr))
+			slices.SortFunc(cands, func(x, y piece) int {
+				return cmp.Or(cmp.Compare(y.bytes, x.bytes), cmp.Compare(x.seg.ptr, y.seg.ptr))
 			})
 		}
 	}
 	freed := 0
-	for _, seg := range cands {
-		size := seg.size
-		if err := a.releaseSegment(seg.first); err != nil {
+	for _, p := range cands {
+		var err error
+		if p.seg.va > 0 {
+			err = a.trimSegment(p.seg)
+		} else {
+			err = a.releaseSegment(p.seg.first)
+		}
+		if err != nil {
 			return freed, err
 		}
-		freed += size
+		freed += p.bytes
 		if need > 0 && freed >= need {
 			break
 		}
@@ -622,6 +665,9 @@ func (a *Allocator) releaseCached(pool *blockPool, need int) (int, error) {
 // free, to the driver. On a driver error the segment stays cached.
 func (a *Allocator) releaseSegment(c *memChunk) error {
 	seg := c.seg
+	if seg.va > 0 {
+		return a.trimSegment(seg)
+	}
 	pool := seg.pool
 	a.poolRemove(pool, c)
 	if err := a.dm.MemFree(seg.ptr); err != nil {
@@ -629,15 +675,20 @@ func (a *Allocator) releaseSegment(c *memChunk) error {
 		return fmt.Errorf("cuda: returning the %d-byte segment at %#x to the driver: %w", seg.size, seg.ptr, err)
 	}
 	pool.unlinkSegment(seg)
-	bump(&a.stats.Reserved, -seg.size)
 	a.stats.Segments--
+	a.unreserve(seg.size)
+	seg.first = nil
+	a.recycle(c)
+	return nil
+}
+
+// unreserve counts bytes given back to the driver.
+func (a *Allocator) unreserve(bytes int) {
+	bump(&a.stats.Reserved, -bytes)
 	a.stats.DriverFrees++
 	if a.ceiling > a.limit {
 		a.ceiling = max(a.limit, a.stats.Reserved.Current)
 	}
-	seg.first = nil
-	a.recycle(c)
-	return nil
 }
 
 // Free gives b back. The memory is reused for b's stream at once, or for
@@ -788,6 +839,8 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 		p.next = c.next
 		if n := a.slots[c.next]; n != nil {
 			n.prev = p.slot
+		} else {
+			p.seg.last = p.slot
 		}
 		a.recycle(c)
 		c = p
@@ -798,6 +851,8 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 		c.next = n.next
 		if nn := a.slots[n.next]; nn != nil {
 			nn.prev = c.slot
+		} else {
+			c.seg.last = c.slot
 		}
 		a.recycle(n)
 	}
@@ -854,10 +909,10 @@ func (a *Allocator) EmptyCache() error {
 			return err
 		}
 	}
-	if _, err := a.releaseCached(&a.small, 0); err != nil {
+	if _, err := a.releaseCached(&a.small, 0, true); err != nil {
 		return err
 	}
-	_, err := a.releaseCached(&a.large, 0)
+	_, err := a.releaseCached(&a.large, 0, true)
 	return err
 }
 
@@ -889,6 +944,8 @@ func (a *Allocator) BeginPrivatePool(s Stream) PoolID {
 	pp.small.small = true
 	pp.small.private = pp
 	pp.large.private = pp
+	pp.small.packed = true
+	pp.large.packed = true
 	pp.capturing = 1
 	a.private[pp.id] = pp
 	a.capture[s] = append(a.capture[s], pp)
@@ -957,11 +1014,11 @@ func (a *Allocator) mergePool(pp *privatePool) error {
 	}
 	// Segments cannot stay when the limit was lowered below reserved.
 	if a.limit > 0 && a.stats.Reserved.Current > a.limit {
-		if _, err := a.releaseCached(&a.small, a.stats.Reserved.Current-a.limit); err != nil {
+		if _, err := a.releaseCached(&a.small, a.stats.Reserved.Current-a.limit, true); err != nil {
 			return err
 		}
 		if a.stats.Reserved.Current > a.limit {
-			if _, err := a.releaseCached(&a.large, a.stats.Reserved.Current-a.limit); err != nil {
+			if _, err := a.releaseCached(&a.large, a.stats.Reserved.Current-a.limit, true); err != nil {
 				return err
 			}
 		}

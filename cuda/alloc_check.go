@@ -55,10 +55,16 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 	if pool == nil {
 		return n, fmt.Errorf("segment %#x has no pool", seg.ptr)
 	}
-	if pool.small && seg.size != smallBuffer {
+	switch {
+	case seg.va > 0:
+		if a.vm == nil || pool.private != nil || seg.size <= 0 || seg.size%a.page != 0 || seg.size > seg.va ||
+			!slices.Contains(pool.expandable, seg) {
+			return n, fmt.Errorf("expandable segment %#x: %d of %d bytes mapped, page %d, pool private %v",
+				seg.ptr, seg.size, seg.va, a.page, pool.private != nil)
+		}
+	case pool.small && seg.size != smallBuffer:
 		return n, fmt.Errorf("small segment %#x has size %d", seg.ptr, seg.size)
-	}
-	if !pool.small && (seg.size <= 0 || seg.size%roundLarge != 0) {
+	case !pool.small && (seg.size <= 0 || seg.size%roundLarge != 0):
 		return n, fmt.Errorf("large segment %#x has size %d", seg.ptr, seg.size)
 	}
 	f := seg.first
@@ -115,7 +121,7 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 			if c.requested <= 0 || r > c.size {
 				return n, fmt.Errorf("%s: requested %d does not fit", where(), c.requested)
 			}
-			if shouldSplit(pool.small, c.size-r) {
+			if shouldSplit(pool.small || pool.packed, c.size-r) {
 				return n, fmt.Errorf("%s: rest %d should have been split off", where(), c.size-r)
 			}
 			n.allocated += c.size
@@ -136,6 +142,9 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 	}
 	if sum != seg.size {
 		return n, fmt.Errorf("segment %#x: chunks cover %d of %d bytes", seg.ptr, sum, seg.size)
+	}
+	if l := a.slots[seg.last]; l == nil || l.seg != seg || l.next != 0 || l.ptr+uintptr(l.size) != seg.ptr+uintptr(seg.size) {
+		return n, fmt.Errorf("segment %#x: last chunk (slot %d) wrong", seg.ptr, seg.last)
 	}
 	return n, nil
 }
@@ -232,7 +241,7 @@ func (a *Allocator) checkTree(p *blockPool) (int, error) {
 
 func (a *Allocator) checkAllLocked() error {
 	var total segTally
-	reserved, segments := 0, 0
+	reserved, segments, driverHeld := 0, 0, 0
 	var all []*memSegment
 	for _, pool := range a.pools() {
 		inTree, err := a.checkTree(pool)
@@ -255,6 +264,11 @@ func (a *Allocator) checkAllLocked() error {
 			free += n.free
 			live += n.live
 			reserved += seg.size
+			if seg.va > 0 {
+				driverHeld += seg.size / a.page // pages
+			} else {
+				driverHeld++
+			}
 			total.allocated += n.allocated
 			total.requested += n.requested
 			total.active += n.active
@@ -262,6 +276,13 @@ func (a *Allocator) checkAllLocked() error {
 			total.activeBlocks += n.activeBlocks
 			total.largestFree = max(total.largestFree, n.largestFree)
 			all = append(all, seg)
+		}
+		streams := map[Stream]bool{}
+		for _, seg := range pool.expandable {
+			if seg.pool != pool || seg.va == 0 || seg.first == nil || streams[seg.stream] {
+				return fmt.Errorf("pool's expandable segment %#x: not one live expandable segment per stream", seg.ptr)
+			}
+			streams[seg.stream] = true
 		}
 		if nsegs != pool.nsegs || free != inTree {
 			return fmt.Errorf("pool counts %d segments / %d free, found %d / %d", pool.nsegs, inTree, nsegs, free)
@@ -337,7 +358,7 @@ func (a *Allocator) checkAllLocked() error {
 		{"segments", st.Segments, segments},
 		{"active blocks", st.ActiveBlocks, total.activeBlocks},
 		{"largest free block", a.largestFree(), total.largestFree},
-		{"driver allocs - frees", st.DriverAllocs - st.DriverFrees, segments},
+		{"driver allocs - frees", st.DriverAllocs - st.DriverFrees, driverHeld},
 	} {
 		if c.got != c.want {
 			return fmt.Errorf("stat %s is %d, recount %d", c.name, c.got, c.want)

@@ -28,6 +28,11 @@ type fakeDevice struct {
 	nextEvent uintptr
 	events    map[Event]*fakeEvent
 
+	ranges       map[uintptr]int  // address ranges reserved (VirtualMemory)
+	pages        map[uintptr]bool // mapped pages
+	unmapErr     error            // if set, UnmapPages fails with it
+	maps, unmaps int
+
 	allocs, frees, allocFails, infos     int
 	records, queries, destroys, eventsUp int
 }
@@ -43,7 +48,122 @@ func newFakeDevice(total int) *fakeDevice {
 		next:   0x7f00_0000_0000,
 		live:   make(map[uintptr]int),
 		events: make(map[Event]*fakeEvent),
+		ranges: make(map[uintptr]int),
+		pages:  make(map[uintptr]bool),
 	}
+}
+
+// fakePage is the fake driver's mapping granularity, the H200's.
+const fakePage = 2 * oneMiB
+
+func (d *fakeDevice) PageSize() int { return fakePage }
+
+func (d *fakeDevice) ReserveAddress(bytes int) (uintptr, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if bytes <= 0 || bytes%fakePage != 0 {
+		return 0, fmt.Errorf("fake: ReserveAddress(%d)", bytes)
+	}
+	p := (d.next + fakePage - 1) &^ (fakePage - 1)
+	d.next = p + uintptr(bytes) + 2*fakePage
+	d.ranges[p] = bytes
+	return p, nil
+}
+
+func (d *fakeDevice) FreeAddress(p uintptr, bytes int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ranges[p] != bytes {
+		return fmt.Errorf("fake: FreeAddress(%#x, %d) of no such range", p, bytes)
+	}
+	for q := p; q < p+uintptr(bytes); q += fakePage {
+		if d.pages[q] {
+			return fmt.Errorf("fake: FreeAddress(%#x, %d) with page %#x still mapped", p, bytes, q)
+		}
+	}
+	delete(d.ranges, p)
+	return nil
+}
+
+// inRange says whether [p, p+bytes) lies in one reserved range.
+func (d *fakeDevice) inRange(p uintptr, bytes int) bool {
+	for base, n := range d.ranges {
+		if p >= base && p+uintptr(bytes) <= base+uintptr(n) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *fakeDevice) MapPages(p uintptr, bytes int) error {
+	d.mu.Lock()
+	hook := d.onAlloc
+	d.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.allocs++
+	d.maps++
+	if d.allocErr != nil {
+		return d.allocErr
+	}
+	if bytes <= 0 || bytes%fakePage != 0 || p%fakePage != 0 || !d.inRange(p, bytes) {
+		return fmt.Errorf("fake: MapPages(%#x, %d): not whole pages of a reserved range", p, bytes)
+	}
+	for q := p; q < p+uintptr(bytes); q += fakePage {
+		if d.pages[q] {
+			return fmt.Errorf("fake: MapPages(%#x, %d): page %#x already mapped", p, bytes, q)
+		}
+	}
+	if d.failAllocs > 0 || d.used+bytes > d.total {
+		if d.failAllocs > 0 {
+			d.failAllocs--
+		}
+		d.allocFails++
+		return fmt.Errorf("fake: cuMemCreate(%d): %w", bytes, ErrDeviceOutOfMemory)
+	}
+	for q := p; q < p+uintptr(bytes); q += fakePage {
+		d.pages[q] = true
+	}
+	d.used += bytes
+	return nil
+}
+
+func (d *fakeDevice) UnmapPages(p uintptr, bytes int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.unmapErr != nil {
+		return d.unmapErr
+	}
+	if bytes <= 0 || bytes%fakePage != 0 || p%fakePage != 0 {
+		return fmt.Errorf("fake: UnmapPages(%#x, %d): not whole pages", p, bytes)
+	}
+	for q := p; q < p+uintptr(bytes); q += fakePage {
+		if !d.pages[q] {
+			return fmt.Errorf("fake: UnmapPages(%#x, %d): page %#x not mapped", p, bytes, q)
+		}
+	}
+	for q := p; q < p+uintptr(bytes); q += fakePage {
+		delete(d.pages, q)
+	}
+	d.used -= bytes
+	d.frees++
+	d.unmaps++
+	return nil
+}
+
+// mapped says whether every page of [p, p+bytes) is mapped.
+func (d *fakeDevice) mapped(p uintptr, bytes int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for q := p &^ (fakePage - 1); q < p+uintptr(bytes); q += fakePage {
+		if !d.pages[q] {
+			return false
+		}
+	}
+	return true
 }
 
 var errFakeDriver = errors.New("fake driver failure")

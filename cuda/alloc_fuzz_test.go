@@ -45,6 +45,16 @@ func FuzzAllocator(f *testing.F) {
 	// Many small blocks, frees in between, RecordStream on other streams.
 	f.Add([]byte{0, 0, 9, 1, 1, 0, 0, 10, 2, 2, 1, 0, 11, 3, 3, 2, 5, 0, 1, 5, 1, 2, 3, 1, 3, 0,
 		6, 1, 0, 12, 0, 0, 0, 6, 3, 4, 2, 3, 0, 3, 0, 7, 0})
+	// The same sequences on expandable segments (flag bit 2).
+	for _, seed := range [][]byte{
+		{2, 0, 10, 0, 0, 3, 0},
+		{3, 9, 3, 0, 24, 1, 1, 1, 9, 2, 1, 26, 255, 255, 2, 0, 23, 50, 50, 0, 3, 1},
+		{2, 0, 22, 128, 0, 0, 0, 21, 9, 9, 0, 7, 1, 1, 3, 0, 3, 0, 7, 0},
+		{2, 0, 9, 1, 1, 0, 0, 10, 2, 2, 1, 0, 11, 3, 3, 2, 5, 0, 1, 5, 1, 2, 3, 1, 3, 0,
+			6, 1, 0, 12, 0, 0, 0, 6, 3, 4, 2, 3, 0, 3, 0, 7, 0},
+	} {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 4096 {
 			return // long inputs only slow the fuzzer down
@@ -56,6 +66,9 @@ func FuzzAllocator(f *testing.F) {
 			limit = 64 * oneMiB
 		}
 		a, d := newTestAllocator(t, 256*oneMiB, limit)
+		if flags&2 != 0 {
+			a = NewAllocator(d, AllocatorOptions{Limit: limit, Expandable: true})
+		}
 		var live []Block
 		var pools []PoolID
 		capturing := map[Stream]int{}

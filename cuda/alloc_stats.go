@@ -29,8 +29,8 @@ type MemoryStats struct {
 	// fragmentation.
 	InactiveSplit StatPair
 
-	DriverAllocs int // segments obtained from the driver
-	DriverFrees  int // segments returned to the driver
+	DriverAllocs int // segments obtained from the driver, or pages mapped into expandable segments
+	DriverFrees  int // segments returned to the driver, or pages unmapped
 	CacheHits    int // Allocs served from cached memory
 	CacheMisses  int // Allocs that needed a new segment
 	Retries      int // segment allocations retried after freeing cached memory

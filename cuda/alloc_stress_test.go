@@ -23,11 +23,12 @@ type liveBlock struct {
 // segment touched in full plus the global counters, and everything every
 // fullEvery operations.
 func TestAllocStress(t *testing.T) {
-	t.Run("shared 20 MiB segments", func(t *testing.T) { allocStress(t, 20*oneMiB) })
-	t.Run("own segments (default)", func(t *testing.T) { allocStress(t, 0) })
+	t.Run("shared 20 MiB segments", func(t *testing.T) { allocStress(t, 20*oneMiB, false) })
+	t.Run("own segments (default)", func(t *testing.T) { allocStress(t, 0, false) })
+	t.Run("expandable segments", func(t *testing.T) { allocStress(t, 0, true) })
 }
 
-func allocStress(t *testing.T, shared int) {
+func allocStress(t *testing.T, shared int, expandable bool) {
 	ops := 500_000
 	if testing.Short() || allocRaceEnabled {
 		ops = 100_000
@@ -39,7 +40,7 @@ func allocStress(t *testing.T, shared int) {
 	)
 	rng := rand.New(rand.NewPCG(20240611, 1))
 	d := newFakeDevice(4 * oneGiB)
-	a := NewAllocator(d, AllocatorOptions{Limit: limit, SharedSegment: shared})
+	a := NewAllocator(d, AllocatorOptions{Limit: limit, SharedSegment: shared, Expandable: expandable})
 	var live []liveBlock
 	var nOOM, nAlloc, nFree, nRecord int
 

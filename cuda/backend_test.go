@@ -149,10 +149,13 @@ type recMem struct {
 	mu     sync.Mutex
 	next   uintptr
 	segs   map[uintptr]int
+	pages  map[uintptr]bool // mapped pages of reserved ranges
 	allocs int
 }
 
-func newRecMem() *recMem { return &recMem{next: 0x7e00_0000_0000, segs: map[uintptr]int{}} }
+func newRecMem() *recMem {
+	return &recMem{next: 0x7e00_0000_0000, segs: map[uintptr]int{}, pages: map[uintptr]bool{}}
+}
 
 func (m *recMem) MemAlloc(bytes int) (uintptr, error) {
 	m.mu.Lock()
@@ -171,6 +174,35 @@ func (m *recMem) MemFree(p uintptr) error {
 	return nil
 }
 
+const recPage = 2 << 20
+
+func (m *recMem) PageSize() int { return recPage }
+func (m *recMem) ReserveAddress(bytes int) (uintptr, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.next
+	m.next += uintptr(bytes) + recPage
+	return p, nil
+}
+func (m *recMem) FreeAddress(uintptr, int) error { return nil }
+func (m *recMem) MapPages(p uintptr, bytes int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q := p; q < p+uintptr(bytes); q += recPage {
+		m.pages[q] = true
+	}
+	m.allocs++
+	return nil
+}
+func (m *recMem) UnmapPages(p uintptr, bytes int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q := p; q < p+uintptr(bytes); q += recPage {
+		delete(m.pages, q)
+	}
+	return nil
+}
+
 func (m *recMem) MemGetInfo() (int, int, error)     { return 1 << 40, 1 << 40, nil }
 func (m *recMem) EventRecord(Stream) (Event, error) { return 1, nil }
 func (m *recMem) EventQuery(Event) (bool, error)    { return true, nil }
@@ -183,7 +215,12 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 			return true
 		}
 	}
-	return false
+	for q := p &^ (recPage - 1); q < p+uintptr(bytes); q += recPage {
+		if !m.pages[q] {
+			return false
+		}
+	}
+	return bytes > 0
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
@@ -359,7 +396,7 @@ func (r *recExec) kernelLaunches() int {
 // whose memory comes from an Allocator over made-up addresses.
 func newRecordingBackend(t *testing.T) (*Backend, *recExec) {
 	mem := newRecMem()
-	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, AllocatorOptions{})}
+	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, AllocatorOptions{Expandable: true})}
 	for _, e := range b.k.table() {
 		*e.f = &Function{Name: e.name}
 	}
