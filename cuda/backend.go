@@ -128,12 +128,20 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.k.load(b.mod); err != nil {
 		return nil, err
 	}
-	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit})
+	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
 	}
 	ok = true
 	return b, nil
+}
+
+// expandableSegments says whether the allocator maps pages into expandable
+// segments (see alloc_expand.go): on devices with virtual memory management,
+// unless EMBER_EXPANDABLE_SEGMENTS=0 asks for one driver allocation per
+// segment instead.
+func expandableSegments(d *Device) bool {
+	return d.VirtualMemorySupported() && os.Getenv("EMBER_EXPANDABLE_SEGMENTS") != "0"
 }
 
 // Name is "cuda:N".

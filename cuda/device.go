@@ -64,8 +64,10 @@ type Device struct {
 	smCount  int
 	totalMem int
 	closed   atomic.Bool
+	vmm      bool // virtual memory management supported (and its calls found)
 
 	cache atomic.Pointer[KernelCache] // nil: no on-disk kernel cache
+	pages pageTable                   // physical pages mapped by MapPages
 }
 
 // DeviceCount returns the number of CUDA devices the driver exposes to this
@@ -181,6 +183,12 @@ func Open(ordinal int) (*Device, error) {
 	}
 	if d.smCount, err = attr(cuDevAttrMultiprocessorCount); err != nil {
 		return nil, err
+	}
+	if v, err := attr(cuDevAttrVirtualMemoryMgmt); err == nil && v != 0 && cuDrv.cuMemMap != 0 &&
+		cuDrv.cuMemAddressReserve != 0 && cuDrv.cuMemCreate != 0 && cuDrv.cuMemSetAccess != 0 &&
+		cuDrv.cuMemUnmap != 0 && cuDrv.cuMemRelease != 0 && cuDrv.cuMemAddressFree != 0 &&
+		cuDrv.cuMemGetAllocationGranularity != 0 {
+		d.vmm = true
 	}
 	var total uintptr
 	if err := cuCheck("cuDeviceTotalMem_v2", cCall(cuDrv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), dev)); err != nil {

@@ -39,6 +39,16 @@ var cuDrv struct {
 	cuMemFree    uintptr // CUresult cuMemFree_v2(CUdeviceptr dptr)
 	cuMemGetInfo uintptr // CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
+	// Virtual memory management (optional: expandable segments only).
+	cuMemAddressReserve           uintptr // CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
+	cuMemAddressFree              uintptr // CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+	cuMemCreate                   uintptr // CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+	cuMemRelease                  uintptr // CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+	cuMemMap                      uintptr // CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
+	cuMemUnmap                    uintptr // CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+	cuMemSetAccess                uintptr // CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+	cuMemGetAllocationGranularity uintptr // CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
+
 	cuMemcpyHtoD      uintptr // CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 	cuMemcpyHtoDAsync uintptr // CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 	cuMemcpyDtoH      uintptr // CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
@@ -77,9 +87,10 @@ var cuDrv struct {
 
 // Driver enum values (cuda.h).
 const (
-	cuDevAttrMultiprocessorCount   = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-	cuDevAttrComputeCapabilityMajr = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-	cuDevAttrComputeCapabilityMinr = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	cuDevAttrMultiprocessorCount   = 16  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	cuDevAttrComputeCapabilityMajr = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	cuDevAttrComputeCapabilityMinr = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	cuDevAttrVirtualMemoryMgmt     = 102 // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 
 	cuStreamNonBlocking = 0x1 // CU_STREAM_NON_BLOCKING
 	cuEventDefault      = 0x0 // CU_EVENT_DEFAULT
@@ -137,6 +148,14 @@ func loadDriver() error {
 			reqSym(&d.cuMemAlloc, "cuMemAlloc_v2"),
 			reqSym(&d.cuMemFree, "cuMemFree_v2"),
 			reqSym(&d.cuMemGetInfo, "cuMemGetInfo_v2"),
+			optSym(&d.cuMemAddressReserve, "cuMemAddressReserve"),
+			optSym(&d.cuMemAddressFree, "cuMemAddressFree"),
+			optSym(&d.cuMemCreate, "cuMemCreate"),
+			optSym(&d.cuMemRelease, "cuMemRelease"),
+			optSym(&d.cuMemMap, "cuMemMap"),
+			optSym(&d.cuMemUnmap, "cuMemUnmap"),
+			optSym(&d.cuMemSetAccess, "cuMemSetAccess"),
+			optSym(&d.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
 			reqSym(&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
 			reqSym(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
 			reqSym(&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"),

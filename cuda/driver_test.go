@@ -684,3 +684,43 @@ func BenchmarkGPULaunch(b *testing.B) {
 	b.StopTimer()
 	d.Synchronize(s)
 }
+
+// TestGPUVirtualMemory maps pages into a reserved range one call at a time,
+// so that a buffer spans separate physical allocations, checks that data
+// crosses the page boundary intact, and unmaps and releases it all.
+func TestGPUVirtualMemory(t *testing.T) {
+	d := requireGPU(t)
+	if !d.VirtualMemorySupported() {
+		t.Skip("no virtual memory management on", d)
+	}
+	page := d.PageSize()
+	if page <= 0 || page&(page-1) != 0 {
+		t.Fatalf("page size %d", page)
+	}
+	va, err := d.ReserveAddress(8 * page)
+	gpuCheck(t, err)
+	gpuCheck(t, d.MapPages(va, page))
+	gpuCheck(t, d.MapPages(va+uintptr(page), 2*page))
+	if err := d.MapPages(va+uintptr(page), page); err == nil {
+		t.Error("mapping a mapped page again succeeded")
+	}
+	n := 3 * page / 4
+	host := make([]float32, n)
+	for i := range host {
+		host[i] = float32(i%1000) - 3.5
+	}
+	gpuCheck(t, d.CopyHtoD(va, unsafe.Pointer(&host[0]), 4*n, 0))
+	back := make([]float32, n)
+	gpuCheck(t, d.CopyDtoH(unsafe.Pointer(&back[0]), va, 4*n, 0))
+	for i := range back {
+		if back[i] != host[i] {
+			t.Fatalf("across pages: back[%d] = %v, want %v", i, back[i], host[i])
+		}
+	}
+	gpuCheck(t, d.UnmapPages(va+uintptr(2*page), page))
+	gpuCheck(t, d.UnmapPages(va, 2*page))
+	if err := d.UnmapPages(va, page); err == nil {
+		t.Error("unmapping an unmapped page succeeded")
+	}
+	gpuCheck(t, d.FreeAddress(va, 8*page))
+}
