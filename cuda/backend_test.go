@@ -395,8 +395,14 @@ func (r *recExec) kernelLaunches() int {
 // newRecordingBackend is a Backend whose device work goes to a recExec and
 // whose memory comes from an Allocator over made-up addresses.
 func newRecordingBackend(t *testing.T) (*Backend, *recExec) {
+	return newRecordingBackendOpts(t, AllocatorOptions{Expandable: true})
+}
+
+// newRecordingBackendOpts is newRecordingBackend with its allocator
+// configured by opt.
+func newRecordingBackendOpts(t *testing.T, opt AllocatorOptions) (*Backend, *recExec) {
 	mem := newRecMem()
-	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, AllocatorOptions{Expandable: true})}
+	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, opt)}
 	for _, e := range b.k.table() {
 		*e.f = &Function{Name: e.name}
 	}
