@@ -224,7 +224,7 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true}
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -557,6 +557,23 @@ func TestRecordedOps(t *testing.T) {
 	b.Conv2d(f(yn), f(xn), f(wn), f(g.K), gr)
 	b.Conv2dBackward(f(xn), f(wn), f(g.K), f(yn), f(xn), f(wn), f(yn), gr)
 	b.Conv2dBackward(f(xn), f(wn), tensor.Buffer{}, f(yn), f(xn), f(wn), f(yn), gr)
+	// Fused convolution + pooling: both forward paths (direct: C·R·S = 27;
+	// GEMM: 45), both backward paths, with and without bias and dx.
+	for _, gc := range []tensor.ConvGeom{gr, {N: 2, C: 5, H: 9, W: 7, K: 4, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 0, ReLU: true}} {
+		pc := tensor.PoolGeom{N: gc.N, C: gc.K, H: gc.OutH(), W: gc.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+		cx, cw := gc.N*gc.C*gc.H*gc.W, gc.K*gc.C*gc.R*gc.S
+		cy := gc.N * gc.K * pc.OutH() * pc.OutW()
+		b.Conv2dReLUMaxPool(f(cy), i(cy), f(cx), f(cw), f(gc.K), gc, pc)
+		b.Conv2dReLUMaxPool(f(cy), i(cy), f(cx), f(cw), tensor.Buffer{}, gc, pc)
+		b.Conv2dReLUMaxPoolBackward(tensor.Buffer{}, f(cw), f(gc.K), f(cy), f(cx), f(cw), f(cy), i(cy), gc, pc)
+		b.Conv2dReLUMaxPoolBackward(tensor.Buffer{}, f(cw), tensor.Buffer{}, f(cy), f(cx), f(cw), f(cy), i(cy), gc, pc)
+		b.Conv2dReLUMaxPoolBackward(tensor.Buffer{}, tensor.Buffer{}, f(gc.K), f(cy), f(cx), f(cw), f(cy), i(cy), gc, pc)
+		b.Conv2dReLUMaxPoolBackward(f(cx), f(cw), f(gc.K), f(cy), f(cx), f(cw), f(cy), i(cy), gc, pc)
+	}
+	// A channel split over several blocks of the direct backward.
+	gb := tensor.ConvGeom{N: 64, C: 1, H: 28, W: 28, K: 20, R: 5, S: 5, StrideH: 1, StrideW: 1, ReLU: true}
+	pb := tensor.PoolGeom{N: 64, C: 20, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+	b.Conv2dReLUMaxPoolBackward(tensor.Buffer{}, f(500), f(20), f(64*20*144), f(64*784), f(500), f(64*20*144), i(64*20*144), gb, pb)
 	pg := tensor.PoolGeom{N: 2, C: 3, H: 9, W: 7, KH: 3, KW: 3, StrideH: 2, StrideW: 2}
 	pn, po := pg.N*pg.C*pg.H*pg.W, pg.N*pg.C*pg.OutH()*pg.OutW()
 	b.MaxPool2d(f(po), i(po), f(pn), pg)

@@ -210,19 +210,26 @@ func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor
 	default:
 		b.swap01(op, dyt.Ptr(), pdy, 0, g.N, g.K, c.p, false)
 	}
-	if c.crs == 0 {
+	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
+}
+
+// convBackwardGEMMs finishes a convolution's backward pass from dyt [K, N·P],
+// the output gradient transposed: dw += dyt · colᵀ when pdw is not 0, and
+// dx = col2im(Wᵀ · dyt) when pdx is not 0.
+func (b *Backend) convBackwardGEMMs(op string, pdx, pdw, px, pw, dyt uintptr, c convShape) {
+	if c.crs == 0 || (pdx == 0 && pdw == 0) {
 		return // no weights, and dx has no elements
 	}
 	col := b.workspace(op, 4*c.colLen)
 	defer b.release(col)
-	if wantDW {
+	if pdw != 0 {
 		b.im2col(op, col.Ptr(), px, c)
 		// dw [K, CRS] += dyt [K, N·P] · colᵀ
-		b.gemm(op, false, true, g.K, c.crs, c.np, 1, dyt.Ptr(), c.np, col.Ptr(), c.np, 1, pdw, c.crs)
+		b.gemm(op, false, true, c.g.K, c.crs, c.np, 1, dyt, c.np, col.Ptr(), c.np, 1, pdw, c.crs)
 	}
-	if wantDX {
+	if pdx != 0 {
 		// dcol [CRS, N·P] = Wᵀ · dyt, into col's workspace.
-		b.gemm(op, true, false, c.crs, c.np, g.K, 1, pw, c.crs, dyt.Ptr(), c.np, 0, col.Ptr(), c.np)
+		b.gemm(op, true, false, c.crs, c.np, c.g.K, 1, pw, c.crs, dyt, c.np, 0, col.Ptr(), c.np)
 		b.col2im(op, pdx, col.Ptr(), c)
 	}
 }

@@ -19,6 +19,7 @@ var kernelFiles = []string{
 	"kernels/elementwise.cu",
 	"kernels/reduce.cu",
 	"kernels/conv.cu",
+	"kernels/conv_pool.cu",
 	"kernels/loss.cu",
 }
 
@@ -59,6 +60,8 @@ type kernels struct {
 	im2col, col2im, swap01                    *Function
 	maxPool, maxPoolBackward                  *Function
 	maxPoolBackwardDisjoint                   *Function
+	convReLUPoolDirect, swap01ReLUPool        *Function
+	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
 
@@ -95,6 +98,11 @@ func (k *kernels) table() []struct {
 		{&k.maxPool, "ember_maxpool2d"},
 		{&k.maxPoolBackward, "ember_maxpool2d_backward"},
 		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
+		{&k.convReLUPoolDirect, "ember_conv_relu_pool_direct"},
+		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
+		{&k.unpoolT, "ember_unpool_t"},
+		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},
+		{&k.convPoolDWFin, "ember_conv_pool_dw_finish"},
 		{&k.crossEntropy, "ember_cross_entropy"},
 		{&k.argmax, "ember_argmax"},
 	}

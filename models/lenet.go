@@ -40,8 +40,8 @@ func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
 
 // Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10].
 func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = m.Pool.Forward(m.Conv1.ForwardReLU(x))
-	x = m.Pool.Forward(m.Conv2.ForwardReLU(x))
+	x = m.convPool(m.Conv1, x)
+	x = m.convPool(m.Conv2, x)
 	x = tensor.ReLU(m.FC1.Forward(x.Reshape(-1, 800)))
 	return m.FC2.Forward(x)
 }
@@ -54,4 +54,13 @@ func (m *LeNet) Parameters() []nn.Parameter {
 	ps = append(ps, nn.Prefixed("fc1", m.FC1.Parameters())...)
 	ps = append(ps, nn.Prefixed("fc2", m.FC2.Parameters())...)
 	return ps
+}
+
+// convPool is pool(relu(conv(x))), as one operation when the pooling's
+// windows are disjoint and as large as its stride (LeNet's 2×2, stride 2).
+func (m *LeNet) convPool(c *nn.Conv2d, x *tensor.Tensor) *tensor.Tensor {
+	if m.Pool.Stride == m.Pool.Kernel {
+		return c.ForwardReLUMaxPool(x, m.Pool.Kernel)
+	}
+	return m.Pool.Forward(c.ForwardReLU(x))
 }

@@ -37,6 +37,14 @@ func (c *Conv2d) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
 
+// ForwardReLUMaxPool applies the convolution, ReLU and max pooling over
+// disjoint k×k windows (stride k), as MaxPool2d{k, k} after ForwardReLU.
+// Backends that fuse the three (the CUDA backend) store only the pooled
+// output.
+func (c *Conv2d) ForwardReLUMaxPool(x *tensor.Tensor, k int) *tensor.Tensor {
+	return tensor.Conv2dReLUMaxPool(x, c.Weight, c.Bias, c.Stride, c.Padding, k)
+}
+
 // Parameters returns weight and bias.
 func (c *Conv2d) Parameters() []Parameter {
 	return []Parameter{{"weight", c.Weight}, {"bias", c.Bias}}

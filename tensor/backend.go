@@ -76,6 +76,25 @@ func (g ConvGeom) OutH() int { return (g.H+2*g.PadH-g.R)/g.StrideH + 1 }
 // OutW is the output width.
 func (g ConvGeom) OutW() int { return (g.W+2*g.PadW-g.S)/g.StrideW + 1 }
 
+// ConvPoolBackend is implemented by backends that fuse a convolution, its
+// bias, ReLU and a max pooling over disjoint windows into one operation
+// (Conv2dReLUMaxPool). Without it the tensor layer runs Conv2d (with the
+// ReLU fused) and MaxPool2d.
+type ConvPoolBackend interface {
+	// Conv2dReLUMaxPool sets y [N, K, p.OutH(), p.OutW()] to the maxima over
+	// p's windows of max(conv(x, w) + bias, 0) (bias may be empty), and
+	// argmax to their positions oh*OutW+ow in the convolution's output
+	// plane, as Conv2d with g.ReLU followed by MaxPool2d would. p pools
+	// the convolution's output (p.N = g.N, p.C = g.K, p.H = g.OutH(), p.W
+	// = g.OutW()) with strides no smaller than its window.
+	Conv2dReLUMaxPool(y, argmax, x, w, bias Buffer, g ConvGeom, p PoolGeom)
+	// Conv2dReLUMaxPoolBackward takes dy, the gradient of y, and y and
+	// argmax from the forward pass: it overwrites dx with the input
+	// gradient (skipped when dx is empty) and adds the weight and bias
+	// gradients into dw and db (each skipped when empty).
+	Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax Buffer, g ConvGeom, p PoolGeom)
+}
+
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).
 type PoolGeom struct {
 	N, C, H, W       int

@@ -135,6 +135,85 @@ func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, s
 func Conv2dReLU(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, true) }
 
 func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
+	x, w, g := convGeomOf(x, w, b, stride, pad, relu)
+	be := x.st.b
+	out := Empty(be, scopeOf(x, w, b), g.N, g.K, g.OutH(), g.OutW())
+	var bias Buffer
+	if b != nil {
+		bias = b.buffer()
+	}
+	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
+	record(out, "conv2d", func(dy *Tensor, e *engine) {
+		var y Buffer
+		if relu { // the backend masks dy by the output itself
+			y = out.buffer()
+		}
+		dxBuf, dx := convInputSink(e, x)
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
+		if dx != nil {
+			e.pass(x, dx)
+		}
+	}, x, w, b)
+	return out
+}
+
+// convInputSink is where a convolution's backward writes the input
+// gradient: x's own gradient buffer, or, when that one accumulates (the
+// backends overwrite dx), a fresh tensor dx to pass on afterwards.
+func convInputSink(e *engine, x *Tensor) (Buffer, *Tensor) {
+	dxBuf, acc := e.sink(x)
+	if !acc {
+		return dxBuf, nil
+	}
+	dx := Empty(x.st.b, e.scopeFor(x), x.shape...)
+	return dx.buffer(), dx
+}
+
+// Conv2dReLUMaxPool is MaxPool2d(Conv2dReLU(x, w, b, stride, pad), k, k):
+// convolution, bias, ReLU and max pooling over disjoint k×k windows. On a
+// backend that implements ConvPoolBackend it is one operation that stores
+// only the pooled output and the positions of the maxima; elsewhere it is
+// the two operations.
+func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
+	fb, ok := x.st.b.(ConvPoolBackend)
+	if !ok {
+		return MaxPool2d(Conv2dReLU(x, w, b, stride, pad), k, k)
+	}
+	x, w, g := convGeomOf(x, w, b, stride, pad, true)
+	p := PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: k, KW: k, StrideH: k, StrideW: k}
+	if k < 1 || p.OutH() < 1 || p.OutW() < 1 {
+		panic(fmt.Sprintf("tensor: MaxPool2d window %d stride %d on %v", k, k, []int{p.N, p.C, p.H, p.W}))
+	}
+	be := x.st.b
+	s := scopeOf(x, w, b)
+	out := Empty(be, s, p.N, p.C, p.OutH(), p.OutW())
+	argmax := EmptyOf(be, s, Int32, out.shape...)
+	var bias Buffer
+	if b != nil {
+		bias = b.buffer()
+	}
+	fb.Conv2dReLUMaxPool(out.buffer(), argmax.buffer(), x.buffer(), w.buffer(), bias, g, p)
+	record(out, "conv2d_relu_maxpool", func(dy *Tensor, e *engine) {
+		dxBuf, dx := convInputSink(e, x)
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		fb.Conv2dReLUMaxPoolBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), out.buffer(), argmax.buffer(), g, p)
+		if dx != nil {
+			e.pass(x, dx)
+		}
+	}, x, w, b)
+	return out
+}
+
+// convGeomOf checks the operands of a convolution and returns them
+// contiguous with the geometry.
+func convGeomOf(x, w, b *Tensor, stride, pad int, relu bool) (*Tensor, *Tensor, ConvGeom) {
 	if len(x.shape) != 4 || len(w.shape) != 4 || x.shape[1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: Conv2d of input %v with weight %v", x.shape, w.shape))
 	}
@@ -151,34 +230,7 @@ func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
 	if g.OutH() < 1 || g.OutW() < 1 {
 		panic(fmt.Sprintf("tensor: Conv2d kernel %dx%d larger than padded input %dx%d", g.R, g.S, g.H+2*pad, g.W+2*pad))
 	}
-	be := x.st.b
-	out := Empty(be, scopeOf(x, w, b), g.N, g.K, g.OutH(), g.OutW())
-	var bias Buffer
-	if b != nil {
-		bias = b.buffer()
-	}
-	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
-	record(out, "conv2d", func(dy *Tensor, e *engine) {
-		var y Buffer
-		if relu { // the backend masks dy by the output itself
-			y = out.buffer()
-		}
-		var dx *Tensor
-		dxBuf, acc := e.sink(x)
-		if acc { // the backend overwrites dx: compute apart, then add
-			dx = Empty(be, e.scopeFor(x), x.shape...)
-			dxBuf = dx.buffer()
-		}
-		var db Buffer
-		if b != nil {
-			db = e.sinkZeroed(b)
-		}
-		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
-		if dx != nil {
-			e.pass(x, dx)
-		}
-	}, x, w, b)
-	return out
+	return x, w, g
 }
 
 // MaxPool2d takes the maximum over k×k windows moved by stride, as

@@ -22,7 +22,7 @@ const tolAG = 2e-5
 // agInput describes one input of an autograd case.
 type agInput struct {
 	shape []int
-	kind  string // "normal" (default), "distinct" (no ties), "away" (|x| >= 0.05)
+	kind  string // "normal" (default), "distinct" (no ties), "away" (|x| >= 0.05), "grid" (multiples of 1/4 in [-2, 2])
 	grad  bool
 }
 
@@ -69,6 +69,11 @@ func runAutogradCase(e *env, c agCase) {
 		switch in.kind {
 		case "distinct":
 			ins[i] = e.distinct(n)
+		case "grid":
+			ins[i] = make([]float32, n)
+			for j := range ins[i] {
+				ins[i][j] = float32(e.rng.IntN(17)-8) / 4
+			}
 		case "away":
 			ins[i] = e.normal(n, 1)
 			for j, v := range ins[i] {
@@ -298,6 +303,60 @@ func convCase(name string, x, w []int, bias bool, stride, pad int) agCase {
 	}
 }
 
+// convPoolCase is Conv2dReLUMaxPool. Its inputs are multiples of 1/4 in
+// [-2, 2], so that every convolution output is exact in float32 whatever the
+// order of its sums: backends that compute the convolution differently still
+// agree on the maximum of each window and on which outputs are positive, so
+// the gradients take the same routes. dx says whether x takes a gradient
+// (backends may have a faster path without one).
+func convPoolCase(name string, x, w []int, bias bool, stride, pad, k int, dx bool) agCase {
+	ins := []agInput{{shape: x, kind: "grid", grad: dx}, inK("grid", w...)}
+	if bias {
+		ins = append(ins, inK("grid", w[0]))
+	}
+	g := tensor.ConvGeom{N: x[0], C: x[1], H: x[2], W: x[3], K: w[0], R: w[2], S: w[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad}
+	p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: k, KW: k, StrideH: k, StrideW: k}
+	return agCase{
+		name: name, inputs: ins, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+			var b *tensor.Tensor
+			if bias {
+				b = t[2]
+			}
+			return tensor.Conv2dReLUMaxPool(t[0], t[1], b, stride, pad, k)
+		},
+		ref: func(v [][]float32, _ []int32, gout []float32) ([]float64, [][]float64) {
+			var b []float32
+			if bias {
+				b = v[2]
+			}
+			yc, _ := refConv(v[0], v[1], b, g)
+			yr := make([]float32, len(yc))
+			for i, y := range yc {
+				yr[i] = float32(max(y, 0))
+			}
+			yp, idx := refPool(yr, p)
+			dyr, _ := refPoolBackward(gout, idx, nil, p)
+			dyc := make([]float32, len(dyr))
+			for i, d := range dyr {
+				if yr[i] > 0 {
+					dyc[i] = float32(d)
+				}
+			}
+			r := refConvBackward(dyc, v[0], v[1], g)
+			var grads [][]float64
+			if dx {
+				grads = append(grads, r.dx)
+			}
+			grads = append(grads, r.dw)
+			if bias {
+				grads = append(grads, r.db)
+			}
+			return f64(yp), grads
+		},
+	}
+}
+
 func poolCase(name string, x []int, k, stride int) agCase {
 	g := tensor.PoolGeom{N: x[0], C: x[1], H: x[2], W: x[3], KH: k, KW: k, StrideH: stride, StrideW: stride}
 	return agCase{
@@ -474,6 +533,12 @@ func autogradCases() []agCase {
 		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
 		convCase("Conv2d/stride 1 pad 2", []int{1, 1, 7, 10}, []int{2, 1, 5, 5}, true, 1, 2),
 		convCase("Conv2d/LeNet conv2", []int{2, 20, 12, 12}, []int{50, 20, 5, 5}, true, 1, 0),
+		convPoolCase("Conv2dReLUMaxPool/LeNet conv1", []int{3, 1, 28, 28}, []int{20, 1, 5, 5}, true, 1, 0, 2, false),
+		convPoolCase("Conv2dReLUMaxPool/LeNet conv2", []int{2, 20, 12, 12}, []int{50, 20, 5, 5}, true, 1, 0, 2, true),
+		convPoolCase("Conv2dReLUMaxPool/pad 1 uncovered edge dx", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 1, 1, 2, true),
+		convPoolCase("Conv2dReLUMaxPool/pad 1 uncovered edge", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 1, 1, 2, false),
+		convPoolCase("Conv2dReLUMaxPool/k3 no bias", []int{2, 2, 11, 10}, []int{3, 2, 3, 3}, false, 1, 0, 3, false),
+		convPoolCase("Conv2dReLUMaxPool/stride 2 C·R·S 45", []int{2, 5, 11, 11}, []int{4, 5, 3, 3}, true, 2, 1, 2, false),
 		poolCase("MaxPool2d/k2 s2", []int{2, 3, 8, 9}, 2, 2),
 		poolCase("MaxPool2d/k3 s2", []int{1, 2, 9, 9}, 3, 2),
 		poolCase("MaxPool2d/k2 s1", []int{2, 2, 5, 7}, 2, 1),
