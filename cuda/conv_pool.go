@@ -3,12 +3,14 @@ package cuda
 // Convolution + bias + ReLU + max pooling as one operation
 // (tensor.ConvPoolBackend; kernels/conv_pool.cu).
 //
-//	forward, C·R·S <= 32:  conv_relu_pool_direct  x, w       -> y, argmax
+//	forward, C·R·S <= 32:  conv_relu_pool_tiled   x, w       -> y, argmax
+//	                       (conv_relu_pool_direct when the image does not
+//	                       fit in shared memory)
 //	forward, otherwise:    im2col, Sgemm                     -> yt [K, N·P]
 //	                       swap01_relu_pool       yt (+bias)  -> y, argmax
 //	backward, C·R·S <= 32 and no dx:
-//	                       conv_pool_dw_direct    dy, y, argmax, x -> dw, db
-//	                       (+ conv_pool_dw_finish when a channel is split)
+//	                       conv_pool_dw_direct    dy, y, argmax, x -> partials
+//	                       conv_pool_dw_finish    partials -> dw, db
 //	backward, otherwise:   bias_grad_rows         dy masked by y -> db
 //	                       unpool_t               dy, y, argmax  -> dyt [K, N·P]
 //	                       im2col, 2 Sgemms, col2im (as Conv2dBackward)
@@ -70,6 +72,13 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 		return
 	}
 	d, q := c.dims, s.poolDim
+	if kpb := tileChannels(c, s); kpb > 0 {
+		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
+		devCheck(op, b.x.launch(b.k.convReLUPoolTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
+			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
+			q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, kpb)}))
+		return
+	}
 	if c.crs <= directCRS {
 		b.launch(op, b.k.convReLUPoolDirect, s.yLen, py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
@@ -142,35 +151,42 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
 }
 
-// dwDirectChunk is the number of pooled outputs one block of
-// ember_conv_pool_dw_direct takes: 8 per thread.
-const dwDirectChunk = 8 * blockSize
+// tileFloats is the shared memory of ember_conv_relu_pool_tiled, in
+// floats (EMBER_TILE_FLOATS).
+const tileFloats = 4096
+
+// tileChannels is how many output channels one block of the tiled forward
+// kernel takes (about two pooled outputs per thread), or 0 when its padded
+// image and weights do not fit in shared memory or C·R·S is large (the GEMM
+// path is faster there).
+func tileChannels(c convShape, s convPoolShape) int {
+	g := c.g
+	if c.crs > directCRS || s.pp == 0 {
+		return 0
+	}
+	kpb := max(1, min(g.K, 2*blockSize/s.pp))
+	if g.C*(g.H+2*g.PadH)*(g.W+2*g.PadW)+kpb*c.crs > tileFloats {
+		return 0
+	}
+	return kpb
+}
 
 // convPoolDWDirect queues dw += and db += (either may be 0: not wanted) from
-// the pooled gradient, in one launch when every channel fits one block and
-// otherwise with a finishing launch over the partial sums.
+// the pooled gradient: partial sums per block of 256 pooled outputs, then a
+// finishing launch that adds them in order.
 func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr, s convPoolShape) {
 	c, g := s.c, s.c.g
-	total := g.N * s.pp
-	parts := min((total+dwDirectChunk-1)/dwDirectChunk, maxGrid)
-	chunk := (total + parts - 1) / parts
-	var part uintptr
+	parts := min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
 	rows := g.K * (c.crs + 1)
-	if parts > 1 {
-		ws := b.workspace(op, 4*rows*parts)
-		defer b.release(ws)
-		part = ws.Ptr()
-	}
+	ws := b.workspace(op, 4*rows*parts)
+	defer b.release(ws)
 	d := c.dims
 	grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
-	devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdw, pdb, part, pdy, py, pa, px,
-		d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11],
-		i32arg(op, s.pp), i32arg(op, chunk)}))
-	if parts > 1 {
-		const warps = blockSize / 32
-		b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
-			pdw, pdb, part, int64(g.K*c.crs), int64(rows), i32arg(op, parts))
-	}
+	devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
+		d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp)}))
+	const warps = blockSize / 32
+	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
+		pdw, pdb, ws.Ptr(), int64(g.K*c.crs), int64(rows), i32arg(op, parts))
 }
 
 // i32dim checks a grid dimension against CUDA's limit for y and z.

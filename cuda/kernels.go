@@ -61,6 +61,7 @@ type kernels struct {
 	maxPool, maxPoolBackward                  *Function
 	maxPoolBackwardDisjoint                   *Function
 	convReLUPoolDirect, swap01ReLUPool        *Function
+	convReLUPoolTiled                         *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
@@ -99,6 +100,7 @@ func (k *kernels) table() []struct {
 		{&k.maxPoolBackward, "ember_maxpool2d_backward"},
 		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
 		{&k.convReLUPoolDirect, "ember_conv_relu_pool_direct"},
+		{&k.convReLUPoolTiled, "ember_conv_relu_pool_tiled"},
 		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
 		{&k.unpoolT, "ember_unpool_t"},
 		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},

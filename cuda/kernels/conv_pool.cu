@@ -96,6 +96,64 @@ extern "C" __global__ void ember_conv_relu_pool_direct(float* y, int* argmax, co
     }
 }
 
+// The same with the image in shared memory: grid (N, ceil(K/kPerBlock)),
+// 1-D blocks. Block (n, j) copies image n, zero-padded, and the weights of
+// its kPerBlock channels to shared memory, then each thread computes pooled
+// outputs of those channels with no bounds checks and no global loads in
+// the inner loop. Used when the padded image and the weights fit in
+// EMBER_TILE_FLOATS floats (LeNet conv1: 784 + 3*25).
+#define EMBER_TILE_FLOATS 4096
+
+// Cost at LeNet conv1, batch 64: 448 blocks of 432 pooled outputs.
+extern "C" __global__ void ember_conv_relu_pool_tiled(float* y, int* argmax, const float* x, const float* w,
+                                                      const float* bias, int N, int C, int H, int W, int K, int R,
+                                                      int S, int SH, int SW, int PH, int PW, int OH, int OW, int KH,
+                                                      int KW, int QH, int QW, int POH, int POW, int kPerBlock) {
+    __shared__ float smem[EMBER_TILE_FLOATS];
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int crs = C * R * S;
+    const long long n = blockIdx.x;
+    const int k0 = blockIdx.y * kPerBlock;
+    const int kn = K - k0 < kPerBlock ? K - k0 : kPerBlock;
+    float* img = smem;
+    float* wk = smem + C * HP * WP;
+    const float* xn = x + n * C * H * W;
+    for (int t = threadIdx.x; t < C * HP * WP; t += blockDim.x) {
+        const int c = t / (HP * WP), hw = t - c * (HP * WP), h = hw / WP - PH, ww = hw % WP - PW;
+        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[(c * H + h) * W + ww] : 0.0f;
+    }
+    for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
+    __syncthreads();
+    const int pp = POH * POW;
+    for (int t = threadIdx.x; t < kn * pp; t += blockDim.x) {
+        const int kk = t / pp, q = t - kk * pp, ph = q / POW, pw = q - ph * POW;
+        const float* wt = wk + kk * crs;
+        const int k = k0 + kk;
+        float best = ember_neg_inf();
+        int at = -1;
+        for (int a = 0; a < KH; a++) {
+            const int oh = ph * QH + a;
+            for (int b = 0; b < KW; b++) {
+                const int ow = pw * QW + b;
+                float acc = 0.0f;
+                for (int c = 0; c < C; c++) {
+                    const float* ic = img + (c * HP + oh * SH) * WP + ow * SW;
+                    const float* wc = wt + c * R * S;
+                    for (int r = 0; r < R; r++) {
+                        for (int s2 = 0; s2 < S; s2++) acc += wc[r * S + s2] * ic[r * WP + s2];
+                    }
+                }
+                float v = acc;
+                if (bias != 0) v = v + bias[k];
+                relu_pool_step(v, oh * OW + ow, best, at);
+            }
+        }
+        const long long i = (n * K + k) * pp + q;
+        y[i] = best;
+        argmax[i] = at;
+    }
+}
+
 // The epilogue of the GEMM path (LeNet's second layer): yt [K, N, OH*OW] is
 // the GEMM's output; one thread per pooled output adds the bias, applies
 // ReLU and pools its window into y [N, K, POH, POW]. Replaces swap01 and the
@@ -177,39 +235,30 @@ extern "C" __global__ void ember_unpool_t(float* dyt, const float* dy, const flo
 // dw[k, c, r, s] and db[k] are sums over the pooled outputs (n, q) of
 // channel k of g = dy (0 where the pooled value is not positive) times the
 // input under tap (c, r, s) at the window's argmax, and of g. Grid (parts,
-// K), 1-D blocks of a multiple of 32: block (j, k) takes the pooled outputs
-// [j*chunk, (j+1)*chunk) of channel k, each thread keeps the C*R*S+1 sums in
-// registers, warps reduce them by xor trees and the block adds its warps in
-// order (deterministic). dw or db may be null (not wanted). With one part
-// the block adds into dw and db directly; otherwise it writes partial[row*parts + j] for rows k*C*R*S + t
-// (dw) and K*C*R*S + k (db), which ember_conv_pool_dw_finish adds.
-// Cost at LeNet conv1, batch 64: 9216 pooled outputs per channel, 26 sums:
-// replaces im2col, a split-K GEMM over 36864 columns, the pooling's backward
-// and the bias gradient.
+// K), 1-D blocks of a multiple of 32: the threads of the blocks of channel
+// k take its pooled outputs in a grid-stride loop (one each at LeNet's
+// sizes), keeping C*R*S+1 sums in registers; warps reduce them by xor trees and the
+// block adds its warps in order (deterministic). It writes
+// partial[row*parts + j] for rows k*C*R*S + t (dw) and K*C*R*S + k (db),
+// which ember_conv_pool_dw_finish adds into dw and db.
+// Cost at LeNet conv1, batch 64: 36 x 20 blocks of 256 outputs, 26 sums;
+// replaces im2col, a split-K GEMM over 36,864 columns, the pooling's
+// backward and the bias gradient.
 #define EMBER_DIRECT_CRS 32
 
-extern "C" __global__ void ember_conv_pool_dw_direct(float* dw, float* db, float* partial, const float* dy,
-                                                     const float* y, const int* argmax, const float* x, int N, int C,
-                                                     int H, int W, int K, int R, int S, int SH, int SW, int PH,
-                                                     int PW, int OW, int PP, int chunk) {
-    __shared__ int tapOff[EMBER_DIRECT_CRS], tapR[EMBER_DIRECT_CRS], tapS[EMBER_DIRECT_CRS];
+extern "C" __global__ void ember_conv_pool_dw_direct(float* partial, const float* dy, const float* y,
+                                                     const int* argmax, const float* x, int N, int C, int H, int W,
+                                                     int K, int R, int S, int SH, int SW, int PH, int PW, int OW,
+                                                     int PP) {
     __shared__ float warpSums[32][EMBER_DIRECT_CRS + 1];
     const int crs = C * R * S;
     const int k = blockIdx.y;
-    for (int t = threadIdx.x; t < crs; t += blockDim.x) {
-        const int c = t / (R * S), rs = t - c * (R * S), r = rs / S, s = rs - r * S;
-        tapOff[t] = c * H * W;
-        tapR[t] = r;
-        tapS[t] = s;
-    }
-    __syncthreads();
     float acc[EMBER_DIRECT_CRS + 1];
 #pragma unroll
     for (int t = 0; t <= EMBER_DIRECT_CRS; t++) acc[t] = 0.0f;
     const long long total = (long long)N * PP;
-    const long long e0 = (long long)blockIdx.x * chunk;
-    const long long e1 = e0 + chunk < total ? e0 + chunk : total;
-    for (long long e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
         const long long n = e / PP;
         const long long q = (n * K + k) * PP + (e - n * PP);
         if (!(y[q] > 0.0f)) continue;
@@ -218,11 +267,20 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* dw, float* db, float
         const int oh = pos / OW, ow = pos - oh * OW;
         const int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
         const float* xn = x + n * C * H * W;
+        const bool inside = ih0 >= 0 && iw0 >= 0 && ih0 + R <= H && iw0 + S <= W;
+        int c = 0, r = 0, s = 0;
 #pragma unroll
         for (int t = 0; t < EMBER_DIRECT_CRS; t++) {
             if (t < crs) {
-                const int ih = ih0 + tapR[t], iw = iw0 + tapS[t];
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W) acc[t] += g * xn[tapOff[t] + ih * W + iw];
+                const int ih = ih0 + r, iw = iw0 + s;
+                if (inside || (ih >= 0 && ih < H && iw >= 0 && iw < W)) acc[t] += g * xn[(c * H + ih) * W + iw];
+                if (++s == S) {
+                    s = 0;
+                    if (++r == R) {
+                        r = 0;
+                        c++;
+                    }
+                }
             }
         }
         acc[EMBER_DIRECT_CRS] += g;
@@ -242,13 +300,7 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* dw, float* db, float
         float s = 0.0f;
         for (int v = 0; v < nw; v++) s += warpSums[v][col];
         const long long row = t < crs ? (long long)k * crs + t : (long long)K * crs + k;
-        if (gridDim.x > 1) {
-            partial[row * gridDim.x + blockIdx.x] = s;
-        } else if (t < crs) {
-            if (dw != 0) dw[row] += s;
-        } else if (db != 0) {
-            db[k] += s;
-        }
+        partial[row * gridDim.x + blockIdx.x] = s;
     }
 }
 
