@@ -390,6 +390,11 @@ func (a *Allocator) Alloc(bytes int, s Stream) (Block, error) {
 	// of it.
 	if a.pendingEvents == 0 {
 		pool := a.poolFor(s, rounded)
+		if b, ok := a.allocFromLeaf(pool, s, rounded, bytes); ok {
+			a.stats.CacheHits++
+			a.mu.Unlock()
+			return b, nil
+		}
 		if c := a.takeBestFit(pool, s, rounded); c != nil {
 			a.stats.CacheHits++
 			b := a.take(pool, c, rounded, bytes)
@@ -449,26 +454,41 @@ func (a *Allocator) poolFor(s Stream, rounded int) *blockPool {
 
 // take hands out c (free, not in any tree), splitting off the rest.
 func (a *Allocator) take(pool *blockPool, c *memChunk, rounded, requested int) Block {
-	if rest := c.size - rounded; shouldSplit(pool.small || pool.packed, rest) {
-		r := a.newChunk()
-		r.ptr = c.ptr + uintptr(rounded)
-		r.size = rest
-		r.stream = c.stream
-		if r.seg != c.seg { // usually recycled from this very segment
-			r.seg = c.seg
-		}
-		r.prev = c.slot
-		r.next = c.next
-		if n := a.slots[c.next]; n != nil {
-			n.prev = r.slot
-		}
-		c.next = r.slot
-		c.size = rounded
-		if r.next == 0 {
-			r.seg.last = r.slot
-		}
+	if r := a.split(pool, c, rounded); r != nil {
 		a.poolInsert(pool, r)
 	}
+	return a.hand(pool, c, requested)
+}
+
+// split cuts c down to rounded bytes when the rest is worth keeping and
+// returns the rest, a new free chunk linked after c but in no tree; else
+// it returns nil.
+func (a *Allocator) split(pool *blockPool, c *memChunk, rounded int) *memChunk {
+	rest := c.size - rounded
+	if !shouldSplit(pool.small || pool.packed, rest) {
+		return nil
+	}
+	r := a.newChunk()
+	r.ptr = c.ptr + uintptr(rounded)
+	r.size = rest
+	r.stream = c.stream
+	if r.seg != c.seg { // usually recycled from this very segment
+		r.seg = c.seg
+	}
+	r.prev = c.slot
+	r.next = c.next
+	if n := a.slots[c.next]; n != nil {
+		n.prev = r.slot
+	} else {
+		r.seg.last = r.slot
+	}
+	c.next = r.slot
+	c.size = rounded
+	return r
+}
+
+// hand marks c, out of every tree, as in use and returns its Block.
+func (a *Allocator) hand(pool *blockPool, c *memChunk, requested int) Block {
 	c.state = chunkInUse
 	c.requested = requested
 	if pool.private != nil {
@@ -842,8 +862,13 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 	if len(c.uses) != 0 {
 		c.uses = c.uses[:0]
 	}
+	// A chunk merged into a free neighbour takes that neighbour's place in
+	// the tree (one search instead of a removal and an insert).
+	var old btKey
+	inTree := false
 	if p := a.slots[c.prev]; p != nil && p.state == chunkFree {
-		a.poolRemove(pool, p)
+		old, inTree = keyOf(p), true
+		bump(&a.stats.InactiveSplit, -p.size) // p has a neighbour: split
 		p.size += c.size
 		p.next = c.next
 		if n := a.slots[c.next]; n != nil {
@@ -855,7 +880,12 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 		c = p
 	}
 	if n := a.slots[c.next]; n != nil && n.state == chunkFree {
-		a.poolRemove(pool, n)
+		if inTree {
+			a.poolRemove(pool, n)
+		} else {
+			old, inTree = keyOf(n), true
+			bump(&a.stats.InactiveSplit, -n.size)
+		}
 		c.size += n.size
 		c.next = n.next
 		if nn := a.slots[n.next]; nn != nil {
@@ -865,7 +895,14 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 		}
 		a.recycle(n)
 	}
-	a.poolInsert(pool, c)
+	if inTree {
+		pool.tree.replace(old, btItem{keyOf(c), c.slot})
+		if c.isSplit() {
+			bump(&a.stats.InactiveSplit, c.size)
+		}
+	} else {
+		a.poolInsert(pool, c)
+	}
 	if pp := pool.private; pp != nil {
 		if pp.live--; pp.live == 0 && pp.released {
 			return a.mergePool(pp)

@@ -145,6 +145,66 @@ func (a *Allocator) takeBestFit(p *blockPool, s Stream, size int) *memChunk {
 	return c
 }
 
+// setItem puts it in place of item i of the leaf x and moves it left or
+// right until the keys are in order again: a chunk split or merged changes
+// its key a little, so it moves few places, if any.
+func (x *btNode) setItem(i int, it btItem) {
+	for i > 0 && it.key.less(x.items[i-1].key) {
+		x.items[i] = x.items[i-1]
+		i--
+	}
+	for i+1 < x.n && x.items[i+1].key.less(it.key) {
+		x.items[i] = x.items[i+1]
+		i++
+	}
+	x.items[i] = it
+}
+
+// replace swaps the item with key old, which must be in the tree, for it:
+// in place when the tree is one leaf, else by a delete and an insert.
+func (t *freeTree) replace(old btKey, it btItem) {
+	if x := t.root; x != nil && x.leaf() {
+		i := x.search(old)
+		if i == x.n || x.items[i].key != old {
+			panic("cuda: allocator corrupted: free chunk missing from its pool")
+		}
+		x.setItem(i, it)
+		return
+	}
+	t.delete(old)
+	t.insert(it)
+}
+
+// allocFromLeaf is Alloc's cache hit when p's tree is one leaf (fewer than
+// 32 free chunks cached): the best fit is found, split and its rest put in
+// its place in one search of the leaf, instead of a removal and an insert.
+// It returns false, having changed nothing, when the tree is not a leaf or
+// has no fit.
+func (a *Allocator) allocFromLeaf(p *blockPool, s Stream, rounded, requested int) (Block, bool) {
+	x := p.tree.root
+	if x == nil || !x.leaf() {
+		return Block{}, false
+	}
+	i := x.search(btKey{stream: s, size: rounded})
+	if i == x.n || x.items[i].key.stream != s {
+		return Block{}, false
+	}
+	c := a.slots[x.items[i].slot]
+	if c.isSplit() {
+		bump(&a.stats.InactiveSplit, -c.size)
+	}
+	if r := a.split(p, c, rounded); r != nil {
+		x.setItem(i, btItem{keyOf(r), r.slot})
+		bump(&a.stats.InactiveSplit, r.size)
+	} else {
+		copy(x.items[i:x.n-1], x.items[i+1:x.n])
+		x.n--
+		x.items[x.n] = btItem{}
+		p.tree.n--
+	}
+	return a.hand(p, c, requested), true
+}
+
 // largestFree is the size of the biggest chunk in p, 0 if none: the last
 // chunk of each stream present, found in O(streams * log n).
 func (p *blockPool) largestFree() int {
