@@ -561,7 +561,9 @@ func TestRecordedOps(t *testing.T) {
 	// direct: C·R·S = 27 and 9; GEMM: 45), both backward paths, with and
 	// without bias and dx.
 	for _, gc := range []tensor.ConvGeom{gr, {N: 2, C: 5, H: 9, W: 7, K: 4, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 0, ReLU: true},
-		{N: 2, C: 1, H: 71, W: 66, K: 3, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true}} {
+		{N: 2, C: 1, H: 71, W: 66, K: 3, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true},
+		{N: 3, C: 1, H: 13, W: 10, K: 7, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true},
+		{N: 2, C: 1, H: 16, W: 15, K: 37, R: 5, S: 5, StrideH: 1, StrideW: 1, PadH: 2, PadW: 2, ReLU: true}} {
 		pc := tensor.PoolGeom{N: gc.N, C: gc.K, H: gc.OutH(), W: gc.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 		cx, cw := gc.N*gc.C*gc.H*gc.W, gc.K*gc.C*gc.R*gc.S
 		cy := gc.N * gc.K * pc.OutH() * pc.OutW()

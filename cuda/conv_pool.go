@@ -3,13 +3,15 @@ package cuda
 // Convolution + bias + ReLU + max pooling as one operation
 // (tensor.ConvPoolBackend; kernels/conv_pool.cu).
 //
-//	forward, C·R·S <= 32:  conv_relu_pool_tiled   x, w       -> y, argmax
-//	                       (conv_relu_pool_direct when the image does not
-//	                       fit in shared memory)
+//	forward, C·R·S <= 32:  conv_relu_pool_5x5_2x2 x, w       -> y, argmax
+//	                       (or _3x3_2x2; conv_relu_pool_tiled for other
+//	                       sizes; conv_relu_pool_direct when the image does
+//	                       not fit in shared memory)
 //	forward, otherwise:    im2col, Sgemm                     -> yt [K, N·P]
 //	                       swap01_relu_pool       yt (+bias)  -> y, argmax
 //	backward, C·R·S <= 32 and no dx:
-//	                       conv_pool_dw_direct    dy, y, argmax, x -> partials
+//	                       conv_pool_dw_5x5       dy, y, argmax, x -> partials
+//	                       (or _3x3; conv_pool_dw_direct for other sizes)
 //	                       conv_pool_dw_finish    partials -> dw, db
 //	backward, otherwise:   bias_grad_rows         dy masked by y -> db
 //	                       unpool_t               dy, y, argmax  -> dyt [K, N·P]
@@ -74,6 +76,11 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 	d, q := c.dims, s.poolDim
 	if kpb := tileChannels(c, s); kpb > 0 {
 		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
+		if f := b.fixedForward(c, s); f != nil {
+			devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
+				d[1], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], q[4], q[5], i32arg(op, kpb)}))
+			return
+		}
 		devCheck(op, b.x.launch(b.k.convReLUPoolTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, kpb)}))
@@ -171,19 +178,60 @@ func tileChannels(c convShape, s convPoolShape) int {
 	return kpb
 }
 
+// fixedForward is the forward kernel specialised for c's kernel and s's
+// windows (stride-1 convolution, windows moved by their size), or nil.
+func (b *Backend) fixedForward(c convShape, s convPoolShape) *Function {
+	g, p := c.g, s.p
+	if g.StrideH != 1 || g.StrideW != 1 || p.StrideH != p.KH || p.StrideW != p.KW || p.KH != 2 || p.KW != 2 {
+		return nil
+	}
+	switch {
+	case g.R == 5 && g.S == 5:
+		return b.k.convReLUPool5x5
+	case g.R == 3 && g.S == 3:
+		return b.k.convReLUPool3x3
+	}
+	return nil
+}
+
+// fixedDW is the weight-gradient kernel specialised for c's kernel (one
+// input channel, stride 1, the padded image in shared memory), or nil.
+func (b *Backend) fixedDW(c convShape) *Function {
+	g := c.g
+	if g.C != 1 || g.StrideH != 1 || g.StrideW != 1 || (g.H+2*g.PadH)*(g.W+2*g.PadW) > tileFloats {
+		return nil
+	}
+	switch {
+	case g.R == 5 && g.S == 5:
+		return b.k.convPoolDW5x5
+	case g.R == 3 && g.S == 3:
+		return b.k.convPoolDW3x3
+	}
+	return nil
+}
+
 // convPoolDWDirect queues dw += and db += (either may be 0: not wanted) from
 // the pooled gradient: partial sums per block of 256 pooled outputs, then a
 // finishing launch that adds them in order.
 func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr, s convPoolShape) {
 	c, g := s.c, s.c.g
-	parts := min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
-	rows := g.K * (c.crs + 1)
-	ws := b.workspace(op, 4*rows*parts)
-	defer b.release(ws)
 	d := c.dims
-	grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
-	devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
-		d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp)}))
+	rows := g.K * (c.crs + 1)
+	var parts int
+	var ws Block
+	if f := b.fixedDW(c); f != nil && g.N <= maxGrid {
+		parts = g.N // one block per image
+		ws = b.workspace(op, 4*rows*parts)
+		devCheck(op, b.x.launch(f, Dim3{X: g.N, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
+			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp)}))
+	} else {
+		parts = min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
+		ws = b.workspace(op, 4*rows*parts)
+		grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
+		devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
+			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp)}))
+	}
+	defer b.release(ws)
 	const warps = blockSize / 32
 	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
 		pdw, pdb, ws.Ptr(), int64(g.K*c.crs), int64(rows), i32arg(op, parts))

@@ -62,6 +62,8 @@ type kernels struct {
 	maxPoolBackwardDisjoint                   *Function
 	convReLUPoolDirect, swap01ReLUPool        *Function
 	convReLUPoolTiled                         *Function
+	convReLUPool5x5, convReLUPool3x3          *Function
+	convPoolDW5x5, convPoolDW3x3              *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
@@ -101,6 +103,10 @@ func (k *kernels) table() []struct {
 		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
 		{&k.convReLUPoolDirect, "ember_conv_relu_pool_direct"},
 		{&k.convReLUPoolTiled, "ember_conv_relu_pool_tiled"},
+		{&k.convReLUPool5x5, "ember_conv_relu_pool_5x5_2x2"},
+		{&k.convReLUPool3x3, "ember_conv_relu_pool_3x3_2x2"},
+		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
+		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
 		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
 		{&k.unpoolT, "ember_unpool_t"},
 		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},

@@ -324,3 +324,158 @@ extern "C" __global__ void ember_conv_pool_dw_finish(float* dw, float* db, const
         }
     }
 }
+
+// ---- LeNet-sized fast paths ----
+//
+// For a stride-1 convolution with an R x S kernel and pooling windows
+// KH x KW moved by their size (LeNet: 5x5 and 2x2), the sizes are template
+// parameters, so that a thread keeps the input patch of its window and the
+// kernel in registers: (KH+R-1)*(KW+S-1) + R*S loads from shared memory for
+// KH*KW*R*S products, which are fused multiply-adds (__fmaf_rn: the
+// module's --fmad=false keeps elementwise kernels bitwise equal to the CPU,
+// but a convolution's sums are in a different order from the CPU's GEMM
+// anyway).
+
+// Forward: grid (N, ceil(K/kPerBlock)), as ember_conv_relu_pool_tiled.
+template <int R, int S, int KH, int KW>
+__device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, const float* x, const float* w,
+                                                     const float* bias, int C, int H, int W, int K, int PH, int PW,
+                                                     int OW, int POH, int POW, int kPerBlock) {
+    __shared__ float smem[EMBER_TILE_FLOATS];
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int crs = C * R * S;
+    const long long n = blockIdx.x;
+    const int k0 = blockIdx.y * kPerBlock;
+    const int kn = K - k0 < kPerBlock ? K - k0 : kPerBlock;
+    float* img = smem;
+    float* wk = smem + C * HP * WP;
+    const float* xn = x + n * C * H * W;
+    for (int t = threadIdx.x; t < C * HP * WP; t += blockDim.x) {
+        const int c = t / (HP * WP), hw = t - c * (HP * WP), h = hw / WP - PH, ww = hw % WP - PW;
+        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[(c * H + h) * W + ww] : 0.0f;
+    }
+    for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
+    __syncthreads();
+    const int pp = POH * POW;
+    for (int t = threadIdx.x; t < kn * pp; t += blockDim.x) {
+        const int kk = t / pp, q = t - kk * pp, ph = q / POW, pw = q - ph * POW;
+        const int oh0 = ph * KH, ow0 = pw * KW;
+        float acc[KH][KW];
+#pragma unroll
+        for (int a = 0; a < KH; a++)
+#pragma unroll
+            for (int b = 0; b < KW; b++) acc[a][b] = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float patch[KH + R - 1][KW + S - 1];
+            const float* ic = img + (c * HP + oh0) * WP + ow0;
+#pragma unroll
+            for (int i = 0; i < KH + R - 1; i++)
+#pragma unroll
+                for (int j = 0; j < KW + S - 1; j++) patch[i][j] = ic[i * WP + j];
+            const float* wc = wk + kk * crs + c * R * S;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int s = 0; s < S; s++) {
+                    const float wv = wc[r * S + s];
+#pragma unroll
+                    for (int a = 0; a < KH; a++)
+#pragma unroll
+                        for (int b = 0; b < KW; b++) acc[a][b] = __fmaf_rn(wv, patch[a + r][b + s], acc[a][b]);
+                }
+            }
+        }
+        const int k = k0 + kk;
+        float best = ember_neg_inf();
+        int at = -1;
+#pragma unroll
+        for (int a = 0; a < KH; a++) {
+#pragma unroll
+            for (int b = 0; b < KW; b++) {
+                float v = acc[a][b];
+                if (bias != 0) v = v + bias[k];
+                relu_pool_step(v, (oh0 + a) * OW + ow0 + b, best, at);
+            }
+        }
+        const long long i = (n * K + k) * pp + q;
+        y[i] = best;
+        argmax[i] = at;
+    }
+}
+
+extern "C" __global__ void ember_conv_relu_pool_5x5_2x2(float* y, int* argmax, const float* x, const float* w,
+                                                       const float* bias, int C, int H, int W, int K, int PH, int PW,
+                                                       int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<5, 5, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_3x3_2x2(float* y, int* argmax, const float* x, const float* w,
+                                                       const float* bias, int C, int H, int W, int K, int PH, int PW,
+                                                       int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<3, 3, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+// Backward for one input channel and a stride-1 R x S kernel: one block per
+// image, its padded image in shared memory. Groups of 16 threads take the
+// output channels in turn; lane l of a group adds the pooled outputs l,
+// l+16, ... of the channel into R*S+1 registers, and the group reduces them
+// by xor trees (offsets 8..1) into partial[row*N + n] (rows as in
+// ember_conv_pool_dw_direct; ember_conv_pool_dw_finish adds the N parts).
+template <int R, int S>
+__device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* dy, const float* y, const int* argmax,
+                                                   const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
+                                                   int PP) {
+    __shared__ float img[EMBER_TILE_FLOATS];
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int n = blockIdx.x;
+    const float* xn = x + (long long)n * H * W;
+    for (int t = threadIdx.x; t < HP * WP; t += blockDim.x) {
+        const int h = t / WP - PH, ww = t % WP - PW;
+        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[h * W + ww] : 0.0f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 15, groups = blockDim.x >> 4;
+    // kb is uniform across the block, so both groups of a warp take part in
+    // every shuffle; a group past the last channel adds nothing.
+    for (int kb = 0; kb < K; kb += groups) {
+        const int k = kb + (threadIdx.x >> 4);
+        const int qEnd = k < K ? PP : 0;
+        float acc[R * S + 1];
+#pragma unroll
+        for (int t = 0; t <= R * S; t++) acc[t] = 0.0f;
+        const long long base = ((long long)n * K + k) * PP;
+        for (int q = lane; q < qEnd; q += 16) {
+            if (!(y[base + q] > 0.0f)) continue;
+            const float g = dy[base + q];
+            const int pos = argmax[base + q];
+            const int oh = pos / OW, ow = pos - oh * OW;
+            const float* ic = img + oh * WP + ow;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int s = 0; s < S; s++) acc[r * S + s] = __fmaf_rn(g, ic[r * WP + s], acc[r * S + s]);
+            acc[R * S] += g;
+        }
+#pragma unroll
+        for (int t = 0; t <= R * S; t++) {
+            float v = acc[t];
+            for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && k < K) {
+                const long long row = t < R * S ? (long long)k * R * S + t : (long long)K * R * S + k;
+                partial[row * N + n] = v;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void ember_conv_pool_dw_5x5(float* partial, const float* dy, const float* y, const int* argmax,
+                                                  const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
+                                                  int PP) {
+    conv_pool_dw_fixed<5, 5>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP);
+}
+
+extern "C" __global__ void ember_conv_pool_dw_3x3(float* partial, const float* dy, const float* y, const int* argmax,
+                                                  const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
+                                                  int PP) {
+    conv_pool_dw_fixed<3, 3>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP);
+}
