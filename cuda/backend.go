@@ -692,6 +692,12 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 	if m == 0 || n == 0 {
 		return
 	}
+	if m*n <= smallGEMMOutputs && m*n*k <= smallGEMM {
+		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output
+		b.launchGrid(op, b.k.gemmSmall, blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+			flag(transA), flag(transB), alpha, beta)
+		return
+	}
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -701,6 +707,15 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 	}
 	b.gemm(op, transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n)
 }
+
+// smallGEMM and smallGEMMOutputs bound the products that MatMul gives
+// ember_gemm_small instead of cuBLAS: below them, cuBLAS's launches (a
+// split-K kernel and its reduction) cost more than the arithmetic, and a
+// warp per output keeps few lanes idle.
+const (
+	smallGEMM        = 1 << 20
+	smallGEMMOutputs = 1 << 16
+)
 
 // AddBias adds bias[c] to y viewed as [outer, channels, inner].
 func (b *Backend) AddBias(y, bias tensor.Buffer, outer, channels, inner int) {
@@ -765,10 +780,66 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 		part = ws.Ptr()
 	}
 	if f == b.k.biasGradCols {
-		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdy, int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
+		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, uintptr(0), pdy, uintptr(0), int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	} else {
 		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdyt, pdy, pmask, int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
 	}
+	if parts > 1 {
+		const warps = blockSize / 32
+		b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
+	}
+}
+
+// AddBiasReLU implements tensor.BiasReLUBackend.
+func (b *Backend) AddBiasReLU(y, bias tensor.Buffer, outer, channels int) {
+	const op = "add_bias_relu"
+	total := outer * channels
+	need(op, "y", y, total)
+	need(op, "bias", bias, channels)
+	if total == 0 {
+		return
+	}
+	b.launch(op, b.k.addBiasReLU, total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels))
+}
+
+// BiasReLUBackward implements tensor.BiasReLUBackend: one pass of
+// ember_bias_grad_cols writes the masked gradient and sums it (plus a
+// finishing launch beyond 1024 rows).
+func (b *Backend) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, channels int, accumulate bool) {
+	const op = "bias_relu_backward"
+	total := outer * channels
+	need(op, "g", g, total)
+	need(op, "dy", dy, total)
+	need(op, "y", y, total)
+	pg, pdy, py := b.f32(op, g), b.f32(op, dy), b.f32(op, y)
+	var pdb uintptr
+	if !db.Empty() {
+		need(op, "db", db, channels)
+		pdb = b.f32(op, db)
+	}
+	if channels <= 0 {
+		return
+	}
+	if outer <= 0 {
+		if pdb != 0 && !accumulate {
+			devCheck(op, b.x.memset32(pdb, 0, channels))
+		}
+		return
+	}
+	rpb := biasColsRowsPerBlock(outer)
+	parts := (outer + rpb - 1) / rpb
+	if pdb == 0 {
+		parts, rpb = 1, outer // one pass, no sums kept
+	}
+	var part uintptr
+	if parts > 1 {
+		ws := b.workspace(op, 4*parts*channels)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
+	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
+		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
 		const warps = blockSize / 32
 		b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))

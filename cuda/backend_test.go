@@ -224,7 +224,7 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true}
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -544,6 +544,10 @@ func TestRecordedOps(t *testing.T) {
 	b.AddBias(z, f(10), 10, 10, 10)
 	b.BiasGrad(f(10), z, 10, 10, 10, false)
 	b.BiasGrad(f(100), z, 10, 100, 1, true)
+	b.AddBiasReLU(z, f(10), 100, 10)
+	b.BiasReLUBackward(y, f(10), z, x, 100, 10, true)
+	b.BiasReLUBackward(y, tensor.Buffer{}, z, x, 100, 10, false)
+	b.BiasReLUBackward(f(2000*10), f(10), f(2000*10), f(2000*10), 2000, 10, false) // split over blocks
 	g := tensor.ConvGeom{N: 2, C: 3, H: 9, W: 7, K: 5, R: 3, S: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}
 	xn, yn, wn := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW(), g.K*g.C*g.R*g.S
 	b.Conv2d(f(yn), f(xn), f(wn), f(g.K), g)

@@ -220,9 +220,11 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	var parts int
 	var ws Block
 	if f := b.fixedDW(c); f != nil && g.N <= maxGrid {
-		parts = g.N // one block per image
+		parts = g.N // one part per image
 		ws = b.workspace(op, 4*rows*parts)
-		devCheck(op, b.x.launch(f, Dim3{X: g.N, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
+		const warps = blockSize / 32 // one per output channel
+		grid := Dim3{X: g.N, Y: i32dim(op, (g.K+warps-1)/warps), Z: 1}
+		devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
 			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp)}))
 	} else {
 		parts = min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)

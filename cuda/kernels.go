@@ -64,6 +64,7 @@ type kernels struct {
 	convReLUPoolTiled                         *Function
 	convReLUPool5x5, convReLUPool3x3          *Function
 	convPoolDW5x5, convPoolDW3x3              *Function
+	gemmSmall, addBiasReLU                    *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
@@ -107,6 +108,8 @@ func (k *kernels) table() []struct {
 		{&k.convReLUPool3x3, "ember_conv_relu_pool_3x3_2x2"},
 		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
 		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
+		{&k.gemmSmall, "ember_gemm_small"},
+		{&k.addBiasReLU, "ember_add_bias_relu"},
 		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
 		{&k.unpoolT, "ember_unpool_t"},
 		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},

@@ -42,7 +42,7 @@ func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
 func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
 	x = m.convPool(m.Conv1, x)
 	x = m.convPool(m.Conv2, x)
-	x = tensor.ReLU(m.FC1.Forward(x.Reshape(-1, 800)))
+	x = m.FC1.ForwardReLU(x.Reshape(-1, 800))
 	return m.FC2.Forward(x)
 }
 

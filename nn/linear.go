@@ -28,6 +28,12 @@ func (l *Linear) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Linear(x, l.Weight, l.Bias)
 }
 
+// ForwardReLU applies the layer followed by ReLU; backends that fuse the
+// bias with the activation (the CUDA backend) make it one pass.
+func (l *Linear) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
+	return tensor.LinearReLU(x, l.Weight, l.Bias)
+}
+
 // Parameters returns weight and bias.
 func (l *Linear) Parameters() []Parameter {
 	return []Parameter{{"weight", l.Weight}, {"bias", l.Bias}}

@@ -95,6 +95,19 @@ type ConvPoolBackend interface {
 	Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax Buffer, g ConvGeom, p PoolGeom)
 }
 
+// BiasReLUBackend is implemented by backends that fuse a bias with ReLU
+// (LinearReLU). Without it the tensor layer runs AddBias and ReLU, and
+// ReLUBackward and BiasGrad.
+type BiasReLUBackend interface {
+	// AddBiasReLU sets y = ReLU(y + bias[c]) for y viewed as [outer,
+	// channels], as AddBias followed by ReLU.
+	AddBiasReLU(y, bias Buffer, outer, channels int)
+	// BiasReLUBackward sets g = dy where y > 0, else 0 (as ReLUBackward),
+	// and db[c] to the sum of g over the outer rows (+ db when
+	// accumulating; skipped when db is empty), as BiasGrad.
+	BiasReLUBackward(g, db, dy, y Buffer, outer, channels int, accumulate bool)
+}
+
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).
 type PoolGeom struct {
 	N, C, H, W       int

@@ -125,6 +125,45 @@ func Linear(x, w, b *Tensor) *Tensor {
 	return out
 }
 
+// LinearReLU is ReLU(Linear(x, w, b)). On a backend that implements
+// BiasReLUBackend the bias and the activation are one pass over the output,
+// and in the backward pass the activation's mask and the bias gradient are
+// one pass over the incoming gradient.
+func LinearReLU(x, w, b *Tensor) *Tensor {
+	fb, ok := x.st.b.(BiasReLUBackend)
+	if !ok || b == nil {
+		return ReLU(Linear(x, w, b))
+	}
+	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] || len(b.shape) != 1 || b.shape[0] != w.shape[0] {
+		panic(fmt.Sprintf("tensor: LinearReLU of input %v with weight %v and bias %v", x.shape, w.shape, b.shape))
+	}
+	sameBackend(x, w, b)
+	x, w = x.Contiguous(), w.Contiguous()
+	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
+	be := x.st.b
+	out := Empty(be, scopeOf(x, w, b), n, outF)
+	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+	fb.AddBiasReLU(out.buffer(), b.buffer(), n, outF)
+	record(out, "linear_relu", func(dy *Tensor, e *engine) {
+		dx, accX := e.sink(x)
+		dw, accW := e.sink(w)
+		db, accB := e.sink(b)
+		if dx.Empty() && dw.Empty() && db.Empty() {
+			return
+		}
+		g := Empty(be, e.scopeFor(x), n, outF) // dy through the ReLU
+		defer g.Release()
+		fb.BiasReLUBackward(g.buffer(), db, dy.buffer(), out.buffer(), n, outF, accB)
+		if !dx.Empty() { // dx = g·w
+			be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
+		}
+		if !dw.Empty() { // dw = gᵀ·x
+			be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
+		}
+	}, x, w, b)
+	return out
+}
+
 // Conv2d convolves x [N,C,H,W] with w [K,C,R,S] and adds b [K] (may be nil),
 // as nn.Conv2d with the given stride and zero padding.
 func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, false) }

@@ -415,12 +415,12 @@ extern "C" __global__ void ember_conv_relu_pool_3x3_2x2(float* y, int* argmax, c
     conv_relu_pool_fixed<3, 3, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
-// Backward for one input channel and a stride-1 R x S kernel: one block per
-// image, its padded image in shared memory. Groups of 16 threads take the
-// output channels in turn; lane l of a group adds the pooled outputs l,
-// l+16, ... of the channel into R*S+1 registers, and the group reduces them
-// by xor trees (offsets 8..1) into partial[row*N + n] (rows as in
-// ember_conv_pool_dw_direct; ember_conv_pool_dw_finish adds the N parts).
+// Backward for one input channel and a stride-1 R x S kernel: grid (N,
+// ceil(K / warps per block)), the block's padded image in shared memory, one
+// warp per output channel. Lane l adds the pooled outputs l, l+32, ... of
+// the channel into R*S+1 registers, and the warp reduces them by xor trees
+// into partial[row*N + n] (rows as in ember_conv_pool_dw_direct;
+// ember_conv_pool_dw_finish adds the N parts).
 template <int R, int S>
 __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* dy, const float* y, const int* argmax,
                                                    const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
@@ -434,36 +434,31 @@ __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* 
         img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[h * W + ww] : 0.0f;
     }
     __syncthreads();
-    const int lane = threadIdx.x & 15, groups = blockDim.x >> 4;
-    // kb is uniform across the block, so both groups of a warp take part in
-    // every shuffle; a group past the last channel adds nothing.
-    for (int kb = 0; kb < K; kb += groups) {
-        const int k = kb + (threadIdx.x >> 4);
-        const int qEnd = k < K ? PP : 0;
-        float acc[R * S + 1];
+    const int lane = threadIdx.x & 31;
+    const int k = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (k >= K) return;  // the whole warp: no shuffle is left half done
+    float acc[R * S + 1];
 #pragma unroll
-        for (int t = 0; t <= R * S; t++) acc[t] = 0.0f;
-        const long long base = ((long long)n * K + k) * PP;
-        for (int q = lane; q < qEnd; q += 16) {
-            if (!(y[base + q] > 0.0f)) continue;
-            const float g = dy[base + q];
-            const int pos = argmax[base + q];
-            const int oh = pos / OW, ow = pos - oh * OW;
-            const float* ic = img + oh * WP + ow;
+    for (int t = 0; t <= R * S; t++) acc[t] = 0.0f;
+    const long long base = ((long long)n * K + k) * PP;
+    for (int q = lane; q < PP; q += 32) {
+        if (!(y[base + q] > 0.0f)) continue;
+        const float g = dy[base + q];
+        const int pos = argmax[base + q];
+        const int oh = pos / OW, ow = pos - oh * OW;
+        const float* ic = img + oh * WP + ow;
 #pragma unroll
-            for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int s = 0; s < S; s++) acc[r * S + s] = __fmaf_rn(g, ic[r * WP + s], acc[r * S + s]);
-            acc[R * S] += g;
-        }
+            for (int s = 0; s < S; s++) acc[r * S + s] = __fmaf_rn(g, ic[r * WP + s], acc[r * S + s]);
+        acc[R * S] += g;
+    }
 #pragma unroll
-        for (int t = 0; t <= R * S; t++) {
-            float v = acc[t];
-            for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && k < K) {
-                const long long row = t < R * S ? (long long)k * R * S + t : (long long)K * R * S + k;
-                partial[row * N + n] = v;
-            }
+    for (int t = 0; t <= R * S; t++) {
+        const float v = ember_warp_sum(acc[t]);
+        if (lane == 0) {
+            const long long row = t < R * S ? (long long)k * R * S + t : (long long)K * R * S + k;
+            partial[row * N + n] = v;
         }
     }
 }

@@ -78,6 +78,15 @@ extern "C" __global__ void ember_add_bias(float* y, const float* bias, long long
     }
 }
 
+// y[o, c] = ReLU(y[o, c] + bias[c]) (NaN stays, the rest of the
+// non-positive values become +0, as ember_relu): LinearReLU's epilogue.
+extern "C" __global__ void ember_add_bias_relu(float* y, const float* bias, long long total, long long channels) {
+    EMBER_LOOP(long long, i, total) {
+        const float v = y[i] + bias[i % channels];
+        y[i] = (v > 0.0f || v != v) ? v : 0.0f;
+    }
+}
+
 // copy_strided: dense dst[i] = src[sum_k idx_k * stride_k], where idx is the
 // row-major multi-index of i in shape (s0..s5). The Go side merges
 // contiguous dimensions and pads the shape on the left with (1, stride 0)

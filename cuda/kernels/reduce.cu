@@ -65,15 +65,26 @@ __device__ float ember_block_sum_f(float v) {
 // partial[c*gridDim.y + blockIdx.y] (finished by ember_bias_grad_finish).
 // Cost: reads outer*channels*4 bytes once (fc1: 64 x 500 = 128 KB): launch
 // bound, ~2 us (was 10 us: one thread per channel adding 64 rows in double).
-extern "C" __global__ void ember_bias_grad_cols(float* db, float* partial, const float* dy, long long outer,
-                                                long long channels, int rowsPerBlock, int acc) {
+// With reluY not null, dy passes only where reluY > 0 (a ReLU's backward,
+// as ember_relu_backward: a NaN passes dy), and gOut, when not null,
+// receives the masked dy (LinearReLU's backward: one pass for the mask and
+// the bias).
+// db may be null (no bias gradient wanted) when gridDim.y == 1.
+extern "C" __global__ void ember_bias_grad_cols(float* db, float* partial, float* gOut, const float* dy, const float* reluY,
+                                                long long outer, long long channels, int rowsPerBlock, int acc) {
     __shared__ float sh[8][32];
     const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
     const long long o0 = (long long)blockIdx.y * rowsPerBlock;
     const long long o1 = o0 + rowsPerBlock < outer ? o0 + rowsPerBlock : outer;
     float s = 0.0f;
     if (c < channels) {
-        for (long long o = o0 + threadIdx.y; o < o1; o += 8) s += dy[o * channels + c];
+        for (long long o = o0 + threadIdx.y; o < o1; o += 8) {
+            const long long e = o * channels + c;
+            float v = dy[e];
+            if (reluY != 0 && reluY[e] <= 0.0f) v = 0.0f;
+            if (gOut != 0) gOut[e] = v;
+            s += v;
+        }
     }
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -85,6 +96,7 @@ extern "C" __global__ void ember_bias_grad_cols(float* db, float* partial, const
         const float r = sh[0][threadIdx.x];
         if (gridDim.y > 1) {
             partial[c * gridDim.y + blockIdx.y] = r;
+        } else if (db == 0) {
         } else if (acc) {
             db[c] += r;
         } else {
@@ -180,6 +192,35 @@ extern "C" __global__ void ember_bias_grad_finish(float* db, const float* partia
             } else {
                 db[k] = s;
             }
+        }
+    }
+}
+
+// gemm_small: c[i, j] = alpha * sum_p A(i, p) B(p, j) (+ beta * c[i, j]) in
+// row-major storage, A(i, p) = transA ? a[p*m + i] : a[i*k + p] and
+// B(p, j) = transB ? b[j*k + p] : b[p*n + j]; with beta == 0, c is not read
+// (it may hold NaN). One warp per output: lanes take p = lane, lane+32, ...
+// and a xor tree adds them (deterministic). For products too small to fill
+// the GPU, where cuBLAS's split-K kernel and its reduction cost two launches
+// (LeNet's fc2: 64 x 10 x 500 took 11 us, this one launch about 2 us).
+extern "C" __global__ void ember_gemm_small(float* c, const float* a, const float* b, int m, int n, int k, int transA,
+                                            int transB, float alpha, float beta) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long total = (long long)m * n;
+    for (long long o = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < total; o += warps) {
+        const int i = (int)(o / n), j = (int)(o - (long long)i * n);
+        float s = 0.0f;
+        for (int p = lane; p < k; p += 32) {
+            const float av = transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
+            const float bv = transB ? b[(long long)j * k + p] : b[(long long)p * n + j];
+            s = __fmaf_rn(av, bv, s);
+        }
+        s = ember_warp_sum(s);
+        if (lane == 0) {
+            float v = alpha * s;
+            if (beta != 0.0f) v = v + beta * c[o];
+            c[o] = v;
         }
     }
 }

@@ -528,6 +528,31 @@ func autogradCases() []agCase {
 			},
 		})
 	}
+	// LinearReLU on multiples of 1/4 (exact sums, so that every backend
+	// agrees on the ReLU's mask): the small product and one large enough
+	// for a GPU backend's BLAS path.
+	for _, d := range [][3]int{{7, 33, 10}, {64, 800, 500}} {
+		n, inF, outF := d[0], d[1], d[2]
+		cases = append(cases, agCase{
+			name:   fmt.Sprintf("LinearReLU/%dx%d·%dx%d", n, inF, inF, outF),
+			inputs: []agInput{inK("grid", n, inF), inK("grid", outF, inF), inK("grid", outF)}, tol: tolAG,
+			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+				return tensor.LinearReLU(t[0], t[1], t[2])
+			},
+			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+				x, w := f64(v[0]), f64(v[1])
+				out := linear64(x, w, f64(v[2]), n, inF, outF)
+				gm := f64(g)
+				for i, o := range out {
+					if o <= 0 {
+						out[i], gm[i] = 0, 0
+					}
+				}
+				dx, dw, db := linearGrads64(gm, x, w, n, inF, outF)
+				return out, [][]float64{dx, dw, db}
+			},
+		})
+	}
 	cases = append(cases,
 		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
 		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
