@@ -13,8 +13,8 @@ package cuda
 //	                       conv_pool_dw_5x5       dy, y, argmax, x -> partials
 //	                       (or _3x3; conv_pool_dw_direct for other sizes)
 //	                       conv_pool_dw_finish    partials -> dw, db
-//	backward, otherwise:   bias_grad_rows         dy masked by y -> db
-//	                       unpool_t               dy, y, argmax  -> dyt [K, N·P]
+//	backward, otherwise:   unpool_t_bias          dy, y, argmax  -> dyt [K, N·P], db
+//	                       (unpool_t without db)
 //	                       im2col, 2 Sgemms, col2im (as Conv2dBackward)
 //
 // Against Conv2d + MaxPool2d this saves, for LeNet's first layer at batch
@@ -145,16 +145,37 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		b.convPoolDWDirect(op, pdw, pdb, pdy, py, pa, px, s)
 		return
 	}
-	if wantDB {
-		b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
-	}
 	if !wantDX && !wantDW {
+		b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)
 	defer b.release(dyt)
-	b.launch(op, b.k.unpoolT, c.yLen, dyt.Ptr(), pdy, py, pa, d[0], i32arg(op, g.K), d[10], d[11],
-		q[0], q[1], q[2], q[3], q[4], q[5], int64(c.yLen))
+	if wantDB && c.yLen < 1<<30 {
+		// The bias gradient in the unpooling pass: about 4096 elements
+		// per block.
+		rpb := max(1, 4096/c.p)
+		parts := (g.N + rpb - 1) / rpb
+		var part uintptr
+		if parts > 1 {
+			ws := b.workspace(op, 4*parts*g.K)
+			defer b.release(ws)
+			part = ws.Ptr()
+		}
+		grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
+		devCheck(op, b.x.launch(b.k.unpoolTBias, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{dyt.Ptr(), pdb, part, pdy, py, pa,
+			d[0], i32arg(op, g.K), d[10], d[11], q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, rpb)}))
+		if parts > 1 {
+			const warps = blockSize / 32
+			b.launchGrid(op, b.k.biasGradFinish, min((g.K+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(g.K), i32arg(op, parts), flag(true))
+		}
+	} else {
+		if wantDB {
+			b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
+		}
+		b.launch(op, b.k.unpoolT, c.yLen, dyt.Ptr(), pdy, py, pa, d[0], i32arg(op, g.K), d[10], d[11],
+			q[0], q[1], q[2], q[3], q[4], q[5], int64(c.yLen))
+	}
 	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
 }
 

@@ -64,7 +64,7 @@ type kernels struct {
 	convReLUPoolTiled                         *Function
 	convReLUPool5x5, convReLUPool3x3          *Function
 	convPoolDW5x5, convPoolDW3x3              *Function
-	gemmSmall, addBiasReLU                    *Function
+	gemmSmall, addBiasReLU, unpoolTBias       *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
@@ -110,6 +110,7 @@ func (k *kernels) table() []struct {
 		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
 		{&k.gemmSmall, "ember_gemm_small"},
 		{&k.addBiasReLU, "ember_add_bias_relu"},
+		{&k.unpoolTBias, "ember_unpool_t_bias"},
 		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
 		{&k.unpoolT, "ember_unpool_t"},
 		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},

@@ -231,6 +231,43 @@ extern "C" __global__ void ember_unpool_t(float* dyt, const float* dy, const flo
     }
 }
 
+// unpool_t with the bias gradient in the same pass: grid (parts, K), 1-D
+// blocks of a multiple of 32; block (j, k) writes the dyt rows of channel k
+// for images [j*rowsPerBlock, ...) and sums them (the sum of the pooled dy
+// masked by y, which is db[k]). One part: db[k] += the sum; else
+// partial[k*parts + j] (ember_bias_grad_finish adds them).
+extern "C" __global__ void ember_unpool_t_bias(float* dyt, float* db, float* partial, const float* dy, const float* y,
+                                               const int* argmax, int N, int K, int OH, int OW, int KH, int KW, int QH,
+                                               int QW, int POH, int POW, int rowsPerBlock) {
+    const int k = blockIdx.y;
+    const int P = OH * OW, PP = POH * POW;
+    const int n0 = blockIdx.x * rowsPerBlock;
+    const int n1 = n0 + rowsPerBlock < N ? n0 + rowsPerBlock : N;
+    const int m = (n1 - n0) * P;
+    float s = 0.0f;
+    for (int e = threadIdx.x; e < m; e += blockDim.x) {
+        const int n = n0 + e / P;
+        const int pos = e % P;
+        const int oh = pos / OW, ow = pos - oh * OW;
+        const int ph = oh / QH, pw = ow / QW;
+        float v = 0.0f;
+        if (ph < POH && pw < POW && oh - ph * QH < KH && ow - pw * QW < KW) {
+            const long long q = ((long long)n * K + k) * PP + ph * POW + pw;
+            if (argmax[q] == pos && y[q] > 0.0f) v = dy[q];
+        }
+        dyt[((long long)k * N + n) * P + pos] = v;
+        s += v;
+    }
+    s = ember_block_sum_f(s);
+    if (threadIdx.x == 0) {
+        if (gridDim.x > 1) {
+            partial[(long long)k * gridDim.x + blockIdx.x] = s;
+        } else {
+            db[k] += s;
+        }
+    }
+}
+
 // Backward, direct path (C*R*S <= EMBER_DIRECT_CRS, no input gradient):
 // dw[k, c, r, s] and db[k] are sums over the pooled outputs (n, q) of
 // channel k of g = dy (0 where the pooled value is not positive) times the
