@@ -693,6 +693,11 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 		return
 	}
 	if m*n <= smallGEMMOutputs && m*n*k <= smallGEMM {
+		if k <= 128 { // a thread per output
+			b.launch(op, b.k.gemmSmallT, m*n, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+				flag(transA), flag(transB), alpha, beta)
+			return
+		}
 		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output
 		b.launchGrid(op, b.k.gemmSmall, blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
 			flag(transA), flag(transB), alpha, beta)

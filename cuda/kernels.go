@@ -64,7 +64,8 @@ type kernels struct {
 	convReLUPoolTiled                         *Function
 	convReLUPool5x5, convReLUPool3x3          *Function
 	convPoolDW5x5, convPoolDW3x3              *Function
-	gemmSmall, addBiasReLU, unpoolTBias       *Function
+	gemmSmall, gemmSmallT                     *Function
+	addBiasReLU, unpoolTBias                  *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 }
@@ -109,6 +110,7 @@ func (k *kernels) table() []struct {
 		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
 		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
 		{&k.gemmSmall, "ember_gemm_small"},
+		{&k.gemmSmallT, "ember_gemm_small_t"},
 		{&k.addBiasReLU, "ember_add_bias_relu"},
 		{&k.unpoolTBias, "ember_unpool_t_bias"},
 		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},

@@ -224,3 +224,25 @@ extern "C" __global__ void ember_gemm_small(float* c, const float* a, const floa
         }
     }
 }
+
+// gemm_small_t: the product of ember_gemm_small with one thread per output
+// (consecutive threads take consecutive columns j, so B's rows are read
+// coalesced and A's element is the same across most of a warp), for short
+// sums (k <= 128: LeNet's fc2 backward, k = 10 and 64), where a warp per
+// output would leave most lanes idle.
+extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const float* b, int m, int n, int k,
+                                              int transA, int transB, float alpha, float beta) {
+    const long long total = (long long)m * n;
+    EMBER_LOOP(long long, o, total) {
+        const int i = (int)(o / n), j = (int)(o - (long long)i * n);
+        float s = 0.0f;
+        for (int p = 0; p < k; p++) {
+            const float av = transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
+            const float bv = transB ? b[(long long)j * k + p] : b[(long long)p * n + j];
+            s = __fmaf_rn(av, bv, s);
+        }
+        float v = alpha * s;
+        if (beta != 0.0f) v = v + beta * c[o];
+        c[o] = v;
+    }
+}
