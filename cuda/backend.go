@@ -693,9 +693,10 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 		return
 	}
 	if m*n <= smallGEMMOutputs && m*n*k <= smallGEMM {
-		if k <= 128 { // a thread per output
-			b.launch(op, b.k.gemmSmallT, m*n, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
-				flag(transA), flag(transB), alpha, beta)
+		if k <= 128 { // 32 outputs per block of 32x8 threads
+			grid := Dim3{X: min((m*n+31)/32, maxGrid), Y: 1, Z: 1}
+			devCheck(op, b.x.launch(b.k.gemmSmallT, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+				flag(transA), flag(transB), alpha, beta}))
 			return
 		}
 		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output

@@ -225,24 +225,36 @@ extern "C" __global__ void ember_gemm_small(float* c, const float* a, const floa
     }
 }
 
-// gemm_small_t: the product of ember_gemm_small with one thread per output
-// (consecutive threads take consecutive columns j, so B's rows are read
-// coalesced and A's element is the same across most of a warp), for short
-// sums (k <= 128: LeNet's fc2 backward, k = 10 and 64), where a warp per
-// output would leave most lanes idle.
+// gemm_small_t: the product of ember_gemm_small for short sums (k <= 128:
+// LeNet's fc2 backward, k = 10 and 64), where a warp per output would leave
+// most lanes idle. Blocks of (32, 8) threads take 32 consecutive outputs
+// (consecutive columns j, so B's rows are read coalesced and A's element is
+// the same across most of a warp); the 8 rows of threads split the sum over
+// p and add their parts through shared memory in a fixed order.
 extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const float* b, int m, int n, int k,
                                               int transA, int transB, float alpha, float beta) {
+    __shared__ float part[8][32];
     const long long total = (long long)m * n;
-    EMBER_LOOP(long long, o, total) {
-        const int i = (int)(o / n), j = (int)(o - (long long)i * n);
+    for (long long o0 = (long long)blockIdx.x * 32; o0 < total; o0 += (long long)gridDim.x * 32) {
+        const long long o = o0 + threadIdx.x;
         float s = 0.0f;
-        for (int p = 0; p < k; p++) {
-            const float av = transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
-            const float bv = transB ? b[(long long)j * k + p] : b[(long long)p * n + j];
-            s = __fmaf_rn(av, bv, s);
+        if (o < total) {
+            const int i = (int)(o / n), j = (int)(o - (long long)i * n);
+            for (int p = threadIdx.y; p < k; p += 8) {
+                const float av = transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
+                const float bv = transB ? b[(long long)j * k + p] : b[(long long)p * n + j];
+                s = __fmaf_rn(av, bv, s);
+            }
         }
-        float v = alpha * s;
-        if (beta != 0.0f) v = v + beta * c[o];
-        c[o] = v;
+        part[threadIdx.y][threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.y == 0 && o < total) {
+            float t = part[0][threadIdx.x];
+            for (int r = 1; r < 8; r++) t += part[r][threadIdx.x];
+            float v = alpha * t;
+            if (beta != 0.0f) v = v + beta * c[o];
+            c[o] = v;
+        }
+        __syncthreads();
     }
 }
