@@ -3,10 +3,11 @@ package cuda
 // Convolution + bias + ReLU + max pooling as one operation
 // (tensor.ConvPoolBackend; kernels/conv_pool.cu).
 //
-//	forward, C·R·S <= 32:  conv_relu_pool_5x5_2x2 x, w       -> y, argmax
-//	                       (or _3x3_2x2; conv_relu_pool_tiled for other
-//	                       sizes; conv_relu_pool_direct when the image does
-//	                       not fit in shared memory)
+//	forward, 5x5 or 3x3 kernel, stride 1, 2x2 windows, image in shared memory
+//	(LeNet's conv1 and conv2):
+//	                       conv_relu_pool_5x5_2x2 x, w       -> y, argmax
+//	forward, C·R·S <= 32:  conv_relu_pool_tiled (conv_relu_pool_direct when
+//	                       the image does not fit in shared memory)
 //	forward, otherwise:    im2col, Sgemm                     -> yt [K, N·P]
 //	                       swap01_relu_pool       yt (+bias)  -> y, argmax
 //	backward, C·R·S <= 32 and no dx:
@@ -19,7 +20,8 @@ package cuda
 //
 // Against Conv2d + MaxPool2d this saves, for LeNet's first layer at batch
 // 64, 4 launches and 3 buffers of 2.9-3.7 MB forward and 5 launches
-// backward, among them a split-K GEMM over 36,864 columns.
+// backward, among them a split-K GEMM over 36,864 columns; for the second,
+// 3 launches and the 8 MB im2col buffer forward.
 
 import (
 	"fmt"
@@ -74,7 +76,7 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 		return
 	}
 	d, q := c.dims, s.poolDim
-	if kpb := tileChannels(c, s); kpb > 0 {
+	if kpb := b.tileChannels(c, s); kpb > 0 {
 		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 		if f := b.fixedForward(c, s); f != nil {
 			devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
@@ -179,24 +181,25 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
 }
 
-// tileFloats is the shared memory of ember_conv_relu_pool_tiled, in
-// floats (EMBER_TILE_FLOATS).
-const tileFloats = 4096
+// tileFloats is the shared memory of the tiled kernels, in floats
+// (EMBER_TILE_FLOATS).
+const tileFloats = 12288
 
 // tileChannels is how many output channels one block of the tiled forward
-// kernel takes (about two pooled outputs per thread), or 0 when its padded
-// image and weights do not fit in shared memory or C·R·S is large (the GEMM
-// path is faster there).
-func tileChannels(c convShape, s convPoolShape) int {
+// kernels takes: about two pooled outputs per thread, as many as fit in
+// shared memory next to the padded image. It is 0 when even one does not
+// fit, or when C·R·S is large and no kernel specialised for the geometry
+// exists (the GEMM path is faster there).
+func (b *Backend) tileChannels(c convShape, s convPoolShape) int {
 	g := c.g
-	if c.crs > directCRS || s.pp == 0 {
+	if s.pp == 0 || (c.crs > directCRS && b.fixedForward(c, s) == nil) {
 		return 0
 	}
-	kpb := max(1, min(g.K, 2*blockSize/s.pp))
-	if g.C*(g.H+2*g.PadH)*(g.W+2*g.PadW)+kpb*c.crs > tileFloats {
+	img := g.C * (g.H + 2*g.PadH) * (g.W + 2*g.PadW)
+	if img+c.crs > tileFloats {
 		return 0
 	}
-	return kpb
+	return max(1, min(g.K, 2*blockSize/s.pp, (tileFloats-img)/max(c.crs, 1)))
 }
 
 // fixedForward is the forward kernel specialised for c's kernel and s's

@@ -102,7 +102,7 @@ extern "C" __global__ void ember_conv_relu_pool_direct(float* y, int* argmax, co
 // outputs of those channels with no bounds checks and no global loads in
 // the inner loop. Used when the padded image and the weights fit in
 // EMBER_TILE_FLOATS floats (LeNet conv1: 784 + 3*25).
-#define EMBER_TILE_FLOATS 4096
+#define EMBER_TILE_FLOATS 12288  // 48 KiB, the most static shared memory
 
 // Cost at LeNet conv1, batch 64: 448 blocks of 432 pooled outputs.
 extern "C" __global__ void ember_conv_relu_pool_tiled(float* y, int* argmax, const float* x, const float* w,
