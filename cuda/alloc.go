@@ -762,8 +762,8 @@ func (a *Allocator) live(b Block) *memChunk {
 // release does the accounting of a Free: the caller no longer holds c.
 func (a *Allocator) release(c *memChunk) {
 	c.gen = 0
-	bump(&a.stats.Allocated, -c.size)
-	bump(&a.stats.Requested, -c.requested)
+	a.stats.Allocated.Current -= c.size // a decrease never makes a peak
+	a.stats.Requested.Current -= c.requested
 	c.requested = 0
 }
 
@@ -856,7 +856,7 @@ func (a *Allocator) syncEvents() (waited bool, err error) {
 // free neighbours.
 func (a *Allocator) freeChunk(c *memChunk) error {
 	pool := c.seg.pool
-	bump(&a.stats.Active, -c.size)
+	a.stats.Active.Current -= c.size
 	a.stats.ActiveBlocks--
 	c.state = chunkFree
 	if len(c.uses) != 0 {
