@@ -37,6 +37,24 @@ __device__ __forceinline__ void relu_pool_step(float v, int pos, float& best, in
     }
 }
 
+// load_padded_image copies the C x H x W image x into img as C x (H+2PH) x
+// (W+2PW) with zeros around it: one warp per row, lanes along it, so that
+// no element costs a division (a division per element made the copy cost
+// more than LeNet's conv1 itself).
+__device__ __forceinline__ void load_padded_image(float* img, const float* x, int C, int H, int W, int PH, int PW) {
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int row = threadIdx.x >> 5; row < C * HP; row += nw) {
+        const int c = row / HP, h = row - c * HP - PH;
+        const bool inside = h >= 0 && h < H;
+        const float* src = x + ((long long)c * H + h) * W - PW;
+        float* dst = img + row * WP;
+        for (int w = lane; w < WP; w += 32) {
+            dst[w] = (inside && w >= PW && w < W + PW) ? src[w] : 0.0f;
+        }
+    }
+}
+
 // Direct convolution for small C*R*S (LeNet's first layer: 25 products per
 // output): one thread per pooled output computes the KH*KW convolution
 // outputs of its window from x and w (both cached, w broadcast across the
@@ -118,10 +136,7 @@ extern "C" __global__ void ember_conv_relu_pool_tiled(float* y, int* argmax, con
     float* img = smem;
     float* wk = smem + C * HP * WP;
     const float* xn = x + n * C * H * W;
-    for (int t = threadIdx.x; t < C * HP * WP; t += blockDim.x) {
-        const int c = t / (HP * WP), hw = t - c * (HP * WP), h = hw / WP - PH, ww = hw % WP - PW;
-        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[(c * H + h) * W + ww] : 0.0f;
-    }
+    load_padded_image(img, xn, C, H, W, PH, PW);
     for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
     __syncthreads();
     const int pp = POH * POW;
@@ -387,10 +402,7 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
     float* img = smem;
     float* wk = smem + C * HP * WP;
     const float* xn = x + n * C * H * W;
-    for (int t = threadIdx.x; t < C * HP * WP; t += blockDim.x) {
-        const int c = t / (HP * WP), hw = t - c * (HP * WP), h = hw / WP - PH, ww = hw % WP - PW;
-        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[(c * H + h) * W + ww] : 0.0f;
-    }
+    load_padded_image(img, xn, C, H, W, PH, PW);
     for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
     __syncthreads();
     const int pp = POH * POW;
@@ -463,13 +475,10 @@ __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* 
                                                    const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
                                                    int PP) {
     __shared__ float img[EMBER_TILE_FLOATS];
-    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int WP = W + 2 * PW;
     const int n = blockIdx.x;
     const float* xn = x + (long long)n * H * W;
-    for (int t = threadIdx.x; t < HP * WP; t += blockDim.x) {
-        const int h = t / WP - PH, ww = t % WP - PW;
-        img[t] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xn[h * W + ww] : 0.0f;
-    }
+    load_padded_image(img, xn, 1, H, W, PH, PW);
     __syncthreads();
     const int lane = threadIdx.x & 31;
     const int k = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
