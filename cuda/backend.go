@@ -64,9 +64,7 @@ type BackendOptions struct {
 }
 
 // Backend runs tensor operations on one GPU. It is safe for concurrent use;
-// all work goes to one stream, in the order the calls are made. (Inside an
-// operation, independent parts may run on a second stream, which joins the
-// first before the operation returns: see sideLane.)
+// all work goes to one stream, in the order the calls are made.
 type Backend struct {
 	dev    *Device
 	stream Stream
@@ -81,32 +79,8 @@ type Backend struct {
 	deferred error // errors of Free, reported by Synchronize
 
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
-	side          *sideLane
 	closed        atomic.Bool
 }
-
-// sideLane is a second stream with its own cuBLAS handle. A convolution's
-// backward pass queues its weight gradient (im2col and a GEMM) there while
-// its input gradient (a GEMM and col2im) runs on the main stream: both
-// depend on the same output gradient and neither on the other, and each is
-// a chain of small kernels that leaves most of an H200 idle. fork makes the
-// side stream wait for the main stream's work so far, join makes the main
-// stream wait for the side's; both are events, so nothing blocks the host,
-// and a graph capture of the main stream takes the side's work in as a
-// parallel branch. mu keeps fork...join sequences of concurrent callers
-// apart.
-type sideLane struct {
-	mu        sync.Mutex
-	stream    Stream
-	blas      *BLAS
-	workspace Block
-	forkEv    Event
-	joinEv    Event
-}
-
-// sideBLASWorkspaceMiB is the side handle's cuBLAS workspace: enough for
-// the split-K of a weight gradient (LeNet's conv2: 50 x 500 outputs).
-const sideBLASWorkspaceMiB = 8
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
 // capped at maxGrid blocks (the kernels loop), which keeps every 1-D index
@@ -147,7 +121,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
-	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, backend: b}
+	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream}
 	if b.mod, err = dev.Compile(src, kernelOptions...); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
@@ -157,11 +131,6 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
-	}
-	if os.Getenv("EMBER_SIDE_STREAM") != "0" {
-		if err = b.openSideLane(opt); err != nil {
-			return nil, err
-		}
 	}
 	ok = true
 	return b, nil
@@ -203,22 +172,6 @@ func (b *Backend) Close() error {
 	}
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
-	}
-	if l := b.side; l != nil {
-		if l.blas != nil {
-			errs = append(errs, l.blas.Close())
-		}
-		if l.workspace.owner != 0 {
-			errs = append(errs, b.alloc.Free(l.workspace))
-		}
-		for _, e := range []Event{l.forkEv, l.joinEv} {
-			if e != 0 {
-				errs = append(errs, b.dev.EventDestroy(e))
-			}
-		}
-		if l.stream != 0 {
-			errs = append(errs, b.dev.DestroyStream(l.stream))
-		}
 	}
 	if b.blasWorkspace.owner != 0 {
 		errs = append(errs, b.alloc.Free(b.blasWorkspace))
@@ -383,44 +336,13 @@ type executor interface {
 	copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error
 	copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error
 	synchronize() error
-	// parallel queues side on an executor that runs concurrently with this
-	// one (another stream) and main on this one; later work waits for both.
-	parallel(side func(x executor), main func()) error
 }
 
 // gpuExec queues everything on one stream of one device.
 type gpuExec struct {
-	dev     *Device
-	blas    *BLAS
-	stream  Stream
-	backend *Backend // for its side lane; nil on the side lane's executor
-}
-
-// parallel queues side with an executor on the backend's side stream and
-// main on this one, so that the two run concurrently, between a fork and a
-// join (see sideLane): work queued after parallel returns waits for both.
-// Without a side lane both go to this stream, side first.
-func (g *gpuExec) parallel(side func(x executor), main func()) error {
-	if g.backend == nil || g.backend.side == nil {
-		side(g)
-		main()
-		return nil
-	}
-	l := g.backend.side
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := g.dev.RecordEvent(l.forkEv, g.stream); err != nil {
-		return err
-	}
-	if err := g.dev.StreamWaitEvent(l.stream, l.forkEv); err != nil {
-		return err
-	}
-	side(&gpuExec{dev: g.dev, blas: l.blas, stream: l.stream})
-	main()
-	if err := g.dev.RecordEvent(l.joinEv, l.stream); err != nil {
-		return err
-	}
-	return g.dev.StreamWaitEvent(g.stream, l.joinEv)
+	dev    *Device
+	blas   *BLAS
+	stream Stream
 }
 
 func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
@@ -930,37 +852,6 @@ func (b *Backend) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, channels i
 	}
 }
 
-// openSideLane makes the side stream, its cuBLAS handle (with its own
-// workspace, so that GEMMs on both streams never share scratch memory) and
-// the fork and join events.
-func (b *Backend) openSideLane(opt BackendOptions) error {
-	l := &sideLane{}
-	b.side = l
-	var err error
-	if l.stream, err = b.dev.NewStream(); err != nil {
-		return err
-	}
-	if l.blas, err = b.dev.NewBLAS(l.stream); err != nil {
-		return err
-	}
-	if err = l.blas.SetTF32(opt.TF32); err != nil {
-		return err
-	}
-	if cublasFn.setWorkspace != 0 && os.Getenv("EMBER_CUBLAS_WORKSPACE") != "cublas" {
-		if l.workspace, err = b.alloc.Alloc(sideBLASWorkspaceMiB<<20, b.stream); err != nil {
-			return err
-		}
-		if err = l.blas.SetWorkspace(l.workspace.Ptr(), sideBLASWorkspaceMiB<<20); err != nil {
-			return err
-		}
-	}
-	if l.forkEv, err = b.dev.NewEvent(false); err != nil {
-		return err
-	}
-	l.joinEv, err = b.dev.NewEvent(false)
-	return err
-}
-
 // maxGridY is the largest gridDim.y (and z) CUDA allows.
 const maxGridY = 65535
 
@@ -1106,12 +997,8 @@ func (b *Backend) setBLASWorkspace() error {
 // BLASWorkspace is the size of the cuBLAS workspace taken from the
 // allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	n := 0
-	if b.blasWorkspace.owner != 0 {
-		n += b.blasWorkspace.Size()
+	if b.blasWorkspace.owner == 0 {
+		return 0
 	}
-	if b.side != nil && b.side.workspace.owner != 0 {
-		n += b.side.workspace.Size()
-	}
-	return n
+	return b.blasWorkspace.Size()
 }

@@ -68,12 +68,10 @@ func convShapeOf(op string, g tensor.ConvGeom) convShape {
 
 // im2col queues col [CRS, N·P] = the patches of x: a 2-D grid, y over the
 // C·R (channel, kernel row) pairs, x over the N·P columns (kernels/conv.cu).
-func (b *Backend) im2col(op string, col, x uintptr, c convShape) { b.im2colOn(b.x, op, col, x, c) }
-
-func (b *Backend) im2colOn(ex executor, op string, col, x uintptr, c convShape) {
+func (b *Backend) im2col(op string, col, x uintptr, c convShape) {
 	d := c.dims
 	grid := Dim3{X: min((c.np+blockSize-1)/blockSize, maxGrid), Y: min(c.g.C*c.g.R, maxGridY), Z: 1}
-	devCheck(op, ex.launch(b.k.im2col, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
+	devCheck(op, b.x.launch(b.k.im2col, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], int64(c.np)}))
 }
 
@@ -224,28 +222,15 @@ func (b *Backend) convBackwardGEMMs(op string, pdx, pdw, px, pw, dyt uintptr, c 
 	}
 	col := b.workspace(op, 4*c.colLen)
 	defer b.release(col)
-	weightGrad := func(ex executor, col uintptr) {
-		b.im2colOn(ex, op, col, px, c)
+	if pdw != 0 {
+		b.im2col(op, col.Ptr(), px, c)
 		// dw [K, CRS] += dyt [K, N·P] · colᵀ
-		devCheck(op, ex.sgemm(false, true, c.g.K, c.crs, c.np, 1, dyt, c.np, col, c.np, 1, pdw, c.crs))
+		b.gemm(op, false, true, c.g.K, c.crs, c.np, 1, dyt, c.np, col.Ptr(), c.np, 1, pdw, c.crs)
 	}
-	inputGrad := func(dcol uintptr) {
-		// dcol [CRS, N·P] = Wᵀ · dyt
-		b.gemm(op, true, false, c.crs, c.np, c.g.K, 1, pw, c.crs, dyt, c.np, 0, dcol, c.np)
-		b.col2im(op, pdx, dcol, c)
-	}
-	switch {
-	case pdw != 0 && pdx != 0:
-		// The two halves on two streams, each with its own buffer: the
-		// weight gradient's on the side stream, joined back before col
-		// and dcol are freed (see sideLane).
-		dcol := b.workspace(op, 4*c.colLen)
-		defer b.release(dcol)
-		devCheck(op, b.x.parallel(func(ex executor) { weightGrad(ex, col.Ptr()) }, func() { inputGrad(dcol.Ptr()) }))
-	case pdw != 0:
-		weightGrad(b.x, col.Ptr())
-	default:
-		inputGrad(col.Ptr()) // dcol into col's workspace
+	if pdx != 0 {
+		// dcol [CRS, N·P] = Wᵀ · dyt, into col's workspace.
+		b.gemm(op, true, false, c.crs, c.np, c.g.K, 1, pw, c.crs, dyt, c.np, 0, col.Ptr(), c.np)
+		b.col2im(op, pdx, col.Ptr(), c)
 	}
 }
 
