@@ -38,19 +38,36 @@ __device__ __forceinline__ void relu_pool_step(float v, int pos, float& best, in
 }
 
 // load_padded_image copies the C x H x W image x into img as C x (H+2PH) x
-// (W+2PW) with zeros around it: one warp per row, lanes along it, so that
-// no element costs a division (a division per element made the copy cost
-// more than LeNet's conv1 itself).
+// (W+2PW) with zeros around it. Each thread keeps one column and steps over
+// rows (blockDim/WP rows per pass), so that the loop has no division: a
+// division per element made the copy cost more than LeNet's conv1 itself,
+// and a warp per row left most lanes idle on narrow images (conv2's 12).
 __device__ __forceinline__ void load_padded_image(float* img, const float* x, int C, int H, int W, int PH, int PW) {
     const int HP = H + 2 * PH, WP = W + 2 * PW;
-    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int row = threadIdx.x >> 5; row < C * HP; row += nw) {
-        const int c = row / HP, h = row - c * HP - PH;
-        const bool inside = h >= 0 && h < H;
-        const float* src = x + ((long long)c * H + h) * W - PW;
-        float* dst = img + row * WP;
-        for (int w = lane; w < WP; w += 32) {
-            dst[w] = (inside && w >= PW && w < W + PW) ? src[w] : 0.0f;
+    const int rows = (int)blockDim.x / WP;
+    if (rows == 0) {  // wider than the block: one element per thread
+        for (int t = threadIdx.x; t < C * HP * WP; t += blockDim.x) {
+            const int row = t / WP, w = t - row * WP - PW, c = row / HP, h = row - c * HP - PH;
+            img[t] = (h >= 0 && h < H && w >= 0 && w < W) ? x[((long long)c * H + h) * W + w] : 0.0f;
+        }
+        return;
+    }
+    const int r0 = threadIdx.x / WP;
+    if (r0 >= rows) return;
+    const int col = threadIdx.x - r0 * WP, w = col - PW;
+    const bool wIn = w >= 0 && w < W;
+    int c = 0, h = r0;  // h within channel c, padded coordinates
+    while (h >= HP) {
+        h -= HP;
+        c++;
+    }
+    for (int row = r0; row < C * HP; row += rows) {
+        const int hh = h - PH;
+        img[row * WP + col] = (wIn && hh >= 0 && hh < H) ? x[((long long)c * H + hh) * W + w] : 0.0f;
+        h += rows;
+        while (h >= HP) {
+            h -= HP;
+            c++;
         }
     }
 }
