@@ -62,7 +62,7 @@ func checkBlock(a *Allocator, b Block) error {
 	if c == nil {
 		return fmt.Errorf("block %#x is not live", b.ptr)
 	}
-	if b.ptr != c.ptr || b.size != c.size || b.requested != c.requested || b.owner != a.id {
+	if b.ptr != c.ptr || b.size != c.size || b.requested != c.requested || b.owner() != a.id {
 		return fmt.Errorf("block %#x+%d (%d requested) does not match its chunk %#x+%d (%d)",
 			b.ptr, b.size, b.requested, c.ptr, c.size, c.requested)
 	}
@@ -499,7 +499,7 @@ func TestAllocBadFree(t *testing.T) {
 	other, _ := newTestAllocator(t, 1<<30, 0)
 	b := mustAlloc(t, a, 100, 0)
 	ob := mustAlloc(t, other, 100, 0)
-	for name, blk := range map[string]Block{"zero": {}, "foreign": ob, "forged": {owner: a.id, slot: b.slot, gen: b.gen + 1}} {
+	for name, blk := range map[string]Block{"zero": {}, "foreign": ob, "forged": {slot: b.slot, gen: b.gen + 1}} {
 		if err := a.Free(blk); !errors.Is(err, ErrInvalidBlock) {
 			t.Errorf("Free(%s) = %v, want ErrInvalidBlock", name, err)
 		}

@@ -175,19 +175,19 @@ func (t *freeTree) replace(old btKey, it btItem) {
 	t.insert(it)
 }
 
-// allocFromLeaf is Alloc's cache hit when p's tree is one leaf (fewer than
-// 32 free chunks cached): the best fit is found, split and its rest put in
-// its place in one search of the leaf, instead of a removal and an insert.
-// It returns false, having changed nothing, when the tree is not a leaf or
-// has no fit.
-func (a *Allocator) allocFromLeaf(p *blockPool, s Stream, rounded, requested int) (Block, bool) {
+// leafFit is Alloc's cache hit when p's tree is one leaf (fewer than 32
+// free chunks cached): the best fit is found, split and its rest put in its
+// place in one search of the leaf, instead of a removal and an insert. It
+// returns the chunk to hand out, out of the tree, or nil, having changed
+// nothing, when the tree is not a leaf or has no fit.
+func (a *Allocator) leafFit(p *blockPool, s Stream, rounded int) *memChunk {
 	x := p.tree.root
 	if x == nil || !x.leaf() {
-		return Block{}, false
+		return nil
 	}
 	i := x.search(btKey{stream: s, size: rounded})
 	if i == x.n || x.items[i].key.stream != s {
-		return Block{}, false
+		return nil
 	}
 	c := a.slots[x.items[i].slot]
 	if c.isSplit() {
@@ -202,7 +202,7 @@ func (a *Allocator) allocFromLeaf(p *blockPool, s Stream, rounded, requested int
 		x.items[x.n] = btItem{}
 		p.tree.n--
 	}
-	return a.hand(p, c, requested), true
+	return c
 }
 
 // largestFree is the size of the biggest chunk in p, 0 if none: the last

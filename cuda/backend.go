@@ -173,7 +173,7 @@ func (b *Backend) Close() error {
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
-	if b.blasWorkspace.owner != 0 {
+	if b.blasWorkspace.owner() != 0 {
 		errs = append(errs, b.alloc.Free(b.blasWorkspace))
 	}
 	if b.mod != nil {
@@ -309,7 +309,7 @@ func (b *Backend) workspace(op string, bytes int) Block {
 }
 
 func (b *Backend) release(blk Block) {
-	if blk.owner != 0 {
+	if blk.owner() != 0 {
 		if err := b.alloc.Free(blk); err != nil {
 			b.deferError(err)
 		}
@@ -997,7 +997,7 @@ func (b *Backend) setBLASWorkspace() error {
 // BLASWorkspace is the size of the cuBLAS workspace taken from the
 // allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	if b.blasWorkspace.owner == 0 {
+	if b.blasWorkspace.owner() == 0 {
 		return 0
 	}
 	return b.blasWorkspace.Size()
