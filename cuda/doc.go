@@ -39,10 +39,25 @@
 // The framework's tensors allocate through the caching allocator in
 // alloc.go (NewAllocator), which keeps freed blocks per stream for reuse and
 // uses events to know when a block freed on one stream is safe to hand out
-// again. Device implements the DeviceMemory interface it needs. A
-// CUDA_ERROR_OUT_OF_MEMORY *Error satisfies errors.Is(err,
+// again. Device implements the DeviceMemory interface it needs, and, where
+// the device supports virtual memory management, VirtualMemory
+// (ReserveAddress, MapPages, UnmapPages; vmm.go): the backend's allocator
+// then grows one address range per stream page by page ("expandable
+// segments", alloc_expand.go; EMBER_EXPANDABLE_SEGMENTS=0 turns them off).
+// A CUDA_ERROR_OUT_OF_MEMORY *Error satisfies errors.Is(err,
 // ErrDeviceOutOfMemory). For quick experiments, AllocFloat32 gives a simple
 // device array that bypasses the allocator.
+//
+// # The tensor backend
+//
+// Backend (backend.go) implements tensor.Backend with the kernels of
+// kernels/*.cu, compiled together by NVRTC, and cuBLAS for large products.
+// It also implements the tensor package's optional fused operations:
+// convolution + bias + ReLU + max pooling (conv_pool.go), and a linear
+// layer's bias + ReLU. Every kernel is checked against the CPU backend by the
+// conformance suite (package tensortest) on the GPU, and every launch
+// against the kernel's C signature by a recorder in the tests that run
+// without one.
 //
 // # Custom kernels
 //
