@@ -76,13 +76,16 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 		return
 	}
 	d, q := c.dims, s.poolDim
-	if kpb := b.tileChannels(c, s); kpb > 0 {
-		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
-		if f := b.fixedForward(c, s); f != nil {
+	if f, split := b.fixedForward(c, s); f != nil {
+		if kpb := b.tileChannels(c, s, split); kpb > 0 {
+			grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 			devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 				d[1], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], q[4], q[5], i32arg(op, kpb)}))
 			return
 		}
+	}
+	if kpb := b.tileChannels(c, s, 1); kpb > 0 {
+		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 		devCheck(op, b.x.launch(b.k.convReLUPoolTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, kpb)}))
@@ -186,37 +189,49 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 const tileFloats = 12288
 
 // tileChannels is how many output channels one block of the tiled forward
-// kernels takes: about two pooled outputs per thread (fewer blocks copy the
-// same image; one per thread made LeNet's conv1 take 10.5 us instead of
-// 7.3), as many as fit in shared memory next to the padded image. It is 0 when even one does not
-// fit, or when C·R·S is large and no kernel specialised for the geometry
-// exists (the GEMM path is faster there).
-func (b *Backend) tileChannels(c convShape, s convPoolShape) int {
+// kernels takes when split threads share each pooled output: about two
+// rounds of outputs per block (fewer blocks copy the same image; one round
+// made LeNet's conv1 take 10.5 us instead of 7.3), as many as fit in shared
+// memory next to the padded image. It is 0 when even one does not fit, or
+// when C·R·S is large and no kernel specialised for the geometry exists (the
+// GEMM path is faster there).
+func (b *Backend) tileChannels(c convShape, s convPoolShape, split int) int {
 	g := c.g
-	if s.pp == 0 || (c.crs > directCRS && b.fixedForward(c, s) == nil) {
+	if f, _ := b.fixedForward(c, s); s.pp == 0 || (c.crs > directCRS && f == nil) {
 		return 0
 	}
 	img := g.C * (g.H + 2*g.PadH) * (g.W + 2*g.PadW)
 	if img+c.crs > tileFloats {
 		return 0
 	}
-	return max(1, min(g.K, 2*blockSize/s.pp, (tileFloats-img)/max(c.crs, 1)))
+	return max(1, min(g.K, 2*blockSize/split/s.pp, (tileFloats-img)/max(c.crs, 1)))
 }
 
 // fixedForward is the forward kernel specialised for c's kernel and s's
-// windows (stride-1 convolution, windows moved by their size), or nil.
-func (b *Backend) fixedForward(c convShape, s convPoolShape) *Function {
+// windows (stride-1 convolution, 2x2 windows moved by their size), and how
+// many threads share a pooled output (more for more input channels), or
+// nil.
+func (b *Backend) fixedForward(c convShape, s convPoolShape) (*Function, int) {
 	g, p := c.g, s.p
 	if g.StrideH != 1 || g.StrideW != 1 || p.StrideH != p.KH || p.StrideW != p.KW || p.KH != 2 || p.KW != 2 {
-		return nil
+		return nil, 0
 	}
+	var fs *[3]*Function
 	switch {
 	case g.R == 5 && g.S == 5:
-		return b.k.convReLUPool5x5
+		fs = &b.k.convReLUPool5x5
 	case g.R == 3 && g.S == 3:
-		return b.k.convReLUPool3x3
+		fs = &b.k.convReLUPool3x3
+	default:
+		return nil, 0
 	}
-	return nil
+	switch {
+	case g.C >= 8:
+		return fs[2], 4
+	case g.C >= 2:
+		return fs[1], 2
+	}
+	return fs[0], 1
 }
 
 // fixedDW is the weight-gradient kernel specialised for c's kernel (one

@@ -62,7 +62,7 @@ type kernels struct {
 	maxPoolBackwardDisjoint                   *Function
 	convReLUPoolDirect, swap01ReLUPool        *Function
 	convReLUPoolTiled                         *Function
-	convReLUPool5x5, convReLUPool3x3          *Function
+	convReLUPool5x5, convReLUPool3x3          [3]*Function // by channel split 1, 2, 4
 	convPoolDW5x5, convPoolDW3x3              *Function
 	gemmSmall, gemmSmallT                     *Function
 	addBiasReLU, unpoolTBias                  *Function
@@ -105,8 +105,12 @@ func (k *kernels) table() []struct {
 		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
 		{&k.convReLUPoolDirect, "ember_conv_relu_pool_direct"},
 		{&k.convReLUPoolTiled, "ember_conv_relu_pool_tiled"},
-		{&k.convReLUPool5x5, "ember_conv_relu_pool_5x5_2x2"},
-		{&k.convReLUPool3x3, "ember_conv_relu_pool_3x3_2x2"},
+		{&k.convReLUPool5x5[0], "ember_conv_relu_pool_5x5_2x2"},
+		{&k.convReLUPool5x5[1], "ember_conv_relu_pool_5x5_2x2_c2"},
+		{&k.convReLUPool5x5[2], "ember_conv_relu_pool_5x5_2x2_c4"},
+		{&k.convReLUPool3x3[0], "ember_conv_relu_pool_3x3_2x2"},
+		{&k.convReLUPool3x3[1], "ember_conv_relu_pool_3x3_2x2_c2"},
+		{&k.convReLUPool3x3[2], "ember_conv_relu_pool_3x3_2x2_c4"},
 		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
 		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
 		{&k.gemmSmall, "ember_gemm_small"},

@@ -406,7 +406,12 @@ extern "C" __global__ void ember_conv_pool_dw_finish(float* dw, float* db, const
 // anyway).
 
 // Forward: grid (N, ceil(K/kPerBlock)), as ember_conv_relu_pool_tiled.
-template <int R, int S, int KH, int KW>
+// SPLIT lanes share each pooled output, taking every SPLIT-th input channel
+// (lane l works on output slot l % (32/SPLIT) and channels l / (32/SPLIT),
+// l / (32/SPLIT) + SPLIT, ...) and adding their sums by xor shuffles: with
+// many input channels (LeNet's conv2: 20) one thread per output leaves too
+// few warps to hide latency (51,200 outputs are 12 warps per SM).
+template <int R, int S, int KH, int KW, int SPLIT>
 __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, const float* x, const float* w,
                                                      const float* bias, int C, int H, int W, int K, int PH, int PW,
                                                      int OW, int POH, int POW, int kPerBlock) {
@@ -423,15 +428,22 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
     for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
     __syncthreads();
     const int pp = POH * POW;
-    for (int t = threadIdx.x; t < kn * pp; t += blockDim.x) {
-        const int kk = t / pp, q = t - kk * pp, ph = q / POW, pw = q - ph * POW;
+    const int slots = 32 / SPLIT;  // outputs per warp and round
+    const int lane = threadIdx.x & 31, slot = lane % slots, part = lane / slots;
+    const int warps = blockDim.x >> 5;
+    // base is uniform across the warp, so every lane reaches the shuffles.
+    for (int base = (threadIdx.x >> 5) * slots; base < kn * pp; base += warps * slots) {
+        const int t = base + slot;
+        const bool valid = t < kn * pp;
+        const int tt = valid ? t : 0;
+        const int kk = tt / pp, q = tt - kk * pp, ph = q / POW, pw = q - ph * POW;
         const int oh0 = ph * KH, ow0 = pw * KW;
         float acc[KH][KW];
 #pragma unroll
         for (int a = 0; a < KH; a++)
 #pragma unroll
             for (int b = 0; b < KW; b++) acc[a][b] = 0.0f;
-        for (int c = 0; c < C; c++) {
+        for (int c = part; c < C; c += SPLIT) {
             float patch[KH + R - 1][KW + S - 1];
             const float* ic = img + (c * HP + oh0) * WP + ow0;
 #pragma unroll
@@ -451,6 +463,14 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
                 }
             }
         }
+#pragma unroll
+        for (int o = 16; o >= slots; o >>= 1) {
+#pragma unroll
+            for (int a = 0; a < KH; a++)
+#pragma unroll
+                for (int b = 0; b < KW; b++) acc[a][b] += __shfl_xor_sync(0xffffffffu, acc[a][b], o);
+        }
+        if (!valid || part != 0) continue;
         const int k = k0 + kk;
         float best = ember_neg_inf();
         int at = -1;
@@ -469,16 +489,34 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
     }
 }
 
-extern "C" __global__ void ember_conv_relu_pool_5x5_2x2(float* y, int* argmax, const float* x, const float* w,
-                                                       const float* bias, int C, int H, int W, int K, int PH, int PW,
-                                                       int OW, int POH, int POW, int kPerBlock) {
-    conv_relu_pool_fixed<5, 5, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+extern "C" __global__ void ember_conv_relu_pool_5x5_2x2(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<5, 5, 2, 2, 1>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
-extern "C" __global__ void ember_conv_relu_pool_3x3_2x2(float* y, int* argmax, const float* x, const float* w,
-                                                       const float* bias, int C, int H, int W, int K, int PH, int PW,
-                                                       int OW, int POH, int POW, int kPerBlock) {
-    conv_relu_pool_fixed<3, 3, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+extern "C" __global__ void ember_conv_relu_pool_5x5_2x2_c2(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<5, 5, 2, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_5x5_2x2_c4(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<5, 5, 2, 2, 4>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_3x3_2x2(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<3, 3, 2, 2, 1>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c2(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<3, 3, 2, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c4(float* y, int* argmax, const float* x, const float* w, const float* bias,
+        int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
+    conv_relu_pool_fixed<3, 3, 2, 2, 4>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 // Backward for one input channel and a stride-1 R x S kernel: grid (N,

@@ -567,6 +567,8 @@ func autogradCases() []agCase {
 		convPoolCase("Conv2dReLUMaxPool/large image", []int{2, 1, 71, 66}, []int{3, 1, 3, 3}, true, 1, 1, 2, false),
 		convPoolCase("Conv2dReLUMaxPool/3x3 pad 1 one channel", []int{3, 1, 13, 10}, []int{7, 1, 3, 3}, true, 1, 1, 2, false),
 		convPoolCase("Conv2dReLUMaxPool/5x5 odd channels", []int{2, 1, 16, 15}, []int{37, 1, 5, 5}, false, 1, 2, 2, false),
+		convPoolCase("Conv2dReLUMaxPool/5x5 three channels", []int{2, 3, 12, 11}, []int{6, 3, 5, 5}, true, 1, 0, 2, false),
+		convPoolCase("Conv2dReLUMaxPool/3x3 nine channels", []int{2, 9, 8, 8}, []int{5, 9, 3, 3}, true, 1, 1, 2, false),
 		poolCase("MaxPool2d/k2 s2", []int{2, 3, 8, 9}, 2, 2),
 		poolCase("MaxPool2d/k3 s2", []int{1, 2, 9, 9}, 3, 2),
 		poolCase("MaxPool2d/k2 s1", []int{2, 2, 5, 7}, 2, 1),
