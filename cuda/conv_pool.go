@@ -153,8 +153,8 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		return
 	}
 	if wantDW {
-		if cpb, kpb, npb := dwTiles(c, s); cpb > 0 {
-			b.convPoolDWTiled(op, pdw, pdy, py, pa, px, s, cpb, kpb, npb)
+		if cpb, npb := dwTiles(c, s); cpb > 0 {
+			b.convPoolDWTiled(op, pdw, pdy, py, pa, px, s, cpb, npb)
 			wantDW, pdw = false, 0
 		}
 	}
@@ -260,45 +260,39 @@ func (b *Backend) fixedDW(c convShape) *Function {
 	return nil
 }
 
-// dwTiles is the input channels, output channels and images per block of
-// ember_conv_pool_dw_tiled: as many input channels as there are threads for
-// their taps, up to 8 output channels (EMBER_DW_K; the images are read once
-// per group of them), and as many images, up to 8, as fit in shared memory.
-// It returns zeros when a kernel's taps do not fit a block or one image's
-// channels do not fit.
-func dwTiles(c convShape, s convPoolShape) (channels, outputs, images int) {
+// dwTiles is the channels and images per block of
+// ember_conv_pool_dw_tiled (at most 8 images, as many channels as there are
+// threads for their taps, all in shared memory), or 0, 0 when a kernel tap
+// set does not fit a block or one image's channels do not fit.
+func dwTiles(c convShape, s convPoolShape) (channels, images int) {
 	g := c.g
 	rs := g.R * g.S
 	if rs > blockSize || s.pp == 0 {
-		return 0, 0, 0
+		return 0, 0
 	}
 	channels = min(g.C, blockSize/rs)
-	outputs = min(g.K, dwMaxK)
 	plane := (g.H + 2*g.PadH) * (g.W + 2*g.PadW)
-	per := channels*plane + 2*outputs*s.pp // per image: its channels, g and the offsets
+	per := channels*plane + 2*s.pp // the images' channels, g and the offsets
 	images = min(8, g.N, tileFloats/per)
 	if images < 1 {
-		return 0, 0, 0
+		return 0, 0
 	}
-	return channels, outputs, images
+	return channels, images
 }
-
-// dwMaxK is EMBER_DW_K.
-const dwMaxK = 8
 
 // convPoolDWTiled queues dw += the weight gradient from the pooled gradient
 // (ember_conv_pool_dw_tiled and the finishing sum over image groups).
-func (b *Backend) convPoolDWTiled(op string, pdw, pdy, py, pa, px uintptr, s convPoolShape, cpb, kpb, npb int) {
+func (b *Backend) convPoolDWTiled(op string, pdw, pdy, py, pa, px uintptr, s convPoolShape, cpb, npb int) {
 	c, g := s.c, s.c.g
 	d := c.dims
 	parts := (g.N + npb - 1) / npb
 	rows := g.K * c.crs
 	ws := b.workspace(op, 4*rows*parts)
 	defer b.release(ws)
-	grid := Dim3{X: (g.K + kpb - 1) / kpb, Y: i32dim(op, (g.C+cpb-1)/cpb), Z: i32dim(op, parts)}
+	grid := Dim3{X: i32dim(op, g.K), Y: i32dim(op, (g.C+cpb-1)/cpb), Z: i32dim(op, parts)}
 	devCheck(op, b.x.launch(b.k.convPoolDWTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
 		d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp),
-		i32arg(op, cpb), i32arg(op, kpb), i32arg(op, npb)}))
+		i32arg(op, cpb), i32arg(op, npb)}))
 	const warps = blockSize / 32
 	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
 		pdw, uintptr(0), ws.Ptr(), int64(rows), int64(rows), i32arg(op, parts))

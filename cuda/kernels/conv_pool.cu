@@ -56,12 +56,19 @@ __device__ __forceinline__ void load_padded_image(float* img, const float* x, in
     if (r0 >= rows) return;
     const int col = threadIdx.x - r0 * WP, w = col - PW;
     const bool wIn = w >= 0 && w < W;
-    // Unrolled so that several loads are in flight before their stores:
-    // one at a time, the copy is a chain of memory latencies.
-#pragma unroll 4
+    int c = 0, h = r0;  // h within channel c, padded coordinates
+    while (h >= HP) {
+        h -= HP;
+        c++;
+    }
     for (int row = r0; row < C * HP; row += rows) {
-        const int c = row / HP, h = row - c * HP - PH;
-        img[row * WP + col] = (wIn && h >= 0 && h < H) ? x[((long long)c * H + h) * W + w] : 0.0f;
+        const int hh = h - PH;
+        img[row * WP + col] = (wIn && hh >= 0 && hh < H) ? x[((long long)c * H + hh) * W + w] : 0.0f;
+        h += rows;
+        while (h >= HP) {
+            h -= HP;
+            c++;
+        }
     }
 }
 
@@ -147,7 +154,6 @@ extern "C" __global__ void ember_conv_relu_pool_tiled(float* y, int* argmax, con
     float* wk = smem + C * HP * WP;
     const float* xn = x + n * C * H * W;
     load_padded_image(img, xn, C, H, W, PH, PW);
-#pragma unroll 8
     for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
     __syncthreads();
     const int pp = POH * POW;
@@ -368,79 +374,54 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* partial, const float
 }
 
 // Backward weight gradient from the pooled gradient for any kernel size
-// (LeNet's conv2: C = 20): grid (ceil(K/kPerBlock), ceil(C/cPerBlock),
-// ceil(N/nPerBlock)), one thread per tap (c, r, s) of the block's channels.
-// The block copies its images (its channels, zero-padded), and for each of
-// its output channels the pooled gradient and the offsets of the windows'
-// maxima, to shared memory; each thread then adds, for each output channel
-// (up to EMBER_DW_K, in registers), g times the input under its tap at each
-// maximum. Only pooled outputs carry gradient, so this is a quarter of the
-// products of the dense GEMM over the convolution's output, and it needs no
-// im2col buffer. Writes partial[row*gridDim.z + z] for rows k*C*R*S + tap,
-// which ember_conv_pool_dw_finish adds into dw.
-#define EMBER_DW_K 8
-
+// (LeNet's conv2: C = 20): grid (K, ceil(C/cPerBlock), ceil(N/nPerBlock)),
+// one thread per tap (c, r, s) of the block's channels. The block copies its
+// nPerBlock images (its channels, zero-padded) and the pooled gradient of
+// channel k with the offsets of the windows' maxima to shared memory; each
+// thread then adds g times the input under its tap at each maximum, for
+// every pooled output of its images. Only pooled outputs carry gradient, so
+// this is a quarter of the products of the dense GEMM over the convolution's
+// output, and it needs no im2col buffer. Writes partial[row*gridDim.z + z]
+// for rows k*C*R*S + tap, which ember_conv_pool_dw_finish adds into dw.
 extern "C" __global__ void ember_conv_pool_dw_tiled(float* partial, const float* dy, const float* y, const int* argmax,
                                                     const float* x, int N, int C, int H, int W, int K, int R, int S,
                                                     int SH, int SW, int PH, int PW, int OW, int PP, int cPerBlock,
-                                                    int kPerBlock, int nPerBlock) {
+                                                    int nPerBlock) {
     __shared__ float smem[EMBER_TILE_FLOATS];
     const int HP = H + 2 * PH, WP = W + 2 * PW;
-    const int k0 = blockIdx.x * kPerBlock;
-    const int kn = K - k0 < kPerBlock ? K - k0 : kPerBlock;
+    const int k = blockIdx.x;
     const int c0 = blockIdx.y * cPerBlock;
     const int cn = C - c0 < cPerBlock ? C - c0 : cPerBlock;
     const int n0 = blockIdx.z * nPerBlock;
     const int nn = N - n0 < nPerBlock ? N - n0 : nPerBlock;
     const int plane = HP * WP, imgFloats = cPerBlock * plane;
     float* img = smem;
-    float* gq = smem + nPerBlock * imgFloats;                   // [kk][i][q]
-    int* offq = (int*)(gq + kPerBlock * nPerBlock * PP);         // [kk][i][q]
+    float* gq = smem + nPerBlock * imgFloats;
+    int* offq = (int*)(gq + nPerBlock * PP);
     for (int i = 0; i < nn; i++) {
         load_padded_image(img + i * imgFloats, x + ((long long)(n0 + i) * C + c0) * H * W, cn, H, W, PH, PW);
     }
-    const int terms = nPerBlock * PP;
-#pragma unroll 4
-    for (int t = threadIdx.x; t < kn * terms; t += blockDim.x) {
-        const int kk = t / terms, iq = t - kk * terms, i = iq / PP, q = iq - i * PP;
-        float g = 0.0f;
-        int off = 0;
-        if (i < nn) {
-            const long long e = ((long long)(n0 + i) * K + k0 + kk) * PP + q;
-            const int pos = argmax[e];
-            const int oh = pos / OW, ow = pos - oh * OW;
-            g = y[e] > 0.0f ? dy[e] : 0.0f;
-            off = oh * SH * WP + ow * SW;
-        }
-        gq[t] = g;
-        offq[t] = off;
+    for (int t = threadIdx.x; t < nn * PP; t += blockDim.x) {
+        const int i = t / PP, q = t - i * PP;
+        const long long e = ((long long)(n0 + i) * K + k) * PP + q;
+        const int pos = argmax[e];
+        const int oh = pos / OW, ow = pos - oh * OW;
+        gq[t] = y[e] > 0.0f ? dy[e] : 0.0f;
+        offq[t] = oh * SH * WP + ow * SW;
     }
     __syncthreads();
     const int RS = R * S;
     for (int tap = threadIdx.x; tap < cn * RS; tap += blockDim.x) {
         const int cc = tap / RS, rs = tap - cc * RS, r = rs / S, s = rs - r * S;
-        float acc[EMBER_DW_K];
-#pragma unroll
-        for (int kk = 0; kk < EMBER_DW_K; kk++) acc[kk] = 0.0f;
+        float acc = 0.0f;
         for (int i = 0; i < nn; i++) {
             const float* base = img + i * imgFloats + cc * plane + r * WP + s;
-            for (int q = 0; q < PP; q++) {
-#pragma unroll
-                for (int kk = 0; kk < EMBER_DW_K; kk++) {
-                    if (kk < kn) {
-                        const int t = kk * terms + i * PP + q;
-                        acc[kk] = __fmaf_rn(gq[t], base[offq[t]], acc[kk]);
-                    }
-                }
-            }
+            const float* g = gq + i * PP;
+            const int* off = offq + i * PP;
+            for (int q = 0; q < PP; q++) acc = __fmaf_rn(g[q], base[off[q]], acc);
         }
-#pragma unroll
-        for (int kk = 0; kk < EMBER_DW_K; kk++) {
-            if (kk < kn) {
-                const long long row = ((long long)(k0 + kk) * C + c0 + cc) * RS + rs;
-                partial[row * gridDim.z + blockIdx.z] = acc[kk];
-            }
-        }
+        const long long row = ((long long)k * C + c0 + cc) * RS + rs;
+        partial[row * gridDim.z + blockIdx.z] = acc;
     }
 }
 
@@ -496,7 +477,6 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
     float* wk = smem + C * HP * WP;
     const float* xn = x + n * C * H * W;
     load_padded_image(img, xn, C, H, W, PH, PW);
-#pragma unroll 8
     for (int t = threadIdx.x; t < kn * crs; t += blockDim.x) wk[t] = w[(long long)k0 * crs + t];
     __syncthreads();
     const int pp = POH * POW;
