@@ -14,10 +14,8 @@ package cuda
 //	                       conv_pool_dw_5x5       dy, y, argmax, x -> partials
 //	                       (or _3x3; conv_pool_dw_direct for other sizes)
 //	                       conv_pool_dw_finish    partials -> dw, db
-//	backward, otherwise:   conv_pool_dw_tiled     dy, y, argmax, x -> partials
-//	                       conv_pool_dw_finish    partials -> dw
-//	                       unpool_t_bias          dy, y, argmax  -> dyt [K, N·P], db
-//	                       (unpool_t without db; bias_grad_rows without dx)
+//	backward, otherwise:   unpool_t_bias          dy, y, argmax  -> dyt [K, N·P], db
+//	                       (unpool_t without db)
 //	                       im2col, 2 Sgemms, col2im (as Conv2dBackward)
 //
 // Against Conv2d + MaxPool2d this saves, for LeNet's first layer at batch
@@ -152,16 +150,8 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		b.convPoolDWDirect(op, pdw, pdb, pdy, py, pa, px, s)
 		return
 	}
-	if wantDW {
-		if cpb, npb := dwTiles(c, s); cpb > 0 {
-			b.convPoolDWTiled(op, pdw, pdy, py, pa, px, s, cpb, npb)
-			wantDW, pdw = false, 0
-		}
-	}
 	if !wantDX && !wantDW {
-		if wantDB {
-			b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
-		}
+		b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)
@@ -258,44 +248,6 @@ func (b *Backend) fixedDW(c convShape) *Function {
 		return b.k.convPoolDW3x3
 	}
 	return nil
-}
-
-// dwTiles is the channels and images per block of
-// ember_conv_pool_dw_tiled (at most 8 images, as many channels as there are
-// threads for their taps, all in shared memory), or 0, 0 when a kernel tap
-// set does not fit a block or one image's channels do not fit.
-func dwTiles(c convShape, s convPoolShape) (channels, images int) {
-	g := c.g
-	rs := g.R * g.S
-	if rs > blockSize || s.pp == 0 {
-		return 0, 0
-	}
-	channels = min(g.C, blockSize/rs)
-	plane := (g.H + 2*g.PadH) * (g.W + 2*g.PadW)
-	per := channels*plane + 2*s.pp // the images' channels, g and the offsets
-	images = min(8, g.N, tileFloats/per)
-	if images < 1 {
-		return 0, 0
-	}
-	return channels, images
-}
-
-// convPoolDWTiled queues dw += the weight gradient from the pooled gradient
-// (ember_conv_pool_dw_tiled and the finishing sum over image groups).
-func (b *Backend) convPoolDWTiled(op string, pdw, pdy, py, pa, px uintptr, s convPoolShape, cpb, npb int) {
-	c, g := s.c, s.c.g
-	d := c.dims
-	parts := (g.N + npb - 1) / npb
-	rows := g.K * c.crs
-	ws := b.workspace(op, 4*rows*parts)
-	defer b.release(ws)
-	grid := Dim3{X: i32dim(op, g.K), Y: i32dim(op, (g.C+cpb-1)/cpb), Z: i32dim(op, parts)}
-	devCheck(op, b.x.launch(b.k.convPoolDWTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
-		d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp),
-		i32arg(op, cpb), i32arg(op, npb)}))
-	const warps = blockSize / 32
-	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
-		pdw, uintptr(0), ws.Ptr(), int64(rows), int64(rows), i32arg(op, parts))
 }
 
 // convPoolDWDirect queues dw += and db += (either may be 0: not wanted) from

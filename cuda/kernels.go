@@ -64,7 +64,6 @@ type kernels struct {
 	convReLUPoolTiled                         *Function
 	convReLUPool5x5, convReLUPool3x3          [3]*Function // by channel split 1, 2, 4
 	convPoolDW5x5, convPoolDW3x3              *Function
-	convPoolDWTiled                           *Function
 	gemmSmall, gemmSmallT                     *Function
 	addBiasReLU, unpoolTBias                  *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
@@ -114,7 +113,6 @@ func (k *kernels) table() []struct {
 		{&k.convReLUPool3x3[2], "ember_conv_relu_pool_3x3_2x2_c4"},
 		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
 		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
-		{&k.convPoolDWTiled, "ember_conv_pool_dw_tiled"},
 		{&k.gemmSmall, "ember_gemm_small"},
 		{&k.gemmSmallT, "ember_gemm_small_t"},
 		{&k.addBiasReLU, "ember_add_bias_relu"},

@@ -373,58 +373,6 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* partial, const float
     }
 }
 
-// Backward weight gradient from the pooled gradient for any kernel size
-// (LeNet's conv2: C = 20): grid (K, ceil(C/cPerBlock), ceil(N/nPerBlock)),
-// one thread per tap (c, r, s) of the block's channels. The block copies its
-// nPerBlock images (its channels, zero-padded) and the pooled gradient of
-// channel k with the offsets of the windows' maxima to shared memory; each
-// thread then adds g times the input under its tap at each maximum, for
-// every pooled output of its images. Only pooled outputs carry gradient, so
-// this is a quarter of the products of the dense GEMM over the convolution's
-// output, and it needs no im2col buffer. Writes partial[row*gridDim.z + z]
-// for rows k*C*R*S + tap, which ember_conv_pool_dw_finish adds into dw.
-extern "C" __global__ void ember_conv_pool_dw_tiled(float* partial, const float* dy, const float* y, const int* argmax,
-                                                    const float* x, int N, int C, int H, int W, int K, int R, int S,
-                                                    int SH, int SW, int PH, int PW, int OW, int PP, int cPerBlock,
-                                                    int nPerBlock) {
-    __shared__ float smem[EMBER_TILE_FLOATS];
-    const int HP = H + 2 * PH, WP = W + 2 * PW;
-    const int k = blockIdx.x;
-    const int c0 = blockIdx.y * cPerBlock;
-    const int cn = C - c0 < cPerBlock ? C - c0 : cPerBlock;
-    const int n0 = blockIdx.z * nPerBlock;
-    const int nn = N - n0 < nPerBlock ? N - n0 : nPerBlock;
-    const int plane = HP * WP, imgFloats = cPerBlock * plane;
-    float* img = smem;
-    float* gq = smem + nPerBlock * imgFloats;
-    int* offq = (int*)(gq + nPerBlock * PP);
-    for (int i = 0; i < nn; i++) {
-        load_padded_image(img + i * imgFloats, x + ((long long)(n0 + i) * C + c0) * H * W, cn, H, W, PH, PW);
-    }
-    for (int t = threadIdx.x; t < nn * PP; t += blockDim.x) {
-        const int i = t / PP, q = t - i * PP;
-        const long long e = ((long long)(n0 + i) * K + k) * PP + q;
-        const int pos = argmax[e];
-        const int oh = pos / OW, ow = pos - oh * OW;
-        gq[t] = y[e] > 0.0f ? dy[e] : 0.0f;
-        offq[t] = oh * SH * WP + ow * SW;
-    }
-    __syncthreads();
-    const int RS = R * S;
-    for (int tap = threadIdx.x; tap < cn * RS; tap += blockDim.x) {
-        const int cc = tap / RS, rs = tap - cc * RS, r = rs / S, s = rs - r * S;
-        float acc = 0.0f;
-        for (int i = 0; i < nn; i++) {
-            const float* base = img + i * imgFloats + cc * plane + r * WP + s;
-            const float* g = gq + i * PP;
-            const int* off = offq + i * PP;
-            for (int q = 0; q < PP; q++) acc = __fmaf_rn(g[q], base[off[q]], acc);
-        }
-        const long long row = ((long long)k * C + c0 + cc) * RS + rs;
-        partial[row * gridDim.z + blockIdx.z] = acc;
-    }
-}
-
 // dw[row] += the parts of row (rows < K*C*R*S), db[row - K*C*R*S] += those of
 // the rest; one warp per row, lanes add parts l, l+32, ... then a xor tree.
 extern "C" __global__ void ember_conv_pool_dw_finish(float* dw, float* db, const float* partial, long long wRows,
