@@ -739,10 +739,10 @@ func (a *Allocator) unreserve(bytes int) {
 // streams recorded with RecordStream only after the work queued on them so
 // far has completed.
 func (a *Allocator) Free(b Block) error {
-	if b.owner() == 0 {
-		return fmt.Errorf("%w: Free of the zero Block", ErrInvalidBlock)
-	}
 	if b.owner() != a.id {
+		if b.owner() == 0 {
+			return fmt.Errorf("%w: Free of the zero Block", ErrInvalidBlock)
+		}
 		return fmt.Errorf("%w: Free of block %#x (%d bytes), which is not from this allocator", ErrInvalidBlock, b.ptr, b.size)
 	}
 	a.mu.Lock()
@@ -751,13 +751,13 @@ func (a *Allocator) Free(b Block) error {
 		a.mu.Unlock()
 		return fmt.Errorf("%w: double free of block %#x (%d bytes)", ErrInvalidBlock, b.ptr, b.size)
 	}
-	var err error
 	if len(c.uses) > 0 {
-		err = a.freeAfterEvents(b, c)
-	} else {
-		a.release(c)
-		err = a.freeChunk(c)
+		err := a.freeAfterEvents(b, c)
+		a.mu.Unlock()
+		return err
 	}
+	a.release(c)
+	err := a.freeChunk(c)
 	a.mu.Unlock()
 	return err
 }
