@@ -6,6 +6,8 @@ package cuda
 //	forward, 5x5 or 3x3 kernel, stride 1, 2x2 windows, image in shared memory
 //	(LeNet's conv1 and conv2):
 //	                       conv_relu_pool_5x5_2x2 x, w       -> y, argmax
+//	                       (_c2, _c4: 2 or 4 threads per output for more
+//	                       input channels; _3x3_ for 3x3 kernels)
 //	forward, C·R·S <= 32:  conv_relu_pool_tiled (conv_relu_pool_direct when
 //	                       the image does not fit in shared memory)
 //	forward, otherwise:    im2col, Sgemm                     -> yt [K, N·P]
@@ -21,7 +23,8 @@ package cuda
 // Against Conv2d + MaxPool2d this saves, for LeNet's first layer at batch
 // 64, 4 launches and 3 buffers of 2.9-3.7 MB forward and 5 launches
 // backward, among them a split-K GEMM over 36,864 columns; for the second,
-// 3 launches and the 8 MB im2col buffer forward.
+// 3 launches and the 8 MB im2col buffer forward. The measurements behind
+// each choice are in docs/performance.md.
 
 import (
 	"fmt"
