@@ -87,7 +87,7 @@ func FuzzAllocator(f *testing.F) {
 					}
 					break
 				}
-				if b.Requested() != n || b.Size() < roundSize(n) {
+				if a.Requested(b) != n || b.Size() < roundSize(n) {
 					fail("alloc", errors.New("bad block sizes"))
 				}
 				live = append(live, b)

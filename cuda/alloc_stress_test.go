@@ -75,8 +75,8 @@ func allocStress(t *testing.T, shared int, expandable bool) {
 				nOOM++
 				break
 			}
-			if b.Requested() != n || b.Size() < roundSize(n) || b.Ptr()%minBlockSize != 0 {
-				t.Fatalf("op %d: bad block %#x %d/%d for %d", op, b.Ptr(), b.Size(), b.Requested(), n)
+			if a.Requested(b) != n || b.Size() < roundSize(n) || b.Ptr()%minBlockSize != 0 {
+				t.Fatalf("op %d: bad block %#x %d/%d for %d", op, b.Ptr(), b.Size(), a.Requested(b), n)
 			}
 			if err := checkBlock(a, b); err != nil {
 				t.Fatalf("op %d: %v", op, err)

@@ -62,9 +62,9 @@ func checkBlock(a *Allocator, b Block) error {
 	if c == nil {
 		return fmt.Errorf("block %#x is not live", b.ptr)
 	}
-	if b.ptr != c.ptr || b.size != c.size || b.requested != c.requested || b.owner() != a.id {
-		return fmt.Errorf("block %#x+%d (%d requested) does not match its chunk %#x+%d (%d)",
-			b.ptr, b.size, b.requested, c.ptr, c.size, c.requested)
+	if b.ptr != c.ptr || b.Size() != c.size || b.slot() != c.slot || b.owner() != a.id {
+		return fmt.Errorf("block %#x+%d (slot %d) does not match its chunk %#x+%d (slot %d)",
+			b.ptr, b.Size(), b.slot(), c.ptr, c.size, c.slot)
 	}
 	return nil
 }
@@ -98,8 +98,8 @@ func TestAllocRounding(t *testing.T) {
 	} {
 		a, _ := newTestAllocator(t, 1<<30, 0) // fresh, so that no earlier case's rest is reused
 		b := mustAlloc(t, a, c.req, 0)
-		if b.Size() != c.size || b.Requested() != c.req {
-			t.Errorf("Alloc(%d): Size %d Requested %d, want %d %d", c.req, b.Size(), b.Requested(), c.size, c.req)
+		if b.Size() != c.size || a.Requested(b) != c.req {
+			t.Errorf("Alloc(%d): Size %d Requested %d, want %d %d", c.req, b.Size(), a.Requested(b), c.size, c.req)
 		}
 		if b.Ptr()%512 != 0 {
 			t.Errorf("Alloc(%d): ptr %#x not 512-aligned", c.req, b.Ptr())
@@ -499,7 +499,7 @@ func TestAllocBadFree(t *testing.T) {
 	other, _ := newTestAllocator(t, 1<<30, 0)
 	b := mustAlloc(t, a, 100, 0)
 	ob := mustAlloc(t, other, 100, 0)
-	for name, blk := range map[string]Block{"zero": {}, "foreign": ob, "forged": {slot: b.slot, gen: b.gen + 1}} {
+	for name, blk := range map[string]Block{"zero": {}, "foreign": ob, "forged": {meta: b.meta, gen: b.gen + 1}} {
 		if err := a.Free(blk); !errors.Is(err, ErrInvalidBlock) {
 			t.Errorf("Free(%s) = %v, want ErrInvalidBlock", name, err)
 		}
