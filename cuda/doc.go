@@ -103,5 +103,8 @@
 //
 // Tests that need a GPU skip without one, unless EMBER_REQUIRE_GPU=1, which
 // turns the skip into a failure so that a GPU run in which everything
-// skipped cannot look green.
+// skipped cannot look green. Without a GPU, the kernels' launches are still
+// checked against their C signatures (a recording executor), and where
+// clang is installed TestKernelsParseWithClang checks the kernels' syntax
+// and types with clang's CUDA front end.
 package cuda

@@ -1,0 +1,24 @@
+// Declarations of the CUDA built-ins that the backend's kernels use, so that
+// clang can check the kernels' syntax and types without a CUDA toolkit
+// (TestKernelsParseWithClang). Only what the kernels call is declared.
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __attribute__((always_inline))
+#define __launch_bounds__(x) __attribute__((launch_bounds(x)))
+struct uint3 {
+    unsigned x, y, z;
+};
+extern const __device__ uint3 threadIdx, blockIdx, blockDim, gridDim;
+__device__ void __syncthreads();
+__device__ float __int_as_float(int);
+__device__ float __fmaf_rn(float, float, float);
+__device__ float __shfl_xor_sync(unsigned, float, int);
+__device__ double __shfl_xor_sync(unsigned, double, int);
+__device__ int __shfl_xor_sync(unsigned, int, int);
+__device__ float __shfl_down_sync(unsigned, float, int);
+__device__ float expf(float);
+__device__ float logf(float);
+__device__ float sqrtf(float);
+__device__ double exp(double);
+__device__ double log(double);
