@@ -223,8 +223,10 @@ type Block struct {
 
 // genShift places an allocator's id in the top bits of its generation
 // numbers, so that a Block names its allocator without a field of its own:
-// 2^36 allocations per allocator, 2^28 allocators per process.
-const genShift = 36
+// 2^40 allocations per allocator before its generations wrap around (12
+// days at a million allocations a second; see hand), 2^24 allocators per
+// process.
+const genShift = 40
 
 // slot is the index of b's chunk in Allocator.slots.
 func (b Block) slot() uint32 { return uint32(b.meta) }
@@ -530,6 +532,12 @@ func (a *Allocator) hand(pool *blockPool, c *memChunk, requested int) Block {
 	bump(&a.stats.Requested, requested)
 	a.stats.ActiveBlocks++
 	a.gen++
+	if a.gen&(1<<genShift-1) == 0 {
+		// The generations of this allocator are used up: start again
+		// rather than carry into the owner bits. A stale Block kept for
+		// 2^40 allocations could then match a new one of the same slot.
+		a.gen = uint64(a.id)<<genShift + 1
+	}
 	c.gen = a.gen
 	return Block{ptr: c.ptr, gen: c.gen, meta: uint64(c.slot) | uint64(c.size/minBlockSize)<<32}
 }
@@ -551,7 +559,7 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 	// With one segment per large block this costs nothing in a steady
 	// workload, whose requests all hit the cache after the first step.
 	if a.sharedSegment == 0 && pool == &a.large {
-		if _, err := a.releaseCached(pool, 0, false); err != nil {
+		if _, err := a.releaseCached(pool, 0, false, nil); err != nil {
 			return nil, false, err
 		}
 	}
@@ -570,7 +578,14 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 		}
 	}
 
-	// Stage 2: give back cached segments of the same kind.
+	// Stage 2: give back cached segments of the same kind. An expandable
+	// segment needs only the pages its free end lacks, and trimming its
+	// own free end would just map it again.
+	var own *memSegment
+	if a.expands(pool) {
+		own = pool.expandableOf(s)
+		want = a.growth(own, rounded)
+	}
 	need := want
 	if a.limit > 0 && a.stats.Reserved.Current+want > a.limit {
 		need = a.stats.Reserved.Current + want - a.limit
@@ -579,7 +594,7 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 	if pool.small {
 		general = &a.small
 	}
-	freed, err := a.releaseCached(general, need, true)
+	freed, err := a.releaseCached(general, need, true, own)
 	if err != nil {
 		return nil, false, err
 	}
@@ -600,11 +615,11 @@ func (a *Allocator) grow(pool *blockPool, s Stream, bytes, rounded int) (c *memC
 			return c, true, nil
 		}
 	}
-	freed1, err := a.releaseCached(&a.small, 0, true)
+	freed1, err := a.releaseCached(&a.small, 0, true, nil)
 	if err != nil {
 		return nil, false, err
 	}
-	freed2, err := a.releaseCached(&a.large, 0, true)
+	freed2, err := a.releaseCached(&a.large, 0, true, nil)
 	if err != nil {
 		return nil, false, err
 	}
@@ -662,13 +677,13 @@ func (a *Allocator) newSegment(pool *blockPool, s Stream, size int) (*memChunk, 
 
 // releaseCached returns cached memory of pool to the driver and says how
 // many bytes it gave back: wholly free segments and, with trim, the free
-// pages at the end of expandable segments. With need <= 0 it returns all of
+// pages at the end of expandable segments other than except. With need <= 0 it returns all of
 // it. Otherwise it returns the smallest single piece of at least need
 // bytes, or failing that the largest ones until need is met, so as to keep
 // as much of the cache as possible. It runs only on the out-of-memory path,
 // on large-pool misses and in EmptyCache, so the walk over the pool's
 // segments is not on the hot path.
-func (a *Allocator) releaseCached(pool *blockPool, need int, trim bool) (int, error) {
+func (a *Allocator) releaseCached(pool *blockPool, need int, trim bool, except *memSegment) (int, error) {
 	type piece struct {
 		seg   *memSegment
 		bytes int
@@ -676,7 +691,7 @@ func (a *Allocator) releaseCached(pool *blockPool, need int, trim bool) (int, er
 	var cands []piece
 	for seg := pool.segs; seg != nil; seg = seg.next {
 		if seg.va > 0 {
-			if n := a.trimmable(seg); trim && n > 0 {
+			if n := a.trimmable(seg); trim && n > 0 && seg != except {
 				cands = append(cands, piece{seg, n})
 			}
 		} else if f := seg.first; f.state == chunkFree && f.next == 0 {
@@ -986,10 +1001,10 @@ func (a *Allocator) EmptyCache() error {
 			return err
 		}
 	}
-	if _, err := a.releaseCached(&a.small, 0, true); err != nil {
+	if _, err := a.releaseCached(&a.small, 0, true, nil); err != nil {
 		return err
 	}
-	_, err := a.releaseCached(&a.large, 0, true)
+	_, err := a.releaseCached(&a.large, 0, true, nil)
 	return err
 }
 
@@ -1081,8 +1096,8 @@ func (a *Allocator) mergePool(pp *privatePool) error {
 			// A private pool mixes sizes in one pool; back in the general
 			// cache, segments of the small pool's size serve small requests.
 			to := pair[1]
-			if seg.size <= smallBuffer {
-				to = &a.small
+			if seg.size <= smallBuffer && a.vm == nil {
+				to = &a.small // (expandable: every size shares the large pool)
 			}
 			seg.pool = to
 			to.linkSegment(seg)
@@ -1091,11 +1106,11 @@ func (a *Allocator) mergePool(pp *privatePool) error {
 	}
 	// Segments cannot stay when the limit was lowered below reserved.
 	if a.limit > 0 && a.stats.Reserved.Current > a.limit {
-		if _, err := a.releaseCached(&a.small, a.stats.Reserved.Current-a.limit, true); err != nil {
+		if _, err := a.releaseCached(&a.small, a.stats.Reserved.Current-a.limit, true, nil); err != nil {
 			return err
 		}
 		if a.stats.Reserved.Current > a.limit {
-			if _, err := a.releaseCached(&a.large, a.stats.Reserved.Current-a.limit, true); err != nil {
+			if _, err := a.releaseCached(&a.large, a.stats.Reserved.Current-a.limit, true, nil); err != nil {
 				return err
 			}
 		}

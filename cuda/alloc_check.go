@@ -111,7 +111,7 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 				n.inactiveSplit += c.size
 			}
 		case chunkInUse:
-			if c.gen>>genShift != uint64(a.id) || c.gen > a.gen {
+			if c.gen>>genShift != uint64(a.id) || c.gen&(1<<genShift-1) == 0 {
 				return n, fmt.Errorf("%s: in use with generation %d (last %d)", where(), c.gen, a.gen)
 			}
 			if c.events != 0 {

@@ -59,20 +59,14 @@ func (a *Allocator) memoryFor(pool *blockPool, s Stream, rounded, want int) (*me
 // (reserving its address range first if there is none) for a chunk of
 // rounded bytes, extending the free chunk at the end if there is one.
 func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, error) {
-	var seg *memSegment
-	for _, e := range pool.expandable {
-		if e.stream == s {
-			seg = e
-		}
-	}
+	seg := pool.expandableOf(s)
 	var tail *memChunk
-	have := 0
 	if seg != nil {
 		if t := a.slots[seg.last]; t.state == chunkFree {
-			tail, have = t, t.size
+			tail = t
 		}
 	}
-	grow := roundUpPow2(rounded-have, a.page)
+	grow := a.growth(seg, rounded)
 	if a.limit > 0 && a.stats.Reserved.Current+grow > a.limit {
 		return nil, errNoSegment
 	}
@@ -99,7 +93,9 @@ func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, e
 	if err := a.vm.MapPages(seg.ptr+uintptr(seg.size), grow); err != nil {
 		if fresh {
 			if ferr := a.vm.FreeAddress(seg.ptr, seg.va); ferr != nil {
-				err = errors.Join(err, ferr)
+				// Not an out-of-memory condition to recover from.
+				return nil, fmt.Errorf("cuda: mapping %d bytes at %#x: %w; releasing the address range: %w",
+					grow, seg.ptr, err, ferr)
 			}
 		}
 		if errors.Is(err, ErrDeviceOutOfMemory) {
@@ -134,6 +130,28 @@ func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, e
 	}
 	seg.size += grow
 	return c, nil
+}
+
+// expandableOf is p's expandable segment for stream s, or nil.
+func (p *blockPool) expandableOf(s Stream) *memSegment {
+	for _, e := range p.expandable {
+		if e.stream == s {
+			return e
+		}
+	}
+	return nil
+}
+
+// growth is how many bytes seg (nil: none yet) must map for a chunk of
+// rounded bytes at its end: whole pages beyond its free end.
+func (a *Allocator) growth(seg *memSegment, rounded int) int {
+	have := 0
+	if seg != nil {
+		if t := a.slots[seg.last]; t.state == chunkFree {
+			have = t.size
+		}
+	}
+	return roundUpPow2(rounded-have, a.page)
 }
 
 // trimmable is how many bytes of whole free pages end seg, an expandable

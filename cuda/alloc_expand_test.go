@@ -152,3 +152,49 @@ func TestAllocExpandableUnmapError(t *testing.T) {
 		t.Error("memory left after EmptyCache")
 	}
 }
+
+// A released private pool's small segments join the large pool when every
+// size shares it, so that small requests reuse them.
+func TestAllocExpandableMergedPool(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	id := a.BeginPrivatePool(0)
+	b := mustAlloc(t, a, 1000, 0) // a 2 MiB segment of the private pool
+	a.EndPrivatePool(0)
+	mustFree(t, a, b)
+	if err := a.ReleasePool(id); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	pages := d.mappedPages()
+	for range 10 {
+		mustAlloc(t, a, 1000, 0)
+	}
+	if st := a.Stats(); st.Reserved.Current != 2*oneMiB || d.mappedPages() != pages {
+		t.Errorf("small requests after the merge: reserved %d, %d pages mapped (had %d); want the merged segment reused",
+			st.Reserved.Current, d.mappedPages(), pages)
+	}
+}
+
+// Out of memory under a limit gives back other streams' free pages, not the
+// free end of the range that is about to grow (it would be mapped again).
+func TestAllocExpandableOOMKeepsOwnEnd(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 13*oneMiB)
+	mustFree(t, a, mustAlloc(t, a, 6*oneMiB, 1)) // stream 1: 6 MiB mapped, free
+	b := mustAlloc(t, a, 1*oneMiB+512*oneKiB, 0) // stream 0: 1.5 MiB in use
+	mustFree(t, a, mustAlloc(t, a, 3*oneMiB+512*oneKiB, 0))
+	// Stream 0 has 6 MiB mapped, 4.5 MiB free at its end (4 MiB of whole
+	// pages); 12 of 13 MiB are reserved. 8 MiB at stream 0's end needs 4
+	// MiB more: giving back stream 1's 6 MiB is enough, and trimming
+	// stream 0's own end (the smaller piece) would only be mapped again.
+	unmapsBefore := d.unmaps
+	big := mustAlloc(t, a, 8*oneMiB, 0)
+	check(t, a)
+	if st := a.Stats(); st.Reserved.Current != 10*oneMiB {
+		t.Errorf("reserved %d, want 10 MiB", st.Reserved.Current)
+	}
+	if got := d.unmaps - unmapsBefore; got != 1 {
+		t.Errorf("%d unmap calls, want 1 (stream 1's pages only)", got)
+	}
+	mustFree(t, a, big)
+	mustFree(t, a, b)
+}

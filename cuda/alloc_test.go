@@ -973,3 +973,19 @@ func TestAllocSteadySteps(t *testing.T) {
 		t.Errorf("%d driver allocations in steady state", got-before)
 	}
 }
+
+// When an allocator's generation numbers run out they start again within
+// its own range: Blocks keep naming their allocator and stay freeable.
+func TestAllocGenerationWrap(t *testing.T) {
+	a, _ := newTestAllocator(t, oneGiB, 0)
+	a.mu.Lock()
+	a.gen = uint64(a.id)<<genShift | (1<<genShift - 2)
+	a.mu.Unlock()
+	x := mustAlloc(t, a, 100, 0) // the last generation
+	y := mustAlloc(t, a, 100, 0) // wraps
+	if x.owner() != a.id || y.owner() != a.id || y.gen != uint64(a.id)<<genShift+1 {
+		t.Fatalf("generations %#x %#x, owner %d %d, allocator %d", x.gen, y.gen, x.owner(), y.owner(), a.id)
+	}
+	mustFree(t, a, x)
+	mustFree(t, a, y)
+}

@@ -28,6 +28,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -81,14 +82,14 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 	d, q := c.dims, s.poolDim
 	if f, split := b.fixedForward(c, s); f != nil {
 		if kpb := b.tileChannels(c, s, split); kpb > 0 {
-			grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
+			grid := Dim3{X: gridX(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 			devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 				d[1], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], q[4], q[5], i32arg(op, kpb)}))
 			return
 		}
 	}
 	if kpb := b.tileChannels(c, s, 1); kpb > 0 {
-		grid := Dim3{X: i32dim(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
+		grid := Dim3{X: gridX(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 		devCheck(op, b.x.launch(b.k.convReLUPoolTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, kpb)}))
@@ -280,6 +281,14 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	const warps = blockSize / 32
 	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
 		pdw, pdb, ws.Ptr(), int64(g.K*c.crs), int64(rows), i32arg(op, parts))
+}
+
+// gridX checks a grid's x dimension against CUDA's limit.
+func gridX(op string, n int) int {
+	if n < 1 || n > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s: %d blocks in a grid's x dimension (at most %d)", op, n, math.MaxInt32))
+	}
+	return n
 }
 
 // i32dim checks a grid dimension against CUDA's limit for y and z.
