@@ -37,7 +37,10 @@ type VirtualMemory interface {
 	// ErrDeviceOutOfMemory.
 	MapPages(ptr uintptr, bytes int) error
 	// UnmapPages releases the memory behind [ptr, ptr+bytes), mapped by
-	// MapPages, once the device has finished the work queued so far.
+	// MapPages, once the device has finished the work queued so far. On an
+	// error the allocator keeps the range as mapped; the real driver's
+	// UnmapPages goes page by page, so a driver failure in the middle of a
+	// range (not seen in practice) would leave its first pages unmapped.
 	UnmapPages(ptr uintptr, bytes int) error
 }
 

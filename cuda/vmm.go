@@ -177,31 +177,19 @@ func (d *Device) UnmapPages(ptr uintptr, bytes int) error {
 	return d.unmapLocked(pages, page)
 }
 
-// unmapLocked unmaps pages, all or none, and then releases their memory;
-// d.pages.mu is held. If a page fails to unmap, the pages already unmapped
-// are mapped again (their memory is not released until all are unmapped),
-// so that a caller who keeps using the range after the error finds it as it
-// was.
+// unmapLocked unmaps and releases pages; d.pages.mu is held.
 func (d *Device) unmapLocked(pages []uintptr, page int) error {
 	return d.Do(func() error {
-		for i, q := range pages {
-			if err := cuCheck("cuMemUnmap", cCall(cuDrv.cuMemUnmap, q, uintptr(page))); err != nil {
-				var errs []error
-				errs = append(errs, err)
-				access := cuMemAccessDesc{locationType: cuMemLocationTypeDevice, locationID: d.dev, flags: cuMemAccessProtReadWrite}
-				for _, p := range pages[:i] {
-					errs = append(errs, cuCheck("cuMemMap", cCall(cuDrv.cuMemMap, p, uintptr(page), 0, uintptr(d.pages.handles[p]), 0)),
-						cuCheck("cuMemSetAccess", cCall(cuDrv.cuMemSetAccess, p, uintptr(page), uintptr(unsafe.Pointer(&access)), 1)))
-				}
-				return errors.Join(errs...)
-			}
-		}
 		var errs []error
 		for _, q := range pages {
 			h := d.pages.handles[q]
+			if err := cuCheck("cuMemUnmap", cCall(cuDrv.cuMemUnmap, q, uintptr(page))); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			delete(d.pages.handles, q)
 			if err := cuCheck("cuMemRelease", cCall(cuDrv.cuMemRelease, uintptr(h))); err != nil {
-				errs = append(errs, err) // unmapped, so the range stays consistent
+				errs = append(errs, err)
 			}
 		}
 		return errors.Join(errs...)
