@@ -55,6 +55,20 @@ func TestAllocFreeTree(t *testing.T) {
 			if want != nil {
 				remove(want)
 			}
+		} else if rng.IntN(3) == 0 {
+			// A split or a merge: one chunk's key changes a little (or a
+			// lot) and replace puts it in its new place.
+			c := ref[rng.IntN(len(ref))]
+			old := keyOf(c)
+			if rng.IntN(4) == 0 {
+				c.size = 512 * (1 + rng.IntN(40))
+			} else {
+				c.size = max(512, c.size+512*(rng.IntN(5)-2))
+			}
+			p.tree.replace(old, btItem{keyOf(c), c.slot})
+			if !p.contains(c) {
+				t.Fatalf("op %d: replaced chunk not found under its new key", op)
+			}
 		} else {
 			i := rng.IntN(len(ref))
 			a.poolRemove(p, ref[i])
