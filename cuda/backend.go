@@ -763,21 +763,36 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 		}
 		return
 	}
-	var rpb, parts int
-	var f *Function
-	var grid, block Dim3
 	if inner == 1 && pdyt == 0 && pmask == 0 {
-		rpb = biasColsRowsPerBlock(outer)
-		parts = (outer + rpb - 1) / rpb
-		f = b.k.biasGradCols
-		grid = Dim3{X: (channels + 31) / 32, Y: parts, Z: 1}
-		block = Dim3{X: 32, Y: 8, Z: 1}
-	} else {
-		rpb = biasRowsPerBlock(inner)
-		parts = (outer + rpb - 1) / rpb
-		f = b.k.biasGradRows
-		grid = Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
-		block = Dim3{X: blockSize, Y: 1, Z: 1}
+		b.biasGradCols(op, pdb, 0, pdy, 0, outer, channels, accumulate)
+		return
+	}
+	rpb := biasRowsPerBlock(inner)
+	parts := (outer + rpb - 1) / rpb
+	var part uintptr
+	if parts > 1 {
+		ws := b.workspace(op, 4*parts*channels)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	grid := Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
+	devCheck(op, b.x.launch(b.k.biasGradRows, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdb, part, pdyt, pdy, pmask,
+		int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
+	if parts > 1 {
+		b.biasGradFinish(op, pdb, part, channels, parts, accumulate)
+	}
+}
+
+// biasGradCols queues db (+)= the column sums of dy [outer, channels] with
+// ember_bias_grad_cols (and its finishing launch beyond 1024 rows). With py
+// not 0 the sums are of dy masked where py is not positive (a ReLU's
+// backward), and pg, when not 0, receives the masked dy. pdb may be 0 (no
+// sums wanted): then one pass over all rows writes pg.
+func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, channels int, accumulate bool) {
+	rpb := biasColsRowsPerBlock(outer)
+	parts := (outer + rpb - 1) / rpb
+	if pdb == 0 {
+		parts, rpb = 1, outer
 	}
 	var part uintptr
 	if parts > 1 {
@@ -785,15 +800,19 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	if f == b.k.biasGradCols {
-		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, uintptr(0), pdy, uintptr(0), int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
-	} else {
-		devCheck(op, b.x.launch(f, grid, block, []any{pdb, part, pdyt, pdy, pmask, int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
-	}
+	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
+	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
+		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
-		const warps = blockSize / 32
-		b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
+		b.biasGradFinish(op, pdb, part, channels, parts, accumulate)
 	}
+}
+
+// biasGradFinish queues db (+)= the sums of the parts partial sums of each
+// channel.
+func (b *Backend) biasGradFinish(op string, pdb, part uintptr, channels, parts int, accumulate bool) {
+	const warps = blockSize / 32
+	b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
 }
 
 // AddBiasReLU implements tensor.BiasReLUBackend.
@@ -832,24 +851,7 @@ func (b *Backend) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, channels i
 		}
 		return
 	}
-	rpb := biasColsRowsPerBlock(outer)
-	parts := (outer + rpb - 1) / rpb
-	if pdb == 0 {
-		parts, rpb = 1, outer // one pass, no sums kept
-	}
-	var part uintptr
-	if parts > 1 {
-		ws := b.workspace(op, 4*parts*channels)
-		defer b.release(ws)
-		part = ws.Ptr()
-	}
-	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
-	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
-		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
-	if parts > 1 {
-		const warps = blockSize / 32
-		b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
-	}
+	b.biasGradCols(op, pdb, pg, pdy, py, outer, channels, accumulate)
 }
 
 // maxGridY is the largest gridDim.y (and z) CUDA allows.

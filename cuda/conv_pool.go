@@ -175,8 +175,7 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		devCheck(op, b.x.launch(b.k.unpoolTBias, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{dyt.Ptr(), pdb, part, pdy, py, pa,
 			d[0], i32arg(op, g.K), d[10], d[11], q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, rpb)}))
 		if parts > 1 {
-			const warps = blockSize / 32
-			b.launchGrid(op, b.k.biasGradFinish, min((g.K+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(g.K), i32arg(op, parts), flag(true))
+			b.biasGradFinish(op, pdb, part, g.K, parts, true)
 		}
 	} else {
 		if wantDB {

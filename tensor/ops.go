@@ -94,14 +94,7 @@ func beta(accumulate bool) float32 {
 // Linear returns x·wᵀ + b for x [n,in], w [out,in], b [out] (b may be nil),
 // the affine map of nn.Linear.
 func Linear(x, w, b *Tensor) *Tensor {
-	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] {
-		panic(fmt.Sprintf("tensor: Linear of input %v with weight %v", x.shape, w.shape))
-	}
-	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
-		panic(fmt.Sprintf("tensor: Linear bias %v for weight %v", b.shape, w.shape))
-	}
-	sameBackend(nonNil(x, w, b)...)
-	x, w = x.Contiguous(), w.Contiguous()
+	x, w = linearOperands("Linear", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
@@ -110,12 +103,9 @@ func Linear(x, w, b *Tensor) *Tensor {
 		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
-		if dx, acc := e.sink(x); !dx.Empty() { // dx = g·w
-			be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(acc))
-		}
-		if dw, acc := e.sink(w); !dw.Empty() { // dw = gᵀ·x
-			be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(acc))
-		}
+		dx, accX := e.sink(x)
+		dw, accW := e.sink(w)
+		linearGrads(g, x, w, dx, dw, accX, accW)
 		if b != nil {
 			if db, acc := e.sink(b); !db.Empty() {
 				be.BiasGrad(db, g.buffer(), n, outF, 1, acc)
@@ -134,11 +124,7 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 	if !ok || b == nil {
 		return ReLU(Linear(x, w, b))
 	}
-	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] || len(b.shape) != 1 || b.shape[0] != w.shape[0] {
-		panic(fmt.Sprintf("tensor: LinearReLU of input %v with weight %v and bias %v", x.shape, w.shape, b.shape))
-	}
-	sameBackend(x, w, b)
-	x, w = x.Contiguous(), w.Contiguous()
+	x, w = linearOperands("LinearReLU", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
@@ -154,14 +140,35 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 		g := Empty(be, e.scopeFor(x), n, outF) // dy through the ReLU
 		defer g.Release()
 		fb.BiasReLUBackward(g.buffer(), db, dy.buffer(), out.buffer(), n, outF, accB)
-		if !dx.Empty() { // dx = g·w
-			be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
-		}
-		if !dw.Empty() { // dw = gᵀ·x
-			be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
-		}
+		linearGrads(g, x, w, dx, dw, accX, accW)
 	}, x, w, b)
 	return out
+}
+
+// linearOperands checks the operands of a linear layer (b may be nil) and
+// returns x and w contiguous.
+func linearOperands(op string, x, w, b *Tensor) (*Tensor, *Tensor) {
+	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: %s of input %v with weight %v", op, x.shape, w.shape))
+	}
+	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
+		panic(fmt.Sprintf("tensor: %s bias %v for weight %v", op, b.shape, w.shape))
+	}
+	sameBackend(nonNil(x, w, b)...)
+	return x.Contiguous(), w.Contiguous()
+}
+
+// linearGrads queues dx = g·w and dw = gᵀ·x for a linear layer with output
+// gradient g, each skipped when its buffer is empty and added when acc.
+func linearGrads(g, x, w *Tensor, dx, dw Buffer, accX, accW bool) {
+	be := x.st.b
+	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
+	if !dx.Empty() {
+		be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
+	}
+	if !dw.Empty() {
+		be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
+	}
 }
 
 // Conv2d convolves x [N,C,H,W] with w [K,C,R,S] and adds b [K] (may be nil),
