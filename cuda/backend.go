@@ -80,6 +80,8 @@ type Backend struct {
 
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
 	closed        atomic.Bool
+
+	noConvRT bool // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
@@ -105,7 +107,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal)}
+	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff()}
 	ok := false
 	defer func() {
 		if !ok {

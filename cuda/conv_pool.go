@@ -79,6 +79,10 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 	if s.yLen == 0 {
 		return
 	}
+	if f := b.rtForward(c, s); f != nil {
+		b.launchRTForward(op, f, py, pa, px, pw, pbias, s)
+		return
+	}
 	d, q := c.dims, s.poolDim
 	if f, split := b.fixedForward(c, s); f != nil {
 		if kpb := b.tileChannels(c, s, split); kpb > 0 {

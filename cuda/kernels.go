@@ -20,6 +20,7 @@ var kernelFiles = []string{
 	"kernels/reduce.cu",
 	"kernels/conv.cu",
 	"kernels/conv_pool.cu",
+	"kernels/conv_rt.cu",
 	"kernels/loss.cu",
 }
 
@@ -68,6 +69,8 @@ type kernels struct {
 	addBiasReLU, unpoolTBias                  *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
+	convReLUPoolRT, convDWRT, convDXRT        [2]*Function // 5x5, 3x3
+	addParts                                  *Function
 }
 
 // table lists each field with the extern "C" name of its kernel.
@@ -123,6 +126,13 @@ func (k *kernels) table() []struct {
 		{&k.convPoolDWFin, "ember_conv_pool_dw_finish"},
 		{&k.crossEntropy, "ember_cross_entropy"},
 		{&k.argmax, "ember_argmax"},
+		{&k.convReLUPoolRT[0], "ember_conv_relu_pool_rt_5x5"},
+		{&k.convReLUPoolRT[1], "ember_conv_relu_pool_rt_3x3"},
+		{&k.convDWRT[0], "ember_conv_dw_rt_5x5"},
+		{&k.convDWRT[1], "ember_conv_dw_rt_3x3"},
+		{&k.convDXRT[0], "ember_conv_dx_rt_5x5"},
+		{&k.convDXRT[1], "ember_conv_dx_rt_3x3"},
+		{&k.addParts, "ember_add_parts"},
 	}
 }
 

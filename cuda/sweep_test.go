@@ -12,8 +12,9 @@ import (
 // TestGPUBatchSizeSweep trains LeNet with batch sizes 64, 65, ..., 80 and
 // back down to 64, a step sequence whose block sizes change every step. A
 // caching allocator that splits and coalesces well keeps the memory it
-// reserves within 1.1x of the peak in use; one that only caches exact sizes
-// keeps reserving new blocks.
+// reserves within 1.1x of the peak in use, or at the 2 MiB pages the peak
+// needs where that is more (at about 12 MiB in use, one page is 16%); one
+// that only caches exact sizes keeps reserving new blocks.
 func TestGPUBatchSizeSweep(t *testing.T) {
 	d := requireGPU(t)
 	b, err := NewBackend(d.Ordinal(), BackendOptions{})
@@ -21,25 +22,30 @@ func TestGPUBatchSizeSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	batchSweep(t, b, 1.1)
+	batchSweep(t, b, 1.1, 0)
 }
 
 // TestRecordedBatchSizeSweep runs the same sweep through the backend's real
 // allocation sequence on made-up addresses (it reproduces the H200's figures
 // exactly), so the allocator's policy is checked without a GPU: with
-// expandable segments, as on the H200 (1.029x: 20 MiB reserved for 19.4 MiB
-// in use), and with one driver allocation per segment (1.061x). The bounds
-// leave a little room for changes in the model's allocations and guard
-// against regressions of the policy (it was 1.20x with driver segments
+// expandable segments, as on the H200, and with one driver allocation per
+// segment. With expandable segments the pools reserve exactly the pages the
+// peak needs (14 MiB for 12.25 MiB in use since the register-tiled
+// convolution dropped the column buffer; 20 MiB for 19.4 MiB before); with
+// driver segments one more page, for the small pool's own segment. The bounds
+// guard against regressions of the policy (it was 1.20x with driver segments
 // before the allocator gave back outgrown segments and packed the pools).
 func TestRecordedBatchSizeSweep(t *testing.T) {
 	b, _ := newRecordingBackend(t)
-	batchSweep(t, b, 1.05)
+	batchSweep(t, b, 1.05, 0)
 	b, _ = newRecordingBackendOpts(t, AllocatorOptions{})
-	batchSweep(t, b, 1.08)
+	batchSweep(t, b, 1.08, 1)
 }
 
-func batchSweep(t *testing.T, b *Backend, limit float64) {
+// batchSweep trains the sweep on b and checks the peak reserved memory
+// against limit times the peak allocated, or, where that is more, against
+// the 2 MiB pages the peak allocated needs plus extraPages.
+func batchSweep(t *testing.T, b *Backend, limit float64, extraPages int) {
 	m := models.NewLeNet(b, 1)
 	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
 	if err != nil {
@@ -83,7 +89,11 @@ func batchSweep(t *testing.T, b *Backend, limit float64) {
 	ratio := float64(st.Reserved.Peak) / float64(st.Allocated.Peak)
 	t.Logf("batch sizes 64..80..64: peak reserved %.2f MiB, peak allocated %.2f MiB (ratio %.3f), %d driver allocations, %d cache hits",
 		float64(st.Reserved.Peak)/(1<<20), float64(st.Allocated.Peak)/(1<<20), ratio, st.DriverAllocs, st.CacheHits)
-	if ratio > limit {
-		t.Errorf("peak reserved is %.3fx peak allocated, want at most %.2fx\n%s", ratio, limit, b.Allocator().MemorySummary())
+	const page = 2 << 20
+	pages := (st.Allocated.Peak+page-1)/page + extraPages
+	bound := max(int(limit*float64(st.Allocated.Peak)), pages*page)
+	if st.Reserved.Peak > bound {
+		t.Errorf("peak reserved is %.3fx peak allocated, want at most %.2fx or %d pages of 2 MiB\n%s",
+			ratio, limit, pages, b.Allocator().MemorySummary())
 	}
 }

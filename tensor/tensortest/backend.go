@@ -507,7 +507,8 @@ func testBiasGrad(e *env) {
 
 // convCases cover stride 1 and 2, padding 0, 1 and 2, non-square inputs
 // and kernels, C > 1, K > 1, output sizes that are floors, 1×1 kernels,
-// kernels as large as the padded input, and LeNet's two layers.
+// kernels as large as the padded input, LeNet's two layers, a batch larger
+// than a GPU grid's image blocks, and padding wider than the kernel.
 var convCases = []tensor.ConvGeom{
 	{N: 1, C: 1, H: 5, W: 5, K: 1, R: 3, S: 3, StrideH: 1, StrideW: 1},
 	{N: 2, C: 3, H: 7, W: 9, K: 4, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
@@ -521,6 +522,8 @@ var convCases = []tensor.ConvGeom{
 	{N: 5, C: 7, H: 33, W: 1, K: 3, R: 3, S: 1, StrideH: 2, StrideW: 1, PadH: 1},
 	{N: 4, C: 1, H: 28, W: 28, K: 20, R: 5, S: 5, StrideH: 1, StrideW: 1},
 	{N: 3, C: 20, H: 12, W: 12, K: 50, R: 5, S: 5, StrideH: 1, StrideW: 1},
+	{N: 260, C: 9, H: 7, W: 5, K: 6, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 2},
+	{N: 2, C: 8, H: 6, W: 9, K: 3, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 3},
 }
 
 func geomStr(g tensor.ConvGeom) string {

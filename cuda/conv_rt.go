@@ -1,0 +1,149 @@
+package cuda
+
+// Register-tiled direct convolution (kernels/conv_rt.cu) for stride-1
+// layers with a 5x5 or 3x3 kernel whose image and weights fit in a block's
+// shared memory, with at least 8 input channels (LeNet's conv2). It replaces
+//
+//	forward:  conv_relu_pool_5x5_2x2_c4 (one pooled output per 4 lanes, no
+//	          reuse of a loaded value across output channels)
+//	backward: im2col, the dw GEMM (split-K), the dcol GEMM and col2im
+//
+// with conv_relu_pool_rt, and conv_dw_rt + add_parts and conv_dx_rt: no
+// column buffer, two launches fewer. EMBER_CONV_RT=0 switches them off
+// (for comparisons).
+
+import (
+	"os"
+)
+
+// rtOff reports whether EMBER_CONV_RT=0 turned the register-tiled kernels
+// off.
+func rtOff() bool { return os.Getenv("EMBER_CONV_RT") == "0" }
+
+// rtSmemFloats is the kernels' shared memory in floats (EMBER_RT_SMEM).
+const rtSmemFloats = 12288
+
+func round4(v int) int { return (v + 3) &^ 3 }
+
+// rtKernelSize says whether the kernels are instantiated for c's R x S
+// kernel, and c is a stride-1 convolution with enough input channels that
+// the split over them pays.
+func rtKernelSize(c convShape) bool {
+	g := c.g
+	return g.StrideH == 1 && g.StrideW == 1 && g.C >= 8 && g.R == g.S && (g.R == 5 || g.R == 3) && c.p > 0
+}
+
+// rtForward is the register-tiled forward kernel for c and s (2x2 windows
+// moved by 2), or nil.
+func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
+	g, p := c.g, s.p
+	if b.noConvRT || !rtKernelSize(c) || p.KH != 2 || p.KW != 2 || p.StrideH != 2 || p.StrideW != 2 || s.pp == 0 {
+		return nil
+	}
+	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
+	xs := round4(max(wp, 2*p.OutW()+6))
+	if 16*c.crs+g.C*hp*xs > rtSmemFloats {
+		return nil
+	}
+	if g.R == 5 {
+		return b.k.convReLUPoolRT[0]
+	}
+	return b.k.convReLUPoolRT[1]
+}
+
+// rtImageBlocks caps the images a forward or input-gradient grid covers at
+// once: larger batches loop, so that the weights a block copies serve
+// several images.
+const rtImageBlocks = 256
+
+// launchRTForward queues the register-tiled forward: 128 threads (4 warps of
+// 4 output channels), 16 output channels per block.
+func (b *Backend) launchRTForward(op string, f *Function, py, pa, px, pw, pbias uintptr, s convPoolShape) {
+	g := s.c.g
+	grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.K+15)/16), Z: 1}
+	devCheck(op, b.x.launch(f, grid, Dim3{X: 128, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
+		i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K),
+		i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, s.c.ow), i32arg(op, s.p.OutH()), i32arg(op, s.p.OutW())}))
+}
+
+// rtDW is the register-tiled weight-gradient kernel for c, or nil.
+func (b *Backend) rtDW(c convShape) *Function {
+	g := c.g
+	if b.noConvRT || !rtKernelSize(c) {
+		return nil
+	}
+	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
+	xs := round4(max(wp, round4(c.ow)+4))
+	if g.C*hp*xs+round4(g.K)*c.oh*round4(c.ow) > rtSmemFloats {
+		return nil
+	}
+	if g.R == 5 {
+		return b.k.convDWRT[0]
+	}
+	return b.k.convDWRT[1]
+}
+
+// rtDX is the register-tiled input-gradient kernel for c, or nil.
+func (b *Backend) rtDX(c convShape) *Function {
+	g := c.g
+	if b.noConvRT || !rtKernelSize(c) || g.PadH > g.R-1 || g.PadW > g.S-1 {
+		return nil
+	}
+	ds := round4(max(g.S-1-g.PadW+c.ow, 4*((g.W+3)/4)+4))
+	if g.K*g.R*g.S*4+g.K*c.oh*ds > rtSmemFloats {
+		return nil
+	}
+	if g.R == 5 {
+		return b.k.convDXRT[0]
+	}
+	return b.k.convDXRT[1]
+}
+
+// rtGroups is how many image groups the weight gradient is split into (one
+// block row and one partial dw each): at least 32 where the batch allows,
+// for enough blocks, and at most 128, which bounds the partials' memory
+// (128 copies of dw).
+func rtGroups(n int) int { return min(n, 128, max(32, (n+7)/8)) }
+
+// convBackwardRT queues dw += and dx = (either may be 0: not wanted) from
+// dyt [K, N·P] with the register-tiled kernels, and reports whether it
+// could; when not, nothing was queued.
+func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw, dyt uintptr, c convShape) bool {
+	if c.g.N == 0 {
+		return false
+	}
+	var fdw, fdx *Function
+	if pdw != 0 {
+		if fdw = b.rtDW(c); fdw == nil {
+			return false
+		}
+	}
+	if pdx != 0 {
+		if fdx = b.rtDX(c); fdx == nil {
+			return false
+		}
+	}
+	g := c.g
+	n, cc, h, w, k := i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K)
+	ph, pw2, oh, ow := i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, c.oh), i32arg(op, c.ow)
+	if fdw != nil {
+		groups := rtGroups(g.N)
+		per := (g.N + groups - 1) / groups
+		groups = (g.N + per - 1) / per
+		tasks := (round4(g.K) / 4) * g.C * g.R
+		ws := b.workspace(op, 4*groups*c.wLen)
+		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
+		devCheck(op, b.x.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), dyt, px,
+			n, cc, h, w, k, ph, pw2, oh, ow, i32arg(op, per)}))
+		b.launch(op, b.k.addParts, c.wLen, pdw, ws.Ptr(), int64(c.wLen), i32arg(op, groups))
+		b.release(ws)
+	}
+	if fdx != nil {
+		positions := g.H * ((g.W + 3) / 4)
+		warps := min((positions+3)/4, 16)
+		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
+		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, []any{pdx, dyt, pw,
+			n, cc, h, w, k, ph, pw2, oh, ow}))
+	}
+	return true
+}

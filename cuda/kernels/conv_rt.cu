@@ -1,0 +1,367 @@
+// conv_rt.cu: register-tiled direct convolution, stride 1, for layers whose
+// image (or output gradient) and weights fit in shared memory together
+// (LeNet's conv2: 20 -> 50 channels, 5x5, 12x12 input). Each thread keeps a
+// tile of outputs in registers (several output channels times a strip of
+// four columns), so that every value loaded from shared memory feeds 4-16
+// fused multiply-adds; the loads are 16 bytes wide (rows are padded to multiples of
+// four floats). Lanes that share a tile take every SPLIT-th channel of the
+// sum and add their partial sums by xor shuffles, which gives enough warps
+// per SM at small batches.
+//
+// Three kernels, one per product of a convolution layer:
+//
+//	forward  conv_relu_pool_rt  x, w (+bias) -> y, argmax (2x2 max pool, as
+//	                            conv_pool.cu's fixed kernels)
+//	backward conv_dw_rt         dyt, x -> partial dw per image group
+//	         add_parts          partials -> dw +=  (in order: deterministic)
+//	         conv_dx_rt         dyt, w -> dx (overwrite)
+//
+// dyt is the output gradient laid out [K, N, OH*OW] (what unpool_t and
+// bias_grad_rows write for the GEMM path). Against im2col + GEMMs + col2im
+// they need no column buffer ([C*R*S, N*OH*OW] floats: 8 MB at LeNet's conv2,
+// batch 64) and no split-K reductions.
+
+#define EMBER_RT_SMEM 12288  // floats: 48 KiB, the most static shared memory
+
+__device__ __forceinline__ int ember_round4(int v) { return (v + 3) & ~3; }
+__device__ __forceinline__ int ember_imax(int a, int b) { return a > b ? a : b; }
+
+// Four floats loaded or stored as one 16-byte access (the CUDA headers'
+// float4, which NVRTC sources cannot include).
+struct __attribute__((aligned(16))) ember_f4 {
+    float x, y, z, w;
+};
+
+// Loads 8 consecutive floats from 16-byte aligned shared memory.
+__device__ __forceinline__ void ember_load8(float* d, const float* p) {
+    const ember_f4 a = reinterpret_cast<const ember_f4*>(p)[0];
+    const ember_f4 b = reinterpret_cast<const ember_f4*>(p)[1];
+    d[0] = a.x; d[1] = a.y; d[2] = a.z; d[3] = a.w;
+    d[4] = b.x; d[5] = b.y; d[6] = b.z; d[7] = b.w;
+}
+
+// Copies image x [C, H, W] into img [C, H+2PH, XS] with zeros in the
+// padding and in the columns beyond W+2PW.
+__device__ __forceinline__ void ember_load_image_rows(float* img, const float* x, int C, int H, int W, int PH, int PW,
+                                                      int XS) {
+    const int HP = H + 2 * PH;
+    for (int t = threadIdx.x; t < C * HP * XS; t += blockDim.x) {
+        const int row = t / XS, col = t - row * XS;
+        const int c = row / HP, h = row - c * HP - PH, w = col - PW;
+        img[t] = (h >= 0 && h < H && w >= 0 && w < W) ? x[((long long)c * H + h) * W + w] : 0.0f;
+    }
+}
+
+// Row stride of the forward's image: the padded width, and room for the
+// 8-float loads of the last strip of four columns.
+__device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
+
+// Forward: grid (images, ceil(K/16)), 128 threads. The block copies the
+// weights of its 16 output channels, transposed to [C*R*S][16], then, per
+// image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded image. Warp
+// w takes channels k0+4w .. k0+4w+3; lane = part*8 + slot, where slot picks
+// a pair of horizontally adjacent pooled outputs (a 2x4 tile of the
+// convolution's output) and part the input channels part, part+4, ... Per
+// input channel a thread loads R+1 patch rows of 8 floats and R*S 16-byte loads of
+// weights for 4*2*4*R*S multiply-adds.
+template <int R, int S>
+__device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const float* x, const float* w,
+                                                  const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                  int PW, int OW, int POH, int POW) {
+    __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int XS = ember_rt_fwd_stride(WP, POW);
+    const int crs = C * R * S;
+    float* wT = smem;             // [crs][16]
+    float* img = smem + 16 * crs;  // [C][HP][XS]
+    const int k0 = blockIdx.y * 16;
+    for (int t = threadIdx.x; t < 16 * crs; t += blockDim.x) {
+        const int kl = t / crs, tap = t - kl * crs;
+        wT[tap * 16 + kl] = k0 + kl < K ? w[(long long)(k0 + kl) * crs + tap] : 0.0f;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int part = lane >> 3, slot = lane & 7;
+    const int kw = k0 + 4 * warp;
+    const int pairsW = (POW + 1) >> 1, pairs = POH * pairsW;
+    for (long long n = blockIdx.x; n < N; n += gridDim.x) {
+        __syncthreads();  // the weights are stored; the previous image is no longer read
+        ember_load_image_rows(img, x + n * C * H * W, C, H, W, PH, PW, XS);
+        __syncthreads();
+        for (int base = 0; base < pairs; base += 8) {  // uniform across the warp: all lanes shuffle
+            const int pr = base + slot;
+            const bool valid = pr < pairs;
+            const int ph = valid ? pr / pairsW : 0, pj = valid ? pr - ph * pairsW : 0;
+            const int oh0 = 2 * ph, ow0 = 4 * pj;
+            float acc[4][2][4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int a = 0; a < 2; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++) acc[k][a][b] = 0.0f;
+            for (int c = part; c < C; c += 4) {
+                const float* ic = img + (c * HP + oh0) * XS + ow0;
+                const float* wc = wT + c * R * S * 16 + 4 * warp;
+                float lo[8], hi[8];  // patch rows r and r+1
+                ember_load8(lo, ic);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    ember_load8(hi, ic + (r + 1) * XS);
+#pragma unroll
+                    for (int s = 0; s < S; s++) {
+                        const ember_f4 wv = *reinterpret_cast<const ember_f4*>(wc + (r * S + s) * 16);
+                        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                        for (int k = 0; k < 4; k++)
+#pragma unroll
+                            for (int b = 0; b < 4; b++) {
+                                acc[k][0][b] = __fmaf_rn(wk[k], lo[b + s], acc[k][0][b]);
+                                acc[k][1][b] = __fmaf_rn(wk[k], hi[b + s], acc[k][1][b]);
+                            }
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; j++) lo[j] = hi[j];
+                }
+            }
+#pragma unroll
+            for (int o = 8; o <= 16; o <<= 1)
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+#pragma unroll
+                    for (int a = 0; a < 2; a++)
+#pragma unroll
+                        for (int b = 0; b < 4; b++) acc[k][a][b] += __shfl_xor_sync(0xffffffffu, acc[k][a][b], o);
+            if (!valid || part != 0) continue;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int kk = kw + k;
+                if (kk >= K) continue;
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int pw = 2 * pj + q;
+                    if (pw >= POW) continue;
+                    float best = ember_neg_inf();
+                    int at = -1;
+#pragma unroll
+                    for (int a = 0; a < 2; a++)
+#pragma unroll
+                        for (int b = 0; b < 2; b++) {
+                            float v = acc[k][a][2 * q + b];
+                            if (bias != 0) v = v + bias[kk];
+                            relu_pool_step(v, (oh0 + a) * OW + ow0 + 2 * q + b, best, at);
+                        }
+                    const long long i = ((n * K + kk) * POH + ph) * POW + pw;
+                    y[i] = best;
+                    argmax[i] = at;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void ember_conv_relu_pool_rt_5x5(float* y, int* argmax, const float* x, const float* w,
+                                                       const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                       int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<5, 5>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, const float* x, const float* w,
+                                                       const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                       int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<3, 3>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
+// Weight gradient: grid (groups, ceil(tasks/blockDim)), tasks (og, c, r) =
+// ceil(K/4) * C * R. Task (og, c, r) sums dw[og*4+k][c][r][s] for k < 4 and
+// s < S over the images [g*imagesPerGroup, ...) of group g = blockIdx.x:
+// per image and output row, 4 16-byte loads of dy per 4 columns and 2 of x feed
+// 4*S*4 multiply-adds. The block copies each image (padded) and its dy rows
+// ([roundup(K,4)][OH][roundup(OW,4)], zeros beyond) to shared memory. It
+// writes partial[g*K*C*R*S + row]; ember_add_parts adds the groups in order.
+__device__ __forceinline__ int ember_rt_dw_stride(int WP, int OW) { return ember_round4(ember_imax(WP, ember_round4(OW) + 4)); }
+
+template <int R, int S>
+__device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, const float* x, int N, int C, int H, int W,
+                                           int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
+    __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int XS = ember_rt_dw_stride(WP, OW), OWS = ember_round4(OW), KP = ember_round4(K);
+    const int P = OH * OW;
+    float* img = smem;                 // [C][HP][XS]
+    float* dys = smem + C * HP * XS;   // [KP][OH][OWS]
+    const int tasks = (KP >> 2) * C * R;
+    const int t = blockIdx.y * blockDim.x + threadIdx.x;
+    const bool valid = t < tasks;
+    const int og = valid ? t / (C * R) : 0;
+    const int cr = valid ? t - og * C * R : 0;
+    const int c = cr / R, r = cr - c * R;
+    float acc[4][S];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+#pragma unroll
+        for (int s = 0; s < S; s++) acc[k][s] = 0.0f;
+    // The block's tasks need the dy rows of output channels [o0, o1) only.
+    const int t0 = blockIdx.y * blockDim.x;
+    const int o0 = 4 * (t0 / (C * R));
+    const int lastOG = (t0 + (int)blockDim.x - 1) / (C * R);
+    const int o1 = 4 * (lastOG + 1) < KP ? 4 * (lastOG + 1) : KP;
+    const int n0 = blockIdx.x * imagesPerGroup;
+    const int n1 = n0 + imagesPerGroup < N ? n0 + imagesPerGroup : N;
+    for (int n = n0; n < n1; n++) {
+        __syncthreads();
+        ember_load_image_rows(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
+        for (int e = threadIdx.x; e < (o1 - o0) * OH * OWS; e += blockDim.x) {
+            const int row = e / OWS, ow = e - row * OWS;
+            const int o = o0 + row / OH, oh = row % OH;
+            dys[e] = (o < K && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        }
+        __syncthreads();
+        if (!valid) continue;
+        for (int oh = 0; oh < OH; oh++) {
+            const float* xr = img + (c * HP + oh + r) * XS;
+            const float* dr = dys + ((og * 4 - o0) * OH + oh) * OWS;
+            for (int x0 = 0; x0 < OWS; x0 += 4) {
+                float xv[8];
+                ember_load8(xv, xr + x0);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const ember_f4 d4 = *reinterpret_cast<const ember_f4*>(dr + k * OH * OWS + x0);
+                    const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+                    for (int s = 0; s < S; s++)
+#pragma unroll
+                        for (int b = 0; b < 4; b++) acc[k][s] = __fmaf_rn(dv[b], xv[b + s], acc[k][s]);
+                }
+            }
+        }
+    }
+    if (!valid) return;
+    const long long rows = (long long)K * C * R * S;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int o = og * 4 + k;
+        if (o >= K) continue;
+#pragma unroll
+        for (int s = 0; s < S; s++)
+            partial[blockIdx.x * rows + ((long long)(o * C + c) * R + r) * S + s] = acc[k][s];
+    }
+}
+
+extern "C" __global__ void ember_conv_dw_rt_5x5(float* partial, const float* dyt, const float* x, int N, int C, int H,
+                                                int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
+    conv_dw_rt<5, 5>(partial, dyt, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+}
+
+extern "C" __global__ void ember_conv_dw_rt_3x3(float* partial, const float* dyt, const float* x, int N, int C, int H,
+                                                int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
+    conv_dw_rt<3, 3>(partial, dyt, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+}
+
+// dst[i] += partial[i] + partial[rows + i] + ... (parts of them, in order),
+// one thread per element.
+extern "C" __global__ void ember_add_parts(float* dst, const float* partial, long long rows, int parts) {
+    EMBER_LOOP(long long, i, rows) {
+        float s = 0.0f;
+        for (int j = 0; j < parts; j++) s += partial[j * rows + i];
+        dst[i] += s;
+    }
+}
+
+// Input gradient: dx[n][c][ih][iw] = sum over (o, r, s) of w[o][c][r][s] *
+// dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
+// (images, ceil(C/4)), blockDim a multiple of 32. The block copies w[:, c0..c0+3]
+// transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
+// front of each row ([K][OH][DS]). A thread takes 4 input channels times 4
+// columns of one row; lane = part*4 + slot, where part takes output channels
+// part, part+8, ...: per output channel and kernel row 2 ember_f4s of dy and
+// S of w feed 4*4*S multiply-adds. Rows of dy outside [0, OH) are skipped.
+// Needs PH <= R-1 and PW <= S-1.
+__device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
+    return ember_round4(ember_imax(S - 1 - PW + OW, 4 * ((W + 3) >> 2) + 4));
+}
+
+template <int R, int S>
+__device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const float* w, int N, int C, int H, int W,
+                                           int K, int PH, int PW, int OH, int OW) {
+    __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int off = S - 1 - PW;
+    const int DS = ember_rt_dx_stride(OW, W, S, PW);
+    const int P = OH * OW;
+    const int c0 = blockIdx.y * 4;
+    float* wt = smem;                 // [K][R][S][4]
+    float* dys = smem + K * R * S * 4;  // [K][OH][DS]
+    for (int t = threadIdx.x; t < K * R * S * 4; t += blockDim.x) {
+        const int cl = t & 3, rest = t >> 2;
+        const int o = rest / (R * S), tap = rest - o * R * S;
+        wt[t] = c0 + cl < C ? w[((long long)o * C + c0 + cl) * R * S + tap] : 0.0f;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int part = lane >> 2, slot = lane & 3;
+    const int strips = (W + 3) >> 2, positions = H * strips;
+    for (long long n = blockIdx.x; n < N; n += gridDim.x) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < K * OH * DS; e += blockDim.x) {
+            const int row = e / DS, ow = e - row * DS - off;
+            const int o = row / OH, oh = row - o * OH;
+            dys[e] = (ow >= 0 && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        }
+        __syncthreads();
+        for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
+            const int p = base + slot;
+            const bool valid = p < positions;
+            const int ih = valid ? p / strips : 0, iw0 = valid ? 4 * (p - ih * strips) : 0;
+            float acc[4][4];
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) acc[c][b] = 0.0f;
+            for (int o = part; o < K; o += 8) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int oh = ih + PH - r;
+                    if (oh < 0 || oh >= OH) continue;
+                    float dv[8];
+                    ember_load8(dv, dys + (o * OH + oh) * DS + iw0);
+                    const float* wr = wt + (o * R + r) * S * 4;
+#pragma unroll
+                    for (int s = 0; s < S; s++) {
+                        const ember_f4 w4 = *reinterpret_cast<const ember_f4*>(wr + s * 4);
+                        const float wc[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+#pragma unroll
+                            for (int b = 0; b < 4; b++) acc[c][b] = __fmaf_rn(wc[c], dv[b + S - 1 - s], acc[c][b]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int o = 4; o <= 16; o <<= 1)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++) acc[c][b] += __shfl_xor_sync(0xffffffffu, acc[c][b], o);
+            if (!valid || part != 0) continue;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                if (c0 + c >= C) continue;
+                float* dr = dx + ((n * C + c0 + c) * H + ih) * W;
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+                    if (iw0 + b < W) dr[iw0 + b] = acc[c][b];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
+                                                int W, int K, int PH, int PW, int OH, int OW) {
+    conv_dx_rt<5, 5>(dx, dyt, w, N, C, H, W, K, PH, PW, OH, OW);
+}
+
+extern "C" __global__ void ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
+                                                int W, int K, int PH, int PW, int OH, int OW) {
+    conv_dx_rt<3, 3>(dx, dyt, w, N, C, H, W, K, PH, PW, OH, OW);
+}
