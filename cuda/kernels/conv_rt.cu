@@ -40,16 +40,39 @@ __device__ __forceinline__ void ember_load8(float* d, const float* p) {
     d[4] = b.x; d[5] = b.y; d[6] = b.z; d[7] = b.w;
 }
 
+// dst[t] = value(t) for t < n, by the whole block: each thread issues EMBER_RT_LOADS
+// loads before it stores any, so that their latencies overlap (one load at a
+// time made the copies cost more than the arithmetic: ~40 dependent global
+// loads per thread at LeNet's conv2).
+#define EMBER_RT_LOADS 8
+
+template <typename F>
+__device__ __forceinline__ void ember_fill(float* dst, int n, F value) {
+    for (int t0 = threadIdx.x; t0 < n; t0 += EMBER_RT_LOADS * blockDim.x) {
+        float v[EMBER_RT_LOADS];
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int t = t0 + j * blockDim.x;
+            v[j] = t < n ? value(t) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int t = t0 + j * blockDim.x;
+            if (t < n) dst[t] = v[j];
+        }
+    }
+}
+
 // Copies image x [C, H, W] into img [C, H+2PH, XS] with zeros in the
 // padding and in the columns beyond W+2PW.
 __device__ __forceinline__ void ember_load_image_rows(float* img, const float* x, int C, int H, int W, int PH, int PW,
                                                       int XS) {
     const int HP = H + 2 * PH;
-    for (int t = threadIdx.x; t < C * HP * XS; t += blockDim.x) {
+    ember_fill(img, C * HP * XS, [&](int t) {
         const int row = t / XS, col = t - row * XS;
         const int c = row / HP, h = row - c * HP - PH, w = col - PW;
-        img[t] = (h >= 0 && h < H && w >= 0 && w < W) ? x[((long long)c * H + h) * W + w] : 0.0f;
-    }
+        return (h >= 0 && h < H && w >= 0 && w < W) ? x[((long long)c * H + h) * W + w] : 0.0f;
+    });
 }
 
 // Row stride of the forward's image: the padded width, and room for the
@@ -76,9 +99,22 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     float* wT = smem;             // [crs][16]
     float* img = smem + 16 * crs;  // [C][HP][XS]
     const int k0 = blockIdx.y * 16;
-    for (int t = threadIdx.x; t < 16 * crs; t += blockDim.x) {
-        const int kl = t / crs, tap = t - kl * crs;
-        wT[tap * 16 + kl] = k0 + kl < K ? w[(long long)(k0 + kl) * crs + tap] : 0.0f;
+    {
+        // wT[tap*16 + kl] = w[k0+kl][tap]: read in w's order (coalesced).
+        float* dst = wT;
+        for (int t0 = threadIdx.x; t0 < 16 * crs; t0 += EMBER_RT_LOADS * blockDim.x) {
+            float v[EMBER_RT_LOADS];
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) {
+                const int t = t0 + j * blockDim.x, kl = t / crs;
+                v[j] = t < 16 * crs && k0 + kl < K ? w[(long long)k0 * crs + t] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) {
+                const int t = t0 + j * blockDim.x, kl = t / crs;
+                if (t < 16 * crs) dst[(t - kl * crs) * 16 + kl] = v[j];
+            }
+        }
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = lane >> 3, slot = lane & 7;
@@ -212,11 +248,11 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
     for (int n = n0; n < n1; n++) {
         __syncthreads();
         ember_load_image_rows(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
-        for (int e = threadIdx.x; e < (o1 - o0) * OH * OWS; e += blockDim.x) {
+        ember_fill(dys, (o1 - o0) * OH * OWS, [&](int e) {
             const int row = e / OWS, ow = e - row * OWS;
             const int o = o0 + row / OH, oh = row % OH;
-            dys[e] = (o < K && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
-        }
+            return (o < K && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        });
         __syncthreads();
         if (!valid) continue;
         for (int oh = 0; oh < OH; oh++) {
@@ -293,21 +329,21 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
     const int c0 = blockIdx.y * 4;
     float* wt = smem;                 // [K][R][S][4]
     float* dys = smem + K * R * S * 4;  // [K][OH][DS]
-    for (int t = threadIdx.x; t < K * R * S * 4; t += blockDim.x) {
+    ember_fill(wt, K * R * S * 4, [&](int t) {
         const int cl = t & 3, rest = t >> 2;
         const int o = rest / (R * S), tap = rest - o * R * S;
-        wt[t] = c0 + cl < C ? w[((long long)o * C + c0 + cl) * R * S + tap] : 0.0f;
-    }
+        return c0 + cl < C ? w[((long long)o * C + c0 + cl) * R * S + tap] : 0.0f;
+    });
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int part = lane >> 2, slot = lane & 3;
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
-        for (int e = threadIdx.x; e < K * OH * DS; e += blockDim.x) {
+        ember_fill(dys, K * OH * DS, [&](int e) {
             const int row = e / DS, ow = e - row * DS - off;
             const int o = row / OH, oh = row - o * OH;
-            dys[e] = (ow >= 0 && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
-        }
+            return (ow >= 0 && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        });
         __syncthreads();
         for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
             const int p = base + slot;
