@@ -40,20 +40,26 @@ __device__ __forceinline__ void ember_load8(float* d, const float* p) {
     d[4] = b.x; d[5] = b.y; d[6] = b.z; d[7] = b.w;
 }
 
-// dst[t] = value(t) for t < n, by the whole block: each thread issues EMBER_RT_LOADS
-// loads before it stores any, so that their latencies overlap (one load at a
-// time made the copies cost more than the arithmetic: ~40 dependent global
-// loads per thread at LeNet's conv2).
+// Shared-memory fills by the whole block. Each thread issues up to
+// EMBER_RT_LOADS global loads before it stores any, so that their latencies
+// overlap, and divides at most once per row: one dependent load at a time,
+// with two integer divisions per element, made the copies cost more than
+// the arithmetic at LeNet's conv2.
 #define EMBER_RT_LOADS 8
 
-template <typename F>
-__device__ __forceinline__ void ember_fill(float* dst, int n, F value) {
+// ember_zero clears n floats.
+__device__ __forceinline__ void ember_zero(float* dst, int n) {
+    for (int t = threadIdx.x; t < n; t += blockDim.x) dst[t] = 0.0f;
+}
+
+// ember_copy copies n contiguous floats.
+__device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) {
     for (int t0 = threadIdx.x; t0 < n; t0 += EMBER_RT_LOADS * blockDim.x) {
         float v[EMBER_RT_LOADS];
 #pragma unroll
         for (int j = 0; j < EMBER_RT_LOADS; j++) {
             const int t = t0 + j * blockDim.x;
-            v[j] = t < n ? value(t) : 0.0f;
+            v[j] = t < n ? src[t] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < EMBER_RT_LOADS; j++) {
@@ -63,16 +69,43 @@ __device__ __forceinline__ void ember_fill(float* dst, int n, F value) {
     }
 }
 
-// Copies image x [C, H, W] into img [C, H+2PH, XS] with zeros in the
-// padding and in the columns beyond W+2PW.
-__device__ __forceinline__ void ember_load_image_rows(float* img, const float* x, int C, int H, int W, int PH, int PW,
-                                                      int XS) {
-    const int HP = H + 2 * PH;
-    ember_fill(img, C * HP * XS, [&](int t) {
-        const int row = t / XS, col = t - row * XS;
-        const int c = row / HP, h = row - c * HP - PH, w = col - PW;
-        return (h >= 0 && h < H && w >= 0 && w < W) ? x[((long long)c * H + h) * W + w] : 0.0f;
-    });
+// ember_copy_rows copies rows of width floats, one row per thread: row i
+// from src(i) to dst + i*dstStride. Elements around the rows are left as
+// they are (zeroed once, they stay zero).
+template <typename F>
+__device__ __forceinline__ void ember_copy_rows(float* dst, int dstStride, int rows, int width, F src) {
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+        const float* s = src(i);
+        float* d = dst + i * dstStride;
+        for (int j0 = 0; j0 < width; j0 += EMBER_RT_LOADS) {
+            float v[EMBER_RT_LOADS];
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < width ? s[j0 + j] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++)
+                if (j0 + j < width) d[j0 + j] = v[j];
+        }
+    }
+}
+
+// ember_copy_image copies image x [C, H, W] into the interior of img [C,
+// H+2PH, XS] (rows start at column PW), whose padding was zeroed.
+__device__ __forceinline__ void ember_copy_image(float* img, const float* x, int C, int H, int W, int PH, int PW,
+                                                 int XS) {
+    // Row i = c*H + h goes to padded row c*(H+2PH) + h + PH = i + c*2PH + PH.
+    for (int i = threadIdx.x; i < C * H; i += blockDim.x) {
+        const int c = i / H;
+        const float* s = x + (long long)i * W;
+        float* d = img + (i + c * 2 * PH + PH) * XS + PW;
+        for (int j0 = 0; j0 < W; j0 += EMBER_RT_LOADS) {
+            float v[EMBER_RT_LOADS];
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < W ? s[j0 + j] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++)
+                if (j0 + j < W) d[j0 + j] = v[j];
+        }
+    }
 }
 
 // Row stride of the forward's image: the padded width, and room for the
@@ -80,13 +113,14 @@ __device__ __forceinline__ void ember_load_image_rows(float* img, const float* x
 __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
 
 // Forward: grid (images, ceil(K/16)), 128 threads. The block copies the
-// weights of its 16 output channels, transposed to [C*R*S][16], then, per
-// image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded image. Warp
-// w takes channels k0+4w .. k0+4w+3; lane = part*8 + slot, where slot picks
-// a pair of horizontally adjacent pooled outputs (a 2x4 tile of the
+// weights of its 16 output channels (as they are: one contiguous copy), then,
+// per image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded image.
+// Warp w takes channels k0+4w .. k0+4w+3; lane = part*8 + slot, where slot
+// picks a pair of horizontally adjacent pooled outputs (a 2x4 tile of the
 // convolution's output) and part the input channels part, part+4, ... Per
-// input channel a thread loads R+1 patch rows of 8 floats and R*S 16-byte loads of
-// weights for 4*2*4*R*S multiply-adds.
+// input channel a thread loads R+1 patch rows of 8 floats (16-byte loads)
+// and 4*R*S weights (the same 4 addresses across the warp) for 4*2*4*R*S
+// multiply-adds.
 template <int R, int S>
 __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const float* x, const float* w,
                                                   const float* bias, int N, int C, int H, int W, int K, int PH,
@@ -96,33 +130,20 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     const int HP = H + 2 * PH, WP = W + 2 * PW;
     const int XS = ember_rt_fwd_stride(WP, POW);
     const int crs = C * R * S;
-    float* wT = smem;             // [crs][16]
+    float* ws = smem;              // [16][crs]: w of channels k0 .. k0+15, zeros beyond K
     float* img = smem + 16 * crs;  // [C][HP][XS]
     const int k0 = blockIdx.y * 16;
-    {
-        // wT[tap*16 + kl] = w[k0+kl][tap]: read in w's order (coalesced).
-        float* dst = wT;
-        for (int t0 = threadIdx.x; t0 < 16 * crs; t0 += EMBER_RT_LOADS * blockDim.x) {
-            float v[EMBER_RT_LOADS];
-#pragma unroll
-            for (int j = 0; j < EMBER_RT_LOADS; j++) {
-                const int t = t0 + j * blockDim.x, kl = t / crs;
-                v[j] = t < 16 * crs && k0 + kl < K ? w[(long long)k0 * crs + t] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < EMBER_RT_LOADS; j++) {
-                const int t = t0 + j * blockDim.x, kl = t / crs;
-                if (t < 16 * crs) dst[(t - kl * crs) * 16 + kl] = v[j];
-            }
-        }
-    }
+    const int kn = K - k0 < 16 ? K - k0 : 16;
+    ember_zero(smem, 16 * crs + C * HP * XS);
+    __syncthreads();
+    ember_copy(ws, w + (long long)k0 * crs, kn * crs);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = lane >> 3, slot = lane & 7;
     const int kw = k0 + 4 * warp;
     const int pairsW = (POW + 1) >> 1, pairs = POH * pairsW;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
-        __syncthreads();  // the weights are stored; the previous image is no longer read
-        ember_load_image_rows(img, x + n * C * H * W, C, H, W, PH, PW, XS);
+        __syncthreads();  // the previous image is no longer read
+        ember_copy_image(img, x + n * C * H * W, C, H, W, PH, PW, XS);
         __syncthreads();
         for (int base = 0; base < pairs; base += 8) {  // uniform across the warp: all lanes shuffle
             const int pr = base + slot;
@@ -138,7 +159,7 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                     for (int b = 0; b < 4; b++) acc[k][a][b] = 0.0f;
             for (int c = part; c < C; c += 4) {
                 const float* ic = img + (c * HP + oh0) * XS + ow0;
-                const float* wc = wT + c * R * S * 16 + 4 * warp;
+                const float* wc = ws + 4 * warp * crs + c * R * S;
                 float lo[8], hi[8];  // patch rows r and r+1
                 ember_load8(lo, ic);
 #pragma unroll
@@ -146,8 +167,9 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                     ember_load8(hi, ic + (r + 1) * XS);
 #pragma unroll
                     for (int s = 0; s < S; s++) {
-                        const ember_f4 wv = *reinterpret_cast<const ember_f4*>(wc + (r * S + s) * 16);
-                        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+                        float wk[4];
+#pragma unroll
+                        for (int k = 0; k < 4; k++) wk[k] = wc[k * crs + r * S + s];
 #pragma unroll
                         for (int k = 0; k < 4; k++)
 #pragma unroll
@@ -245,13 +267,15 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
     const int o1 = 4 * (lastOG + 1) < KP ? 4 * (lastOG + 1) : KP;
     const int n0 = blockIdx.x * imagesPerGroup;
     const int n1 = n0 + imagesPerGroup < N ? n0 + imagesPerGroup : N;
+    ember_zero(smem, C * HP * XS + (o1 - o0) * OH * OWS);
+    __syncthreads();
+    const int oRows = ((o1 < K ? o1 : K) - o0) * OH;  // rows of real channels
     for (int n = n0; n < n1; n++) {
         __syncthreads();
-        ember_load_image_rows(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
-        ember_fill(dys, (o1 - o0) * OH * OWS, [&](int e) {
-            const int row = e / OWS, ow = e - row * OWS;
-            const int o = o0 + row / OH, oh = row % OH;
-            return (o < K && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        ember_copy_image(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
+        ember_copy_rows(dys, OWS, oRows, OW, [&](int i) {
+            const int o = o0 + i / OH;
+            return dyt + ((long long)o * N + n) * P + (i - (o - o0) * OH) * OW;
         });
         __syncthreads();
         if (!valid) continue;
@@ -329,20 +353,28 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
     const int c0 = blockIdx.y * 4;
     float* wt = smem;                 // [K][R][S][4]
     float* dys = smem + K * R * S * 4;  // [K][OH][DS]
-    ember_fill(wt, K * R * S * 4, [&](int t) {
-        const int cl = t & 3, rest = t >> 2;
-        const int o = rest / (R * S), tap = rest - o * R * S;
-        return c0 + cl < C ? w[((long long)o * C + c0 + cl) * R * S + tap] : 0.0f;
-    });
+    ember_zero(smem, K * R * S * 4 + K * OH * DS);
+    __syncthreads();
+    // wt[((o*R + r)*S + s)*4 + cl] = w[o][c0+cl][r][s]: consecutive threads
+    // take consecutive (o, c) rows of R*S taps, read in w's order.
+    const int cn = C - c0 < 4 ? C - c0 : 4;
+    for (int i = threadIdx.x; i < K * cn; i += blockDim.x) {
+        const int o = i / cn, cl = i - o * cn;
+        const float* src = w + ((long long)o * C + c0 + cl) * R * S;
+        float v[R * S];
+#pragma unroll
+        for (int t = 0; t < R * S; t++) v[t] = src[t];
+#pragma unroll
+        for (int t = 0; t < R * S; t++) wt[(o * R * S + t) * 4 + cl] = v[t];
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int part = lane >> 2, slot = lane & 3;
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
-        ember_fill(dys, K * OH * DS, [&](int e) {
-            const int row = e / DS, ow = e - row * DS - off;
-            const int o = row / OH, oh = row - o * OH;
-            return (ow >= 0 && ow < OW) ? dyt[((long long)o * N + n) * P + oh * OW + ow] : 0.0f;
+        ember_copy_rows(dys + off, DS, K * OH, OW, [&](int i) {
+            const int o = i / OH;
+            return dyt + ((long long)o * N + n) * P + (i - o * OH) * OW;
         });
         __syncthreads();
         for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
