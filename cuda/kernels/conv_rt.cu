@@ -112,12 +112,15 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
 // 8-float loads of the last strip of four columns.
 __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
 
-// Forward: grid (images, ceil(K/16)), 128 threads. The block copies the
+// Forward: grid (images, ceil(K/16)), 256 threads. The block copies the
 // weights of its 16 output channels (as they are: one contiguous copy), then,
 // per image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded image.
-// Warp w takes channels k0+4w .. k0+4w+3; lane = part*8 + slot, where slot
-// picks a pair of horizontally adjacent pooled outputs (a 2x4 tile of the
-// convolution's output) and part the input channels part, part+4, ... Per
+// Warps 2g and 2g+1 take channels k0+4g .. k0+4g+3 and the even and odd
+// groups of 4 pairs of horizontally adjacent pooled outputs (a 2x4 tile of
+// the convolution's output each); lane = part*4 + slot, where slot picks the
+// pair and part the input channels part, part+8, ... (8 lanes per sum: at
+// batch 64 the kernel's time is one warp's chain of instructions, so more,
+// shorter chains; 4 lanes per sum took 19 us at LeNet's conv2). Per
 // input channel a thread loads R+1 patch rows of 8 floats (16-byte loads)
 // and 4*R*S weights (the same 4 addresses across the warp) for 4*2*4*R*S
 // multiply-adds.
@@ -134,18 +137,22 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     float* img = smem + 16 * crs;  // [C][HP][XS]
     const int k0 = blockIdx.y * 16;
     const int kn = K - k0 < 16 ? K - k0 : 16;
-    ember_zero(smem, 16 * crs + C * HP * XS);
+    // Zeros where no copy writes: the rows of channels beyond K, and the
+    // image's padding (none at LeNet's conv2).
+    ember_zero(ws + kn * crs, (16 - kn) * crs);
+    if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
     __syncthreads();
     ember_copy(ws, w + (long long)k0 * crs, kn * crs);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int part = lane >> 3, slot = lane & 7;
-    const int kw = k0 + 4 * warp;
+    const int part = lane >> 2, slot = lane & 3;
+    const int kg = warp >> 1, kw = k0 + 4 * kg;  // two warps per group of 4 channels
     const int pairsW = (POW + 1) >> 1, pairs = POH * pairsW;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();  // the previous image is no longer read
         ember_copy_image(img, x + n * C * H * W, C, H, W, PH, PW, XS);
         __syncthreads();
-        for (int base = 0; base < pairs; base += 8) {  // uniform across the warp: all lanes shuffle
+        if (kw >= K) continue;  // the whole warp: channels of the padding only
+        for (int base = (warp & 1) * 4; base < pairs; base += 8) {  // uniform across the warp: all lanes shuffle
             const int pr = base + slot;
             const bool valid = pr < pairs;
             const int ph = valid ? pr / pairsW : 0, pj = valid ? pr - ph * pairsW : 0;
@@ -157,9 +164,9 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                 for (int a = 0; a < 2; a++)
 #pragma unroll
                     for (int b = 0; b < 4; b++) acc[k][a][b] = 0.0f;
-            for (int c = part; c < C; c += 4) {
+            for (int c = part; c < C; c += 8) {
                 const float* ic = img + (c * HP + oh0) * XS + ow0;
-                const float* wc = ws + 4 * warp * crs + c * R * S;
+                const float* wc = ws + 4 * kg * crs + c * R * S;
                 float lo[8], hi[8];  // patch rows r and r+1
                 ember_load8(lo, ic);
 #pragma unroll
@@ -183,7 +190,7 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                 }
             }
 #pragma unroll
-            for (int o = 8; o <= 16; o <<= 1)
+            for (int o = 4; o <= 16; o <<= 1)
 #pragma unroll
                 for (int k = 0; k < 4; k++)
 #pragma unroll
@@ -231,12 +238,16 @@ extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, co
 }
 
 // Weight gradient: grid (groups, ceil(tasks/blockDim)), tasks (og, c, r) =
-// ceil(K/4) * C * R. Task (og, c, r) sums dw[og*4+k][c][r][s] for k < 4 and
-// s < S over the images [g*imagesPerGroup, ...) of group g = blockIdx.x:
-// per image and output row, 4 16-byte loads of dy per 4 columns and 2 of x feed
-// 4*S*4 multiply-adds. The block copies each image (padded) and its dy rows
-// ([roundup(K,4)][OH][roundup(OW,4)], zeros beyond) to shared memory. It
-// writes partial[g*K*C*R*S + row]; ember_add_parts adds the groups in order.
+// ceil(K/KT) * C * R with KT = EMBER_RT_DW_KT output channels per task.
+// Task (og, c, r) sums dw[og*KT+k][c][r][s] for k < KT and s < S over the
+// images [g*imagesPerGroup, ...) of group g = blockIdx.x: per image and
+// output row, KT 16-byte loads of dy per 4 columns and 2 of x feed KT*S*4
+// multiply-adds. The block copies each image (padded) and the dy rows its
+// tasks need ([KT*og0, ...)[OH][roundup(OW,4)], zeros beyond) to shared
+// memory. It writes partial[g*K*C*R*S + row]; ember_add_parts adds the
+// groups in order. KT is 2, not 4: at batch 64 the kernel's time is one
+// warp's chain of work, so more, shorter chains (16 us with 4).
+#define EMBER_RT_DW_KT 2
 __device__ __forceinline__ int ember_rt_dw_stride(int WP, int OW) { return ember_round4(ember_imax(WP, ember_round4(OW) + 4)); }
 
 template <int R, int S>
@@ -245,29 +256,32 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
     const int HP = H + 2 * PH, WP = W + 2 * PW;
-    const int XS = ember_rt_dw_stride(WP, OW), OWS = ember_round4(OW), KP = ember_round4(K);
+    const int XS = ember_rt_dw_stride(WP, OW), OWS = ember_round4(OW);
+    const int KT = EMBER_RT_DW_KT, KP = (K + KT - 1) / KT * KT;
     const int P = OH * OW;
     float* img = smem;                 // [C][HP][XS]
-    float* dys = smem + C * HP * XS;   // [KP][OH][OWS]
-    const int tasks = (KP >> 2) * C * R;
+    float* dys = smem + C * HP * XS;   // [o1-o0][OH][OWS]
+    const int tasks = KP / KT * C * R;
     const int t = blockIdx.y * blockDim.x + threadIdx.x;
     const bool valid = t < tasks;
     const int og = valid ? t / (C * R) : 0;
     const int cr = valid ? t - og * C * R : 0;
     const int c = cr / R, r = cr - c * R;
-    float acc[4][S];
+    float acc[EMBER_RT_DW_KT][S];
 #pragma unroll
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < EMBER_RT_DW_KT; k++)
 #pragma unroll
         for (int s = 0; s < S; s++) acc[k][s] = 0.0f;
     // The block's tasks need the dy rows of output channels [o0, o1) only.
     const int t0 = blockIdx.y * blockDim.x;
-    const int o0 = 4 * (t0 / (C * R));
+    const int o0 = KT * (t0 / (C * R));
     const int lastOG = (t0 + (int)blockDim.x - 1) / (C * R);
-    const int o1 = 4 * (lastOG + 1) < KP ? 4 * (lastOG + 1) : KP;
+    const int o1 = KT * (lastOG + 1) < KP ? KT * (lastOG + 1) : KP;
     const int n0 = blockIdx.x * imagesPerGroup;
     const int n1 = n0 + imagesPerGroup < N ? n0 + imagesPerGroup : N;
-    ember_zero(smem, C * HP * XS + (o1 - o0) * OH * OWS);
+    // Zeros where no copy writes (nowhere at LeNet's conv2).
+    if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
+    if (OWS != OW || o1 > K) ember_zero(dys, (o1 - o0) * OH * OWS);
     __syncthreads();
     const int oRows = ((o1 < K ? o1 : K) - o0) * OH;  // rows of real channels
     for (int n = n0; n < n1; n++) {
@@ -281,12 +295,12 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
         if (!valid) continue;
         for (int oh = 0; oh < OH; oh++) {
             const float* xr = img + (c * HP + oh + r) * XS;
-            const float* dr = dys + ((og * 4 - o0) * OH + oh) * OWS;
+            const float* dr = dys + ((og * KT - o0) * OH + oh) * OWS;
             for (int x0 = 0; x0 < OWS; x0 += 4) {
                 float xv[8];
                 ember_load8(xv, xr + x0);
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
+                for (int k = 0; k < EMBER_RT_DW_KT; k++) {
                     const ember_f4 d4 = *reinterpret_cast<const ember_f4*>(dr + k * OH * OWS + x0);
                     const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
 #pragma unroll
@@ -300,8 +314,8 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
     if (!valid) return;
     const long long rows = (long long)K * C * R * S;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int o = og * 4 + k;
+    for (int k = 0; k < EMBER_RT_DW_KT; k++) {
+        const int o = og * KT + k;
         if (o >= K) continue;
 #pragma unroll
         for (int s = 0; s < S; s++)
@@ -334,9 +348,11 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // (images, ceil(C/4)), blockDim a multiple of 32. The block copies w[:, c0..c0+3]
 // transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
 // front of each row ([K][OH][DS]). A thread takes 4 input channels times 4
-// columns of one row; lane = part*4 + slot, where part takes output channels
-// part, part+8, ...: per output channel and kernel row 2 ember_f4s of dy and
-// S of w feed 4*4*S multiply-adds. Rows of dy outside [0, OH) are skipped.
+// columns of one row; lane = part*2 + slot, where part takes output channels
+// part, part+16, ... (16 lanes per sum: at batch 64 the kernel's time is one
+// warp's chain of instructions; 8 lanes took 22 us at LeNet's conv2): per
+// output channel and kernel row 2 16-byte loads of dy and S of w feed 4*4*S
+// multiply-adds. Rows of dy outside [0, OH) are skipped.
 // Needs PH <= R-1 and PW <= S-1.
 __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
     return ember_round4(ember_imax(S - 1 - PW + OW, 4 * ((W + 3) >> 2) + 4));
@@ -368,7 +384,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
         for (int t = 0; t < R * S; t++) wt[(o * R * S + t) * 4 + cl] = v[t];
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int part = lane >> 2, slot = lane & 3;
+    const int part = lane >> 1, slot = lane & 1;
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
@@ -377,7 +393,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
             return dyt + ((long long)o * N + n) * P + (i - o * OH) * OW;
         });
         __syncthreads();
-        for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
+        for (int base = warp * 2; base < positions; base += warps * 2) {  // uniform across the warp
             const int p = base + slot;
             const bool valid = p < positions;
             const int ih = valid ? p / strips : 0, iw0 = valid ? 4 * (p - ih * strips) : 0;
@@ -386,7 +402,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
             for (int c = 0; c < 4; c++)
 #pragma unroll
                 for (int b = 0; b < 4; b++) acc[c][b] = 0.0f;
-            for (int o = part; o < K; o += 8) {
+            for (int o = part; o < K; o += 16) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const int oh = ih + PH - r;
@@ -406,7 +422,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
                 }
             }
 #pragma unroll
-            for (int o = 4; o <= 16; o <<= 1)
+            for (int o = 2; o <= 16; o <<= 1)
 #pragma unroll
                 for (int c = 0; c < 4; c++)
 #pragma unroll
