@@ -2,10 +2,11 @@ package cuda
 
 // Register-tiled direct convolution (kernels/conv_rt.cu) for stride-1
 // layers with a 5x5 or 3x3 kernel whose image and weights fit in a block's
-// shared memory, with at least 8 input channels (LeNet's conv2). It replaces
+// shared memory, with at least 8 input channels (LeNet's conv2) or, forward
+// only, one (LeNet's conv1). It replaces
 //
-//	forward:  conv_relu_pool_5x5_2x2_c4 (one pooled output per 4 lanes, no
-//	          reuse of a loaded value across output channels)
+//	forward:  conv_relu_pool_5x5_2x2(_c4) (one pooled output per thread or 4
+//	          lanes, no reuse of a loaded value across output channels)
 //	backward: im2col, the dw GEMM (split-K), the dcol GEMM and col2im
 //
 // with conv_relu_pool_rt, and conv_dw_rt + add_parts and conv_dx_rt: no
@@ -14,6 +15,8 @@ package cuda
 
 import (
 	"os"
+
+	"github.com/ember-ml/ember/tensor"
 )
 
 // rtOff reports whether EMBER_CONV_RT=0 turned the register-tiled kernels
@@ -26,18 +29,23 @@ const rtSmemFloats = 12288
 func round4(v int) int { return (v + 3) &^ 3 }
 
 // rtKernelSize says whether the kernels are instantiated for c's R x S
-// kernel, and c is a stride-1 convolution with enough input channels that
-// the split over them pays.
+// kernel and c is a stride-1 convolution.
 func rtKernelSize(c convShape) bool {
 	g := c.g
-	return g.StrideH == 1 && g.StrideW == 1 && g.C >= 8 && g.R == g.S && (g.R == 5 || g.R == 3) && c.p > 0
+	return g.StrideH == 1 && g.StrideW == 1 && g.R == g.S && (g.R == 5 || g.R == 3) && c.p > 0
 }
+
+// rtManyChannels says whether c has enough input channels that splitting
+// each sum over them pays (the backward kernels and the forward's split
+// variants).
+func rtManyChannels(c convShape) bool { return c.g.C >= 8 }
 
 // rtForward is the register-tiled forward kernel for c and s (2x2 windows
 // moved by 2), or nil.
 func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	g, p := c.g, s.p
-	if b.noConvRT || !rtKernelSize(c) || p.KH != 2 || p.KW != 2 || p.StrideH != 2 || p.StrideW != 2 || s.pp == 0 {
+	if b.noConvRT || !rtKernelSize(c) || (g.C != 1 && !rtManyChannels(c)) ||
+		p.KH != 2 || p.KW != 2 || p.StrideH != 2 || p.StrideW != 2 || s.pp == 0 {
 		return nil
 	}
 	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
@@ -45,23 +53,46 @@ func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	if 16*c.crs+g.C*hp*xs > rtSmemFloats {
 		return nil
 	}
-	if g.R == 5 {
-		return b.k.convReLUPoolRT[0]
+	f := &b.k.convReLUPoolRT
+	if g.R == 3 {
+		f = &b.k.convReLUPoolRT3
 	}
-	return b.k.convReLUPoolRT[1]
+	return f[rtSplit(g)]
 }
+
+// rtSplit indexes the forward kernels by lanes per sum: 1 for one input
+// channel, 8 for small grids, else 4.
+func rtSplit(g tensor.ConvGeom) int {
+	switch {
+	case g.C == 1:
+		return 0
+	case rtForwardBlocks(g) < rtSmallGrid:
+		return 2
+	}
+	return 1
+}
+
+// rtSmallGrid is the forward grid below which 8 lanes share each sum
+// instead of 4 (about two blocks per SM of an H200).
+const rtSmallGrid = 264
+
+func rtForwardBlocks(g tensor.ConvGeom) int { return min(g.N, rtImageBlocks) * ((g.K + 15) / 16) }
 
 // rtImageBlocks caps the images a forward or input-gradient grid covers at
 // once: larger batches loop, so that the weights a block copies serve
 // several images.
 const rtImageBlocks = 256
 
-// launchRTForward queues the register-tiled forward: 256 threads (2 warps
-// for each 4 output channels), 16 output channels per block.
+// launchRTForward queues the register-tiled forward: 16 output channels per
+// block, 32*SPLIT threads (SPLIT/4 warps for each 4 output channels).
 func (b *Backend) launchRTForward(op string, f *Function, py, pa, px, pw, pbias uintptr, s convPoolShape) {
 	g := s.c.g
+	threads := 128
+	if rtSplit(g) == 2 {
+		threads = 256
+	}
 	grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.K+15)/16), Z: 1}
-	devCheck(op, b.x.launch(f, grid, Dim3{X: 256, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
+	devCheck(op, b.x.launch(f, grid, Dim3{X: threads, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 		i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K),
 		i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, s.c.ow), i32arg(op, s.p.OutH()), i32arg(op, s.p.OutW())}))
 }
@@ -69,7 +100,7 @@ func (b *Backend) launchRTForward(op string, f *Function, py, pa, px, pw, pbias 
 // rtDW is the register-tiled weight-gradient kernel for c, or nil.
 func (b *Backend) rtDW(c convShape) *Function {
 	g := c.g
-	if b.noConvRT || !rtKernelSize(c) {
+	if b.noConvRT || !rtKernelSize(c) || !rtManyChannels(c) {
 		return nil
 	}
 	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
@@ -86,7 +117,7 @@ func (b *Backend) rtDW(c convShape) *Function {
 // rtDX is the register-tiled input-gradient kernel for c, or nil.
 func (b *Backend) rtDX(c convShape) *Function {
 	g := c.g
-	if b.noConvRT || !rtKernelSize(c) || g.PadH > g.R-1 || g.PadW > g.S-1 {
+	if b.noConvRT || !rtKernelSize(c) || !rtManyChannels(c) || g.PadH > g.R-1 || g.PadW > g.S-1 {
 		return nil
 	}
 	ds := round4(max(g.S-1-g.PadW+c.ow, 4*((g.W+3)/4)+4))
@@ -130,7 +161,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw, dyt uintptr, c con
 		groups := rtGroups(g.N)
 		per := (g.N + groups - 1) / groups
 		groups = (g.N + per - 1) / per
-		tasks := (g.K + 1) / 2 * g.C * g.R // EMBER_RT_DW_KT = 2 output channels per task
+		tasks := (g.K + 3) / 4 * g.C * g.R // EMBER_RT_DW_KT = 4 output channels per task
 		ws := b.workspace(op, 4*groups*c.wLen)
 		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
 		devCheck(op, b.x.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), dyt, px,
@@ -140,7 +171,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw, dyt uintptr, c con
 	}
 	if fdx != nil {
 		positions := g.H * ((g.W + 3) / 4)
-		warps := min((positions+1)/2, 32) // 2 positions per warp
+		warps := min((positions+3)/4, 16) // 4 positions per warp
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
 		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, []any{pdx, dyt, pw,
 			n, cc, h, w, k, ph, pw2, oh, ow}))

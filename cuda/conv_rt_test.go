@@ -35,6 +35,7 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 		{N: 64, C: 20, H: 12, W: 12, K: 50, R: 5, S: 5, StrideH: 1, StrideW: 1},
 		{N: 1024, C: 20, H: 12, W: 12, K: 50, R: 5, S: 5, StrideH: 1, StrideW: 1},
 		{N: 37, C: 11, H: 10, W: 9, K: 21, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
+		{N: 300, C: 8, H: 6, W: 6, K: 40, R: 3, S: 3, StrideH: 1, StrideW: 1}, // 4 lanes per sum
 	} {
 		p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 		c := convShapeOf("test", g)
@@ -80,6 +81,47 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 		}
 		if !equalI(rt.argmax, gemm.argmax) {
 			t.Errorf("%s: argmax differs from the GEMM path", geomName(g))
+		}
+		h.free()
+	}
+}
+
+// TestGPUConvRTForwardOneChannel does the same for the forward with one
+// input channel (LeNet's conv1), which has no register-tiled backward.
+func TestGPUConvRTForwardOneChannel(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	h := &gpuCPU{t: t, g: b}
+	defer h.free()
+	for _, g := range []tensor.ConvGeom{
+		{N: 64, C: 1, H: 28, W: 28, K: 20, R: 5, S: 5, StrideH: 1, StrideW: 1},
+		{N: 1024, C: 1, H: 28, W: 28, K: 20, R: 5, S: 5, StrideH: 1, StrideW: 1},
+		{N: 5, C: 1, H: 9, W: 10, K: 7, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
+	} {
+		p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+		c := convShapeOf("test", g)
+		if b.rtForward(c, convPoolShapeOf("test", g, p)) == nil {
+			t.Fatalf("%s: the register-tiled forward does not take this geometry", geomName(g))
+		}
+		yLen := g.N * g.K * p.OutH() * p.OutW()
+		gx, _ := h.f32(gridRandom(c.xLen, 7))
+		gw, _ := h.f32(gridRandom(c.wLen, 8))
+		gbias, _ := h.f32(gridRandom(g.K, 9))
+		run := func(off bool) ([]float32, []int32) {
+			b.noConvRT = off
+			defer func() { b.noConvRT = false }()
+			gy, _ := h.f32(make([]float32, yLen))
+			ga, _ := h.i32(make([]int32, yLen))
+			b.Conv2dReLUMaxPool(gy, ga, gx, gw, gbias, g, p)
+			return downloadF(b, gy), downloadI(b, ga)
+		}
+		y1, a1 := run(false)
+		y2, a2 := run(true)
+		if !sameBits(y1, y2) {
+			i := firstDiff(y1, y2)
+			t.Errorf("%s: y differs from the fixed kernels: [%d] %g, want %g", geomName(g), i, y1[i], y2[i])
+		}
+		if !equalI(a1, a2) {
+			t.Errorf("%s: argmax differs from the fixed kernels", geomName(g))
 		}
 		h.free()
 	}

@@ -69,7 +69,8 @@ type kernels struct {
 	addBiasReLU, unpoolTBias                  *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
-	convReLUPoolRT, convDWRT, convDXRT        [2]*Function // 5x5, 3x3
+	convReLUPoolRT, convReLUPoolRT3           [3]*Function // 5x5 and 3x3, by lanes per sum 1, 4, 8
+	convDWRT, convDXRT                        [2]*Function // 5x5, 3x3
 	addParts                                  *Function
 }
 
@@ -126,8 +127,12 @@ func (k *kernels) table() []struct {
 		{&k.convPoolDWFin, "ember_conv_pool_dw_finish"},
 		{&k.crossEntropy, "ember_cross_entropy"},
 		{&k.argmax, "ember_argmax"},
-		{&k.convReLUPoolRT[0], "ember_conv_relu_pool_rt_5x5"},
-		{&k.convReLUPoolRT[1], "ember_conv_relu_pool_rt_3x3"},
+		{&k.convReLUPoolRT[0], "ember_conv_relu_pool_rt_5x5_s1"},
+		{&k.convReLUPoolRT[1], "ember_conv_relu_pool_rt_5x5"},
+		{&k.convReLUPoolRT[2], "ember_conv_relu_pool_rt_5x5_s8"},
+		{&k.convReLUPoolRT3[0], "ember_conv_relu_pool_rt_3x3_s1"},
+		{&k.convReLUPoolRT3[1], "ember_conv_relu_pool_rt_3x3"},
+		{&k.convReLUPoolRT3[2], "ember_conv_relu_pool_rt_3x3_s8"},
 		{&k.convDWRT[0], "ember_conv_dw_rt_5x5"},
 		{&k.convDWRT[1], "ember_conv_dw_rt_3x3"},
 		{&k.convDXRT[0], "ember_conv_dx_rt_5x5"},

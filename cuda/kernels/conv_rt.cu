@@ -112,19 +112,21 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
 // 8-float loads of the last strip of four columns.
 __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
 
-// Forward: grid (images, ceil(K/16)), 256 threads. The block copies the
-// weights of its 16 output channels (as they are: one contiguous copy), then,
-// per image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded image.
-// Warps 2g and 2g+1 take channels k0+4g .. k0+4g+3 and the even and odd
-// groups of 4 pairs of horizontally adjacent pooled outputs (a 2x4 tile of
-// the convolution's output each); lane = part*4 + slot, where slot picks the
-// pair and part the input channels part, part+8, ... (8 lanes per sum: at
-// batch 64 the kernel's time is one warp's chain of instructions, so more,
-// shorter chains; 4 lanes per sum took 19 us at LeNet's conv2). Per
+// Forward: grid (images, ceil(K/16)), 128*max(1, SPLIT/4) threads. The block copies
+// the weights of its 16 output channels (as they are: one contiguous copy),
+// then, per image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded
+// image. SPLIT/4 warps take each group g of 4 channels k0+4g .. k0+4g+3 and
+// share its pairs of horizontally adjacent pooled outputs (a 2x4 tile of the
+// convolution's output each); lane = part*(32/SPLIT) + slot, where slot
+// picks the pair and part the input channels part, part+SPLIT, ... SPLIT 8
+// has twice the warps, for small grids (LeNet's conv2 at batch 64: 17.5 us
+// against 18.8); SPLIT 4 adds fewer partial sums (batch 1024: 157 us
+// against 171); SPLIT 1 is for one input channel (LeNet's conv1), each warp
+// taking 32 pairs. Per
 // input channel a thread loads R+1 patch rows of 8 floats (16-byte loads)
 // and 4*R*S weights (the same 4 addresses across the warp) for 4*2*4*R*S
 // multiply-adds.
-template <int R, int S>
+template <int R, int S, int SPLIT>
 __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const float* x, const float* w,
                                                   const float* bias, int N, int C, int H, int W, int K, int PH,
                                                   int PW, int OW, int POH, int POW) {
@@ -144,15 +146,17 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     __syncthreads();
     ember_copy(ws, w + (long long)k0 * crs, kn * crs);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int part = lane >> 2, slot = lane & 3;
-    const int kg = warp >> 1, kw = k0 + 4 * kg;  // two warps per group of 4 channels
+    // pairs per warp, warps per group of 4 channels
+    constexpr int SLOTS = 32 / SPLIT, WPG = SPLIT >= 4 ? SPLIT / 4 : 1;
+    const int part = lane / SLOTS, slot = lane % SLOTS;
+    const int kg = warp / WPG, kw = k0 + 4 * kg;
     const int pairsW = (POW + 1) >> 1, pairs = POH * pairsW;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();  // the previous image is no longer read
         ember_copy_image(img, x + n * C * H * W, C, H, W, PH, PW, XS);
         __syncthreads();
         if (kw >= K) continue;  // the whole warp: channels of the padding only
-        for (int base = (warp & 1) * 4; base < pairs; base += 8) {  // uniform across the warp: all lanes shuffle
+        for (int base = (warp % WPG) * SLOTS; base < pairs; base += WPG * SLOTS) {  // uniform across the warp
             const int pr = base + slot;
             const bool valid = pr < pairs;
             const int ph = valid ? pr / pairsW : 0, pj = valid ? pr - ph * pairsW : 0;
@@ -164,7 +168,7 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                 for (int a = 0; a < 2; a++)
 #pragma unroll
                     for (int b = 0; b < 4; b++) acc[k][a][b] = 0.0f;
-            for (int c = part; c < C; c += 8) {
+            for (int c = part; c < C; c += SPLIT) {
                 const float* ic = img + (c * HP + oh0) * XS + ow0;
                 const float* wc = ws + 4 * kg * crs + c * R * S;
                 float lo[8], hi[8];  // patch rows r and r+1
@@ -190,7 +194,7 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
                 }
             }
 #pragma unroll
-            for (int o = 4; o <= 16; o <<= 1)
+            for (int o = SLOTS; o <= 16; o <<= 1)
 #pragma unroll
                 for (int k = 0; k < 4; k++)
 #pragma unroll
@@ -225,16 +229,40 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     }
 }
 
+extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s1(float* y, int* argmax, const float* x, const float* w,
+                                                          const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                          int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<5, 5, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
-    conv_relu_pool_rt<5, 5>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+    conv_relu_pool_rt<5, 5, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s8(float* y, int* argmax, const float* x, const float* w,
+                                                          const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                          int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<5, 5, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s1(float* y, int* argmax, const float* x, const float* w,
+                                                          const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                          int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<3, 3, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
-    conv_relu_pool_rt<3, 3>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+    conv_relu_pool_rt<3, 3, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
+}
+
+extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s8(float* y, int* argmax, const float* x, const float* w,
+                                                          const float* bias, int N, int C, int H, int W, int K, int PH,
+                                                          int PW, int OW, int POH, int POW) {
+    conv_relu_pool_rt<3, 3, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 
 // Weight gradient: grid (groups, ceil(tasks/blockDim)), tasks (og, c, r) =
@@ -245,9 +273,9 @@ extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, co
 // multiply-adds. The block copies each image (padded) and the dy rows its
 // tasks need ([KT*og0, ...)[OH][roundup(OW,4)], zeros beyond) to shared
 // memory. It writes partial[g*K*C*R*S + row]; ember_add_parts adds the
-// groups in order. KT is 2, not 4: at batch 64 the kernel's time is one
-// warp's chain of work, so more, shorter chains (16 us with 4).
-#define EMBER_RT_DW_KT 2
+// groups in order. (KT = 2 took as long at batch 64, 15.4 us, and 23% longer
+// at batch 1024.)
+#define EMBER_RT_DW_KT 4
 __device__ __forceinline__ int ember_rt_dw_stride(int WP, int OW) { return ember_round4(ember_imax(WP, ember_round4(OW) + 4)); }
 
 template <int R, int S>
@@ -348,9 +376,9 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // (images, ceil(C/4)), blockDim a multiple of 32. The block copies w[:, c0..c0+3]
 // transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
 // front of each row ([K][OH][DS]). A thread takes 4 input channels times 4
-// columns of one row; lane = part*2 + slot, where part takes output channels
-// part, part+16, ... (16 lanes per sum: at batch 64 the kernel's time is one
-// warp's chain of instructions; 8 lanes took 22 us at LeNet's conv2): per
+// columns of one row; lane = part*4 + slot, where part takes output channels
+// part, part+8, ... (16 lanes per sum, with 2 columns per warp, took 32 us
+// instead of 22 at LeNet's conv2, batch 64: one block per SM by registers): per
 // output channel and kernel row 2 16-byte loads of dy and S of w feed 4*4*S
 // multiply-adds. Rows of dy outside [0, OH) are skipped.
 // Needs PH <= R-1 and PW <= S-1.
@@ -384,7 +412,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
         for (int t = 0; t < R * S; t++) wt[(o * R * S + t) * 4 + cl] = v[t];
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int part = lane >> 1, slot = lane & 1;
+    const int part = lane >> 2, slot = lane & 3;
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
@@ -393,7 +421,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
             return dyt + ((long long)o * N + n) * P + (i - o * OH) * OW;
         });
         __syncthreads();
-        for (int base = warp * 2; base < positions; base += warps * 2) {  // uniform across the warp
+        for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
             const int p = base + slot;
             const bool valid = p < positions;
             const int ih = valid ? p / strips : 0, iw0 = valid ? 4 * (p - ih * strips) : 0;
@@ -402,7 +430,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
             for (int c = 0; c < 4; c++)
 #pragma unroll
                 for (int b = 0; b < 4; b++) acc[c][b] = 0.0f;
-            for (int o = part; o < K; o += 16) {
+            for (int o = part; o < K; o += 8) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const int oh = ih + PH - r;
@@ -422,7 +450,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
                 }
             }
 #pragma unroll
-            for (int o = 2; o <= 16; o <<= 1)
+            for (int o = 4; o <= 16; o <<= 1)
 #pragma unroll
                 for (int c = 0; c < 4; c++)
 #pragma unroll
