@@ -81,7 +81,56 @@ type Backend struct {
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
 	closed        atomic.Bool
 
-	noConvRT bool // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
+	noConvRT bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
+	side     *sideLane // nil with EMBER_SIDE_STREAM=0
+}
+
+// sideLane is a second stream for independent parts of one operation: a
+// convolution's weight gradient runs there while its input gradient runs
+// on the main stream (both read the same output gradient, neither needs the
+// other, and each alone leaves most of an H200 idle at batch 64). fork
+// makes the side stream wait for the main stream's work so far, join makes
+// the main stream wait for the side's; both are events, so the host never
+// blocks, and a graph capture of the main stream takes the side's work in
+// as a parallel branch. Only the backend's own kernels run there (no
+// cuBLAS). mu keeps the fork...join sequences of concurrent callers apart.
+type sideLane struct {
+	mu             sync.Mutex
+	stream         Stream
+	forkEv, joinEv Event
+}
+
+// openSideLane makes the side stream and its events.
+func (b *Backend) openSideLane() error {
+	l := &sideLane{}
+	b.side = l
+	var err error
+	if l.stream, err = b.dev.NewStream(); err != nil {
+		return err
+	}
+	if l.forkEv, err = b.dev.NewEvent(false); err != nil {
+		return err
+	}
+	l.joinEv, err = b.dev.NewEvent(false)
+	return err
+}
+
+// closeSideLane releases what openSideLane made.
+func (b *Backend) closeSideLane() []error {
+	l := b.side
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range []Event{l.forkEv, l.joinEv} {
+		if e != 0 {
+			errs = append(errs, b.dev.EventDestroy(e))
+		}
+	}
+	if l.stream != 0 {
+		errs = append(errs, b.dev.DestroyStream(l.stream))
+	}
+	return errs
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
@@ -123,7 +172,12 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
-	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream}
+	if os.Getenv("EMBER_SIDE_STREAM") != "0" {
+		if err = b.openSideLane(); err != nil {
+			return nil, err
+		}
+	}
+	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
 	if b.mod, err = dev.Compile(src, kernelOptions...); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
@@ -175,6 +229,7 @@ func (b *Backend) Close() error {
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
+	errs = append(errs, b.closeSideLane()...)
 	if b.blasWorkspace.owner() != 0 {
 		errs = append(errs, b.alloc.Free(b.blasWorkspace))
 	}
@@ -338,13 +393,44 @@ type executor interface {
 	copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error
 	copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error
 	synchronize() error
+	// parallel queues side with an executor that runs concurrently with
+	// this one (another stream) and main on this one; work queued after it
+	// returns waits for both. side may only launch kernels.
+	parallel(side func(x executor), main func()) error
 }
 
 // gpuExec queues everything on one stream of one device.
 type gpuExec struct {
 	dev    *Device
-	blas   *BLAS
+	blas   *BLAS // nil on the side lane's executor
 	stream Stream
+	side   *sideLane
+}
+
+// parallel queues side on the side lane's stream and main on this one
+// between a fork and a join (see sideLane). Without a side lane both go to
+// this stream, side first.
+func (g *gpuExec) parallel(side func(x executor), main func()) error {
+	l := g.side
+	if l == nil {
+		side(g)
+		main()
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := g.dev.RecordEvent(l.forkEv, g.stream); err != nil {
+		return err
+	}
+	if err := g.dev.StreamWaitEvent(l.stream, l.forkEv); err != nil {
+		return err
+	}
+	side(&gpuExec{dev: g.dev, stream: l.stream})
+	main()
+	if err := g.dev.RecordEvent(l.joinEv, l.stream); err != nil {
+		return err
+	}
+	return g.dev.StreamWaitEvent(g.stream, l.joinEv)
 }
 
 func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
@@ -352,6 +438,9 @@ func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
 }
 
 func (g *gpuExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) error {
+	if g.blas == nil {
+		return errors.New("cuda: a GEMM queued on the side stream, which has no cuBLAS handle")
+	}
 	return g.blas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 

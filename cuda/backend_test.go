@@ -244,6 +244,7 @@ type recExec struct {
 	mu       sync.Mutex
 	launches map[string]int
 	gemms    int
+	forks    int
 	memsets  int
 	copies   int
 }
@@ -251,6 +252,17 @@ type recExec struct {
 func (r *recExec) errorf(format string, args ...any) {
 	r.t.Helper()
 	r.t.Errorf(format, args...)
+}
+
+// parallel queues both on the recorder, side first, as a backend without a
+// side stream does.
+func (r *recExec) parallel(side func(x executor), main func()) error {
+	r.mu.Lock()
+	r.forks++
+	r.mu.Unlock()
+	side(r)
+	main()
+	return nil
 }
 
 func (r *recExec) launch(f *Function, grid, block Dim3, args []any) error {
@@ -382,7 +394,7 @@ func (r *recExec) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.launches = map[string]int{}
-	r.gemms, r.memsets, r.copies = 0, 0, 0
+	r.gemms, r.memsets, r.copies, r.forks = 0, 0, 0, 0
 }
 
 func (r *recExec) kernelLaunches() int {
@@ -505,8 +517,8 @@ func TestRecordedLeNetStep(t *testing.T) {
 	for _, n := range names {
 		fmt.Fprintf(&sb, " %s=%d", n, rec.launches[n])
 	}
-	t.Logf("one LeNet training step at batch 64: %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies;%s",
-		rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, sb.String())
+	t.Logf("one LeNet training step at batch 64: %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies, %d forks to the side stream;%s",
+		rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, rec.forks, sb.String())
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)
 	}

@@ -408,6 +408,18 @@ func (d *Device) RecordEvent(e Event, s Stream) error {
 	return cuCheck("cuEventRecord", r)
 }
 
+// StreamWaitEvent makes the work queued on s after this call wait until e
+// has completed (cuStreamWaitEvent), without blocking the host. Inside a
+// graph capture it joins s to the capture of the stream e was recorded on.
+func (d *Device) StreamWaitEvent(s Stream, e Event) error {
+	if err := d.enter(); err != nil {
+		return err
+	}
+	r := cCall(cuDrv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0)
+	d.leave()
+	return cuCheck("cuStreamWaitEvent", r)
+}
+
 // EventRecord creates a (non-timing) event and records it on s. It is the
 // allocator's way of learning when a stream has passed a point.
 func (d *Device) EventRecord(s Stream) (Event, error) {

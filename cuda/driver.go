@@ -66,6 +66,7 @@ var cuDrv struct {
 	cuEventSynchronize uintptr // CUresult cuEventSynchronize(CUevent hEvent)
 	cuEventElapsedTime uintptr // CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 	cuEventDestroy     uintptr // CUresult cuEventDestroy_v2(CUevent hEvent)
+	cuStreamWaitEvent  uintptr // CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 
 	cuStreamBeginCapture        uintptr // CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 	cuStreamEndCapture          uintptr // CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
@@ -171,6 +172,7 @@ func loadDriver() error {
 			reqSym(&d.cuEventSynchronize, "cuEventSynchronize"),
 			reqSym(&d.cuEventElapsedTime, "cuEventElapsedTime", "cuEventElapsedTime_v2"),
 			reqSym(&d.cuEventDestroy, "cuEventDestroy_v2"),
+			reqSym(&d.cuStreamWaitEvent, "cuStreamWaitEvent"),
 			reqSym(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
 			reqSym(&d.cuStreamEndCapture, "cuStreamEndCapture"),
 			reqSym(&d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
