@@ -266,13 +266,16 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	rows := g.K * (c.crs + 1)
 	var parts int
 	var ws Block
-	if f := b.fixedDW(c); f != nil && g.N <= maxGrid {
-		parts = g.N // one part per image
+	if f := b.fixedDW(c); f != nil {
+		// One part per group of images: one image per block up to 128
+		// images, else 128 groups.
+		per := (g.N + 127) / 128
+		parts = (g.N + per - 1) / per
 		ws = b.workspace(op, 4*rows*parts)
 		const warps = blockSize / 32 // one per output channel
-		grid := Dim3{X: g.N, Y: i32dim(op, (g.K+warps-1)/warps), Z: 1}
+		grid := Dim3{X: parts, Y: i32dim(op, (g.K+warps-1)/warps), Z: 1}
 		devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
-			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp)}))
+			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp), i32arg(op, per)}))
 	} else {
 		parts = min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
 		ws = b.workspace(op, 4*rows*parts)

@@ -47,14 +47,14 @@ func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	if b.noConvRT || !rtKernelSize(c) || p.KH != 2 || p.KW != 2 || p.StrideH != 2 || p.StrideW != 2 || s.pp == 0 {
 		return nil
 	}
-	// One input channel: only large grids (LeNet's conv1 at batch 1024: 57
+	// One input channel: only large batches (LeNet's conv1 at batch 1024: 57
 	// us against 63 for conv_relu_pool_5x5_2x2; at batch 64, 9.8 against 7.1).
-	if !rtManyChannels(c) && (g.C != 1 || rtForwardBlocks(g) < rtSmallGrid) {
+	if !rtManyChannels(c) && (g.C != 1 || g.N < rtImageBlocks) {
 		return nil
 	}
 	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
 	xs := round4(max(wp, 2*p.OutW()+6))
-	if 16*c.crs+g.C*hp*xs > rtSmemFloats {
+	if rtChannelsPerBlock(g)*c.crs+g.C*hp*xs > rtSmemFloats {
 		return nil
 	}
 	f := &b.k.convReLUPoolRT
@@ -80,22 +80,37 @@ func rtSplit(g tensor.ConvGeom) int {
 // instead of 4 (about two blocks per SM of an H200).
 const rtSmallGrid = 264
 
-func rtForwardBlocks(g tensor.ConvGeom) int { return min(g.N, rtImageBlocks) * ((g.K + 15) / 16) }
+func rtForwardBlocks(g tensor.ConvGeom) int {
+	kpb := rtChannelsPerBlock(g)
+	return min(g.N, rtImageBlocks) * ((g.K + kpb - 1) / kpb)
+}
+
+// rtChannelsPerBlock is how many output channels a forward block takes: 16
+// (4 groups of 4), or with one input channel, whose weights are small, up to
+// 32, so that no group of a block is left idle (LeNet's conv1: 20 in one
+// block instead of 16 and 4).
+func rtChannelsPerBlock(g tensor.ConvGeom) int {
+	if g.C == 1 {
+		return 4 * min(8, (g.K+3)/4)
+	}
+	return 16
+}
 
 // rtImageBlocks caps the images a forward or input-gradient grid covers at
 // once: larger batches loop, so that the weights a block copies serve
 // several images.
 const rtImageBlocks = 256
 
-// launchRTForward queues the register-tiled forward: 16 output channels per
-// block, 32*SPLIT threads (SPLIT/4 warps for each 4 output channels).
+// launchRTForward queues the register-tiled forward: rtChannelsPerBlock
+// output channels per block, a warp (two with 8 lanes per sum) for each 4.
 func (b *Backend) launchRTForward(op string, f *Function, py, pa, px, pw, pbias uintptr, s convPoolShape) {
 	g := s.c.g
-	threads := 128
+	kpb := rtChannelsPerBlock(g)
+	threads := 32 * kpb / 4 // a warp per 4 channels
 	if rtSplit(g) == 2 {
-		threads = 256
+		threads *= 2
 	}
-	grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.K+15)/16), Z: 1}
+	grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
 	devCheck(op, b.x.launch(f, grid, Dim3{X: threads, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 		i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K),
 		i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, s.c.ow), i32arg(op, s.p.OutH()), i32arg(op, s.p.OutW())}))

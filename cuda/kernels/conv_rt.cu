@@ -112,8 +112,9 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
 // 8-float loads of the last strip of four columns.
 __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
 
-// Forward: grid (images, ceil(K/16)), 128*max(1, SPLIT/4) threads. The block copies
-// the weights of its 16 output channels (as they are: one contiguous copy),
+// Forward: grid (images, ceil(K/kpb)), blockDim 32*max(1, SPLIT/4) per 4
+// output channels of the block's kpb. The block copies the weights of its
+// kpb output channels (as they are: one contiguous copy),
 // then, per image n = blockIdx.x, blockIdx.x + gridDim.x, ..., the padded
 // image. SPLIT/4 warps take each group g of 4 channels k0+4g .. k0+4g+3 and
 // share its pairs of horizontally adjacent pooled outputs (a 2x4 tile of the
@@ -135,19 +136,20 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     const int HP = H + 2 * PH, WP = W + 2 * PW;
     const int XS = ember_rt_fwd_stride(WP, POW);
     const int crs = C * R * S;
-    float* ws = smem;              // [16][crs]: w of channels k0 .. k0+15, zeros beyond K
-    float* img = smem + 16 * crs;  // [C][HP][XS]
-    const int k0 = blockIdx.y * 16;
-    const int kn = K - k0 < 16 ? K - k0 : 16;
+    // pairs per warp, warps per group of 4 channels, channels per block
+    constexpr int SLOTS = 32 / SPLIT, WPG = SPLIT >= 4 ? SPLIT / 4 : 1;
+    const int kpb = 4 * ((int)blockDim.x >> 5) / WPG;
+    float* ws = smem;               // [kpb][crs]: w of channels k0 .. k0+kpb-1, zeros beyond K
+    float* img = smem + kpb * crs;  // [C][HP][XS]
+    const int k0 = blockIdx.y * kpb;
+    const int kn = K - k0 < kpb ? K - k0 : kpb;
     // Zeros where no copy writes: the rows of channels beyond K, and the
     // image's padding (none at LeNet's conv2).
-    ember_zero(ws + kn * crs, (16 - kn) * crs);
+    ember_zero(ws + kn * crs, (kpb - kn) * crs);
     if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
     __syncthreads();
     ember_copy(ws, w + (long long)k0 * crs, kn * crs);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // pairs per warp, warps per group of 4 channels
-    constexpr int SLOTS = 32 / SPLIT, WPG = SPLIT >= 4 ? SPLIT / 4 : 1;
     const int part = lane / SLOTS, slot = lane % SLOTS;
     const int kg = warp / WPG, kw = k0 + 4 * kg;
     const int pairsW = (POW + 1) >> 1, pairs = POH * pairsW;
