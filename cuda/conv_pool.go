@@ -162,6 +162,14 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
 		return
 	}
+	// The register-tiled kernels read the pooled gradient itself: no
+	// unpooled dyt, and the bias gradient from the pooled one.
+	if b.convBackwardRT(op, pdx, pdw, px, pw, rtSource{dy: pdy, y: py, argmax: pa, pp: s.pp}, c) {
+		if wantDB {
+			b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
+		}
+		return
+	}
 	dyt := b.workspace(op, 4*c.yLen)
 	defer b.release(dyt)
 	if wantDB && c.yLen < 1<<30 {

@@ -116,8 +116,9 @@ func (b *Backend) launchRTForward(op string, f *Function, py, pa, px, pw, pbias 
 		i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, s.c.ow), i32arg(op, s.p.OutH()), i32arg(op, s.p.OutW())}))
 }
 
-// rtDW is the register-tiled weight-gradient kernel for c, or nil.
-func (b *Backend) rtDW(c convShape) *Function {
+// rtDW is the register-tiled weight-gradient kernel for c (reading the
+// pooled gradient when pooled), or nil.
+func (b *Backend) rtDW(c convShape, pooled bool) *Function {
 	g := c.g
 	if b.noConvRT || !rtKernelSize(c) || !rtManyChannels(c) {
 		return nil
@@ -127,14 +128,25 @@ func (b *Backend) rtDW(c convShape) *Function {
 	if g.C*hp*xs+round4(g.K)*c.oh*round4(c.ow) > rtSmemFloats {
 		return nil
 	}
-	if g.R == 5 {
-		return b.k.convDWRT[0]
-	}
-	return b.k.convDWRT[1]
+	return b.k.convDWRT[rtVariant(g, pooled)]
 }
 
-// rtDX is the register-tiled input-gradient kernel for c, or nil.
-func (b *Backend) rtDX(c convShape) *Function {
+// rtVariant indexes the backward kernels: 5x5, 3x3, then their pooled
+// forms.
+func rtVariant(g tensor.ConvGeom, pooled bool) int {
+	i := 0
+	if g.R == 3 {
+		i = 1
+	}
+	if pooled {
+		i += 2
+	}
+	return i
+}
+
+// rtDX is the register-tiled input-gradient kernel for c (reading the
+// pooled gradient when pooled), or nil.
+func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 	g := c.g
 	if b.noConvRT || !rtKernelSize(c) || !rtManyChannels(c) || g.PadH > g.R-1 || g.PadW > g.S-1 {
 		return nil
@@ -143,10 +155,7 @@ func (b *Backend) rtDX(c convShape) *Function {
 	if g.K*g.R*g.S*4+g.K*c.oh*ds > rtSmemFloats {
 		return nil
 	}
-	if g.R == 5 {
-		return b.k.convDXRT[0]
-	}
-	return b.k.convDXRT[1]
+	return b.k.convDXRT[rtVariant(g, pooled)]
 }
 
 // rtGroups is how many image groups the weight gradient is split into (one
@@ -155,32 +164,52 @@ func (b *Backend) rtDX(c convShape) *Function {
 // copies of dw; 64 groups at batch 64 cost 3.2 MB more at the peak).
 func rtGroups(n int) int { return min(n, 128, max(32, (n+7)/8)) }
 
+// rtSource is where the backward kernels read the output gradient: dyt
+// [K, N·P], or the pooled gradient of a fused convolution + ReLU + pooling
+// with its output and argmax (see ember_dy_source).
+type rtSource struct {
+	dyt           uintptr
+	dy, y, argmax uintptr
+	pp            int
+}
+
+func (r rtSource) pooled() bool { return r.dyt == 0 }
+
+// args are the source's kernel arguments.
+func (r rtSource) args(op string) []any {
+	if r.pooled() {
+		return []any{r.dy, r.y, r.argmax, i32arg(op, r.pp)}
+	}
+	return []any{r.dyt}
+}
+
 // convBackwardRT queues dw += and dx = (either may be 0: not wanted) from
-// dyt [K, N·P] with the register-tiled kernels, and reports whether it
-// could; when not, nothing was queued.
-func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw, dyt uintptr, c convShape) bool {
+// src with the register-tiled kernels, and reports whether it could; when
+// not, nothing was queued. With both, the weight gradient runs on the side
+// stream (see sideLane) while the input gradient runs on the main one.
+func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSource, c convShape) bool {
 	if c.g.N == 0 {
 		return false
 	}
 	var fdw, fdx *Function
 	if pdw != 0 {
-		if fdw = b.rtDW(c); fdw == nil {
+		if fdw = b.rtDW(c, src.pooled()); fdw == nil {
 			return false
 		}
 	}
 	if pdx != 0 {
-		if fdx = b.rtDX(c); fdx == nil {
+		if fdx = b.rtDX(c, src.pooled()); fdx == nil {
 			return false
 		}
 	}
 	g := c.g
-	n, cc, h, w, k := i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K)
-	ph, pw2, oh, ow := i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, c.oh), i32arg(op, c.ow)
+	dims := []any{i32arg(op, g.N), i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K),
+		i32arg(op, g.PadH), i32arg(op, g.PadW), i32arg(op, c.oh), i32arg(op, c.ow)}
 	weightGrad := func(ex executor, ws uintptr, groups, per int) {
 		tasks := (g.K + 3) / 4 * g.C * g.R // EMBER_RT_DW_KT = 4 output channels per task
 		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
-		devCheck(op, ex.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws, dyt, px,
-			n, cc, h, w, k, ph, pw2, oh, ow, i32arg(op, per)}))
+		args := append(append(append([]any{ws}, src.args(op)...), px), dims...)
+		devCheck(op, ex.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, i32arg(op, per))))
 		devCheck(op, ex.launch(b.k.addParts, gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
 			[]any{pdw, ws, int64(c.wLen), i32arg(op, groups)}))
 	}
@@ -188,8 +217,8 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw, dyt uintptr, c con
 		positions := g.H * ((g.W + 3) / 4)
 		warps := min((positions+3)/4, 16) // 4 positions per warp
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
-		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, []any{pdx, dyt, pw,
-			n, cc, h, w, k, ph, pw2, oh, ow}))
+		args := append(append(append([]any{pdx}, src.args(op)...), pw), dims...)
+		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, args))
 	}
 	if fdw == nil {
 		inputGrad()

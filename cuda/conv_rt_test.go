@@ -39,7 +39,7 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 	} {
 		p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 		c := convShapeOf("test", g)
-		if b.rtDW(c) == nil || b.rtDX(c) == nil || b.rtForward(c, convPoolShapeOf("test", g, p)) == nil {
+		if b.rtDW(c, true) == nil || b.rtDX(c, true) == nil || b.rtDW(c, false) == nil || b.rtDX(c, false) == nil || b.rtForward(c, convPoolShapeOf("test", g, p)) == nil {
 			t.Fatalf("%s: the register-tiled kernels do not take this geometry", geomName(g))
 		}
 		yLen := g.N * g.K * p.OutH() * p.OutW()

@@ -70,7 +70,7 @@ type kernels struct {
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
 	crossEntropy, argmax                      *Function
 	convReLUPoolRT, convReLUPoolRT3           [3]*Function // 5x5 and 3x3, by lanes per sum 1, 4, 8
-	convDWRT, convDXRT                        [2]*Function // 5x5, 3x3
+	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
 	addParts                                  *Function
 }
 
@@ -135,8 +135,12 @@ func (k *kernels) table() []struct {
 		{&k.convReLUPoolRT3[2], "ember_conv_relu_pool_rt_3x3_s8"},
 		{&k.convDWRT[0], "ember_conv_dw_rt_5x5"},
 		{&k.convDWRT[1], "ember_conv_dw_rt_3x3"},
+		{&k.convDWRT[2], "ember_conv_dw_rt_pooled_5x5"},
+		{&k.convDWRT[3], "ember_conv_dw_rt_pooled_3x3"},
 		{&k.convDXRT[0], "ember_conv_dx_rt_5x5"},
 		{&k.convDXRT[1], "ember_conv_dx_rt_3x3"},
+		{&k.convDXRT[2], "ember_conv_dx_rt_pooled_5x5"},
+		{&k.convDXRT[3], "ember_conv_dx_rt_pooled_3x3"},
 		{&k.addParts, "ember_add_parts"},
 	}
 }

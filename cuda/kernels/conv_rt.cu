@@ -108,6 +108,63 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
     }
 }
 
+// Where the backward kernels read the convolution output's gradient: dyt
+// [K, N, OH*OW] (dense), or, from a fused convolution + ReLU + pooling, the
+// pooled gradient dy [N, K, PP] with the pooled output y and argmax
+// (positions oh*OW+ow), scattered into the zeroed shared rows: the gradient
+// reaches a position only as its window's argmax, and only where the pooled
+// value is positive (unpool_t's rule). Reading the pooled arrays (3 of N*K*PP)
+// instead of the unpooled one saves writing and reading it twice (13 MB at
+// LeNet's conv2, batch 1024).
+struct ember_dy_source {
+    const float* dyt;     // dense, or null
+    const float* dy;      // pooled
+    const float* y;
+    const int* argmax;
+    int PP;
+};
+
+// ember_fill_dy fills rows [(o-o0)*OH + oh] (stride `stride`, columns from
+// `off`) of dys for channels [o0, o1) of image n. The pooled form zeroes the
+// rows first and synchronises the block (every thread must call it).
+__device__ __forceinline__ void ember_fill_dy(float* dys, int stride, int off, const ember_dy_source& src, long long n,
+                                              int N, int K, int o0, int o1, int OH, int OW) {
+    const int P = OH * OW;
+    if (src.dyt != 0) {
+        ember_copy_rows(dys + off, stride, (o1 - o0) * OH, OW, [&](int i) {
+            const int o = o0 + i / OH;
+            return src.dyt + ((long long)o * N + n) * P + (i - (o - o0) * OH) * OW;
+        });
+        return;
+    }
+    ember_zero(dys, (o1 - o0) * OH * stride);
+    __syncthreads();
+    const int m = (o1 - o0) * src.PP;
+    const long long base = (n * K + o0) * src.PP;
+    for (int e0 = threadIdx.x; e0 < m; e0 += EMBER_RT_LOADS * blockDim.x) {
+        float v[EMBER_RT_LOADS];
+        int at[EMBER_RT_LOADS];
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int e = e0 + j * blockDim.x;
+            v[j] = 0.0f;
+            at[j] = 0;
+            if (e < m) {
+                at[j] = src.argmax[base + e];
+                if (src.y[base + e] > 0.0f) v[j] = src.dy[base + e];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int e = e0 + j * blockDim.x;
+            if (e < m && v[j] != 0.0f) {
+                const int ol = e / src.PP, oh = at[j] / OW;
+                dys[(ol * OH + oh) * stride + off + at[j] - oh * OW] = v[j];
+            }
+        }
+    }
+}
+
 // Row stride of the forward's image: the padded width, and room for the
 // 8-float loads of the last strip of four columns.
 __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return ember_round4(ember_imax(WP, 2 * POW + 6)); }
@@ -281,14 +338,13 @@ extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s8(float* y, int* argmax,
 __device__ __forceinline__ int ember_rt_dw_stride(int WP, int OW) { return ember_round4(ember_imax(WP, ember_round4(OW) + 4)); }
 
 template <int R, int S>
-__device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, const float* x, int N, int C, int H, int W,
-                                           int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
+__device__ __forceinline__ void conv_dw_rt(float* partial, const ember_dy_source src, const float* x, int N, int C,
+                                           int H, int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
     const int HP = H + 2 * PH, WP = W + 2 * PW;
     const int XS = ember_rt_dw_stride(WP, OW), OWS = ember_round4(OW);
     const int KT = EMBER_RT_DW_KT, KP = (K + KT - 1) / KT * KT;
-    const int P = OH * OW;
     float* img = smem;                 // [C][HP][XS]
     float* dys = smem + C * HP * XS;   // [o1-o0][OH][OWS]
     const int tasks = KP / KT * C * R;
@@ -313,14 +369,11 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
     if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
     if (OWS != OW || o1 > K) ember_zero(dys, (o1 - o0) * OH * OWS);
     __syncthreads();
-    const int oRows = ((o1 < K ? o1 : K) - o0) * OH;  // rows of real channels
+    const int oReal = o1 < K ? o1 : K;  // channels beyond K stay zero
     for (int n = n0; n < n1; n++) {
         __syncthreads();
         ember_copy_image(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
-        ember_copy_rows(dys, OWS, oRows, OW, [&](int i) {
-            const int o = o0 + i / OH;
-            return dyt + ((long long)o * N + n) * P + (i - (o - o0) * OH) * OW;
-        });
+        ember_fill_dy(dys, OWS, 0, src, n, N, K, o0, oReal, OH, OW);
         __syncthreads();
         if (!valid) continue;
         for (int oh = 0; oh < OH; oh++) {
@@ -355,12 +408,26 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const float* dyt, con
 
 extern "C" __global__ void ember_conv_dw_rt_5x5(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
-    conv_dw_rt<5, 5>(partial, dyt, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+    conv_dw_rt<5, 5>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 
 extern "C" __global__ void ember_conv_dw_rt_3x3(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
-    conv_dw_rt<3, 3>(partial, dyt, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+    conv_dw_rt<3, 3>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+}
+
+extern "C" __global__ void ember_conv_dw_rt_pooled_5x5(float* partial, const float* dy, const float* y,
+                                                       const int* argmax, int PP, const float* x, int N, int C, int H,
+                                                       int W, int K, int PH, int PW, int OH, int OW,
+                                                       int imagesPerGroup) {
+    conv_dw_rt<5, 5>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
+}
+
+extern "C" __global__ void ember_conv_dw_rt_pooled_3x3(float* partial, const float* dy, const float* y,
+                                                       const int* argmax, int PP, const float* x, int N, int C, int H,
+                                                       int W, int K, int PH, int PW, int OH, int OW,
+                                                       int imagesPerGroup) {
+    conv_dw_rt<3, 3>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 
 // dst[i] += partial[i] + partial[rows + i] + ... (parts of them, in order),
@@ -389,13 +456,12 @@ __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) 
 }
 
 template <int R, int S>
-__device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const float* w, int N, int C, int H, int W,
-                                           int K, int PH, int PW, int OH, int OW) {
+__device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src, const float* w, int N, int C, int H,
+                                           int W, int K, int PH, int PW, int OH, int OW) {
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
     const int off = S - 1 - PW;
     const int DS = ember_rt_dx_stride(OW, W, S, PW);
-    const int P = OH * OW;
     const int c0 = blockIdx.y * 4;
     float* wt = smem;                 // [K][R][S][4]
     float* dys = smem + K * R * S * 4;  // [K][OH][DS]
@@ -418,10 +484,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
-        ember_copy_rows(dys + off, DS, K * OH, OW, [&](int i) {
-            const int o = i / OH;
-            return dyt + ((long long)o * N + n) * P + (i - o * OH) * OW;
-        });
+        ember_fill_dy(dys, DS, off, src, n, N, K, 0, K, OH, OW);
         __syncthreads();
         for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
             const int p = base + slot;
@@ -472,10 +535,22 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const float* dyt, const fl
 
 extern "C" __global__ void ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
-    conv_dx_rt<5, 5>(dx, dyt, w, N, C, H, W, K, PH, PW, OH, OW);
+    conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 
 extern "C" __global__ void ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
-    conv_dx_rt<3, 3>(dx, dyt, w, N, C, H, W, K, PH, PW, OH, OW);
+    conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
+}
+
+extern "C" __global__ void ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
+                                                       int PP, const float* w, int N, int C, int H, int W, int K, int PH,
+                                                       int PW, int OH, int OW) {
+    conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
+}
+
+extern "C" __global__ void ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
+                                                       int PP, const float* w, int N, int C, int H, int W, int K, int PH,
+                                                       int PW, int OH, int OW) {
+    conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
