@@ -93,11 +93,15 @@ type Backend struct {
 // the main stream wait for the side's; both are events, so the host never
 // blocks, and a graph capture of the main stream takes the side's work in
 // as a parallel branch. Only the backend's own kernels run there (no
-// cuBLAS). mu keeps the fork...join sequences of concurrent callers apart.
+// cuBLAS). It is used while a graph is captured only (capturing): launched
+// eagerly, the four event calls of a fork and join cost the host more than
+// the overlap saves on the device. mu keeps the fork...join sequences of
+// concurrent callers apart.
 type sideLane struct {
 	mu             sync.Mutex
 	stream         Stream
 	forkEv, joinEv Event
+	capturing      atomic.Bool
 }
 
 // openSideLane makes the side stream and its events.
@@ -408,11 +412,11 @@ type gpuExec struct {
 }
 
 // parallel queues side on the side lane's stream and main on this one
-// between a fork and a join (see sideLane). Without a side lane both go to
-// this stream, side first.
+// between a fork and a join (see sideLane). Without a side lane, or outside
+// a graph capture, both go to this stream, side first.
 func (g *gpuExec) parallel(side func(x executor), main func()) error {
 	l := g.side
-	if l == nil {
+	if l == nil || !l.capturing.Load() {
 		side(g)
 		main()
 		return nil

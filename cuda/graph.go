@@ -57,6 +57,10 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 				}
 			}
 		}()
+		if b.side != nil {
+			b.side.capturing.Store(true)
+			defer b.side.capturing.Store(false)
+		}
 		f()
 		return nil
 	}()
