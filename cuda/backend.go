@@ -784,11 +784,18 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 		b.launch(op, b.k.scale, c.Len, pc, beta, int64(c.Len))
 		return
 	}
+	b.matmul(op, pc, pa, pb, 0, m, n, k, transA, transB, alpha, beta)
+}
+
+// matmul queues c = alpha·A·B + beta·c (+ bias[j] on every row when pbias is
+// not 0) for k > 0: small products in one launch of our own, the rest with
+// cuBLAS (and AddBias's kernel for the bias).
+func (b *Backend) matmul(op string, pc, pa, pb, pbias uintptr, m, n, k int, transA, transB bool, alpha, beta float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if m*n <= smallGEMMOutputs && m*n*k <= smallGEMM {
-		if k <= 128 { // 32 outputs per block of 32x8 threads
+	if smallProduct(m, n, k) {
+		if k <= 128 && pbias == 0 { // 32 outputs per block of 32x8 threads
 			grid := Dim3{X: min((m*n+31)/32, maxGrid), Y: 1, Z: 1}
 			devCheck(op, b.x.launch(b.k.gemmSmallT, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
 				flag(transA), flag(transB), alpha, beta}))
@@ -796,7 +803,7 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 		}
 		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output
 		b.launchGrid(op, b.k.gemmSmall, blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
-			flag(transA), flag(transB), alpha, beta)
+			flag(transA), flag(transB), alpha, beta, pbias)
 		return
 	}
 	lda, ldb := k, n
@@ -807,6 +814,96 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 		ldb = k
 	}
 	b.gemm(op, transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n)
+	if pbias != 0 {
+		b.launch(op, b.k.addBias, m*n, pc, pbias, int64(m*n), int64(n), int64(1))
+	}
+}
+
+// smallProduct says whether MatMul gives an m x n x k product to its own
+// kernels instead of cuBLAS.
+func smallProduct(m, n, k int) bool { return m*n <= smallGEMMOutputs && m*n*k <= smallGEMM }
+
+// Linear implements tensor.LinearBackend: for a small layer (LeNet's fc2)
+// the product and the bias are one launch.
+func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
+	const op = "linear"
+	need(op, "y", y, n*out)
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	py, px, pw := b.f32(op, y), b.f32(op, x), b.f32(op, w)
+	var pbias uintptr
+	if !bias.Empty() {
+		need(op, "bias", bias, out)
+		pbias = b.f32(op, bias)
+	}
+	if in == 0 {
+		// No products: y = 0 (+ bias), as MatMul and AddBias do.
+		b.launch(op, b.k.scale, n*out, py, float32(0), int64(n*out))
+		if pbias != 0 && n*out > 0 {
+			b.launch(op, b.k.addBias, n*out, py, pbias, int64(n*out), int64(out), int64(1))
+		}
+		return
+	}
+	b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
+}
+
+// LinearGrads implements tensor.LinearBackend: when all three products are
+// small (LeNet's fc2 at batch 64), dx, dw and db are one launch of
+// ember_linear_grads_small; otherwise two MatMuls and BiasGrad.
+func (b *Backend) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
+	const op = "linear_grads"
+	need(op, "g", g, n*out)
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	var pdx, pdw, pdb uintptr
+	if !dx.Empty() {
+		need(op, "dx", dx, n*in)
+		pdx = b.f32(op, dx)
+	}
+	if !dw.Empty() {
+		need(op, "dw", dw, out*in)
+		pdw = b.f32(op, dw)
+	}
+	if !db.Empty() {
+		need(op, "db", db, out)
+		pdb = b.f32(op, db)
+	}
+	if n == 0 || in == 0 || out == 0 || out > 128 || n > 128 || !smallProduct(n, in, out) || !smallProduct(out, in, n) {
+		if pdx != 0 {
+			b.MatMul(dx, g, w, n, in, out, false, false, 1, beta32(accX))
+		}
+		if pdw != 0 {
+			b.MatMul(dw, g, x, out, in, n, true, false, 1, beta32(accW))
+		}
+		if pdb != 0 {
+			b.BiasGrad(db, g, n, out, 1, accB)
+		}
+		return
+	}
+	var blocksX, blocksW, blocksB int
+	if pdx != 0 {
+		blocksX = min((n*in+31)/32, maxGrid)
+	}
+	if pdw != 0 {
+		blocksW = min((out*in+31)/32, maxGrid)
+	}
+	if pdb != 0 {
+		blocksB = (out + 31) / 32
+	}
+	if blocksX+blocksW+blocksB == 0 {
+		return
+	}
+	grid := Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1}
+	devCheck(op, b.x.launch(b.k.linearGradsSmall, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w),
+		i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
+}
+
+// beta32 is a GEMM's beta for an accumulate flag.
+func beta32(acc bool) float32 {
+	if acc {
+		return 1
+	}
+	return 0
 }
 
 // smallGEMM and smallGEMMOutputs bound the products that MatMul gives

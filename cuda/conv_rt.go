@@ -98,7 +98,8 @@ func rtChannelsPerBlock(g tensor.ConvGeom) int {
 
 // rtImageBlocks caps the images a forward or input-gradient grid covers at
 // once: larger batches loop, so that the weights a block copies serve
-// several images.
+// several images. (At batch 1024: 128 took 0.044 s per epoch, 256 and 512
+// 0.042, 1024 0.043.)
 const rtImageBlocks = 256
 
 // launchRTForward queues the register-tiled forward: rtChannelsPerBlock

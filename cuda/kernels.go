@@ -71,7 +71,7 @@ type kernels struct {
 	crossEntropy, argmax                      *Function
 	convReLUPoolRT, convReLUPoolRT3           [3]*Function // 5x5 and 3x3, by lanes per sum 1, 4, 8
 	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
-	addParts                                  *Function
+	addParts, linearGradsSmall                *Function
 }
 
 // table lists each field with the extern "C" name of its kernel.
@@ -142,6 +142,7 @@ func (k *kernels) table() []struct {
 		{&k.convDXRT[2], "ember_conv_dx_rt_pooled_5x5"},
 		{&k.convDXRT[3], "ember_conv_dx_rt_pooled_3x3"},
 		{&k.addParts, "ember_add_parts"},
+		{&k.linearGradsSmall, "ember_linear_grads_small"},
 	}
 }
 

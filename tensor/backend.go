@@ -108,6 +108,21 @@ type BiasReLUBackend interface {
 	BiasReLUBackward(g, db, dy, y Buffer, outer, channels int, accumulate bool)
 }
 
+// LinearBackend is implemented by backends that run a linear layer's
+// product and bias, and its three gradients, as fewer operations than
+// MatMul, AddBias and BiasGrad (the CUDA backend: one launch each for small
+// layers). Linear uses it when the backend has it; the results are those
+// of the composed operations up to the order of the sums.
+type LinearBackend interface {
+	// Linear sets y [n, out] = x [n, in] · wᵀ (w [out, in]) + bias[o] on
+	// every row (no bias when bias is empty).
+	Linear(y, x, w, bias Buffer, n, in, out int)
+	// LinearGrads sets, or adds to when the flag is set, dx [n, in] = g·w,
+	// dw [out, in] = gᵀ·x and db [out] = the sums of g's [n, out] rows;
+	// each is skipped when its buffer is empty.
+	LinearGrads(dx, dw, db, g, x, w Buffer, n, in, out int, accX, accW, accB bool)
+}
+
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).
 type PoolGeom struct {
 	N, C, H, W       int

@@ -98,18 +98,34 @@ func Linear(x, w, b *Tensor) *Tensor {
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
-	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+	lb, fused := be.(LinearBackend)
+	var bias Buffer
 	if b != nil {
-		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
+		bias = b.buffer()
+	}
+	if fused {
+		lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF)
+	} else {
+		be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+		if b != nil {
+			be.AddBias(out.buffer(), bias, n, outF, 1)
+		}
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
-		linearGrads(g, x, w, dx, dw, accX, accW)
+		var db Buffer
+		var accB bool
 		if b != nil {
-			if db, acc := e.sink(b); !db.Empty() {
-				be.BiasGrad(db, g.buffer(), n, outF, 1, acc)
-			}
+			db, accB = e.sink(b)
+		}
+		if fused {
+			lb.LinearGrads(dx, dw, db, g.buffer(), x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
+			return
+		}
+		linearGrads(g, x, w, dx, dw, accX, accW)
+		if !db.Empty() {
+			be.BiasGrad(db, g.buffer(), n, outF, 1, accB)
 		}
 	}, x, w, b)
 	return out

@@ -199,12 +199,14 @@ extern "C" __global__ void ember_bias_grad_finish(float* db, const float* partia
 // gemm_small: c[i, j] = alpha * sum_p A(i, p) B(p, j) (+ beta * c[i, j]) in
 // row-major storage, A(i, p) = transA ? a[p*m + i] : a[i*k + p] and
 // B(p, j) = transB ? b[j*k + p] : b[p*n + j]; with beta == 0, c is not read
-// (it may hold NaN). One warp per output: lanes take p = lane, lane+32, ...
+// (it may hold NaN); bias, when not null, is added to every row (a linear
+// layer's bias, as AddBias does after the product). One warp per output:
+// lanes take p = lane, lane+32, ...
 // and a xor tree adds them (deterministic). For products too small to fill
 // the GPU, where cuBLAS's split-K kernel and its reduction cost two launches
 // (LeNet's fc2: 64 x 10 x 500 took 11 us, this one launch about 2 us).
 extern "C" __global__ void ember_gemm_small(float* c, const float* a, const float* b, int m, int n, int k, int transA,
-                                            int transB, float alpha, float beta) {
+                                            int transB, float alpha, float beta, const float* bias) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long total = (long long)m * n;
@@ -220,6 +222,7 @@ extern "C" __global__ void ember_gemm_small(float* c, const float* a, const floa
         if (lane == 0) {
             float v = alpha * s;
             if (beta != 0.0f) v = v + beta * c[o];
+            if (bias != 0) v = v + bias[j];  // after the product, as AddBias
             c[o] = v;
         }
     }
@@ -231,17 +234,21 @@ extern "C" __global__ void ember_gemm_small(float* c, const float* a, const floa
 // (consecutive columns j, so B's rows are read coalesced and A's element is
 // the same across most of a warp); the 8 rows of threads split the sum over
 // p and add their parts through shared memory in a fixed order.
-extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const float* b, int m, int n, int k,
-                                              int transA, int transB, float alpha, float beta) {
+// gemm_small_t_body runs ember_gemm_small_t's product on the blocks
+// [first, first+count) of the grid (a of null means A(i, p) = 1: sums of B's
+// columns).
+__device__ __forceinline__ void gemm_small_t_body(float* c, const float* a, const float* b, int m, int n, int k,
+                                                  int transA, int transB, float alpha, float beta, int first,
+                                                  int count) {
     __shared__ float part[8][32];
     const long long total = (long long)m * n;
-    for (long long o0 = (long long)blockIdx.x * 32; o0 < total; o0 += (long long)gridDim.x * 32) {
+    for (long long o0 = (long long)(blockIdx.x - first) * 32; o0 < total; o0 += (long long)count * 32) {
         const long long o = o0 + threadIdx.x;
         float s = 0.0f;
         if (o < total) {
             const int i = (int)(o / n), j = (int)(o - (long long)i * n);
             for (int p = threadIdx.y; p < k; p += 8) {
-                const float av = transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
+                const float av = a == 0 ? 1.0f : transA ? a[(long long)p * m + i] : a[(long long)i * k + p];
                 const float bv = transB ? b[(long long)j * k + p] : b[(long long)p * n + j];
                 s = __fmaf_rn(av, bv, s);
             }
@@ -256,5 +263,29 @@ extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const fl
             c[o] = v;
         }
         __syncthreads();
+    }
+}
+
+extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const float* b, int m, int n, int k,
+                                              int transA, int transB, float alpha, float beta) {
+    gemm_small_t_body(c, a, b, m, n, k, transA, transB, alpha, beta, 0, gridDim.x);
+}
+
+// linear_grads_small: the three gradients of a small linear layer y = x·wᵀ
+// + bias (x [n, in], w [out, in], g = dy [n, out]) in one launch, as three
+// gemm_small_t products on consecutive ranges of blocks: dx = g·w on the
+// first blocksX, dw = gᵀ·x on the next blocksW, db = the column sums of g on
+// the rest; each is skipped when its pointer is null, and added to when its
+// beta is 1. LeNet's fc2 backward: one launch instead of three.
+extern "C" __global__ void ember_linear_grads_small(float* dx, float* dw, float* db, const float* g, const float* x,
+                                                    const float* w, int n, int in, int out, float betaX, float betaW,
+                                                    float betaB, int blocksX, int blocksW) {
+    const int bid = blockIdx.x;
+    if (bid < blocksX) {
+        gemm_small_t_body(dx, g, w, n, in, out, 0, 0, 1.0f, betaX, 0, blocksX);
+    } else if (bid < blocksX + blocksW) {
+        gemm_small_t_body(dw, g, x, out, in, n, 1, 0, 1.0f, betaW, blocksX, blocksW);
+    } else {
+        gemm_small_t_body(db, 0, g, 1, out, n, 0, 0, 1.0f, betaB, blocksX + blocksW, gridDim.x - blocksX - blocksW);
     }
 }

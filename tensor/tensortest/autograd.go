@@ -495,14 +495,17 @@ func autogradCases() []agCase {
 			},
 		})
 	}
-	for _, bias := range []bool{true, false} {
-		n, inF, outF := 7, 33, 10
-		name := "Linear"
+	// Linear: a small layer (one launch each way on a GPU backend), one with
+	// more rows than those launches take, and one for a BLAS.
+	for i, d := range [][3]int{{7, 33, 10}, {7, 33, 10}, {130, 40, 12}, {64, 800, 500}} {
+		bias := i != 1
+		n, inF, outF := d[0], d[1], d[2]
+		name := fmt.Sprintf("Linear/%dx%d·%dx%d", n, inF, inF, outF)
 		ins := []agInput{in(true, n, inF), in(true, outF, inF)}
 		if bias {
 			ins = append(ins, in(true, outF))
 		} else {
-			name += "/no bias"
+			name += " no bias"
 		}
 		cases = append(cases, agCase{
 			name: name, inputs: ins, tol: tolAG,
