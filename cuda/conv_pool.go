@@ -199,6 +199,10 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
 }
 
+// dwImageFloats is the image buffer of the one-channel weight-gradient
+// kernels, in floats (EMBER_DW_IMAGE_FLOATS).
+const dwImageFloats = 4096
+
 // tileFloats is the shared memory of the tiled kernels, in floats
 // (EMBER_TILE_FLOATS).
 const tileFloats = 12288
@@ -253,7 +257,7 @@ func (b *Backend) fixedForward(c convShape, s convPoolShape) (*Function, int) {
 // input channel, stride 1, the padded image in shared memory), or nil.
 func (b *Backend) fixedDW(c convShape) *Function {
 	g := c.g
-	if g.C != 1 || g.StrideH != 1 || g.StrideW != 1 || (g.H+2*g.PadH)*(g.W+2*g.PadW) > tileFloats {
+	if g.C != 1 || g.StrideH != 1 || g.StrideW != 1 || (g.H+2*g.PadH)*(g.W+2*g.PadW) > dwImageFloats {
 		return nil
 	}
 	switch {
@@ -275,9 +279,9 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	var parts int
 	var ws Block
 	if f := b.fixedDW(c); f != nil {
-		// One part per group of images: one image per block up to 128
-		// images, else 128 groups.
-		per := (g.N + 127) / 128
+		// One part per group of images: one image per block up to 512
+		// images, else 512 groups.
+		per := (g.N + 511) / 512
 		parts = (g.N + per - 1) / per
 		ws = b.workspace(op, 4*rows*parts)
 		const warps = blockSize / 32 // one per output channel

@@ -75,3 +75,71 @@ __device__ double ember_block_sum_d(double v) {
     __syncthreads();
     return s;
 }
+
+// Shared-memory fills by the whole block. Each thread issues up to
+// EMBER_RT_LOADS global loads before it stores any, so that their latencies
+// overlap, and divides at most once per row: one dependent load at a time,
+// with two integer divisions per element, made the copies cost more than
+// the arithmetic at LeNet's conv2.
+#define EMBER_RT_LOADS 8
+
+// ember_zero clears n floats.
+__device__ __forceinline__ void ember_zero(float* dst, int n) {
+    for (int t = threadIdx.x; t < n; t += blockDim.x) dst[t] = 0.0f;
+}
+
+// ember_copy copies n contiguous floats.
+__device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) {
+    for (int t0 = threadIdx.x; t0 < n; t0 += EMBER_RT_LOADS * blockDim.x) {
+        float v[EMBER_RT_LOADS];
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int t = t0 + j * blockDim.x;
+            v[j] = t < n ? src[t] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < EMBER_RT_LOADS; j++) {
+            const int t = t0 + j * blockDim.x;
+            if (t < n) dst[t] = v[j];
+        }
+    }
+}
+
+// ember_copy_rows copies rows of width floats, one row per thread: row i
+// from src(i) to dst + i*dstStride. Elements around the rows are left as
+// they are (zeroed once, they stay zero).
+template <typename F>
+__device__ __forceinline__ void ember_copy_rows(float* dst, int dstStride, int rows, int width, F src) {
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+        const float* s = src(i);
+        float* d = dst + i * dstStride;
+        for (int j0 = 0; j0 < width; j0 += EMBER_RT_LOADS) {
+            float v[EMBER_RT_LOADS];
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < width ? s[j0 + j] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++)
+                if (j0 + j < width) d[j0 + j] = v[j];
+        }
+    }
+}
+
+// ember_copy_image copies image x [C, H, W] into the interior of img [C,
+// H+2PH, XS] (rows start at column PW), whose padding was zeroed.
+__device__ __forceinline__ void ember_copy_image(float* img, const float* x, int C, int H, int W, int PH, int PW,
+                                                 int XS) {
+    // Row i = c*H + h goes to padded row c*(H+2PH) + h + PH = i + c*2PH + PH.
+    for (int i = threadIdx.x; i < C * H; i += blockDim.x) {
+        const int c = i / H;
+        const float* s = x + (long long)i * W;
+        float* d = img + (i + c * 2 * PH + PH) * XS + PW;
+        for (int j0 = 0; j0 < W; j0 += EMBER_RT_LOADS) {
+            float v[EMBER_RT_LOADS];
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < W ? s[j0 + j] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < EMBER_RT_LOADS; j++)
+                if (j0 + j < W) d[j0 + j] = v[j];
+        }
+    }
+}

@@ -529,17 +529,23 @@ extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c4(float* y, int* argmax
 // channel into R*S+1 registers; after the group, the warp reduces them by
 // xor trees into partial[row*parts + j] for group j (rows as in
 // ember_conv_pool_dw_direct; ember_conv_pool_dw_finish adds the parts).
-// Several images per block at large batches: one image each made 1024 warp
-// reductions of 26 sums per channel at batch 1024 (66 us for 74 M
-// multiply-adds).
+// Two images per block at batch 1024 (one image each made 1024 warp
+// reductions of 26 sums per channel: 66 us for 74 M multiply-adds; eight,
+// with a 48 KiB image buffer and one load in flight per thread, 53 us).
+#define EMBER_DW_IMAGE_FLOATS 4096  // 16 KiB: a padded image up to 64x64; more blocks per SM than 48 KiB
+
 template <int R, int S>
 __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* dy, const float* y, const int* argmax,
                                                    const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
                                                    int PP, int imagesPerBlock) {
-    __shared__ float img[EMBER_TILE_FLOATS];
+    __shared__ float img[EMBER_DW_IMAGE_FLOATS];
     const int WP = W + 2 * PW;
     const int lane = threadIdx.x & 31;
     const int k = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (PH != 0 || PW != 0) {  // the padding, written once (copies fill the interior)
+        ember_zero(img, (H + 2 * PH) * WP);
+        __syncthreads();
+    }
     float acc[R * S + 1];
 #pragma unroll
     for (int t = 0; t <= R * S; t++) acc[t] = 0.0f;
@@ -547,7 +553,7 @@ __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* 
     const int n1 = n0 + imagesPerBlock < N ? n0 + imagesPerBlock : N;
     for (int n = n0; n < n1; n++) {
         __syncthreads();  // the previous image is no longer read
-        load_padded_image(img, x + (long long)n * H * W, 1, H, W, PH, PW);
+        ember_copy_image(img, x + (long long)n * H * W, 1, H, W, PH, PW, WP);
         __syncthreads();
         if (k >= K) continue;  // the whole warp
         const long long base = ((long long)n * K + k) * PP;
