@@ -531,8 +531,8 @@ extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c4(float* y, int* argmax
 // ember_conv_pool_dw_direct; ember_conv_pool_dw_finish adds the parts).
 // Eight images per block at batch 1024: one image each made 1024 warp
 // reductions of 26 sums per channel (66 us for 74 M multiply-adds; 53 us
-// now, bound by something this comment's author did not find: neither the
-// image copies nor the number of blocks changed it).
+// now; what bounds it is not known: neither faster image copies nor four
+// times the blocks changed it).
 #define EMBER_DW_IMAGE_FLOATS 4096  // 16 KiB: a padded image up to 64x64; more blocks per SM than 48 KiB
 
 template <int R, int S>
