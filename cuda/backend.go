@@ -397,9 +397,10 @@ type executor interface {
 	copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error
 	copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error
 	synchronize() error
-	// parallel queues side with an executor that runs concurrently with
-	// this one (another stream) and main on this one; work queued after it
-	// returns waits for both. side may only launch kernels.
+	// parallel queues side with an executor that may run concurrently
+	// with this one (another stream, while a graph is captured) and main on
+	// this one; work queued after it returns waits for both. side may only
+	// launch kernels.
 	parallel(side func(x executor), main func()) error
 }
 
@@ -414,7 +415,7 @@ type gpuExec struct {
 // parallel queues side on the side lane's stream and main on this one
 // between a fork and a join (see sideLane). Without a side lane, or outside
 // a graph capture, both go to this stream, side first.
-func (g *gpuExec) parallel(side func(x executor), main func()) error {
+func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 	l := g.side
 	if l == nil || !l.capturing.Load() {
 		side(g)
@@ -429,12 +430,22 @@ func (g *gpuExec) parallel(side func(x executor), main func()) error {
 	if err := g.dev.StreamWaitEvent(l.stream, l.forkEv); err != nil {
 		return err
 	}
+	// The join runs even when side or main panics (a failed launch), so
+	// that the capture never ends with the side stream unjoined and
+	// nothing freed after a failure is still in use there.
+	defer func() {
+		if e := g.dev.RecordEvent(l.joinEv, l.stream); e == nil {
+			e = g.dev.StreamWaitEvent(g.stream, l.joinEv)
+			if err == nil {
+				err = e
+			}
+		} else if err == nil {
+			err = e
+		}
+	}()
 	side(&gpuExec{dev: g.dev, stream: l.stream})
 	main()
-	if err := g.dev.RecordEvent(l.joinEv, l.stream); err != nil {
-		return err
-	}
-	return g.dev.StreamWaitEvent(g.stream, l.joinEv)
+	return nil
 }
 
 func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
@@ -827,6 +838,7 @@ func smallProduct(m, n, k int) bool { return m*n <= smallGEMMOutputs && m*n*k <=
 // the product and the bias are one launch.
 func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
 	const op = "linear"
+	linearSizes(op, n, in, out)
 	need(op, "y", y, n*out)
 	need(op, "x", x, n*in)
 	need(op, "w", w, out*in)
@@ -837,10 +849,12 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
 		pbias = b.f32(op, bias)
 	}
 	if in == 0 {
-		// No products: y = 0 (+ bias), as MatMul and AddBias do.
-		b.launch(op, b.k.scale, n*out, py, float32(0), int64(n*out))
-		if pbias != 0 && n*out > 0 {
-			b.launch(op, b.k.addBias, n*out, py, pbias, int64(n*out), int64(out), int64(1))
+		// No products: y = 0 (+ bias).
+		if n*out > 0 {
+			devCheck(op, b.x.memset32(py, 0, n*out))
+			if pbias != 0 {
+				b.launch(op, b.k.addBias, n*out, py, pbias, int64(n*out), int64(out), int64(1))
+			}
 		}
 		return
 	}
@@ -852,6 +866,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
 // ember_linear_grads_small; otherwise two MatMuls and BiasGrad.
 func (b *Backend) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
 	const op = "linear_grads"
+	linearSizes(op, n, in, out)
 	need(op, "g", g, n*out)
 	need(op, "x", x, n*in)
 	need(op, "w", w, out*in)
@@ -868,7 +883,10 @@ func (b *Backend) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int,
 		need(op, "db", db, out)
 		pdb = b.f32(op, db)
 	}
-	if n == 0 || in == 0 || out == 0 || out > 128 || n > 128 || !smallProduct(n, in, out) || !smallProduct(out, in, n) {
+	// One launch runs the three products at once, so they must not write
+	// the same memory (x and w the same tensor: Linear(x, x, b)).
+	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
+	if !apart || n == 0 || in == 0 || out == 0 || out > 128 || n > 128 || !smallProduct(n, in, out) || !smallProduct(out, in, n) {
 		if pdx != 0 {
 			b.MatMul(dx, g, w, n, in, out, false, false, 1, beta32(accX))
 		}
@@ -896,6 +914,19 @@ func (b *Backend) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int,
 	grid := Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1}
 	devCheck(op, b.x.launch(b.k.linearGradsSmall, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w),
 		i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
+}
+
+// linearSizes panics on negative sizes of a linear layer.
+func linearSizes(op string, n, in, out int) {
+	if n < 0 || in < 0 || out < 0 {
+		panic(fmt.Sprintf("cuda: %s: negative size n=%d in=%d out=%d", op, n, in, out))
+	}
+}
+
+// overlaps says whether [a, a+an) and [b, b+bn) share a byte (0 is no
+// buffer).
+func overlaps(a uintptr, an int, b uintptr, bn int) bool {
+	return a != 0 && b != 0 && a < b+uintptr(bn) && b < a+uintptr(an)
 }
 
 // beta32 is a GEMM's beta for an accumulate flag.
@@ -976,7 +1007,7 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 }
 
 // biasGradCols queues db (+)= the column sums of dy [outer, channels] with
-// ember_bias_grad_cols (and its finishing launch beyond 1024 rows). With py
+// ember_bias_grad_cols (and its finishing launch beyond 128 rows). With py
 // not 0 the sums are of dy masked where py is not positive (a ReLU's
 // backward), and pg, when not 0, receives the masked dy. pdb may be 0 (no
 // sums wanted): then one pass over all rows writes pg.
@@ -1021,7 +1052,7 @@ func (b *Backend) AddBiasReLU(y, bias tensor.Buffer, outer, channels int) {
 
 // BiasReLUBackward implements tensor.BiasReLUBackend: one pass of
 // ember_bias_grad_cols writes the masked gradient and sums it (plus a
-// finishing launch beyond 1024 rows).
+// finishing launch beyond 128 rows).
 func (b *Backend) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, channels int, accumulate bool) {
 	const op = "bias_relu_backward"
 	total := outer * channels

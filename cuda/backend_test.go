@@ -224,7 +224,8 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 }
 
 // nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true}
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true,
+	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -235,6 +236,10 @@ var blockSized = map[string]bool{
 	"ember_gemm_small": true, "ember_gemm_small_t": true, "ember_unpool_t_bias": true,
 	"ember_conv_pool_dw_direct": true, "ember_conv_pool_dw_finish": true,
 	"ember_conv_pool_dw_5x5": true, "ember_conv_pool_dw_3x3": true,
+	"ember_linear_grads_small":    true,
+	"ember_conv_relu_pool_rt_5x5": true, "ember_conv_relu_pool_rt_5x5_s1": true, "ember_conv_relu_pool_rt_5x5_s8": true,
+	"ember_conv_relu_pool_rt_3x3": true, "ember_conv_relu_pool_rt_3x3_s1": true, "ember_conv_relu_pool_rt_3x3_s8": true,
+	"ember_conv_dx_rt_5x5": true, "ember_conv_dx_rt_3x3": true, "ember_conv_dx_rt_pooled_5x5": true, "ember_conv_dx_rt_pooled_3x3": true,
 }
 
 type recExec struct {

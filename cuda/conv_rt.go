@@ -12,6 +12,12 @@ package cuda
 // with conv_relu_pool_rt, and conv_dw_rt + add_parts and conv_dx_rt: no
 // column buffer, two launches fewer. EMBER_CONV_RT=0 switches them off
 // (for comparisons).
+//
+// One difference from the GEMM path, for non-finite inputs only: the
+// backward kernels sum over rows padded to multiples of four columns with
+// zero gradients, so an Inf or NaN of x (weight gradient) or w (input
+// gradient) next to the padding becomes NaN (0·Inf) in sums the GEMM path
+// does not form.
 
 import (
 	"os"
@@ -160,9 +166,10 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 }
 
 // rtGroups is how many image groups the weight gradient is split into (one
-// block row and one partial dw each): at least 32 where the batch allows,
-// for enough blocks, and at most 128, which bounds the partials' memory (128
-// copies of dw; 64 groups at batch 64 cost 3.2 MB more at the peak).
+// block row and one partial dw each), before rounding to whole images per
+// group: about 32 where the batch allows, for enough blocks, and at most
+// 128, which bounds the partials' memory (128 copies of dw; 64 groups at
+// batch 64 cost 3.2 MB more at the peak).
 func rtGroups(n int) int { return min(n, 128, max(32, (n+7)/8)) }
 
 // rtSource is where the backward kernels read the output gradient: dyt
@@ -186,8 +193,9 @@ func (r rtSource) args(op string) []any {
 
 // convBackwardRT queues dw += and dx = (either may be 0: not wanted) from
 // src with the register-tiled kernels, and reports whether it could; when
-// not, nothing was queued. With both, the weight gradient runs on the side
-// stream (see sideLane) while the input gradient runs on the main one.
+// not, nothing was queued. With both, inside a graph capture, the weight
+// gradient runs on the side stream (see sideLane) while the input gradient
+// runs on the main one; otherwise one after the other.
 func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSource, c convShape) bool {
 	if c.g.N == 0 {
 		return false

@@ -1,8 +1,11 @@
 package cuda
 
 import (
+	"math/rand/v2"
 	"testing"
 
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -36,6 +39,8 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 		{N: 1024, C: 20, H: 12, W: 12, K: 50, R: 5, S: 5, StrideH: 1, StrideW: 1},
 		{N: 37, C: 11, H: 10, W: 9, K: 21, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
 		{N: 300, C: 8, H: 6, W: 6, K: 40, R: 3, S: 3, StrideH: 1, StrideW: 1}, // 4 lanes per sum
+		{N: 5, C: 9, H: 12, W: 13, K: 7, R: 3, S: 3, StrideH: 1, StrideW: 1},  // odd pooled width and height
+		{N: 8, C: 8, H: 16, W: 16, K: 12, R: 5, S: 5, StrideH: 1, StrideW: 1}, // 16 warps in the input gradient
 	} {
 		p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 		c := convShapeOf("test", g)
@@ -138,4 +143,82 @@ func firstDiff(a, b []float32) int {
 func geomName(g tensor.ConvGeom) string {
 	return "x [" + itoa(g.N) + "," + itoa(g.C) + "," + itoa(g.H) + "," + itoa(g.W) + "] w [" +
 		itoa(g.K) + "," + itoa(g.C) + "," + itoa(g.R) + "," + itoa(g.S) + "] pad " + itoa(g.PadH)
+}
+
+// TestGPUCapturedStepMatchesEager trains LeNet for a few steps twice,
+// eagerly and by replaying one captured step (in which conv2's weight
+// gradient runs on the side stream, a parallel branch of the graph), and
+// wants the same parameters bit for bit.
+func TestGPUCapturedStepMatchesEager(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	if b.side == nil {
+		t.Log("EMBER_SIDE_STREAM=0: the captured step has no parallel branch")
+	}
+	const batch, steps, m = 64, 5, 512
+	rng := rand.New(rand.NewPCG(5, 6))
+	pix := make([]uint8, m*28*28)
+	for i := range pix {
+		pix[i] = uint8(rng.IntN(256))
+	}
+	images := tensor.FromUint8(b, nil, pix, m, 1, 28, 28)
+	defer images.Release()
+	idxs, labs := make([][]int32, steps), make([][]int32, steps)
+	for s := range steps {
+		idxs[s], labs[s] = make([]int32, batch), make([]int32, batch)
+		for i := range batch {
+			idxs[s][i], labs[s][i] = int32(rng.IntN(m)), int32(rng.IntN(10))
+		}
+	}
+	run := func(captured bool) [][]float32 {
+		model := models.NewLeNet(b, 1)
+		opt, err := optim.NewSGD(model.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := tensor.EmptyOf(b, nil, tensor.Int32, batch)
+		lab := tensor.EmptyOf(b, nil, tensor.Int32, batch)
+		defer idx.Release()
+		defer lab.Release()
+		scope := tensor.NewScope()
+		defer scope.Release()
+		step := func() {
+			scope.Reset()
+			x := tensor.GatherNormalize(scope, images, idx, 1/(255*0.3081), -0.1307/0.3081)
+			loss := tensor.CrossEntropy(model.Forward(x), lab)
+			opt.ZeroGrad()
+			loss.Backward()
+			opt.Step()
+		}
+		var g *StepGraph
+		for s := range steps {
+			b.Upload(idx.Buffer(), idxs[s])
+			b.Upload(lab.Buffer(), labs[s])
+			if !captured {
+				step()
+				continue
+			}
+			if g == nil {
+				if g, err = b.Capture(step); err != nil {
+					t.Fatalf("Capture: %v", err)
+				}
+				defer g.Close()
+			}
+			if err := g.Replay(); err != nil {
+				t.Fatalf("Replay: %v", err)
+			}
+			opt.Replayed()
+		}
+		var out [][]float32
+		for _, p := range model.Parameters() {
+			out = append(out, downloadF(b, p.Tensor.Buffer()))
+		}
+		return out
+	}
+	eager, replayed := run(false), run(true)
+	for i := range eager {
+		if !sameBits(eager[i], replayed[i]) {
+			j := firstDiff(eager[i], replayed[i])
+			t.Errorf("parameter %d after %d steps: replayed [%d] %g, eager %g", i, steps, j, replayed[i][j], eager[i][j])
+		}
+	}
 }

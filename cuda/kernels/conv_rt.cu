@@ -114,7 +114,7 @@ __device__ __forceinline__ int ember_rt_fwd_stride(int WP, int POW) { return emb
 // against 171); SPLIT 1 is for one input channel (LeNet's conv1), each warp
 // taking 32 pairs. Per
 // input channel a thread loads R+1 patch rows of 8 floats (16-byte loads)
-// and 4*R*S weights (the same 4 addresses across the warp) for 4*2*4*R*S
+// and 4*R*S weights (one address per part across the warp) for 4*2*4*R*S
 // multiply-adds.
 template <int R, int S, int SPLIT>
 __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const float* x, const float* w,
@@ -133,7 +133,7 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     const int k0 = blockIdx.y * kpb;
     const int kn = K - k0 < kpb ? K - k0 : kpb;
     // Zeros where no copy writes: the rows of channels beyond K, and the
-    // image's padding (none at LeNet's conv2).
+    // image's padding and columns beyond it (LeNet's conv2: 4 columns).
     ember_zero(ws + kn * crs, (kpb - kn) * crs);
     if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
     __syncthreads();
@@ -297,7 +297,8 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const ember_dy_source
     const int o1 = KT * (lastOG + 1) < KP ? KT * (lastOG + 1) : KP;
     const int n0 = blockIdx.x * imagesPerGroup;
     const int n1 = n0 + imagesPerGroup < N ? n0 + imagesPerGroup : N;
-    // Zeros where no copy writes (nowhere at LeNet's conv2).
+    // Zeros where no copy writes (LeNet's conv2: the rows of channels 50
+    // and 51 in the last block).
     if (PH != 0 || PW != 0 || XS != W) ember_zero(img, C * HP * XS);
     if (OWS != OW || o1 > K) ember_zero(dys, (o1 - o0) * OH * OWS);
     __syncthreads();
@@ -382,7 +383,8 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // instead of 22 at LeNet's conv2, batch 64: one block per SM by registers): per
 // output channel and kernel row 2 16-byte loads of dy and S of w feed 4*4*S
 // multiply-adds. Rows of dy outside [0, OH) are skipped.
-// Needs PH <= R-1 and PW <= S-1.
+// Needs PH <= R-1 and PW <= S-1; at most 512 threads (16 warps, which
+// __launch_bounds__ keeps within the registers of one block).
 __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
     return ember_round4(ember_imax(S - 1 - PW + OW, 4 * ((W + 3) >> 2) + 4));
 }
@@ -465,23 +467,23 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
     }
 }
 
-extern "C" __global__ void ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
+extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
     conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 
-extern "C" __global__ void ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
+extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
     conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 
-extern "C" __global__ void ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
+extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
     conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 
-extern "C" __global__ void ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
+extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
     conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);

@@ -277,15 +277,15 @@ extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const fl
 // first blocksX, dw = gᵀ·x on the next blocksW, db = the column sums of g on
 // the rest; each is skipped when its pointer is null, and added to when its
 // beta is 1. LeNet's fc2 backward: one launch instead of three.
-extern "C" __global__ void ember_linear_grads_small(float* dx, float* dw, float* db, const float* g, const float* x,
-                                                    const float* w, int n, int in, int out, float betaX, float betaW,
-                                                    float betaB, int blocksX, int blocksW) {
+extern "C" __global__ void ember_linear_grads_small(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g,
+                                                    const float* x, const float* w, int n, int in, int out, float betaX,
+                                                    float betaW, float betaB, int blocksX, int blocksW) {
     const int bid = blockIdx.x;
     if (bid < blocksX) {
-        gemm_small_t_body(dx, g, w, n, in, out, 0, 0, 1.0f, betaX, 0, blocksX);
+        gemm_small_t_body(dxOrNull, g, w, n, in, out, 0, 0, 1.0f, betaX, 0, blocksX);
     } else if (bid < blocksX + blocksW) {
-        gemm_small_t_body(dw, g, x, out, in, n, 1, 0, 1.0f, betaW, blocksX, blocksW);
+        gemm_small_t_body(dwOrNull, g, x, out, in, n, 1, 0, 1.0f, betaW, blocksX, blocksW);
     } else {
-        gemm_small_t_body(db, 0, g, 1, out, n, 0, 0, 1.0f, betaB, blocksX + blocksW, gridDim.x - blocksX - blocksW);
+        gemm_small_t_body(dbOrNull, 0, g, 1, out, n, 0, 0, 1.0f, betaB, blocksX + blocksW, gridDim.x - blocksX - blocksW);
     }
 }

@@ -531,6 +531,53 @@ func autogradCases() []agCase {
 			},
 		})
 	}
+	// Linear whose input takes no gradient, whose input is an intermediate
+	// (its gradient is written, not added), and whose input is its weight
+	// (both gradients reach one tensor: a backend that computes them at once
+	// must not race).
+	{
+		n, inF, outF := 7, 33, 10
+		cases = append(cases,
+			agCase{
+				name: "Linear/input without gradient", inputs: []agInput{in(false, n, inF), in(true, outF, inF), in(true, outF)}, tol: tolAG,
+				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Linear(t[0], t[1], t[2]) },
+				ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+					x, w := f64(v[0]), f64(v[1])
+					_, dw, db := linearGrads64(f64(g), x, w, n, inF, outF)
+					return linear64(x, w, f64(v[2]), n, inF, outF), [][]float64{dw, db}
+				},
+			},
+			agCase{
+				name: "Linear/intermediate input", inputs: []agInput{in(true, n, inF), in(true, outF, inF), in(true, outF)}, tol: tolAG,
+				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+					return tensor.Linear(tensor.Add(t[0], t[0]), t[1], t[2])
+				},
+				ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+					x2 := f64(v[0])
+					for i := range x2 {
+						x2[i] *= 2
+					}
+					w := f64(v[1])
+					dx, dw, db := linearGrads64(f64(g), x2, w, n, inF, outF)
+					for i := range dx {
+						dx[i] *= 2
+					}
+					return linear64(x2, w, f64(v[2]), n, inF, outF), [][]float64{dx, dw, db}
+				},
+			},
+			agCase{
+				name: "Linear/input is the weight", inputs: []agInput{in(true, n, inF)}, tol: tolAG,
+				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Linear(t[0], t[0], nil) },
+				ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+					x := f64(v[0])
+					dx, dw, _ := linearGrads64(f64(g), x, x, n, inF, n)
+					for i := range dx {
+						dx[i] += dw[i]
+					}
+					return linear64(x, x, nil, n, inF, n), [][]float64{dx}
+				},
+			})
+	}
 	// LinearReLU on multiples of 1/4 (exact sums, so that every backend
 	// agrees on the ReLU's mask): the small product and one large enough
 	// for a GPU backend's BLAS path.

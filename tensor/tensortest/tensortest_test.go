@@ -24,6 +24,43 @@ func TestWrappedCPUPassesAutograd(t *testing.T) {
 	RunAutograd(t, wrapped{tensor.CPU})
 }
 
+// fusedLinear is the CPU behind a tensor.LinearBackend made of its parts, so
+// that tensor.Linear's path for such backends (the CUDA backend's) runs
+// here too: its gradients must reach the same buffers with the same
+// accumulate flags.
+type fusedLinear struct{ tensor.Backend }
+
+func (fusedLinear) Name() string { return "cpu-fused-linear" }
+
+func (f fusedLinear) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
+	f.MatMul(y, x, w, n, out, in, false, true, 1, 0)
+	if !bias.Empty() {
+		f.AddBias(y, bias, n, out, 1)
+	}
+}
+
+func (f fusedLinear) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
+	beta := func(acc bool) float32 {
+		if acc {
+			return 1
+		}
+		return 0
+	}
+	if !dx.Empty() {
+		f.MatMul(dx, g, w, n, in, out, false, false, 1, beta(accX))
+	}
+	if !dw.Empty() {
+		f.MatMul(dw, g, x, out, in, n, true, false, 1, beta(accW))
+	}
+	if !db.Empty() {
+		f.BiasGrad(db, g, n, out, 1, accB)
+	}
+}
+
+func TestFusedLinearPassesAutograd(t *testing.T) {
+	RunAutograd(t, fusedLinear{tensor.CPU})
+}
+
 // mutant is the CPU backend with the bug named by bug.
 type mutant struct {
 	tensor.Backend
