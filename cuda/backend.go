@@ -70,7 +70,7 @@ type Backend struct {
 	stream Stream
 	blas   *BLAS
 	alloc  *Allocator
-	mod    *Module
+	mods   []*Module // one per kernel unit (kernels.go)
 	k      kernels
 	x      executor // where device work goes: the GPU, or a recorder in tests
 	name   string
@@ -152,10 +152,6 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if opt.MemoryLimit < 0 {
 		return nil, fmt.Errorf("cuda: NewBackend: negative memory limit %d", opt.MemoryLimit)
 	}
-	src, err := kernelSource()
-	if err != nil {
-		return nil, err
-	}
 	dev, err := Open(ordinal)
 	if err != nil {
 		return nil, err
@@ -182,10 +178,10 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		}
 	}
 	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
-	if b.mod, err = dev.Compile(src, kernelOptions...); err != nil {
+	if b.mods, err = compileKernels(dev); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
-	if err = b.k.load(b.mod); err != nil {
+	if err = b.k.load(b.mods); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
@@ -237,8 +233,8 @@ func (b *Backend) Close() error {
 	if b.blasWorkspace.owner() != 0 {
 		errs = append(errs, b.alloc.Free(b.blasWorkspace))
 	}
-	if b.mod != nil {
-		errs = append(errs, b.mod.Unload())
+	for _, m := range b.mods {
+		errs = append(errs, m.Unload())
 	}
 	if b.alloc != nil {
 		errs = append(errs, b.alloc.EmptyCache())

@@ -103,6 +103,15 @@ func TestKernelTableMatchesSources(t *testing.T) {
 			t.Errorf("kernels/%s is embedded but not compiled (add it to kernelFiles)", e.Name())
 		}
 	}
+	for _, f := range kernelFiles {
+		in := false
+		for _, u := range kernelUnits {
+			in = in || slices.Contains(u.files, f)
+		}
+		if !in {
+			t.Errorf("%s is in kernelFiles but in no kernel unit", f)
+		}
+	}
 }
 
 func TestMergeDims(t *testing.T) {

@@ -2,18 +2,22 @@ package cuda
 
 import (
 	"embed"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // The CUDA C sources of the backend's kernels, embedded in the binary and
-// compiled once per process (and cached on disk by KernelCache) when a
-// Backend is made. kernelFiles is the order of concatenation: common.cu
-// defines what the others use.
+// compiled when a Backend is made (and cached on disk by KernelCache), as
+// the translation units of kernelUnits.
 
 //go:embed kernels/*.cu
 var kernelFS embed.FS
 
+// kernelFiles lists every source once, common.cu (what the others use)
+// first.
 var kernelFiles = []string{
 	"kernels/common.cu",
 	"kernels/elementwise.cu",
@@ -24,18 +28,45 @@ var kernelFiles = []string{
 	"kernels/loss.cu",
 }
 
-// kernelOptions are the NVRTC options of the backend's module. --fmad=false
+// kernelUnit is one translation unit: files concatenated in order, and
+// preprocessor definitions.
+type kernelUnit struct {
+	files   []string
+	defines []string
+}
+
+// kernelUnits are compiled concurrently, each into its own module: NVRTC
+// compiles one program on one thread, and the register-tiled convolutions'
+// unrolled templates are most of the work (one unit of everything took 9.0
+// s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
+// its 3x3 kernels.
+var kernelUnits = []kernelUnit{
+	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
+	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
+}
+
+// kernelOptions are the NVRTC options of the backend's modules. --fmad=false
 // keeps a*b+c as two rounded operations, as Go computes it on amd64, so that
 // elementwise kernels reproduce the CPU backend exactly; the kernels are
 // memory-bound, so fused multiply-adds would gain nothing measurable.
 var kernelOptions = []string{"--fmad=false"}
 
-// kernelSource returns the single translation unit compiled for the
-// backend, with #line directives so that compiler messages name the
-// original file and line.
-func kernelSource() (string, error) {
+// source returns the unit's source, with #line directives so that compiler
+// messages name the original file and line.
+func (u kernelUnit) source() (string, error) { return concatKernels(u.files) }
+
+// options returns the unit's NVRTC options.
+func (u kernelUnit) options() []string { return append(slices.Clone(kernelOptions), u.defines...) }
+
+// kernelSource returns every source once, concatenated (where the tests
+// read the kernels' signatures).
+func kernelSource() (string, error) { return concatKernels(kernelFiles) }
+
+func concatKernels(files []string) (string, error) {
 	var b strings.Builder
-	for _, name := range kernelFiles {
+	for _, name := range files {
 		data, err := kernelFS.ReadFile(name)
 		if err != nil {
 			return "", fmt.Errorf("cuda: embedded kernel source %s: %w", name, err)
@@ -47,6 +78,32 @@ func kernelSource() (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// compileKernels compiles the units concurrently into one module each.
+func compileKernels(dev *Device) ([]*Module, error) {
+	mods := make([]*Module, len(kernelUnits))
+	errs := make([]error, len(kernelUnits))
+	var wg sync.WaitGroup
+	for i, u := range kernelUnits {
+		wg.Go(func() {
+			src, err := u.source()
+			if err == nil {
+				mods[i], err = dev.Compile(src, u.options()...)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, m := range mods {
+			if m != nil {
+				m.Unload()
+			}
+		}
+		return nil, err
+	}
+	return mods, nil
 }
 
 // kernels holds every kernel of the backend's module.
@@ -146,14 +203,20 @@ func (k *kernels) table() []struct {
 	}
 }
 
-// load looks every kernel up in m.
-func (k *kernels) load(m *Module) error {
+// load looks every kernel up in the module of mods that has it.
+func (k *kernels) load(mods []*Module) error {
 	for _, e := range k.table() {
-		f, err := m.Function(e.name)
+		var err error
+		for _, m := range mods {
+			var f *Function
+			if f, err = m.Function(e.name); err == nil {
+				*e.f = f
+				break
+			}
+		}
 		if err != nil {
 			return err
 		}
-		*e.f = f
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,22 +19,25 @@ func TestKernelsParseWithClang(t *testing.T) {
 	if err != nil {
 		t.Skip("clang++ not installed")
 	}
-	src, err := kernelSource()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	file := filepath.Join(dir, "kernels.cu")
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	decls, err := filepath.Abs(filepath.Join("testdata", "cuda_decls.h"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
-		"--cuda-gpu-arch=sm_70", "-include", decls, "-Wall", "-Werror", "-fsyntax-only", file)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("clang: %v\n%s", err, out)
+	dir := t.TempDir()
+	for i, u := range kernelUnits {
+		src, err := u.source()
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, fmt.Sprintf("unit%d.cu", i))
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
+			"--cuda-gpu-arch=sm_70", "-include", decls, "-Wall", "-Werror", "-fsyntax-only"}
+		args = append(append(args, u.defines...), file)
+		if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
+			t.Fatalf("clang, unit %d %v: %v\n%s", i, u.files, err, out)
+		}
 	}
 }

@@ -1,8 +1,8 @@
 // common.cu: definitions shared by every ember kernel. The Go side
-// (cuda/kernels.go) concatenates the .cu files of this directory into one
-// NVRTC translation unit, this file first, so that one compilation yields
-// one module holding all kernels. NVRTC sees no system headers: only
-// built-in types and CUDA device intrinsics are used.
+// (cuda/kernels.go) compiles the .cu files of this directory as a few NVRTC
+// translation units, concurrently, each starting with this file, and looks
+// every kernel up in the module that holds it. NVRTC sees no system
+// headers: only built-in types and CUDA device intrinsics are used.
 //
 // Conventions of all kernels:
 //   - every kernel is extern "C" (unmangled, found by name from Go);
@@ -76,6 +76,24 @@ __device__ double ember_block_sum_d(double v) {
     return s;
 }
 
+// ember_block_sum_f sums one float per thread over a block of any shape
+// (blockDim.x*blockDim.y a multiple of 32, at most 1024): a xor butterfly
+// within each warp, then warp 0 adds the warp sums the same way. The tree
+// is fixed, so the result (valid in thread 0) is deterministic. Every thread
+// must call it.
+__device__ float ember_block_sum_f(float v) {
+    __shared__ float part[32];
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    const int lane = t & 31, warp = t >> 5, nw = (blockDim.x * blockDim.y) >> 5;
+    v = ember_warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    if (warp == 0) s = ember_warp_sum(lane < nw ? part[lane] : 0.0f);
+    __syncthreads();
+    return s;
+}
+
 // Shared-memory fills by the whole block. Each thread issues up to
 // EMBER_RT_LOADS global loads before it stores any, so that their latencies
 // overlap, and divides at most once per row: one dependent load at a time,
@@ -141,5 +159,14 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
             for (int j = 0; j < EMBER_RT_LOADS; j++)
                 if (j0 + j < W) d[j0 + j] = v[j];
         }
+    }
+}
+
+// ReLU, then the pooling comparison (first maximum wins, NaN wins).
+__device__ __forceinline__ void relu_pool_step(float v, int pos, float& best, int& at) {
+    if (!(v > 0.0f) && v == v) v = 0.0f;
+    if (at < 0 || v > best || v != v) {
+        best = v;
+        at = pos;
     }
 }

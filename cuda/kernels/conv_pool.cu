@@ -28,15 +28,6 @@ __device__ __forceinline__ void conv_pool_index(I i, const ConvPoolDims& d, I& n
     n = t / d.K;
 }
 
-// ReLU, then the pooling comparison (first maximum wins, NaN wins).
-__device__ __forceinline__ void relu_pool_step(float v, int pos, float& best, int& at) {
-    if (!(v > 0.0f) && v == v) v = 0.0f;
-    if (at < 0 || v > best || v != v) {
-        best = v;
-        at = pos;
-    }
-}
-
 // load_padded_image copies the C x H x W image x into img as C x (H+2PH) x
 // (W+2PW) with zeros around it. Each thread keeps one column and steps over
 // rows (blockDim/WP rows per pass), so that the loop has no division: a

@@ -23,6 +23,13 @@
 
 #define EMBER_RT_SMEM 12288  // floats: 48 KiB, the most static shared memory
 
+// The backend compiles this file twice (kernels.go): with EMBER_RT_SIZE 5
+// for the 5x5 kernels (and ember_add_parts), with 3 for the 3x3 ones, so that
+// NVRTC compiles the two halves on two threads.
+#ifndef EMBER_RT_SIZE
+#define EMBER_RT_SIZE 5
+#endif
+
 __device__ __forceinline__ int ember_round4(int v) { return (v + 3) & ~3; }
 __device__ __forceinline__ int ember_imax(int a, int b) { return a > b ? a : b; }
 
@@ -220,41 +227,53 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
     }
 }
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s1(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<5, 5, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<5, 5, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s8(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<5, 5, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s1(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<3, 3, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<3, 3, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s8(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
     conv_relu_pool_rt<3, 3, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
+#endif
 
 // Weight gradient: grid (groups, ceil(tasks/blockDim)), tasks (og, c, r) =
 // ceil(K/KT) * C * R with KT = EMBER_RT_DW_KT output channels per task.
@@ -339,32 +358,41 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const ember_dy_source
     }
 }
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_dw_rt_5x5(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
     conv_dw_rt<5, 5>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_dw_rt_3x3(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
     conv_dw_rt<3, 3>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
+#endif
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_dw_rt_pooled_5x5(float* partial, const float* dy, const float* y,
                                                        const int* argmax, int PP, const float* x, int N, int C, int H,
                                                        int W, int K, int PH, int PW, int OH, int OW,
                                                        int imagesPerGroup) {
     conv_dw_rt<5, 5>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_dw_rt_pooled_3x3(float* partial, const float* dy, const float* y,
                                                        const int* argmax, int PP, const float* x, int N, int C, int H,
                                                        int W, int K, int PH, int PW, int OH, int OW,
                                                        int imagesPerGroup) {
     conv_dw_rt<3, 3>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
+#endif
 
 // dst[i] += partial[i] + partial[rows + i] + ... (parts of them, in order),
 // one thread per element.
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_add_parts(float* dst, const float* partial, long long rows, int parts) {
     EMBER_LOOP(long long, i, rows) {
         float s = 0.0f;
@@ -372,6 +400,7 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
         dst[i] += s;
     }
 }
+#endif
 
 // Input gradient: dx[n][c][ih][iw] = sum over (o, r, s) of w[o][c][r][s] *
 // dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
@@ -467,24 +496,32 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
     }
 }
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
     conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
     conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
     conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
+#endif
 
+#if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
     conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
+#endif

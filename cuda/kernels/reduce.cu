@@ -28,24 +28,6 @@ extern "C" __global__ void ember_sum_final(float* dst, const double* partial, in
     if (threadIdx.x == 0) dst[0] = (float)(s / (double)div);
 }
 
-// ember_block_sum_f sums one float per thread over a block of any shape
-// (blockDim.x*blockDim.y a multiple of 32, at most 1024): a xor butterfly
-// within each warp, then warp 0 adds the warp sums the same way. The tree
-// is fixed, so the result (valid in thread 0) is deterministic. Every thread
-// must call it.
-__device__ float ember_block_sum_f(float v) {
-    __shared__ float part[32];
-    const int t = threadIdx.y * blockDim.x + threadIdx.x;
-    const int lane = t & 31, warp = t >> 5, nw = (blockDim.x * blockDim.y) >> 5;
-    v = ember_warp_sum(v);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
-    if (warp == 0) s = ember_warp_sum(lane < nw ? part[lane] : 0.0f);
-    __syncthreads();
-    return s;
-}
-
 // Bias gradients, db[c] (+)= sum of dy[o, c, i] over o and i, dy viewed as
 // [outer, channels, inner]. Float accumulation in fixed trees (error well
 // inside 1e-5 of the sum of |terms|), no atomics, and a partition of the
