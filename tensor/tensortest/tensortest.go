@@ -373,6 +373,16 @@ func (e *env) uniform(n int, lo, hi float64) []float32 {
 	return s
 }
 
+// grid returns n multiples of 1/4 in [-2, 2]: products and sums of them
+// are exact in float32 in any order while they stay below 2^20 or so.
+func (e *env) grid(n int) []float32 {
+	out := make([]float32, n)
+	for j := range out {
+		out[j] = float32(e.rng.IntN(17)-8) / 4
+	}
+	return out
+}
+
 func (e *env) normal(n int, std float64) []float32 {
 	s := make([]float32, n)
 	for i := range s {
