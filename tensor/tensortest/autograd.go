@@ -38,7 +38,7 @@ type agCase struct {
 	// smaller than its terms).
 	gridW bool
 	tol   float64
-	fwd    func(in []*tensor.Tensor, labels *tensor.Tensor) *tensor.Tensor
+	fwd   func(in []*tensor.Tensor, labels *tensor.Tensor) *tensor.Tensor
 	// ref returns the output and the gradient of every input that has
 	// grad, given the gradient gout of the output.
 	ref func(in [][]float32, labels []int32, gout []float32) (out []float64, grads [][]float64)
