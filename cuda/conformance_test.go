@@ -211,13 +211,19 @@ func sameBits(a, b []float32) bool {
 }
 
 func pseudoRandom(n int, seed uint32) []float32 {
+	return xorshiftValues(n, seed, func(x uint32) float32 { return float32(int32(x%2001)-1000) / 500 })
+}
+
+// xorshiftValues maps n successive states of a xorshift32 generator
+// started at seed to values.
+func xorshiftValues(n int, seed uint32, value func(uint32) float32) []float32 {
 	out := make([]float32, n)
 	x := seed | 1
 	for i := range out {
 		x ^= x << 13
 		x ^= x >> 17
 		x ^= x << 5
-		out[i] = float32(int32(x%2001)-1000) / 500
+		out[i] = value(x)
 	}
 	return out
 }

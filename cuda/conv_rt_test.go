@@ -14,15 +14,7 @@ import (
 // any order, and two ways of computing a convolution must agree bit for
 // bit.
 func gridRandom(n int, seed uint32) []float32 {
-	out := make([]float32, n)
-	x := seed | 1
-	for i := range out {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		out[i] = float32(int32(x%17)-8) / 4
-	}
-	return out
+	return xorshiftValues(n, seed, func(x uint32) float32 { return float32(int32(x%17)-8) / 4 })
 }
 
 // TestGPUConvRTMatchesGEMMPath runs the register-tiled kernels (conv_rt.cu)
