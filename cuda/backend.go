@@ -81,8 +81,10 @@ type Backend struct {
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
 	closed        atomic.Bool
 
-	noConvRT bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
-	side     *sideLane // nil with EMBER_SIDE_STREAM=0
+	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
+	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
+	tileCounters  Block     // the split sums' counters of linear.cu
+	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 }
 
 // sideLane is a second stream for independent parts of one operation: a
@@ -156,7 +158,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff()}
+	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff(), noLinearTiled: linearTiledOff()}
 	ok := false
 	defer func() {
 		if !ok {
@@ -186,6 +188,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
 	if err = b.setBLASWorkspace(); err != nil {
+		return nil, err
+	}
+	if err = b.allocTileCounters(); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -230,8 +235,10 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.closeSideLane()...)
-	if b.blasWorkspace.owner() != 0 {
-		errs = append(errs, b.alloc.Free(b.blasWorkspace))
+	for _, blk := range []Block{b.blasWorkspace, b.tileCounters} {
+		if blk.owner() != 0 {
+			errs = append(errs, b.alloc.Free(blk))
+		}
 	}
 	for _, m := range b.mods {
 		errs = append(errs, m.Unload())
@@ -829,109 +836,6 @@ func (b *Backend) matmul(op string, pc, pa, pb, pbias uintptr, m, n, k int, tran
 // smallProduct says whether MatMul gives an m x n x k product to its own
 // kernels instead of cuBLAS.
 func smallProduct(m, n, k int) bool { return m*n <= smallGEMMOutputs && m*n*k <= smallGEMM }
-
-// Linear implements tensor.LinearBackend: for a small layer (LeNet's fc2)
-// the product and the bias are one launch.
-func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
-	const op = "linear"
-	linearSizes(op, n, in, out)
-	need(op, "y", y, n*out)
-	need(op, "x", x, n*in)
-	need(op, "w", w, out*in)
-	py, px, pw := b.f32(op, y), b.f32(op, x), b.f32(op, w)
-	var pbias uintptr
-	if !bias.Empty() {
-		need(op, "bias", bias, out)
-		pbias = b.f32(op, bias)
-	}
-	if in == 0 {
-		// No products: y = 0 (+ bias).
-		if n*out > 0 {
-			devCheck(op, b.x.memset32(py, 0, n*out))
-			if pbias != 0 {
-				b.launch(op, b.k.addBias, n*out, py, pbias, int64(n*out), int64(out), int64(1))
-			}
-		}
-		return
-	}
-	b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
-}
-
-// LinearGrads implements tensor.LinearBackend: when all three products are
-// small (LeNet's fc2 at batch 64), dx, dw and db are one launch of
-// ember_linear_grads_small; otherwise two MatMuls and BiasGrad.
-func (b *Backend) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
-	const op = "linear_grads"
-	linearSizes(op, n, in, out)
-	need(op, "g", g, n*out)
-	need(op, "x", x, n*in)
-	need(op, "w", w, out*in)
-	var pdx, pdw, pdb uintptr
-	if !dx.Empty() {
-		need(op, "dx", dx, n*in)
-		pdx = b.f32(op, dx)
-	}
-	if !dw.Empty() {
-		need(op, "dw", dw, out*in)
-		pdw = b.f32(op, dw)
-	}
-	if !db.Empty() {
-		need(op, "db", db, out)
-		pdb = b.f32(op, db)
-	}
-	// One launch runs the three products at once, so they must not write
-	// the same memory (x and w the same tensor: Linear(x, x, b)).
-	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
-	if !apart || n == 0 || in == 0 || out == 0 || out > 128 || n > 128 || !smallProduct(n, in, out) || !smallProduct(out, in, n) {
-		if pdx != 0 {
-			b.MatMul(dx, g, w, n, in, out, false, false, 1, beta32(accX))
-		}
-		if pdw != 0 {
-			b.MatMul(dw, g, x, out, in, n, true, false, 1, beta32(accW))
-		}
-		if pdb != 0 {
-			b.BiasGrad(db, g, n, out, 1, accB)
-		}
-		return
-	}
-	var blocksX, blocksW, blocksB int
-	if pdx != 0 {
-		blocksX = min((n*in+31)/32, maxGrid)
-	}
-	if pdw != 0 {
-		blocksW = min((out*in+31)/32, maxGrid)
-	}
-	if pdb != 0 {
-		blocksB = (out + 31) / 32
-	}
-	if blocksX+blocksW+blocksB == 0 {
-		return
-	}
-	grid := Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1}
-	devCheck(op, b.x.launch(b.k.linearGradsSmall, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w),
-		i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
-}
-
-// linearSizes panics on negative sizes of a linear layer.
-func linearSizes(op string, n, in, out int) {
-	if n < 0 || in < 0 || out < 0 {
-		panic(fmt.Sprintf("cuda: %s: negative size n=%d in=%d out=%d", op, n, in, out))
-	}
-}
-
-// overlaps says whether [a, a+an) and [b, b+bn) share a byte (0 is no
-// buffer).
-func overlaps(a uintptr, an int, b uintptr, bn int) bool {
-	return a != 0 && b != 0 && a < b+uintptr(bn) && b < a+uintptr(an)
-}
-
-// beta32 is a GEMM's beta for an accumulate flag.
-func beta32(acc bool) float32 {
-	if acc {
-		return 1
-	}
-	return 0
-}
 
 // smallGEMM and smallGEMMOutputs bound the products that MatMul gives
 // ember_gemm_small instead of cuBLAS: below them, cuBLAS's launches (a

@@ -234,7 +234,7 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 
 // nullable lists the pointer parameters a launch may pass as null.
 var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true,
-	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true}
+	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "dx": true, "ws": true, "wsX": true, "wsW": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -437,6 +437,9 @@ func newRecordingBackendOpts(t *testing.T, opt AllocatorOptions) (*Backend, *rec
 	}
 	rec := &recExec{t: t, sigs: parseKernels(t), mem: mem, launches: map[string]int{}}
 	b.x = rec
+	if err := b.allocTileCounters(); err != nil {
+		t.Fatal(err)
+	}
 	return b, rec
 }
 

@@ -26,6 +26,7 @@ var kernelFiles = []string{
 	"kernels/conv_pool.cu",
 	"kernels/conv_rt.cu",
 	"kernels/loss.cu",
+	"kernels/linear.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -41,7 +42,7 @@ type kernelUnit struct {
 // s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
 // its 3x3 kernels.
 var kernelUnits = []kernelUnit{
-	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu", "kernels/linear.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
@@ -129,6 +130,7 @@ type kernels struct {
 	convReLUPoolRT, convReLUPoolRT3           [3]*Function // 5x5 and 3x3, by lanes per sum 1, 4, 8
 	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
 	addParts, linearGradsSmall                *Function
+	linearTiled, linearGradsTiled             *Function
 }
 
 // table lists each field with the extern "C" name of its kernel.
@@ -200,6 +202,8 @@ func (k *kernels) table() []struct {
 		{&k.convDXRT[3], "ember_conv_dx_rt_pooled_3x3"},
 		{&k.addParts, "ember_add_parts"},
 		{&k.linearGradsSmall, "ember_linear_grads_small"},
+		{&k.linearTiled, "ember_linear_tiled"},
+		{&k.linearGradsTiled, "ember_linear_grads_tiled"},
 	}
 }
 

@@ -109,18 +109,22 @@ type BiasReLUBackend interface {
 }
 
 // LinearBackend is implemented by backends that run a linear layer's
-// product and bias, and its three gradients, as fewer operations than
-// MatMul, AddBias and BiasGrad (the CUDA backend: one launch each for small
-// layers). Linear uses it when the backend has it; the results are those
-// of the composed operations up to the order of the sums.
+// product, bias and ReLU, and its gradients, as fewer operations than
+// MatMul, AddBias, ReLU and their backward passes (the CUDA backend: one
+// launch each way). Linear and LinearReLU use it when the backend has it;
+// the results are those of the composed operations up to the order of the
+// sums.
 type LinearBackend interface {
 	// Linear sets y [n, out] = x [n, in] · wᵀ (w [out, in]) + bias[o] on
-	// every row (no bias when bias is empty).
-	Linear(y, x, w, bias Buffer, n, in, out int)
-	// LinearGrads sets, or adds to when the flag is set, dx [n, in] = g·w,
-	// dw [out, in] = gᵀ·x and db [out] = the sums of g's [n, out] rows;
-	// each is skipped when its buffer is empty.
-	LinearGrads(dx, dw, db, g, x, w Buffer, n, in, out int, accX, accW, accB bool)
+	// every row (no bias when bias is empty), then max(y, 0) when relu
+	// (NaN stays NaN, as ReLU).
+	Linear(y, x, w, bias Buffer, n, in, out int, relu bool)
+	// LinearGrads takes g [n, out], the gradient of the layer's output y.
+	// When y is not empty (a layer with relu), g counts only where y > 0.
+	// It sets, or adds to when the flag is set, dx [n, in] = g·w, dw [out,
+	// in] = gᵀ·x and db [out] = the sums of g's rows; each is skipped when
+	// its buffer is empty.
+	LinearGrads(dx, dw, db, g, y, x, w Buffer, n, in, out int, accX, accW, accB bool)
 }
 
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).

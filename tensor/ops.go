@@ -104,7 +104,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 		bias = b.buffer()
 	}
 	if fused {
-		lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF)
+		lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, false)
 	} else {
 		be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
 		if b != nil {
@@ -120,7 +120,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 			db, accB = e.sink(b)
 		}
 		if fused {
-			lb.LinearGrads(dx, dw, db, g.buffer(), x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
+			lb.LinearGrads(dx, dw, db, g.buffer(), Buffer{}, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
 			return
 		}
 		linearGrads(g, x, w, dx, dw, accX, accW)
@@ -132,17 +132,23 @@ func Linear(x, w, b *Tensor) *Tensor {
 }
 
 // LinearReLU is ReLU(Linear(x, w, b)). On a backend that implements
-// BiasReLUBackend the bias and the activation are one pass over the output,
-// and in the backward pass the activation's mask and the bias gradient are
-// one pass over the incoming gradient.
+// LinearBackend it is one operation each way (the CUDA backend: one launch
+// for the product, bias and activation, one for the mask and the three
+// gradients). On one that implements BiasReLUBackend the bias and the
+// activation are one pass over the output, and in the backward pass the
+// activation's mask and the bias gradient are one pass over the incoming
+// gradient.
 func LinearReLU(x, w, b *Tensor) *Tensor {
-	fb, ok := x.st.b.(BiasReLUBackend)
+	be := x.st.b
+	if lb, ok := be.(LinearBackend); ok {
+		return linearReLUFused(lb, x, w, b)
+	}
+	fb, ok := be.(BiasReLUBackend)
 	if !ok || b == nil {
 		return ReLU(Linear(x, w, b))
 	}
 	x, w = linearOperands("LinearReLU", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
-	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
 	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
 	fb.AddBiasReLU(out.buffer(), b.buffer(), n, outF)
@@ -157,6 +163,29 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 		defer g.Release()
 		fb.BiasReLUBackward(g.buffer(), db, dy.buffer(), out.buffer(), n, outF, accB)
 		linearGrads(g, x, w, dx, dw, accX, accW)
+	}, x, w, b)
+	return out
+}
+
+// linearReLUFused is LinearReLU on a LinearBackend.
+func linearReLUFused(lb LinearBackend, x, w, b *Tensor) *Tensor {
+	x, w = linearOperands("LinearReLU", x, w, b)
+	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
+	out := Empty(x.st.b, scopeOf(x, w, b), n, outF)
+	var bias Buffer
+	if b != nil {
+		bias = b.buffer()
+	}
+	lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, true)
+	record(out, "linear_relu", func(dy *Tensor, e *engine) {
+		dx, accX := e.sink(x)
+		dw, accW := e.sink(w)
+		var db Buffer
+		var accB bool
+		if b != nil {
+			db, accB = e.sink(b)
+		}
+		lb.LinearGrads(dx, dw, db, dy.buffer(), out.buffer(), x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
 	}, x, w, b)
 	return out
 }

@@ -31,6 +31,12 @@ __device__ __forceinline__ float ember_nan() { return __int_as_float(0x7fc00000)
 
 __device__ __forceinline__ int ember_imin(int a, int b) { return a < b ? a : b; }
 
+// Four floats loaded or stored as one 16-byte access (the CUDA headers'
+// float4, which NVRTC sources cannot include).
+struct __attribute__((aligned(16))) ember_f4 {
+    float x, y, z, w;
+};
+
 // ember_nan_max is max that propagates NaN (Go's built-in max does; fmaxf
 // does not).
 __device__ __forceinline__ float ember_nan_max(float a, float b) {

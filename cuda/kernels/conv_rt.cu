@@ -33,12 +33,6 @@
 __device__ __forceinline__ int ember_round4(int v) { return (v + 3) & ~3; }
 __device__ __forceinline__ int ember_imax(int a, int b) { return a > b ? a : b; }
 
-// Four floats loaded or stored as one 16-byte access (the CUDA headers'
-// float4, which NVRTC sources cannot include).
-struct __attribute__((aligned(16))) ember_f4 {
-    float x, y, z, w;
-};
-
 // Loads 8 consecutive floats from 16-byte aligned shared memory.
 __device__ __forceinline__ void ember_load8(float* d, const float* p) {
     const ember_f4 a = reinterpret_cast<const ember_f4*>(p)[0];

@@ -510,8 +510,9 @@ func autogradCases() []agCase {
 		})
 	}
 	// Linear: a small layer (one launch each way on a GPU backend), one with
-	// more rows than those launches take, and one for a BLAS.
-	for i, d := range [][3]int{{7, 33, 10}, {7, 33, 10}, {130, 40, 12}, {64, 800, 500}} {
+	// more rows than those launches take, and two for tiled kernels (tiles
+	// cut by the edges, sums split over blocks) or a BLAS.
+	for i, d := range [][3]int{{7, 33, 10}, {7, 33, 10}, {130, 40, 12}, {64, 800, 500}, {100, 300, 70}} {
 		bias := i != 1
 		n, inF, outF := d[0], d[1], d[2]
 		name := fmt.Sprintf("Linear/%dx%d·%dx%d", n, inF, inF, outF)
@@ -593,19 +594,41 @@ func autogradCases() []agCase {
 			})
 	}
 	// LinearReLU on multiples of 1/4 (exact sums, so that every backend
-	// agrees on the ReLU's mask): the small product and one large enough
-	// for a GPU backend's BLAS path.
-	for _, d := range [][3]int{{7, 33, 10}, {64, 800, 500}} {
-		n, inF, outF := d[0], d[1], d[2]
+	// agrees on the ReLU's mask): the small product, LeNet's fc1, one whose
+	// gradients' sums a GPU backend splits over blocks (with and without a
+	// bias), and one whose input takes no gradient.
+	for _, d := range []struct {
+		n, in, out  int
+		bias, gradX bool
+	}{{7, 33, 10, true, true}, {64, 800, 500, true, true}, {200, 96, 300, true, true}, {200, 96, 300, false, true}, {70, 130, 90, true, false}} {
+		n, inF, outF := d.n, d.in, d.out
+		name := fmt.Sprintf("LinearReLU/%dx%d·%dx%d", n, inF, inF, outF)
+		ins := []agInput{inK("grid", n, inF), inK("grid", outF, inF)}
+		ins[0].grad = d.gradX
+		if !d.gradX {
+			name += " input without gradient"
+		}
+		if d.bias {
+			ins = append(ins, inK("grid", outF))
+		} else {
+			name += " no bias"
+		}
 		cases = append(cases, agCase{
-			name:   fmt.Sprintf("LinearReLU/%dx%d·%dx%d", n, inF, inF, outF),
-			inputs: []agInput{inK("grid", n, inF), inK("grid", outF, inF), inK("grid", outF)}, tol: tolAG,
+			name: name, inputs: ins, tol: tolAG,
 			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
-				return tensor.LinearReLU(t[0], t[1], t[2])
+				var b *tensor.Tensor
+				if d.bias {
+					b = t[2]
+				}
+				return tensor.LinearReLU(t[0], t[1], b)
 			},
 			ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
 				x, w := f64(v[0]), f64(v[1])
-				out := linear64(x, w, f64(v[2]), n, inF, outF)
+				var b []float64
+				if d.bias {
+					b = f64(v[2])
+				}
+				out := linear64(x, w, b, n, inF, outF)
 				gm := f64(g)
 				for i, o := range out {
 					if o <= 0 {
@@ -613,7 +636,15 @@ func autogradCases() []agCase {
 					}
 				}
 				dx, dw, db := linearGrads64(gm, x, w, n, inF, outF)
-				return out, [][]float64{dx, dw, db}
+				var grads [][]float64
+				if d.gradX {
+					grads = append(grads, dx)
+				}
+				grads = append(grads, dw)
+				if d.bias {
+					grads = append(grads, db)
+				}
+				return out, grads
 			},
 		})
 	}

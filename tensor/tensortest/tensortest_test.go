@@ -32,19 +32,31 @@ type fusedLinear struct{ tensor.Backend }
 
 func (fusedLinear) Name() string { return "cpu-fused-linear" }
 
-func (f fusedLinear) Linear(y, x, w, bias tensor.Buffer, n, in, out int) {
+func (f fusedLinear) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool) {
 	f.MatMul(y, x, w, n, out, in, false, true, 1, 0)
 	if !bias.Empty() {
 		f.AddBias(y, bias, n, out, 1)
 	}
+	if relu {
+		f.ReLU(y, y)
+	}
 }
 
-func (f fusedLinear) LinearGrads(dx, dw, db, g, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
+func (f fusedLinear) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
 	beta := func(acc bool) float32 {
 		if acc {
 			return 1
 		}
 		return 0
+	}
+	if !y.Empty() {
+		gm, err := f.Alloc(n*out, tensor.Float32)
+		if err != nil {
+			panic(err)
+		}
+		defer f.Free(gm)
+		f.ReLUBackward(gm, g, y, false)
+		g = gm
 	}
 	if !dx.Empty() {
 		f.MatMul(dx, g, w, n, in, out, false, false, 1, beta(accX))

@@ -1,0 +1,255 @@
+// Linear layers as tiled products with their epilogues (bias, ReLU, the
+// ReLU's mask on the incoming gradient, the bias gradient) and their split-K
+// reduction inside the same launch.
+//
+// Every product here is C(i, j) = sum_k A(i, k) B(j, k) with A and B read
+// through strides, so that one tile routine serves the three products of a
+// layer y = x·wᵀ + b (x [n, in], w [out, in], g = dy [n, out]):
+//
+//   forward  y  [n, out]: A(i, k) = x[i, k],  B(j, k) = w[j, k]
+//   backward dx [n, in]:  A(i, k) = g[i, k],  B(j, k) = w[k, j]
+//   backward dw [out, in]: A(i, k) = g[k, i], B(j, k) = x[k, j]
+//
+// A block computes a 64x64 tile of C over a range of k (its split) with 256
+// threads, each holding a 4x4 sub-tile in registers; 16-deep slices of A and
+// B go through shared memory, loaded (coalesced along whichever index is
+// contiguous) while the previous slice is multiplied. When a tile's k range
+// is split over several blocks, each writes its partial tile to a
+// workspace and counts itself in; the last block of the tile adds the
+// partials in split order (so results do not depend on which block finishes
+// last), applies the epilogue and resets the counter for the next launch or
+// graph replay. At batch 64, LeNet's fc1 forward was cuBLAS's split-K kernel,
+// its reduction and a bias + ReLU pass; here it is one launch, and its
+// backward (mask, bias gradient, dx, dw) another.
+
+#define LT_BM 64
+#define LT_BN 64
+#define LT_BK 16
+#define LT_LD (LT_BM + 4)  // row pitch of the shared slices: ember_f4-aligned, fewer bank conflicts
+
+// lt_problem is one product and its epilogue. Rows i < M, columns j < N,
+// sums over k < K. Column onesCol (or none when < 0) of B is all ones, and
+// that column of C goes to d[i] instead of c: with A = g and onesCol = in,
+// the dw product also gives the bias gradient. mask, when not null, zeroes
+// A(i, k) where mask (laid out as A) is not positive: the ReLU's backward.
+struct lt_problem {
+    const float* a;
+    long long sai, sak;
+    const float* mask;
+    const float* b;
+    long long sbj, sbk;
+    int onesCol;
+    int M, N, K;
+    float* c;
+    long long ldc;
+    float betaC;
+    const float* bias;  // per column j, after the product (forward)
+    int relu;
+    float* d;
+    float betaD;
+    int splits, steps;  // k is split into splits ranges of steps slices of LT_BK
+    float* ws;          // splits x M x N partial sums when splits > 1
+    int* counters;      // one per tile when splits > 1, zero between launches
+};
+
+// lt_load fetches 4 elements of a 64 x 16 slice (rows r0.., k0..) of an
+// operand into v, coalesced along its contiguous index.
+__device__ __forceinline__ void lt_load(float v[4], const float* p, long long sr, long long sk, const float* mask,
+                                        int onesCol, int rows, int K, int r0, int k0) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int e = tid + q * 256;
+        int r, k;
+        if (sk == 1) {
+            r = e >> 4;
+            k = e & 15;
+        } else {
+            r = e & 63;
+            k = e >> 6;
+        }
+        const int gr = r0 + r, gk = k0 + k;
+        float x = 0.0f;
+        if (gr < rows && gk < K) {
+            if (gr == onesCol) {
+                x = 1.0f;
+            } else {
+                const long long off = (long long)gr * sr + (long long)gk * sk;
+                x = p[off];
+                if (mask != 0 && !(mask[off] > 0.0f)) x = 0.0f;
+            }
+        }
+        v[q] = x;
+    }
+}
+
+// lt_store puts what lt_load fetched into a slice [k][row].
+__device__ __forceinline__ void lt_store(float (*s)[LT_LD], const float v[4], long long sk) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int e = tid + q * 256;
+        if (sk == 1) {
+            s[e & 15][e >> 4] = v[q];
+        } else {
+            s[e >> 6][e & 63] = v[q];
+        }
+    }
+}
+
+// lt_put writes one finished element of C (or of d, for the ones column).
+__device__ __forceinline__ void lt_put(const lt_problem& p, int i, int j, float v) {
+    if (j == p.onesCol) {
+        if (p.betaD != 0.0f) v = v + p.betaD * p.d[i];
+        p.d[i] = v;
+        return;
+    }
+    const long long o = (long long)i * p.ldc + j;
+    if (p.betaC != 0.0f) v = v + p.betaC * p.c[o];
+    if (p.bias != 0) v = v + p.bias[j];
+    if (p.relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+    p.c[o] = v;
+}
+
+// lt_tile computes block `blk` of problem p: tile blk % tiles over split
+// blk / tiles.
+__device__ void lt_tile(const lt_problem& p, int blk) {
+    __shared__ __attribute__((aligned(16))) float As[2][LT_BK][LT_LD];
+    __shared__ __attribute__((aligned(16))) float Bs[2][LT_BK][LT_LD];
+    __shared__ int last;
+    const int tilesN = (p.N + LT_BN - 1) / LT_BN;
+    const int tiles = ((p.M + LT_BM - 1) / LT_BM) * tilesN;
+    const int tile = blk % tiles, split = blk / tiles;
+    const int i0 = (tile / tilesN) * LT_BM, j0 = (tile % tilesN) * LT_BN;
+    const int kSteps = (p.K + LT_BK - 1) / LT_BK;
+    const int s0 = split * p.steps, s1 = ember_imin(kSteps, s0 + p.steps);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+
+    float acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+
+    float va[4], vb[4];
+    int cur = 0;
+    if (s0 < s1) {
+        lt_load(va, p.a, p.sai, p.sak, p.mask, -1, p.M, p.K, i0, s0 * LT_BK);
+        lt_load(vb, p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, p.K, j0, s0 * LT_BK);
+        lt_store(As[0], va, p.sak);
+        lt_store(Bs[0], vb, p.sbk);
+        __syncthreads();
+    }
+    for (int s = s0; s < s1; s++) {
+        const bool more = s + 1 < s1;
+        if (more) {  // the next slice travels while this one is multiplied
+            lt_load(va, p.a, p.sai, p.sak, p.mask, -1, p.M, p.K, i0, (s + 1) * LT_BK);
+            lt_load(vb, p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, p.K, j0, (s + 1) * LT_BK);
+        }
+#pragma unroll
+        for (int k = 0; k < LT_BK; k++) {
+            const ember_f4 a = *reinterpret_cast<const ember_f4*>(&As[cur][k][ty * 4]);
+            const ember_f4 b = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
+        }
+        if (more) {
+            lt_store(As[cur ^ 1], va, p.sak);
+            lt_store(Bs[cur ^ 1], vb, p.sbk);
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+
+    if (p.splits == 1) {
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+                if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
+            }
+        return;
+    }
+    const long long plane = (long long)p.M * p.N;
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+            if (i < p.M && j < p.N) p.ws[split * plane + (long long)i * p.N + j] = acc[r][c];
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+            if (i < p.M && j < p.N) {
+                const float* w = p.ws + (long long)i * p.N + j;
+                float v = __ldcg(w);
+                for (int t = 1; t < p.splits; t++) v += __ldcg(w + t * plane);
+                lt_put(p, i, j, v);
+            }
+        }
+    if (threadIdx.x == 0) p.counters[tile] = 0;
+}
+
+// linear_tiled: y [n, out] = x·wᵀ (+ bias[o]) (ReLU'd when relu), over
+// splits ranges of k (ws and counters when splits > 1).
+extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, const float* x, const float* w,
+                                                                     const float* bias, int n, int in, int out,
+                                                                     int relu, int splits, int steps, float* ws,
+                                                                     int* counters) {
+    lt_problem p;
+    p.a = x, p.sai = in, p.sak = 1, p.mask = 0;
+    p.b = w, p.sbj = in, p.sbk = 1, p.onesCol = -1;
+    p.M = n, p.N = out, p.K = in;
+    p.c = y, p.ldc = out, p.betaC = 0.0f, p.bias = bias, p.relu = relu;
+    p.d = 0, p.betaD = 0.0f;
+    p.splits = splits, p.steps = steps, p.ws = ws, p.counters = counters;
+    lt_tile(p, blockIdx.x);
+}
+
+// linear_grads_tiled: the gradients of y = x·wᵀ + b (ReLU'd when mask, its
+// output, is not null: g passes where mask > 0) from g = dy [n, out], in
+// one launch. The first blocksX blocks make dx [n, in] = g·w; the rest make
+// dw [out, in] = gᵀ·x and, as dw's extra column of ones, db [out] (each
+// skipped when null; dw and db both null: no blocks). Each is added to when
+// its beta is 1.
+extern "C" __global__ void __launch_bounds__(256)
+    ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x,
+                             const float* w, int n, int in, int out, float betaX, float betaW, float betaB,
+                             int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW,
+                             int* countersX, int* countersW) {
+    lt_problem p;
+    p.mask = mask;
+    p.relu = 0, p.bias = 0;
+    if ((int)blockIdx.x < blocksX) {
+        p.a = g, p.sai = out, p.sak = 1;
+        p.b = w, p.sbj = 1, p.sbk = in, p.onesCol = -1;
+        p.M = n, p.N = in, p.K = out;
+        p.c = dx, p.ldc = in, p.betaC = betaX;
+        p.d = 0, p.betaD = 0.0f;
+        p.splits = splitsX, p.steps = stepsX, p.ws = wsX, p.counters = countersX;
+        lt_tile(p, blockIdx.x);
+        return;
+    }
+    // Without dw, the product is db's column alone (column 0, all ones).
+    const int cols = dw != 0 ? in : 0;
+    p.a = g, p.sai = 1, p.sak = out;
+    p.b = x, p.sbj = 1, p.sbk = in, p.onesCol = db != 0 ? cols : -1;
+    p.M = out, p.N = cols + (db != 0 ? 1 : 0), p.K = n;
+    p.c = dw, p.ldc = in, p.betaC = betaW;
+    p.d = db, p.betaD = betaB;
+    p.splits = splitsW, p.steps = stepsW, p.ws = wsW, p.counters = countersW;
+    lt_tile(p, blockIdx.x - blocksX);
+}

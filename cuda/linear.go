@@ -1,0 +1,293 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Linear layers (tensor.LinearBackend). Three paths, by size:
+//
+//   - products of at most 2^20 multiply-adds without a ReLU (LeNet's fc2):
+//     ember_gemm_small for the forward and ember_linear_grads_small for the
+//     three gradients, one launch each (reduce.cu);
+//   - up to linearTiledMax multiply-adds (LeNet's fc1 at batch 64 and 1024):
+//     ember_linear_tiled and ember_linear_grads_tiled (linear.cu), 64x64
+//     tiles with the bias, the ReLU, the ReLU's mask on the incoming
+//     gradient, the bias gradient and the split-K reduction inside the
+//     launch. At batch 64, fc1 took 8 launches (cuBLAS's split-K kernels and
+//     their reductions, a bias + ReLU pass, a mask + bias-gradient pass);
+//     here it takes 2;
+//   - larger products: cuBLAS, and the bias, ReLU and mask kernels around it.
+//
+// EMBER_LINEAR_TILED=0 turns the tiled path off, for comparisons.
+
+// Tiling of linear.cu: output tiles of ltTile x ltTile, k in slices of ltK.
+const (
+	ltTile = 64
+	ltK    = 16
+	// ltMinSteps is the fewest slices of k a block of a split sum takes:
+	// below it the partial tile's store and reload cost more than the
+	// slices.
+	ltMinSteps = 4
+	// ltCounters is the number of tile counters of split sums (one per
+	// tile of a launch that splits).
+	ltCounters = 1024
+	// linearTiledMax bounds the products given to the tiled kernels:
+	// beyond it cuBLAS's larger tiles win.
+	linearTiledMax = 1 << 29
+)
+
+// linearTiledOff is EMBER_LINEAR_TILED=0.
+func linearTiledOff() bool { return os.Getenv("EMBER_LINEAR_TILED") == "0" }
+
+// tiledLinear says whether an n x in x out layer goes to linear.cu.
+func (b *Backend) tiledLinear(n, in, out int) bool {
+	return !b.noLinearTiled && n*in*out <= linearTiledMax
+}
+
+// allocTileCounters gives the split sums their counters: zeroed once here,
+// and reset by the kernels themselves after each use. They live as long as
+// the backend, outside any graph's pool.
+func (b *Backend) allocTileCounters() error {
+	blk, err := b.alloc.Alloc(4*ltCounters, b.stream)
+	if err != nil {
+		return err
+	}
+	b.tileCounters = blk
+	return b.x.memset32(blk.Ptr(), 0, ltCounters)
+}
+
+// ltSplit chooses how many blocks share each of a product's tiles: about
+// one block per SM over all tiles, each with at least ltMinSteps slices of
+// k, and no split when the tiles alone fill the GPU or outnumber the
+// counters. It returns the splits and the slices each takes.
+func (b *Backend) ltSplit(tiles, k int) (splits, steps int) {
+	target := 132 // an H200's SMs, for the recording backend of the tests
+	if b.dev != nil {
+		target = b.dev.MultiprocessorCount()
+	}
+	kSteps := (k + ltK - 1) / ltK
+	splits = 1
+	if tiles < target && tiles <= ltCounters {
+		splits = max(1, min((target+tiles-1)/tiles, kSteps/ltMinSteps))
+	}
+	steps = (kSteps + splits - 1) / splits
+	return (kSteps + steps - 1) / steps, steps
+}
+
+// ltTiles is the number of output tiles of an m x n product.
+func ltTiles(m, n int) int { return ((m + ltTile - 1) / ltTile) * ((n + ltTile - 1) / ltTile) }
+
+// Linear implements tensor.LinearBackend.
+func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool) {
+	const op = "linear"
+	linearSizes(op, n, in, out)
+	need(op, "y", y, n*out)
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	py, px, pw := b.f32(op, y), b.f32(op, x), b.f32(op, w)
+	var pbias uintptr
+	if !bias.Empty() {
+		need(op, "bias", bias, out)
+		pbias = b.f32(op, bias)
+	}
+	switch {
+	case n*out == 0:
+	case in == 0:
+		// No products: y = ReLU(0 + bias).
+		devCheck(op, b.x.memset32(py, 0, n*out))
+		b.linearEpilogue(op, py, pbias, n, out, relu)
+	case !relu && smallProduct(n, out, in):
+		b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
+	case b.tiledLinear(n, in, out):
+		tiles := ltTiles(n, out)
+		splits, steps := b.ltSplit(tiles, in)
+		ws := b.splitWorkspace(op, splits, n*out)
+		defer b.release(ws)
+		devCheck(op, b.x.launch(b.k.linearTiled, Dim3{X: tiles * splits, Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{py, px, pw, pbias,
+			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
+	default:
+		b.matmul(op, py, px, pw, 0, n, out, in, false, true, 1, 0)
+		b.linearEpilogue(op, py, pbias, n, out, relu)
+	}
+}
+
+// linearEpilogue adds the bias (when pbias is not 0) to y [n, out] and
+// applies the ReLU when relu, in one pass.
+func (b *Backend) linearEpilogue(op string, py, pbias uintptr, n, out int, relu bool) {
+	total := n * out
+	switch {
+	case relu && pbias != 0:
+		b.launch(op, b.k.addBiasReLU, total, py, pbias, int64(total), int64(out))
+	case relu:
+		b.launch(op, b.k.relu, total, py, py, int64(total))
+	case pbias != 0:
+		b.launch(op, b.k.addBias, total, py, pbias, int64(total), int64(out), int64(1))
+	}
+}
+
+// LinearGrads implements tensor.LinearBackend: one launch of
+// ember_linear_grads_small (small layers without ReLU) or of
+// ember_linear_grads_tiled; otherwise the mask and bias gradient in one
+// pass and two cuBLAS products.
+func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
+	const op = "linear_grads"
+	linearSizes(op, n, in, out)
+	need(op, "g", g, n*out)
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	var pdx, pdw, pdb, py uintptr
+	if !dx.Empty() {
+		need(op, "dx", dx, n*in)
+		pdx = b.f32(op, dx)
+	}
+	if !dw.Empty() {
+		need(op, "dw", dw, out*in)
+		pdw = b.f32(op, dw)
+	}
+	if !db.Empty() {
+		need(op, "db", db, out)
+		pdb = b.f32(op, db)
+	}
+	if !y.Empty() {
+		need(op, "y", y, n*out)
+		py = b.f32(op, y)
+	}
+	if pdx == 0 && pdw == 0 && pdb == 0 {
+		return
+	}
+	// One launch runs the three products at once, so they must not write
+	// the same memory (x and w the same tensor: Linear(x, x, b)).
+	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
+	empty := n == 0 || in == 0 || out == 0
+	switch {
+	case apart && !empty && py == 0 && out <= 128 && n <= 128 && smallProduct(n, in, out) && smallProduct(out, in, n):
+		b.linearGradsSmall(op, pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+	case apart && !empty && b.tiledLinear(n, in, out):
+		b.linearGradsTiled(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+	default:
+		pg := b.f32(op, g)
+		if py != 0 {
+			// g through the ReLU's mask, and db from it on the way.
+			gm := b.workspace(op, 4*n*out)
+			defer b.release(gm)
+			if n > 0 && out > 0 {
+				b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
+			} else if pdb != 0 && !accB {
+				devCheck(op, b.x.memset32(pdb, 0, out))
+			}
+			pg, pdb = gm.Ptr(), 0
+		}
+		if pdx != 0 {
+			b.product(op, pdx, pg, b.f32(op, w), n, in, out, false, accX)
+		}
+		if pdw != 0 {
+			b.product(op, pdw, pg, b.f32(op, x), out, in, n, true, accW)
+		}
+		if pdb != 0 {
+			b.biasGrad(op, pdb, pg, 0, 0, n, out, 1, accB)
+		}
+	}
+}
+
+// product queues c [m, n] = A·B (+ c when acc), A [m, k] or its transpose
+// [k, m], B [k, n]; an empty sum (k == 0) leaves c zero (or unchanged).
+func (b *Backend) product(op string, pc, pa, pb uintptr, m, n, k int, transA, acc bool) {
+	switch {
+	case m*n == 0:
+	case k == 0:
+		if !acc {
+			devCheck(op, b.x.memset32(pc, 0, m*n))
+		}
+	default:
+		b.matmul(op, pc, pa, pb, 0, m, n, k, transA, false, 1, beta32(acc))
+	}
+}
+
+// linearGradsSmall queues ember_linear_grads_small: dx, dw and db of a layer
+// whose products are all small, as three gemm_small_t products in one grid.
+func (b *Backend) linearGradsSmall(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool) {
+	var blocksX, blocksW, blocksB int
+	if pdx != 0 {
+		blocksX = min((n*in+31)/32, maxGrid)
+	}
+	if pdw != 0 {
+		blocksW = min((out*in+31)/32, maxGrid)
+	}
+	if pdb != 0 {
+		blocksB = (out + 31) / 32
+	}
+	grid := Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1}
+	devCheck(op, b.x.launch(b.k.linearGradsSmall, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, px, pw,
+		i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
+}
+
+// linearGradsTiled queues ember_linear_grads_tiled: dx's tiles, then dw's
+// with db as its extra column, each product split over k as ltSplit
+// chooses (their counters side by side).
+func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB bool) {
+	var tilesX, splitsX, stepsX, tilesW, splitsW, stepsW int
+	if pdx != 0 {
+		tilesX = ltTiles(n, in)
+		splitsX, stepsX = b.ltSplit(tilesX, out)
+	}
+	cols := 0 // dw's columns, and db's
+	if pdw != 0 {
+		cols = in
+	}
+	if pdb != 0 {
+		cols++
+	}
+	if cols > 0 {
+		tilesW = ltTiles(out, cols)
+		splitsW, stepsW = b.ltSplit(tilesW, n)
+		if splitsW > 1 && splitsX > 1 && tilesX+tilesW > ltCounters {
+			splitsW, stepsW = 1, (n+ltK-1)/ltK
+		}
+	}
+	wsX := b.splitWorkspace(op, splitsX, n*in)
+	defer b.release(wsX)
+	wsW := b.splitWorkspace(op, splitsW, out*cols)
+	defer b.release(wsW)
+	counters := b.tileCounters.Ptr()
+	countersW := counters
+	if splitsX > 1 {
+		countersW += uintptr(4 * tilesX)
+	}
+	devCheck(op, b.x.launch(b.k.linearGradsTiled, Dim3{X: tilesX*splitsX + tilesW*splitsW, Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{
+		pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB),
+		i32arg(op, splitsX), i32arg(op, stepsX), i32arg(op, splitsW), i32arg(op, stepsW), i32arg(op, tilesX*splitsX),
+		wsX.Ptr(), wsW.Ptr(), counters, countersW}))
+}
+
+// splitWorkspace is the partial tiles of a product of size outputs split
+// splits ways: none (a zero Block) without a split.
+func (b *Backend) splitWorkspace(op string, splits, size int) Block {
+	if splits <= 1 {
+		return Block{}
+	}
+	return b.workspace(op, 4*splits*size)
+}
+
+// linearSizes panics on negative sizes of a linear layer.
+func linearSizes(op string, n, in, out int) {
+	if n < 0 || in < 0 || out < 0 {
+		panic(fmt.Sprintf("cuda: %s: negative size n=%d in=%d out=%d", op, n, in, out))
+	}
+}
+
+// overlaps says whether [a, a+an) and [b, b+bn) share a byte (0 is no
+// buffer).
+func overlaps(a uintptr, an int, b uintptr, bn int) bool {
+	return a != 0 && b != 0 && a < b+uintptr(bn) && b < a+uintptr(an)
+}
+
+// beta32 is a GEMM's beta for an accumulate flag.
+func beta32(acc bool) float32 {
+	if acc {
+		return 1
+	}
+	return 0
+}
