@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -43,8 +44,9 @@ const (
 func linearTiledOff() bool { return os.Getenv("EMBER_LINEAR_TILED") == "0" }
 
 // tiledLinear says whether an n x in x out layer goes to linear.cu.
+// Its int offsets need 64 times either stride below 2^31.
 func (b *Backend) tiledLinear(n, in, out int) bool {
-	return !b.noLinearTiled && n*in*out <= linearTiledMax
+	return !b.noLinearTiled && n*in*out <= linearTiledMax && max(in, out) < 1<<25
 }
 
 // allocTileCounters gives the split sums their counters: zeroed once here,
@@ -70,8 +72,12 @@ func (b *Backend) ltSplit(tiles, k int) (splits, steps int) {
 	}
 	kSteps := (k + ltK - 1) / ltK
 	splits = 1
+	minSteps := ltMinSteps
+	if v, err := strconv.Atoi(os.Getenv("EMBER_LT_MIN_STEPS")); err == nil && v > 0 {
+		minSteps = v
+	}
 	if tiles < target && tiles <= ltCounters {
-		splits = max(1, min((target+tiles-1)/tiles, kSteps/ltMinSteps))
+		splits = max(1, min((target+tiles-1)/tiles, kSteps/minSteps))
 	}
 	steps = (kSteps + splits - 1) / splits
 	return (kSteps + steps - 1) / steps, steps

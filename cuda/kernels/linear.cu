@@ -52,53 +52,77 @@ struct lt_problem {
     int* counters;      // one per tile when splits > 1, zero between launches
 };
 
-// lt_load fetches 4 elements of a 64 x 16 slice (rows r0.., k0..) of an
-// operand into v, coalesced along its contiguous index.
-__device__ __forceinline__ void lt_load(float v[4], const float* p, long long sr, long long sk, const float* mask,
-                                        int onesCol, int rows, int K, int r0, int k0) {
-    const int tid = threadIdx.x;
+// lt_src is where one thread fetches its 4 elements of each 64 x 16 slice
+// of an operand (coalesced along the operand's contiguous index): worked
+// out once per tile, so that a slice costs a bounds test and a load per
+// element. The offsets are ints: the backend keeps 64 * each stride below
+// 2^31 (linear.go).
+struct lt_src {
+    const float* base;  // the slice's first element (row r0, k0)
+    const float* mask;  // null, or the mask (laid out as the operand) at base
+    long long adv;      // base's advance per slice: LT_BK * sk
+    int off[4];         // element q's offset from base
+    int kl[4];          // element q's k within the slice
+    int state[4];       // 0: past the last row (zero), 1: a row, 2: the ones column
+    bool kContiguous;   // sk == 1: the slice is stored transposed
+};
+
+__device__ __forceinline__ lt_src lt_src_at(const float* p, long long sr, long long sk, const float* mask, int onesCol,
+                                            int rows, int r0, int k0) {
+    lt_src s;
+    s.kContiguous = sk == 1;
+    const long long start = (long long)r0 * sr + (long long)k0 * sk;
+    s.base = p + start;
+    s.mask = mask != 0 ? mask + start : 0;
+    s.adv = LT_BK * sk;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        const int e = tid + q * 256;
-        int r, k;
-        if (sk == 1) {
-            r = e >> 4;
-            k = e & 15;
-        } else {
-            r = e & 63;
-            k = e >> 6;
-        }
-        const int gr = r0 + r, gk = k0 + k;
+        const int e = threadIdx.x + q * 256;
+        const int rl = s.kContiguous ? e >> 4 : e & 63;
+        s.kl[q] = s.kContiguous ? e & 15 : e >> 6;
+        s.off[q] = (int)(rl * sr + s.kl[q] * sk);
+        const int gr = r0 + rl;
+        s.state[q] = gr >= rows ? 0 : gr == onesCol ? 2 : 1;
+    }
+    return s;
+}
+
+// lt_fetch loads the thread's elements of the slice at k0 into v and moves
+// s to the next slice.
+__device__ __forceinline__ void lt_fetch(float v[4], lt_src& s, int k0, int K) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
         float x = 0.0f;
-        if (gr < rows && gk < K) {
-            if (gr == onesCol) {
+        if (s.state[q] != 0 && k0 + s.kl[q] < K) {
+            if (s.state[q] == 2) {
                 x = 1.0f;
             } else {
-                const long long off = (long long)gr * sr + (long long)gk * sk;
-                x = p[off];
-                if (mask != 0 && !(mask[off] > 0.0f)) x = 0.0f;
+                x = s.base[s.off[q]];
+                if (s.mask != 0 && !(s.mask[s.off[q]] > 0.0f)) x = 0.0f;
             }
         }
         v[q] = x;
     }
+    s.base += s.adv;
+    if (s.mask != 0) s.mask += s.adv;
 }
 
-// lt_store puts what lt_load fetched into a slice [k][row].
-__device__ __forceinline__ void lt_store(float (*s)[LT_LD], const float v[4], long long sk) {
+// lt_store puts what lt_fetch loaded into a shared slice [k][row].
+__device__ __forceinline__ void lt_store(float (*sh)[LT_LD], const float v[4], const lt_src& s) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int e = tid + q * 256;
-        if (sk == 1) {
-            s[e & 15][e >> 4] = v[q];
+        if (s.kContiguous) {
+            sh[e & 15][e >> 4] = v[q];
         } else {
-            s[e >> 6][e & 63] = v[q];
+            sh[e >> 6][e & 63] = v[q];
         }
     }
 }
 
 // lt_put writes one finished element of C (or of d, for the ones column).
-__device__ __forceinline__ void lt_put(const lt_problem& p, int i, int j, float v) {
+__device__ __forceinline__ void lt_put(const lt_problem p, int i, int j, float v) {
     if (j == p.onesCol) {
         if (p.betaD != 0.0f) v = v + p.betaD * p.d[i];
         p.d[i] = v;
@@ -112,8 +136,10 @@ __device__ __forceinline__ void lt_put(const lt_problem& p, int i, int j, float 
 }
 
 // lt_tile computes block `blk` of problem p: tile blk % tiles over split
-// blk / tiles.
-__device__ void lt_tile(const lt_problem& p, int blk) {
+// blk / tiles. Inlined, so that p's fields stay in registers or constants
+// (passed to a call, the struct lives in local memory and every slice
+// reloads its strides and pointers from there).
+__device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     __shared__ __attribute__((aligned(16))) float As[2][LT_BK][LT_LD];
     __shared__ __attribute__((aligned(16))) float Bs[2][LT_BK][LT_LD];
     __shared__ int last;
@@ -132,19 +158,21 @@ __device__ void lt_tile(const lt_problem& p, int blk) {
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 
     float va[4], vb[4];
+    lt_src sa = lt_src_at(p.a, p.sai, p.sak, p.mask, -1, p.M, i0, s0 * LT_BK);
+    lt_src sb = lt_src_at(p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, j0, s0 * LT_BK);
     int cur = 0;
     if (s0 < s1) {
-        lt_load(va, p.a, p.sai, p.sak, p.mask, -1, p.M, p.K, i0, s0 * LT_BK);
-        lt_load(vb, p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, p.K, j0, s0 * LT_BK);
-        lt_store(As[0], va, p.sak);
-        lt_store(Bs[0], vb, p.sbk);
+        lt_fetch(va, sa, s0 * LT_BK, p.K);
+        lt_fetch(vb, sb, s0 * LT_BK, p.K);
+        lt_store(As[0], va, sa);
+        lt_store(Bs[0], vb, sb);
         __syncthreads();
     }
     for (int s = s0; s < s1; s++) {
         const bool more = s + 1 < s1;
         if (more) {  // the next slice travels while this one is multiplied
-            lt_load(va, p.a, p.sai, p.sak, p.mask, -1, p.M, p.K, i0, (s + 1) * LT_BK);
-            lt_load(vb, p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, p.K, j0, (s + 1) * LT_BK);
+            lt_fetch(va, sa, (s + 1) * LT_BK, p.K);
+            lt_fetch(vb, sb, (s + 1) * LT_BK, p.K);
         }
 #pragma unroll
         for (int k = 0; k < LT_BK; k++) {
@@ -157,8 +185,8 @@ __device__ void lt_tile(const lt_problem& p, int blk) {
                 for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
         }
         if (more) {
-            lt_store(As[cur ^ 1], va, p.sak);
-            lt_store(Bs[cur ^ 1], vb, p.sbk);
+            lt_store(As[cur ^ 1], va, sa);
+            lt_store(Bs[cur ^ 1], vb, sb);
         }
         __syncthreads();
         cur ^= 1;
@@ -188,17 +216,28 @@ __device__ void lt_tile(const lt_problem& p, int blk) {
     __syncthreads();
     if (!last) return;
     __threadfence();
+    // The partial tiles in split order, all 16 of a thread's loads of one
+    // split in flight together.
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+    for (int t = 0; t < p.splits; t++) {
+        const float* w = p.ws + t * plane;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+                if (i < p.M && j < p.N) acc[r][c] += __ldcg(w + (long long)i * p.N + j);
+            }
+    }
 #pragma unroll
     for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
-            if (i < p.M && j < p.N) {
-                const float* w = p.ws + (long long)i * p.N + j;
-                float v = __ldcg(w);
-                for (int t = 1; t < p.splits; t++) v += __ldcg(w + t * plane);
-                lt_put(p, i, j, v);
-            }
+            if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
         }
     if (threadIdx.x == 0) p.counters[tile] = 0;
 }
