@@ -83,6 +83,7 @@ type Backend struct {
 
 	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
+	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // the split sums' counters of linear.cu
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 }

@@ -30,7 +30,7 @@ type kernelParam struct {
 	kind string // "ptr", "int32", "int64", "float32", "float64"
 }
 
-var kernelDeclRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)`)
+var kernelDeclRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:(?:__launch_bounds__|__cluster_dims__)\([^)]*\)\s*)*(\w+)\s*\(([^)]*)\)`)
 
 // parseKernels returns the parameters of every extern "C" kernel of the
 // embedded sources.

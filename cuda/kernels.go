@@ -131,6 +131,9 @@ type kernels struct {
 	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
 	addParts, linearGradsSmall                *Function
 	linearTiled, linearGradsTiled             *Function
+	// Compiled for sm_90 and later only (thread block clusters); nil
+	// elsewhere.
+	linearTiledCluster, linearGradsTiledCluster *Function
 }
 
 // table lists each field with the extern "C" name of its kernel.
@@ -204,8 +207,14 @@ func (k *kernels) table() []struct {
 		{&k.linearGradsSmall, "ember_linear_grads_small"},
 		{&k.linearTiled, "ember_linear_tiled"},
 		{&k.linearGradsTiled, "ember_linear_grads_tiled"},
+		{&k.linearTiledCluster, "ember_linear_tiled_cluster"},
+		{&k.linearGradsTiledCluster, "ember_linear_grads_tiled_cluster"},
 	}
 }
+
+// sm90Kernels are compiled for sm_90 and later only: load leaves them nil
+// elsewhere.
+var sm90Kernels = map[string]bool{"ember_linear_tiled_cluster": true, "ember_linear_grads_tiled_cluster": true}
 
 // load looks every kernel up in the module of mods that has it.
 func (k *kernels) load(mods []*Module) error {
@@ -218,7 +227,7 @@ func (k *kernels) load(mods []*Module) error {
 				break
 			}
 		}
-		if err != nil {
+		if err != nil && !sm90Kernels[e.name] {
 			return err
 		}
 	}

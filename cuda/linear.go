@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -13,14 +12,18 @@ import (
 //   - products of at most 2^20 multiply-adds without a ReLU (LeNet's fc2):
 //     ember_gemm_small for the forward and ember_linear_grads_small for the
 //     three gradients, one launch each (reduce.cu);
-//   - up to linearTiledMax multiply-adds (LeNet's fc1 at batch 64 and 1024):
+//   - batches of up to linearTiledRows rows (LeNet's fc1 at batch 64):
 //     ember_linear_tiled and ember_linear_grads_tiled (linear.cu), 64x64
 //     tiles with the bias, the ReLU, the ReLU's mask on the incoming
 //     gradient, the bias gradient and the split-K reduction inside the
-//     launch. At batch 64, fc1 took 8 launches (cuBLAS's split-K kernels and
-//     their reductions, a bias + ReLU pass, a mask + bias-gradient pass);
-//     here it takes 2;
-//   - larger products: cuBLAS, and the bias, ReLU and mask kernels around it.
+//     launch. At batch 64 fc1 took 8 launches through cuBLAS (split-K
+//     kernels and their reductions, a bias + ReLU pass, a mask +
+//     bias-gradient pass); here it takes 2. On sm_90 and later the blocks
+//     that split a tile's sum are a thread block cluster and add their
+//     partial tiles through distributed shared memory (the _cluster
+//     kernels); elsewhere through a workspace and a counter per tile;
+//   - larger batches: cuBLAS, whose larger tiles fill the GPU without
+//     splitting sums, and the bias, ReLU and mask kernels around it.
 //
 // EMBER_LINEAR_TILED=0 turns the tiled path off, for comparisons.
 
@@ -28,25 +31,30 @@ import (
 const (
 	ltTile = 64
 	ltK    = 16
-	// ltMinSteps is the fewest slices of k a block of a split sum takes:
-	// below it the partial tile's store and reload cost more than the
-	// slices.
+	// ltCluster is LT_CLUSTER: the blocks of a cluster, and of a split sum
+	// on sm_90.
+	ltCluster = 8
+	// ltMinSteps is the fewest slices of k a block of a split sum takes
+	// without clusters: below it the partial tile's trip through L2 costs
+	// more than the slices.
 	ltMinSteps = 4
 	// ltCounters is the number of tile counters of split sums (one per
 	// tile of a launch that splits).
 	ltCounters = 1024
-	// linearTiledMax bounds the products given to the tiled kernels:
-	// beyond it cuBLAS's larger tiles win.
-	linearTiledMax = 1 << 29
+	// linearTiledRows is the largest batch given to the tiled kernels:
+	// there a 64-row tile leaves most of the GPU idle unless sums are
+	// split, which cuBLAS does in extra launches. At batch 1024 cuBLAS's
+	// kernels ran fc1 in 36 + 76 us against 45 + 144 us for these.
+	linearTiledRows = 256
 )
 
 // linearTiledOff is EMBER_LINEAR_TILED=0.
 func linearTiledOff() bool { return os.Getenv("EMBER_LINEAR_TILED") == "0" }
 
-// tiledLinear says whether an n x in x out layer goes to linear.cu.
-// Its int offsets need 64 times either stride below 2^31.
+// tiledLinear says whether an n x in x out layer goes to linear.cu. Its int
+// offsets need 64 times either stride below 2^31.
 func (b *Backend) tiledLinear(n, in, out int) bool {
-	return !b.noLinearTiled && n*in*out <= linearTiledMax && max(in, out) < 1<<25
+	return !b.noLinearTiled && n <= linearTiledRows && max(in, out) < 1<<25
 }
 
 // allocTileCounters gives the split sums their counters: zeroed once here,
@@ -61,10 +69,16 @@ func (b *Backend) allocTileCounters() error {
 	return b.x.memset32(blk.Ptr(), 0, ltCounters)
 }
 
-// ltSplit chooses how many blocks share each of a product's tiles: about
-// one block per SM over all tiles, each with at least ltMinSteps slices of
-// k, and no split when the tiles alone fill the GPU or outnumber the
-// counters. It returns the splits and the slices each takes.
+// clusters says whether split sums go through thread block clusters.
+func (b *Backend) clusters() bool {
+	return b.k.linearTiledCluster != nil && b.k.linearGradsTiledCluster != nil && !b.noClusters
+}
+
+// ltSplit chooses how many blocks share each of a product's tiles (about
+// one block per SM over all tiles; with clusters ltCluster or 1, each with
+// at least two slices; without, at least ltMinSteps slices each and no
+// more tiles than counters). It returns the splits and the slices each
+// takes.
 func (b *Backend) ltSplit(tiles, k int) (splits, steps int) {
 	target := 132 // an H200's SMs, for the recording backend of the tests
 	if b.dev != nil {
@@ -72,15 +86,30 @@ func (b *Backend) ltSplit(tiles, k int) (splits, steps int) {
 	}
 	kSteps := (k + ltK - 1) / ltK
 	splits = 1
-	minSteps := ltMinSteps
-	if v, err := strconv.Atoi(os.Getenv("EMBER_LT_MIN_STEPS")); err == nil && v > 0 {
-		minSteps = v
-	}
-	if tiles < target && tiles <= ltCounters {
-		splits = max(1, min((target+tiles-1)/tiles, kSteps/minSteps))
+	switch {
+	case tiles >= target:
+	case b.clusters():
+		if kSteps >= 2*ltCluster {
+			splits = ltCluster
+		}
+	case tiles <= ltCounters:
+		splits = max(1, min((target+tiles-1)/tiles, kSteps/ltMinSteps))
 	}
 	steps = (kSteps + splits - 1) / splits
-	return (kSteps + steps - 1) / steps, steps
+	if !b.clusters() {
+		splits = (kSteps + steps - 1) / steps // no empty splits
+	}
+	return splits, steps
+}
+
+// ltBlocks is the blocks a product of tiles x splits takes: with clusters,
+// a whole number of clusters.
+func (b *Backend) ltBlocks(tiles, splits int) int {
+	n := tiles * splits
+	if b.clusters() {
+		n = (n + ltCluster - 1) / ltCluster * ltCluster
+	}
+	return n
 }
 
 // ltTiles is the number of output tiles of an m x n product.
@@ -112,7 +141,11 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		splits, steps := b.ltSplit(tiles, in)
 		ws := b.splitWorkspace(op, splits, n*out)
 		defer b.release(ws)
-		devCheck(op, b.x.launch(b.k.linearTiled, Dim3{X: tiles * splits, Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{py, px, pw, pbias,
+		f := b.k.linearTiled
+		if b.clusters() {
+			f = b.k.linearTiledCluster
+		}
+		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{py, px, pw, pbias,
 			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
 	default:
 		b.matmul(op, py, px, pw, 0, n, out, in, false, true, 1, 0)
@@ -249,7 +282,7 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 	if cols > 0 {
 		tilesW = ltTiles(out, cols)
 		splitsW, stepsW = b.ltSplit(tilesW, n)
-		if splitsW > 1 && splitsX > 1 && tilesX+tilesW > ltCounters {
+		if !b.clusters() && splitsW > 1 && splitsX > 1 && tilesX+tilesW > ltCounters {
 			splitsW, stepsW = 1, (n+ltK-1)/ltK
 		}
 	}
@@ -262,9 +295,14 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 	if splitsX > 1 {
 		countersW += uintptr(4 * tilesX)
 	}
-	devCheck(op, b.x.launch(b.k.linearGradsTiled, Dim3{X: tilesX*splitsX + tilesW*splitsW, Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{
+	f := b.k.linearGradsTiled
+	if b.clusters() {
+		f = b.k.linearGradsTiledCluster
+	}
+	blocksX := b.ltBlocks(tilesX, splitsX)
+	devCheck(op, b.x.launch(f, Dim3{X: blocksX + b.ltBlocks(tilesW, splitsW), Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{
 		pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB),
-		i32arg(op, splitsX), i32arg(op, stepsX), i32arg(op, splitsW), i32arg(op, stepsW), i32arg(op, tilesX*splitsX),
+		i32arg(op, splitsX), i32arg(op, stepsX), i32arg(op, splitsW), i32arg(op, stepsW), i32arg(op, blocksX),
 		wsX.Ptr(), wsW.Ptr(), counters, countersW}))
 }
 

@@ -135,17 +135,48 @@ __device__ __forceinline__ void lt_put(const lt_problem p, int i, int j, float v
     p.c[o] = v;
 }
 
-// lt_tile computes block `blk` of problem p: tile blk % tiles over split
-// blk / tiles. Inlined, so that p's fields stay in registers or constants
+// Thread block clusters (sm_90): the CS blocks that split a tile's sum form
+// a cluster, keep their partial tiles in their own shared memory and add
+// them through distributed shared memory, each block finishing 64 / CS rows
+// of the tile. This replaces the workspace, the fence, the counter and the
+// last block's reloads of the portable path, whose serial round trips
+// through L2 cost more than the slices themselves at batch 64.
+#if __CUDA_ARCH__ >= 900
+#define LT_CLUSTER 8
+__device__ __forceinline__ void lt_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// lt_cluster_load reads the float at local's offset in the shared memory of
+// the cluster's block rank.
+__device__ __forceinline__ float lt_cluster_load(const float* local, unsigned rank) {
+    unsigned long long generic = (unsigned long long)local, shared;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)shared), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+#endif
+
+// lt_tile computes block `blk` of problem p: tile blk / splits over split
+// blk % splits (blocks past the last tile do nothing). CS is the cluster
+// size, 0 outside clusters: then split sums go through p.ws and
+// p.counters. Inlined, so that p's fields stay in registers or constants
 // (passed to a call, the struct lives in local memory and every slice
 // reloads its strides and pointers from there).
+template <int CS>
 __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
-    __shared__ __attribute__((aligned(16))) float As[2][LT_BK][LT_LD];
-    __shared__ __attribute__((aligned(16))) float Bs[2][LT_BK][LT_LD];
+    // The two slices of A and of B; after the products, a cluster's
+    // partial tile.
+    __shared__ __attribute__((aligned(16))) float sh[2 * 2 * LT_BK * LT_LD];
+    float(*As)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh);
+    float(*Bs)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh + 2 * LT_BK * LT_LD);
     __shared__ int last;
     const int tilesN = (p.N + LT_BN - 1) / LT_BN;
     const int tiles = ((p.M + LT_BM - 1) / LT_BM) * tilesN;
-    const int tile = blk % tiles, split = blk / tiles;
+    const int tile = blk / p.splits, split = blk % p.splits;
+    if (tile >= tiles) return;  // padding of a cluster-sized grid (never in a split cluster)
     const int i0 = (tile / tilesN) * LT_BM, j0 = (tile % tilesN) * LT_BN;
     const int kSteps = (p.K + LT_BK - 1) / LT_BK;
     const int s0 = split * p.steps, s1 = ember_imin(kSteps, s0 + p.steps);
@@ -202,6 +233,31 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
             }
         return;
     }
+#if __CUDA_ARCH__ >= 900
+    if (CS > 1) {
+        float* part = sh;  // [64][64]: the slices are done (the loop ended on a barrier)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            ember_f4 v = {acc[r][0], acc[r][1], acc[r][2], acc[r][3]};
+            *reinterpret_cast<ember_f4*>(&part[(ty * 4 + r) * LT_BN + tx * 4]) = v;
+        }
+        lt_cluster_sync();
+        const int rows = LT_BM / CS;
+        for (int e = threadIdx.x; e < rows * LT_BN; e += 256) {
+            const int il = split * rows + e / LT_BN, jl = e % LT_BN;
+            float v[CS];
+#pragma unroll
+            for (int t = 0; t < CS; t++) v[t] = lt_cluster_load(&part[il * LT_BN + jl], t);
+            float sum = v[0];
+#pragma unroll
+            for (int t = 1; t < CS; t++) sum += v[t];
+            const int i = i0 + il, j = j0 + jl;
+            if (i < p.M && j < p.N) lt_put(p, i, j, sum);
+        }
+        lt_cluster_sync();  // no block leaves while others read its tile
+        return;
+    }
+#endif
     const long long plane = (long long)p.M * p.N;
 #pragma unroll
     for (int r = 0; r < 4; r++)
@@ -244,10 +300,9 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 
 // linear_tiled: y [n, out] = x·wᵀ (+ bias[o]) (ReLU'd when relu), over
 // splits ranges of k (ws and counters when splits > 1).
-extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, const float* x, const float* w,
-                                                                     const float* bias, int n, int in, int out,
-                                                                     int relu, int splits, int steps, float* ws,
-                                                                     int* counters) {
+#define LT_FORWARD_ARGS y, x, w, bias, n, in, out, relu, splits, steps, ws, counters
+template <int CS>
+__device__ __forceinline__ void lt_forward(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
     lt_problem p;
     p.a = x, p.sai = in, p.sak = 1, p.mask = 0;
     p.b = w, p.sbj = in, p.sbk = 1, p.onesCol = -1;
@@ -255,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, c
     p.c = y, p.ldc = out, p.betaC = 0.0f, p.bias = bias, p.relu = relu;
     p.d = 0, p.betaD = 0.0f;
     p.splits = splits, p.steps = steps, p.ws = ws, p.counters = counters;
-    lt_tile(p, blockIdx.x);
+    lt_tile<CS>(p, blockIdx.x);
 }
 
 // linear_grads_tiled: the gradients of y = x·wᵀ + b (ReLU'd when mask, its
@@ -264,11 +319,11 @@ extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, c
 // dw [out, in] = gᵀ·x and, as dw's extra column of ones, db [out] (each
 // skipped when null; dw and db both null: no blocks). Each is added to when
 // its beta is 1.
-extern "C" __global__ void __launch_bounds__(256)
-    ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x,
-                             const float* w, int n, int in, int out, float betaX, float betaW, float betaB,
-                             int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW,
-                             int* countersX, int* countersW) {
+#define LT_GRADS_ARGS                                                                                                 \
+    dx, dw, db, g, mask, x, w, n, in, out, betaX, betaW, betaB, splitsX, stepsX, splitsW, stepsW, blocksX, wsX, wsW, \
+        countersX, countersW
+template <int CS>
+__device__ __forceinline__ void lt_grads(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
     lt_problem p;
     p.mask = mask;
     p.relu = 0, p.bias = 0;
@@ -279,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(256)
         p.c = dx, p.ldc = in, p.betaC = betaX;
         p.d = 0, p.betaD = 0.0f;
         p.splits = splitsX, p.steps = stepsX, p.ws = wsX, p.counters = countersX;
-        lt_tile(p, blockIdx.x);
+        lt_tile<CS>(p, blockIdx.x);
         return;
     }
     // Without dw, the product is db's column alone (column 0, all ones).
@@ -290,5 +345,26 @@ extern "C" __global__ void __launch_bounds__(256)
     p.c = dw, p.ldc = in, p.betaC = betaW;
     p.d = db, p.betaD = betaB;
     p.splits = splitsW, p.steps = stepsW, p.ws = wsW, p.counters = countersW;
-    lt_tile(p, blockIdx.x - blocksX);
+    lt_tile<CS>(p, blockIdx.x - blocksX);
 }
+
+extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+    lt_forward<0>(LT_FORWARD_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256) ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+    lt_grads<0>(LT_GRADS_ARGS);
+}
+
+// The same, with the blocks that split a tile's sum in a cluster of
+// LT_CLUSTER (splits is 1 or LT_CLUSTER; the grid, and blocksX, are
+// multiples of LT_CLUSTER).
+#if __CUDA_ARCH__ >= 900
+extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(256)
+    ember_linear_tiled_cluster(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+    lt_forward<LT_CLUSTER>(LT_FORWARD_ARGS);
+}
+extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(256)
+    ember_linear_grads_tiled_cluster(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+    lt_grads<LT_CLUSTER>(LT_GRADS_ARGS);
+}
+#endif
