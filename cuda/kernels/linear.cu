@@ -235,6 +235,7 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     }
 #if __CUDA_ARCH__ >= 900
     if (CS > 1) {
+        constexpr int C = CS > 1 ? CS : 1;  // CS, in code also compiled for CS = 0
         float* part = sh;  // [64][64]: the slices are done (the loop ended on a barrier)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -242,15 +243,15 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
             *reinterpret_cast<ember_f4*>(&part[(ty * 4 + r) * LT_BN + tx * 4]) = v;
         }
         lt_cluster_sync();
-        const int rows = LT_BM / CS;
+        const int rows = LT_BM / C;
         for (int e = threadIdx.x; e < rows * LT_BN; e += 256) {
             const int il = split * rows + e / LT_BN, jl = e % LT_BN;
-            float v[CS];
+            float v[C];
 #pragma unroll
-            for (int t = 0; t < CS; t++) v[t] = lt_cluster_load(&part[il * LT_BN + jl], t);
+            for (int t = 0; t < C; t++) v[t] = lt_cluster_load(&part[il * LT_BN + jl], t);
             float sum = v[0];
 #pragma unroll
-            for (int t = 1; t < CS; t++) sum += v[t];
+            for (int t = 1; t < C; t++) sum += v[t];
             const int i = i0 + il, j = j0 + jl;
             if (i < p.M && j < p.N) lt_put(p, i, j, sum);
         }
