@@ -29,8 +29,9 @@ import (
 
 // Tiling of linear.cu: output tiles of ltTile x ltTile, k in slices of ltK.
 const (
-	ltTile = 64
-	ltK    = 16
+	ltTile    = 64
+	ltK       = 16
+	ltThreads = 512 // LT_THREADS
 	// ltCluster is LT_CLUSTER: the blocks of a cluster, and of a split sum
 	// on sm_90.
 	ltCluster = 8
@@ -145,7 +146,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		if b.clusters() {
 			f = b.k.linearTiledCluster
 		}
-		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{py, px, pw, pbias,
+		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{py, px, pw, pbias,
 			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
 	default:
 		b.matmul(op, py, px, pw, 0, n, out, in, false, true, 1, 0)
@@ -300,7 +301,7 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 		f = b.k.linearGradsTiledCluster
 	}
 	blocksX := b.ltBlocks(tilesX, splitsX)
-	devCheck(op, b.x.launch(f, Dim3{X: blocksX + b.ltBlocks(tilesW, splitsW), Y: 1, Z: 1}, Dim3{X: 256, Y: 1, Z: 1}, []any{
+	devCheck(op, b.x.launch(f, Dim3{X: blocksX + b.ltBlocks(tilesW, splitsW), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{
 		pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB),
 		i32arg(op, splitsX), i32arg(op, stepsX), i32arg(op, splitsW), i32arg(op, stepsW), i32arg(op, blocksX),
 		wsX.Ptr(), wsW.Ptr(), counters, countersW}))

@@ -36,6 +36,9 @@ __device__ __forceinline__ int ember_imin(int a, int b) { return a < b ? a : b; 
 struct __attribute__((aligned(16))) ember_f4 {
     float x, y, z, w;
 };
+struct __attribute__((aligned(8))) ember_f2 {
+    float x, y;
+};
 
 // ember_nan_max is max that propagates NaN (Go's built-in max does; fmaxf
 // does not).

@@ -10,8 +10,8 @@
 //   backward dx [n, in]:  A(i, k) = g[i, k],  B(j, k) = w[k, j]
 //   backward dw [out, in]: A(i, k) = g[k, i], B(j, k) = x[k, j]
 //
-// A block computes a 64x64 tile of C over a range of k (its split) with 256
-// threads, each holding a 4x4 sub-tile in registers; 16-deep slices of A and
+// A block computes a 64x64 tile of C over a range of k (its split) with 512
+// threads, each holding a 2x4 sub-tile in registers; 16-deep slices of A and
 // B go through shared memory, loaded (coalesced along whichever index is
 // contiguous) while the previous slice is multiplied. When a tile's k range
 // is split over several blocks, each writes its partial tile to a
@@ -25,7 +25,13 @@
 #define LT_BM 64
 #define LT_BN 64
 #define LT_BK 16
-#define LT_LD (LT_BM + 4)  // row pitch of the shared slices: ember_f4-aligned, fewer bank conflicts
+#define LT_LD (LT_BM + 4)  // row pitch of the shared slices: float4-aligned, fewer bank conflicts
+// 16 warps, each thread 2 rows x 4 columns of the tile and 2 elements of
+// each slice: at batch 64 an SM holds one block, and 8 warps of 4x4 left
+// it waiting on shared-memory and global latency (Nsight: 5.3 cycles per
+// issued instruction).
+#define LT_THREADS 512
+#define LT_LOADS (LT_BM * LT_BK / LT_THREADS)
 
 // lt_problem is one product and its epilogue. Rows i < M, columns j < N,
 // sums over k < K. Column onesCol (or none when < 0) of B is all ones, and
@@ -76,8 +82,8 @@ __device__ __forceinline__ lt_src lt_src_at(const float* p, long long sr, long l
     s.mask = mask != 0 ? mask + start : 0;
     s.adv = LT_BK * sk;
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const int e = threadIdx.x + q * 256;
+    for (int q = 0; q < LT_LOADS; q++) {
+        const int e = threadIdx.x + q * LT_THREADS;
         const int rl = s.kContiguous ? e >> 4 : e & 63;
         s.kl[q] = s.kContiguous ? e & 15 : e >> 6;
         s.off[q] = (int)(rl * sr + s.kl[q] * sk);
@@ -89,9 +95,9 @@ __device__ __forceinline__ lt_src lt_src_at(const float* p, long long sr, long l
 
 // lt_fetch loads the thread's elements of the slice at k0 into v and moves
 // s to the next slice.
-__device__ __forceinline__ void lt_fetch(float v[4], lt_src& s, int k0, int K) {
+__device__ __forceinline__ void lt_fetch(float v[LT_LOADS], lt_src& s, int k0, int K) {
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < LT_LOADS; q++) {
         float x = 0.0f;
         if (s.state[q] != 0 && k0 + s.kl[q] < K) {
             if (s.state[q] == 2) {
@@ -108,11 +114,11 @@ __device__ __forceinline__ void lt_fetch(float v[4], lt_src& s, int k0, int K) {
 }
 
 // lt_store puts what lt_fetch loaded into a shared slice [k][row].
-__device__ __forceinline__ void lt_store(float (*sh)[LT_LD], const float v[4], const lt_src& s) {
+__device__ __forceinline__ void lt_store(float (*sh)[LT_LD], const float v[LT_LOADS], const lt_src& s) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const int e = tid + q * 256;
+    for (int q = 0; q < LT_LOADS; q++) {
+        const int e = tid + q * LT_THREADS;
         if (s.kContiguous) {
             sh[e & 15][e >> 4] = v[q];
         } else {
@@ -182,13 +188,13 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     const int s0 = split * p.steps, s1 = ember_imin(kSteps, s0 + p.steps);
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 
-    float acc[4][4];
+    float acc[2][4];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 
-    float va[4], vb[4];
+    float va[LT_LOADS], vb[LT_LOADS];
     lt_src sa = lt_src_at(p.a, p.sai, p.sak, p.mask, -1, p.M, i0, s0 * LT_BK);
     lt_src sb = lt_src_at(p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, j0, s0 * LT_BK);
     int cur = 0;
@@ -207,11 +213,11 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
         }
 #pragma unroll
         for (int k = 0; k < LT_BK; k++) {
-            const ember_f4 a = *reinterpret_cast<const ember_f4*>(&As[cur][k][ty * 4]);
+            const ember_f2 a = *reinterpret_cast<const ember_f2*>(&As[cur][k][ty * 2]);
             const ember_f4 b = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < 2; r++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
         }
@@ -225,10 +231,10 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 
     if (p.splits == 1) {
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
                 if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
             }
         return;
@@ -238,13 +244,13 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
         constexpr int C = CS > 1 ? CS : 1;  // CS, in code also compiled for CS = 0
         float* part = sh;  // [64][64]: the slices are done (the loop ended on a barrier)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 2; r++) {
             ember_f4 v = {acc[r][0], acc[r][1], acc[r][2], acc[r][3]};
-            *reinterpret_cast<ember_f4*>(&part[(ty * 4 + r) * LT_BN + tx * 4]) = v;
+            *reinterpret_cast<ember_f4*>(&part[(ty * 2 + r) * LT_BN + tx * 4]) = v;
         }
         lt_cluster_sync();
         const int rows = LT_BM / C;
-        for (int e = threadIdx.x; e < rows * LT_BN; e += 256) {
+        for (int e = threadIdx.x; e < rows * LT_BN; e += LT_THREADS) {
             const int il = split * rows + e / LT_BN, jl = e % LT_BN;
             float v[C];
 #pragma unroll
@@ -261,10 +267,10 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #endif
     const long long plane = (long long)p.M * p.N;
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
             if (i < p.M && j < p.N) p.ws[split * plane + (long long)i * p.N + j] = acc[r][c];
         }
     __threadfence();
@@ -276,24 +282,24 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     // The partial tiles in split order, all 16 of a thread's loads of one
     // split in flight together.
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
     for (int t = 0; t < p.splits; t++) {
         const float* w = p.ws + t * plane;
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
                 if (i < p.M && j < p.N) acc[r][c] += __ldcg(w + (long long)i * p.N + j);
             }
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
             if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
         }
     if (threadIdx.x == 0) p.counters[tile] = 0;
@@ -349,10 +355,10 @@ __device__ __forceinline__ void lt_grads(float* dx, float* dw, float* db, const 
     lt_tile<CS>(p, blockIdx.x - blocksX);
 }
 
-extern "C" __global__ void __launch_bounds__(256) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
     lt_forward<0>(LT_FORWARD_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256) ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
     lt_grads<0>(LT_GRADS_ARGS);
 }
 
@@ -360,11 +366,11 @@ extern "C" __global__ void __launch_bounds__(256) ember_linear_grads_tiled(float
 // LT_CLUSTER (splits is 1 or LT_CLUSTER; the grid, and blocksX, are
 // multiples of LT_CLUSTER).
 #if __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(256)
+extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
     ember_linear_tiled_cluster(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
     lt_forward<LT_CLUSTER>(LT_FORWARD_ARGS);
 }
-extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(256)
+extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
     ember_linear_grads_tiled_cluster(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
     lt_grads<LT_CLUSTER>(LT_GRADS_ARGS);
 }
