@@ -30,7 +30,7 @@ import (
 // Tiling of linear.cu: output tiles of ltTile x ltTile, k in slices of ltK.
 const (
 	ltTile    = 64
-	ltK       = 32
+	ltK       = 16
 	ltThreads = 512 // LT_THREADS
 	// ltCluster is LT_CLUSTER: the blocks of a cluster, and of a split sum
 	// on sm_90.

@@ -11,7 +11,7 @@
 //   backward dw [out, in]: A(i, k) = g[k, i], B(j, k) = x[k, j]
 //
 // A block computes a 64x64 tile of C over a range of k (its split) with 512
-// threads, each holding a 2x4 sub-tile in registers; 32-deep slices of A and
+// threads, each holding a 2x4 sub-tile in registers; 16-deep slices of A and
 // B go through shared memory, loaded (coalesced along whichever index is
 // contiguous) while the previous slice is multiplied. When a tile's k range
 // is split over several blocks, each writes its partial tile to a
@@ -24,8 +24,7 @@
 
 #define LT_BM 64
 #define LT_BN 64
-#define LT_BK 32
-#define LT_KG 4  // slices of k whose fragments are read from shared memory together
+#define LT_BK 16
 #define LT_LD (LT_BM + 4)  // row pitch of the shared slices: float4-aligned, fewer bank conflicts
 // 16 warps, each thread 2 rows x 4 columns of the tile and 2 elements of
 // each slice: at batch 64 an SM holds one block, and 8 warps of 4x4 left
@@ -85,8 +84,8 @@ __device__ __forceinline__ lt_src lt_src_at(const float* p, long long sr, long l
 #pragma unroll
     for (int q = 0; q < LT_LOADS; q++) {
         const int e = threadIdx.x + q * LT_THREADS;
-        const int rl = s.kContiguous ? e / LT_BK : e % LT_BM;
-        s.kl[q] = s.kContiguous ? e % LT_BK : e / LT_BM;
+        const int rl = s.kContiguous ? e >> 4 : e & 63;
+        s.kl[q] = s.kContiguous ? e & 15 : e >> 6;
         s.off[q] = (int)(rl * sr + s.kl[q] * sk);
         const int gr = r0 + rl;
         s.state[q] = gr >= rows ? 0 : gr == onesCol ? 2 : 1;
@@ -121,9 +120,9 @@ __device__ __forceinline__ void lt_store(float (*sh)[LT_LD], const float v[LT_LO
     for (int q = 0; q < LT_LOADS; q++) {
         const int e = tid + q * LT_THREADS;
         if (s.kContiguous) {
-            sh[e % LT_BK][e / LT_BK] = v[q];
+            sh[e & 15][e >> 4] = v[q];
         } else {
-            sh[e / LT_BM][e % LT_BM] = v[q];
+            sh[e >> 6][e & 63] = v[q];
         }
     }
 }
@@ -212,37 +211,15 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
             lt_fetch(va, sa, (s + 1) * LT_BK, p.K);
             lt_fetch(vb, sb, (s + 1) * LT_BK, p.K);
         }
-        // Fragments of LT_KG values of k at a time, the next group read
-        // while this one is multiplied (left to itself, the compiler
-        // reads each k's fragment just before its multiply-adds and waits
-        // out the shared-memory latency every time).
-        ember_f2 fa[2][LT_KG];
-        ember_f4 fb[2][LT_KG];
 #pragma unroll
-        for (int kk = 0; kk < LT_KG; kk++) {
-            fa[0][kk] = *reinterpret_cast<const ember_f2*>(&As[cur][kk][ty * 2]);
-            fb[0][kk] = *reinterpret_cast<const ember_f4*>(&Bs[cur][kk][tx * 4]);
-        }
+        for (int k = 0; k < LT_BK; k++) {
+            const ember_f2 a = *reinterpret_cast<const ember_f2*>(&As[cur][k][ty * 2]);
+            const ember_f4 b = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
+            const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (int g = 0; g < LT_BK / LT_KG; g++) {
-            if (g + 1 < LT_BK / LT_KG) {
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int kk = 0; kk < LT_KG; kk++) {
-                    const int k = (g + 1) * LT_KG + kk;
-                    fa[(g + 1) & 1][kk] = *reinterpret_cast<const ember_f2*>(&As[cur][k][ty * 2]);
-                    fb[(g + 1) & 1][kk] = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
-                }
-            }
-#pragma unroll
-            for (int kk = 0; kk < LT_KG; kk++) {
-                const ember_f2 a = fa[g & 1][kk];
-                const ember_f4 b = fb[g & 1][kk];
-                const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
-            }
+                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
         }
         if (more) {
             lt_store(As[cur ^ 1], va, sa);
