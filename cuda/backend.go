@@ -891,19 +891,33 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 		b.biasGradCols(op, pdb, 0, pdy, 0, outer, channels, accumulate)
 		return
 	}
+	ws := b.biasRowsWorkspace(op, outer, channels, inner)
+	defer b.release(ws)
+	b.biasGradRowsOn(b.x, op, pdb, ws.Ptr(), pdyt, pdy, pmask, outer, channels, inner, accumulate)
+}
+
+// biasRowsWorkspace is the partial sums biasGradRowsOn needs for dy [outer,
+// channels, inner] (a zero Block when one block per channel does).
+func (b *Backend) biasRowsWorkspace(op string, outer, channels, inner int) Block {
+	rpb := biasRowsPerBlock(inner)
+	if parts := (outer + rpb - 1) / rpb; parts > 1 {
+		return b.workspace(op, 4*parts*channels)
+	}
+	return Block{}
+}
+
+// biasGradRowsOn queues biasGrad's rows form on ex (outer, channels and
+// inner positive): ember_bias_grad_rows, and ember_bias_grad_finish over
+// the partial sums in part (from biasRowsWorkspace) when there are several
+// blocks per channel.
+func (b *Backend) biasGradRowsOn(ex executor, op string, pdb, part, pdyt, pdy, pmask uintptr, outer, channels, inner int, accumulate bool) {
 	rpb := biasRowsPerBlock(inner)
 	parts := (outer + rpb - 1) / rpb
-	var part uintptr
-	if parts > 1 {
-		ws := b.workspace(op, 4*parts*channels)
-		defer b.release(ws)
-		part = ws.Ptr()
-	}
 	grid := Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
-	devCheck(op, b.x.launch(b.k.biasGradRows, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdb, part, pdyt, pdy, pmask,
+	devCheck(op, ex.launch(b.k.biasGradRows, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdb, part, pdyt, pdy, pmask,
 		int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
-		b.biasGradFinish(op, pdb, part, channels, parts, accumulate)
+		b.biasGradFinish(ex, op, pdb, part, channels, parts, accumulate)
 	}
 }
 
@@ -928,15 +942,16 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
 		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
-		b.biasGradFinish(op, pdb, part, channels, parts, accumulate)
+		b.biasGradFinish(b.x, op, pdb, part, channels, parts, accumulate)
 	}
 }
 
-// biasGradFinish queues db (+)= the sums of the parts partial sums of each
-// channel.
-func (b *Backend) biasGradFinish(op string, pdb, part uintptr, channels, parts int, accumulate bool) {
+// biasGradFinish queues on ex db (+)= the sums of the parts partial sums of
+// each channel.
+func (b *Backend) biasGradFinish(ex executor, op string, pdb, part uintptr, channels, parts int, accumulate bool) {
 	const warps = blockSize / 32
-	b.launchGrid(op, b.k.biasGradFinish, min((channels+warps-1)/warps, maxGrid), blockSize, pdb, part, int64(channels), i32arg(op, parts), flag(accumulate))
+	devCheck(op, ex.launch(b.k.biasGradFinish, Dim3{X: min((channels+warps-1)/warps, maxGrid), Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{pdb, part, int64(channels), i32arg(op, parts), flag(accumulate)}))
 }
 
 // AddBiasReLU implements tensor.BiasReLUBackend.

@@ -220,7 +220,7 @@ func (b *Backend) convBackwardGEMMs(op string, pdx, pdw, px, pw, dyt uintptr, c 
 	if c.crs == 0 || (pdx == 0 && pdw == 0) {
 		return // no weights, and dx has no elements
 	}
-	if b.convBackwardRT(op, pdx, pdw, px, pw, rtSource{dyt: dyt}, c) {
+	if b.convBackwardRT(op, pdx, pdw, px, pw, rtSource{dyt: dyt}, c, nil) {
 		return
 	}
 	col := b.workspace(op, 4*c.colLen)

@@ -164,10 +164,15 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 	}
 	// The register-tiled kernels read the pooled gradient itself: no
 	// unpooled dyt, and the bias gradient from the pooled one.
-	if b.convBackwardRT(op, pdx, pdw, px, pw, rtSource{dy: pdy, y: py, argmax: pa, pp: s.pp}, c) {
-		if wantDB {
-			b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
-		}
+	// The bias gradient beside the weight gradient (on the side stream in
+	// a graph), off the input gradient's path.
+	var biasGrad func(ex executor)
+	if wantDB {
+		part := b.biasRowsWorkspace(op, g.N, g.K, s.pp)
+		defer b.release(part)
+		biasGrad = func(ex executor) { b.biasGradRowsOn(ex, op, pdb, part.Ptr(), 0, pdy, py, g.N, g.K, s.pp, true) }
+	}
+	if b.convBackwardRT(op, pdx, pdw, px, pw, rtSource{dy: pdy, y: py, argmax: pa, pp: s.pp}, c, biasGrad) {
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)
@@ -187,7 +192,7 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		devCheck(op, b.x.launch(b.k.unpoolTBias, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{dyt.Ptr(), pdb, part, pdy, py, pa,
 			d[0], i32arg(op, g.K), d[10], d[11], q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, rpb)}))
 		if parts > 1 {
-			b.biasGradFinish(op, pdb, part, g.K, parts, true)
+			b.biasGradFinish(b.x, op, pdb, part, g.K, parts, true)
 		}
 	} else {
 		if wantDB {

@@ -196,11 +196,12 @@ func (r rtSource) args(op string) []any {
 }
 
 // convBackwardRT queues dw += and dx = (either may be 0: not wanted) from
-// src with the register-tiled kernels, and reports whether it could; when
-// not, nothing was queued. With both, inside a graph capture, the weight
-// gradient runs on the side stream (see sideLane) while the input gradient
-// runs on the main one; otherwise one after the other.
-func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSource, c convShape) bool {
+// src with the register-tiled kernels, and then alsoDW (when not nil: the
+// bias gradient, which needs neither), and reports whether it could; when
+// not, nothing was queued. With both dw and dx, inside a graph capture, the
+// weight gradient and alsoDW run on the side stream (see sideLane) while
+// the input gradient runs on the main one; otherwise one after the other.
+func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSource, c convShape, alsoDW func(ex executor)) bool {
 	if c.g.N == 0 {
 		return false
 	}
@@ -233,8 +234,14 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		args := append(append(append([]any{pdx}, src.args(op)...), pw), dims...)
 		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, args))
 	}
+	also := func(ex executor) {
+		if alsoDW != nil {
+			alsoDW(ex)
+		}
+	}
 	if fdw == nil {
 		inputGrad()
+		also(b.x)
 		return true
 	}
 	groups := rtGroups(g.N)
@@ -246,8 +253,12 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 	defer b.release(ws)
 	if fdx == nil {
 		weightGrad(b.x, ws.Ptr(), groups, per)
+		also(b.x)
 		return true
 	}
-	devCheck(op, b.x.parallel(func(ex executor) { weightGrad(ex, ws.Ptr(), groups, per) }, inputGrad))
+	devCheck(op, b.x.parallel(func(ex executor) {
+		weightGrad(ex, ws.Ptr(), groups, per)
+		also(ex)
+	}, inputGrad))
 	return true
 }
