@@ -186,13 +186,7 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     const int i0 = (tile / tilesN) * LT_BM, j0 = (tile % tilesN) * LT_BN;
     const int kSteps = (p.K + LT_BK - 1) / LT_BK;
     const int s0 = split * p.steps, s1 = ember_imin(kSteps, s0 + p.steps);
-    // Thread (tx, ty) holds rows 2ty, 2ty+1 and columns 4tx..4tx+3. A warp
-    // covers 8 column groups x 4 row pairs, so that each k's fragments are
-    // one shared-memory wavefront for A (4 distinct float2) and one for B
-    // (8 distinct float4); as 16 x 2 it took three, and shared memory, not
-    // the multiply-adds, set the pace.
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int tx = (warp & 1) * 8 + (lane & 7), ty = (warp >> 1) * 4 + (lane >> 3);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 
     float acc[2][4];
 #pragma unroll
