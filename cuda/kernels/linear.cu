@@ -194,32 +194,22 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 
-    // Slices travel two ahead: while slice s is multiplied, s + 1 waits in
-    // registers (p*) to be stored and s + 2 is being loaded (q*). One slice
-    // ahead, a slice's loads had only one slice's multiply-adds (about 600
-    // cycles at batch 64) to arrive, less than their latency.
-    float pa[LT_LOADS], pb[LT_LOADS], qa[LT_LOADS], qb[LT_LOADS];
+    float va[LT_LOADS], vb[LT_LOADS];
     lt_src sa = lt_src_at(p.a, p.sai, p.sak, p.mask, -1, p.M, i0, s0 * LT_BK);
     lt_src sb = lt_src_at(p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, j0, s0 * LT_BK);
     int cur = 0;
     if (s0 < s1) {
-        lt_fetch(pa, sa, s0 * LT_BK, p.K);
-        lt_fetch(pb, sb, s0 * LT_BK, p.K);
-        lt_store(As[0], pa, sa);
-        lt_store(Bs[0], pb, sb);
-        if (s0 + 1 < s1) {
-            lt_fetch(pa, sa, (s0 + 1) * LT_BK, p.K);
-            lt_fetch(pb, sb, (s0 + 1) * LT_BK, p.K);
-        }
+        lt_fetch(va, sa, s0 * LT_BK, p.K);
+        lt_fetch(vb, sb, s0 * LT_BK, p.K);
+        lt_store(As[0], va, sa);
+        lt_store(Bs[0], vb, sb);
         __syncthreads();
     }
-    // One slice: fetch s + 2 into (fa, fb), multiply s, store s + 1 from
-    // (na, nb). The loop runs it twice with the register sets swapped, so
-    // that no value in flight is ever copied.
-    auto step = [&](int s, float(&na)[LT_LOADS], float(&nb)[LT_LOADS], float(&fa)[LT_LOADS], float(&fb)[LT_LOADS]) {
-        if (s + 2 < s1) {
-            lt_fetch(fa, sa, (s + 2) * LT_BK, p.K);
-            lt_fetch(fb, sb, (s + 2) * LT_BK, p.K);
+    for (int s = s0; s < s1; s++) {
+        const bool more = s + 1 < s1;
+        if (more) {  // the next slice travels while this one is multiplied
+            lt_fetch(va, sa, (s + 1) * LT_BK, p.K);
+            lt_fetch(vb, sb, (s + 1) * LT_BK, p.K);
         }
 #pragma unroll
         for (int k = 0; k < LT_BK; k++) {
@@ -231,16 +221,12 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
         }
-        if (s + 1 < s1) {
-            lt_store(As[cur ^ 1], na, sa);
-            lt_store(Bs[cur ^ 1], nb, sb);
+        if (more) {
+            lt_store(As[cur ^ 1], va, sa);
+            lt_store(Bs[cur ^ 1], vb, sb);
         }
         __syncthreads();
         cur ^= 1;
-    };
-    for (int s = s0; s < s1; s += 2) {
-        step(s, pa, pb, qa, qb);
-        if (s + 1 < s1) step(s + 1, qa, qb, pa, pb);
     }
 
     if (p.splits == 1) {
