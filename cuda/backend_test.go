@@ -234,7 +234,8 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 
 // nullable lists the pointer parameters a launch may pass as null.
 var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true,
-	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "dx": true, "ws": true, "wsX": true, "wsW": true}
+	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "dx": true, "ws": true, "wsX": true, "wsW": true,
+	"counters": true, "countersX": true, "countersW": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).

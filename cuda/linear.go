@@ -58,10 +58,15 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 	return !b.noLinearTiled && n <= linearTiledRows && max(in, out) < 1<<25
 }
 
-// allocTileCounters gives the split sums their counters: zeroed once here,
-// and reset by the kernels themselves after each use. They live as long as
-// the backend, outside any graph's pool.
+// allocTileCounters gives the split sums without clusters their counters,
+// unless they have them: zeroed once here, and reset by the kernels
+// themselves after each use. They live as long as the backend, outside any
+// graph's pool. Backends with clusters have none (the tests that turn
+// clusters off call this first).
 func (b *Backend) allocTileCounters() error {
+	if b.tileCounters.owner() != 0 {
+		return nil
+	}
 	blk, err := b.alloc.Alloc(4*ltCounters, b.stream)
 	if err != nil {
 		return err
@@ -291,9 +296,9 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 	defer b.release(wsX)
 	wsW := b.splitWorkspace(op, splitsW, out*cols)
 	defer b.release(wsW)
-	counters := b.tileCounters.Ptr()
+	counters := b.tileCounters.Ptr() // 0 with clusters: not used
 	countersW := counters
-	if splitsX > 1 {
+	if splitsX > 1 && counters != 0 {
 		countersW += uintptr(4 * tilesX)
 	}
 	f := b.k.linearGradsTiled
