@@ -313,9 +313,10 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 }
 
 // splitWorkspace is the partial tiles of a product of size outputs split
-// splits ways: none (a zero Block) without a split.
+// splits ways: none (a zero Block) without a split, or with clusters (the
+// partials stay in shared memory).
 func (b *Backend) splitWorkspace(op string, splits, size int) Block {
-	if splits <= 1 {
+	if splits <= 1 || b.clusters() {
 		return Block{}
 	}
 	return b.workspace(op, 4*splits*size)
