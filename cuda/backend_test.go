@@ -234,8 +234,8 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 
 // nullable lists the pointer parameters a launch may pass as null.
 var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true,
-	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "dx": true, "ws": true, "wsX": true, "wsW": true,
-	"counters": true, "countersX": true, "countersW": true}
+	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "wsOrNull": true, "wsXOrNull": true, "wsWOrNull": true,
+	"countersOrNull": true, "countersXOrNull": true, "countersWOrNull": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -291,6 +291,9 @@ func (r *recExec) launch(f *Function, grid, block Dim3, args []any) error {
 	}
 	if grid.X < 1 || block.X < 1 || block.X > 1024 {
 		r.errorf("%s: launch with grid %v block %v", f.Name, grid, block)
+	}
+	if strings.HasSuffix(f.Name, "_cluster") && grid.X%ltCluster != 0 {
+		r.errorf("%s: grid %v is not a whole number of %d-block clusters", f.Name, grid, ltCluster)
 	}
 	if blockSized[f.Name] && block.X%32 != 0 {
 		r.errorf("%s: block of %d threads, not a multiple of 32", f.Name, block.X)
@@ -520,25 +523,30 @@ func (l *lenetTrainer) close() {
 // signature and point into allocated memory, every GEMM's operands must lie
 // inside one allocation. It logs the device calls of one step.
 func TestRecordedLeNetStep(t *testing.T) {
-	b, rec := newRecordingBackend(t)
-	tr := newLeNetTrainer(t, b, 64)
-	defer tr.close()
-	tr.step() // the first step (momentum initialisation, gradient buffers)
-	rec.reset()
-	tr.step()
-	names := make([]string, 0, len(rec.launches))
-	for n := range rec.launches {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var sb strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&sb, " %s=%d", n, rec.launches[n])
-	}
-	t.Logf("one LeNet training step at batch 64: %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies, %d forks to the side stream;%s",
-		rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, rec.forks, sb.String())
-	if err := b.Synchronize(); err != nil {
-		t.Errorf("Synchronize: %v", err)
+	// With clusters (sm_90's linear kernels) and without (their workspace
+	// and counters).
+	for _, noClusters := range []bool{false, true} {
+		b, rec := newRecordingBackend(t)
+		b.noClusters = noClusters
+		tr := newLeNetTrainer(t, b, 64)
+		tr.step() // the first step (momentum initialisation, gradient buffers)
+		rec.reset()
+		tr.step()
+		names := make([]string, 0, len(rec.launches))
+		for n := range rec.launches {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var sb strings.Builder
+		for _, n := range names {
+			fmt.Fprintf(&sb, " %s=%d", n, rec.launches[n])
+		}
+		t.Logf("one LeNet training step at batch 64 (clusters %v): %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies, %d forks to the side stream;%s",
+			!noClusters, rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, rec.forks, sb.String())
+		tr.close()
+		if err := b.Synchronize(); err != nil {
+			t.Errorf("Synchronize: %v", err)
+		}
 	}
 }
 

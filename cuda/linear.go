@@ -80,11 +80,12 @@ func (b *Backend) clusters() bool {
 	return b.k.linearTiledCluster != nil && b.k.linearGradsTiledCluster != nil && !b.noClusters
 }
 
-// ltSplit chooses how many blocks share each of a product's tiles (about
-// one block per SM over all tiles; with clusters ltCluster or 1, each with
-// at least two slices; without, at least ltMinSteps slices each and no
-// more tiles than counters). It returns the splits and the slices each
-// takes.
+// ltSplit chooses how many blocks share each of a product's tiles when the
+// tiles alone are fewer than the SMs: with clusters ltCluster when k has at
+// least two slices per block (the last blocks may get none: they add
+// zeros), else 1; without clusters about one block per SM over all tiles,
+// at least ltMinSteps slices each and no more tiles than counters. It
+// returns the splits and the slices each takes.
 func (b *Backend) ltSplit(tiles, k int) (splits, steps int) {
 	target := 132 // an H200's SMs, for the recording backend of the tests
 	if b.dev != nil {
@@ -214,15 +215,11 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 		b.linearGradsTiled(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
 	default:
 		pg := b.f32(op, g)
-		if py != 0 {
+		if py != 0 && n*out > 0 {
 			// g through the ReLU's mask, and db from it on the way.
 			gm := b.workspace(op, 4*n*out)
 			defer b.release(gm)
-			if n > 0 && out > 0 {
-				b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
-			} else if pdb != 0 && !accB {
-				devCheck(op, b.x.memset32(pdb, 0, out))
-			}
+			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
 		if pdx != 0 {

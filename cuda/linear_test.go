@@ -14,8 +14,8 @@ import (
 // wants the same bits: the inputs are multiples of 1/4 and make every sum
 // exact in any order. The shapes cover LeNet's fc1 at batch 64 (sums split
 // over blocks both ways) and the largest tiled batch, tiles cut by every
-// edge, a product without dw or without dx, and sums shorter than one
-// slice. Each tiled launch runs twice: the split sums' counters must be back
+// edge, each gradient alone or left out, written or added to, splits that
+// get no slices, and sums shorter than one slice. Each tiled launch runs twice: the split sums' counters must be back
 // at zero after the first.
 func TestGPULinearTiledMatchesCuBLAS(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
@@ -24,20 +24,26 @@ func TestGPULinearTiledMatchesCuBLAS(t *testing.T) {
 	}
 	h := &gpuCPU{t: t, g: b}
 	defer h.free()
+	// grads: which of dx, dw, db are wanted; acc: whether each is added to
+	// (else written).
+	type which struct{ dx, dw, db bool }
+	all := which{true, true, true}
 	for _, c := range []struct {
-		n, in, out                int
-		relu, bias, wantX, wantWB bool
+		n, in, out int
+		relu, bias bool
+		grads, acc which
 	}{
-		{64, 800, 500, true, true, true, true},
-		{256, 800, 500, true, true, true, true},
-		{200, 96, 300, true, true, true, true},
-		{200, 96, 300, false, false, true, true},
-		{70, 130, 90, true, true, false, true},
-		{65, 33, 129, true, true, true, false},
-		{3, 1000, 2, true, false, true, true},
-		{130, 7, 3, true, true, true, true},
+		{64, 800, 500, true, true, all, which{false, true, true}},
+		{256, 800, 500, true, true, all, which{false, true, true}},
+		{200, 96, 300, true, true, all, which{true, false, true}},
+		{200, 96, 300, false, false, all, which{false, true, false}},
+		{70, 130, 90, true, true, which{false, true, true}, all},
+		{65, 33, 129, true, true, which{true, false, false}, all},
+		{64, 272, 96, true, true, which{false, false, true}, all}, // db alone; 17 slices: empty splits
+		{3, 1000, 2, true, false, all, which{}},
+		{130, 7, 3, true, true, all, all},
 	} {
-		name := fmt.Sprintf("%dx%d·%dx%d relu=%v bias=%v", c.n, c.in, c.in, c.out, c.relu, c.bias)
+		name := fmt.Sprintf("%dx%d·%dx%d relu=%v bias=%v grads=%v acc=%v", c.n, c.in, c.in, c.out, c.relu, c.bias, c.grads, c.acc)
 		gx, _ := h.f32(gridRandom(c.n*c.in, 1))
 		gw, _ := h.f32(gridRandom(c.out*c.in, 2))
 		var gbias tensor.Buffer
@@ -54,16 +60,19 @@ func TestGPULinearTiledMatchesCuBLAS(t *testing.T) {
 			if c.relu {
 				mask = gy
 			}
-			// dx is written, dw and db added to.
+			// Gradients start from grid values, so that writing and adding
+			// differ.
 			var gdx, gdw, gdb tensor.Buffer
-			if c.wantX {
+			if c.grads.dx {
 				gdx, _ = h.f32(gridRandom(c.n*c.in, 5))
 			}
-			if c.wantWB {
+			if c.grads.dw {
 				gdw, _ = h.f32(gridRandom(c.out*c.in, 6))
+			}
+			if c.grads.db {
 				gdb, _ = h.f32(gridRandom(c.out, 7))
 			}
-			b.LinearGrads(gdx, gdw, gdb, gg, mask, gx, gw, c.n, c.in, c.out, false, true, true)
+			b.LinearGrads(gdx, gdw, gdb, gg, mask, gx, gw, c.n, c.in, c.out, c.acc.dx, c.acc.dw, c.acc.db)
 			var out [][]float32
 			for _, buf := range []tensor.Buffer{gy, gdx, gdw, gdb} {
 				if !buf.Empty() {

@@ -111,7 +111,8 @@ type BiasReLUBackend interface {
 // LinearBackend is implemented by backends that run a linear layer's
 // product, bias and ReLU, and its gradients, as fewer operations than
 // MatMul, AddBias, ReLU and their backward passes (the CUDA backend: one
-// launch each way). Linear and LinearReLU use it when the backend has it;
+// launch each way for batches of up to 256 rows). Linear and LinearReLU use
+// it when the backend has it;
 // the results are those of the composed operations up to the order of the
 // sums.
 type LinearBackend interface {

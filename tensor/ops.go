@@ -132,9 +132,9 @@ func Linear(x, w, b *Tensor) *Tensor {
 }
 
 // LinearReLU is ReLU(Linear(x, w, b)). On a backend that implements
-// LinearBackend it is one operation each way (the CUDA backend: one launch
-// for the product, bias and activation, one for the mask and the three
-// gradients). On one that implements BiasReLUBackend the bias and the
+// LinearBackend it is one operation each way (the CUDA backend, up to 256
+// rows: one launch for the product, bias and activation, one for the mask
+// and the three gradients). On one that implements BiasReLUBackend the bias and the
 // activation are one pass over the output, and in the backward pass the
 // activation's mask and the bias gradient are one pass over the incoming
 // gradient.

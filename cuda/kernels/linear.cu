@@ -54,11 +54,11 @@ struct lt_problem {
     float* d;
     float betaD;
     int splits, steps;  // k is split into splits ranges of steps slices of LT_BK
-    float* ws;          // splits x M x N partial sums when splits > 1
-    int* counters;      // one per tile when splits > 1, zero between launches
+    float* ws;          // splits x M x N partial sums when splits > 1 outside clusters (else null)
+    int* counters;      // one per tile when splits > 1 outside clusters, zero between launches
 };
 
-// lt_src is where one thread fetches its 4 elements of each 64 x 16 slice
+// lt_src is where one thread fetches its LT_LOADS elements of each 64 x 16 slice
 // of an operand (coalesced along the operand's contiguous index): worked
 // out once per tile, so that a slice costs a bounds test and a load per
 // element. The offsets are ints: the backend keeps 64 * each stride below
@@ -67,9 +67,9 @@ struct lt_src {
     const float* base;  // the slice's first element (row r0, k0)
     const float* mask;  // null, or the mask (laid out as the operand) at base
     long long adv;      // base's advance per slice: LT_BK * sk
-    int off[4];         // element q's offset from base
-    int kl[4];          // element q's k within the slice
-    int state[4];       // 0: past the last row (zero), 1: a row, 2: the ones column
+    int off[LT_LOADS];    // element q's offset from base
+    int kl[LT_LOADS];     // element q's k within the slice
+    int state[LT_LOADS];  // 0: past the last row (zero), 1: a row, 2: the ones column
     bool kContiguous;   // sk == 1: the slice is stored transposed
 };
 
@@ -306,17 +306,17 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 }
 
 // linear_tiled: y [n, out] = x·wᵀ (+ bias[o]) (ReLU'd when relu), over
-// splits ranges of k (ws and counters when splits > 1).
-#define LT_FORWARD_ARGS y, x, w, bias, n, in, out, relu, splits, steps, ws, counters
+// splits ranges of k (wsOrNull and countersOrNull when splits > 1).
+#define LT_FORWARD_ARGS y, x, w, bias, n, in, out, relu, splits, steps, wsOrNull, countersOrNull
 template <int CS>
-__device__ __forceinline__ void lt_forward(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+__device__ __forceinline__ void lt_forward(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* wsOrNull, int* countersOrNull) {
     lt_problem p;
     p.a = x, p.sai = in, p.sak = 1, p.mask = 0;
     p.b = w, p.sbj = in, p.sbk = 1, p.onesCol = -1;
     p.M = n, p.N = out, p.K = in;
     p.c = y, p.ldc = out, p.betaC = 0.0f, p.bias = bias, p.relu = relu;
     p.d = 0, p.betaD = 0.0f;
-    p.splits = splits, p.steps = steps, p.ws = ws, p.counters = counters;
+    p.splits = splits, p.steps = steps, p.ws = wsOrNull, p.counters = countersOrNull;
     lt_tile<CS>(p, blockIdx.x);
 }
 
@@ -327,10 +327,10 @@ __device__ __forceinline__ void lt_forward(float* y, const float* x, const float
 // skipped when null; dw and db both null: no blocks). Each is added to when
 // its beta is 1.
 #define LT_GRADS_ARGS                                                                                                 \
-    dx, dw, db, g, mask, x, w, n, in, out, betaX, betaW, betaB, splitsX, stepsX, splitsW, stepsW, blocksX, wsX, wsW, \
-        countersX, countersW
+    dxOrNull, dw, db, g, mask, x, w, n, in, out, betaX, betaW, betaB, splitsX, stepsX, splitsW, stepsW, blocksX, wsXOrNull, wsWOrNull, \
+        countersXOrNull, countersWOrNull
 template <int CS>
-__device__ __forceinline__ void lt_grads(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+__device__ __forceinline__ void lt_grads(float* dxOrNull, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsXOrNull, float* wsWOrNull, int* countersXOrNull, int* countersWOrNull) {
     lt_problem p;
     p.mask = mask;
     p.relu = 0, p.bias = 0;
@@ -338,9 +338,9 @@ __device__ __forceinline__ void lt_grads(float* dx, float* dw, float* db, const 
         p.a = g, p.sai = out, p.sak = 1;
         p.b = w, p.sbj = 1, p.sbk = in, p.onesCol = -1;
         p.M = n, p.N = in, p.K = out;
-        p.c = dx, p.ldc = in, p.betaC = betaX;
+        p.c = dxOrNull, p.ldc = in, p.betaC = betaX;
         p.d = 0, p.betaD = 0.0f;
-        p.splits = splitsX, p.steps = stepsX, p.ws = wsX, p.counters = countersX;
+        p.splits = splitsX, p.steps = stepsX, p.ws = wsXOrNull, p.counters = countersXOrNull;
         lt_tile<CS>(p, blockIdx.x);
         return;
     }
@@ -351,14 +351,14 @@ __device__ __forceinline__ void lt_grads(float* dx, float* dw, float* db, const 
     p.M = out, p.N = cols + (db != 0 ? 1 : 0), p.K = n;
     p.c = dw, p.ldc = in, p.betaC = betaW;
     p.d = db, p.betaD = betaB;
-    p.splits = splitsW, p.steps = stepsW, p.ws = wsW, p.counters = countersW;
+    p.splits = splitsW, p.steps = stepsW, p.ws = wsWOrNull, p.counters = countersWOrNull;
     lt_tile<CS>(p, blockIdx.x - blocksX);
 }
 
-extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* wsOrNull, int* countersOrNull) {
     lt_forward<0>(LT_FORWARD_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tiled(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tiled(float* dxOrNull, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsXOrNull, float* wsWOrNull, int* countersXOrNull, int* countersWOrNull) {
     lt_grads<0>(LT_GRADS_ARGS);
 }
 
@@ -367,11 +367,11 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tile
 // multiples of LT_CLUSTER).
 #if __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
-    ember_linear_tiled_cluster(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* ws, int* counters) {
+    ember_linear_tiled_cluster(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* wsOrNull, int* countersOrNull) {
     lt_forward<LT_CLUSTER>(LT_FORWARD_ARGS);
 }
 extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
-    ember_linear_grads_tiled_cluster(float* dx, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsX, float* wsW, int* countersX, int* countersW) {
+    ember_linear_grads_tiled_cluster(float* dxOrNull, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsXOrNull, float* wsWOrNull, int* countersXOrNull, int* countersWOrNull) {
     lt_grads<LT_CLUSTER>(LT_GRADS_ARGS);
 }
 #endif
