@@ -191,10 +191,8 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
 	}
-	if !b.clusters() {
-		if err = b.allocTileCounters(); err != nil {
-			return nil, err
-		}
+	if err = b.probeClusters(); err != nil {
+		return nil, err
 	}
 	ok = true
 	return b, nil

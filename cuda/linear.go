@@ -75,6 +75,36 @@ func (b *Backend) allocTileCounters() error {
 	return b.x.memset32(blk.Ptr(), 0, ltCounters)
 }
 
+// probeClusters launches the forward cluster kernel once on a tiny layer (1
+// x 512 x 1: one tile, its sum split over a cluster of 8) and turns
+// clusters off when the driver refuses the launch: the kernels compile
+// for every sm_90 device, but a device partitioned so that 8 SMs of one GPC
+// cannot take a block each (MIG, MPS limits) refuses the launch. It then
+// gives the portable path its counters.
+func (b *Backend) probeClusters() error {
+	if !b.clusters() {
+		return b.allocTileCounters()
+	}
+	const in = 512
+	blk, err := b.alloc.Alloc(4*(2*in+1), b.stream)
+	if err != nil {
+		return err
+	}
+	defer b.release(blk)
+	p := blk.Ptr()
+	if err := b.x.memset32(p, 0, 2*in+1); err != nil {
+		return err
+	}
+	splits, steps := b.ltSplit(1, in)
+	err = b.x.launch(b.k.linearTiledCluster, Dim3{X: b.ltBlocks(1, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1},
+		[]any{p + 4*2*in, p, p + 4*in, uintptr(0), int32(1), int32(in), int32(1), int32(0), int32(splits), int32(steps), uintptr(0), uintptr(0)})
+	if err != nil { // refused at launch: not a failure of the context
+		b.noClusters = true
+		return b.allocTileCounters()
+	}
+	return b.x.synchronize()
+}
+
 // clusters says whether split sums go through thread block clusters.
 func (b *Backend) clusters() bool {
 	return b.k.linearTiledCluster != nil && b.k.linearGradsTiledCluster != nil && !b.noClusters
