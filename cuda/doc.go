@@ -51,10 +51,13 @@
 // # The tensor backend
 //
 // Backend (backend.go) implements tensor.Backend with the kernels of
-// kernels/*.cu, compiled together by NVRTC, and cuBLAS for large products.
-// It also implements the tensor package's optional fused operations:
-// convolution + bias + ReLU + max pooling (conv_pool.go), and a linear
-// layer's bias + ReLU. Every kernel is checked against the CPU backend by the
+// kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
+// and cuBLAS for large products. It also implements the tensor package's
+// optional fused operations: convolution + bias + ReLU + max pooling
+// (conv_pool.go, with the register-tiled kernels of conv_rt.go), and a
+// linear layer with its bias and ReLU, and its gradients, in one launch
+// each way for batches of up to 256 rows (linear.go; on sm_90 the blocks
+// that split a sum form thread block clusters). Every kernel is checked against the CPU backend by the
 // conformance suite (package tensortest) on the GPU, and every launch
 // against the kernel's C signature by a recorder in the tests that run
 // without one.
