@@ -18,7 +18,7 @@ import (
 
 // newGPUBackend makes a Backend on the test device, closed at the end of
 // the test.
-func newGPUBackend(t *testing.T, opt BackendOptions) *Backend {
+func newGPUBackend(t testing.TB, opt BackendOptions) *Backend {
 	t.Helper()
 	d := requireGPU(t)
 	b, err := NewBackend(d.Ordinal(), opt)
