@@ -31,7 +31,7 @@ import (
 const (
 	ltTile    = 64
 	ltK       = 16
-	ltThreads = 256 // LT_THREADS
+	ltThreads = 512 // LT_THREADS
 	// ltCluster is LT_CLUSTER: the blocks of a cluster, and of a split sum
 	// on sm_90.
 	ltCluster = 8

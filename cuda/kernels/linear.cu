@@ -26,12 +26,11 @@
 #define LT_BN 64
 #define LT_BK 16
 #define LT_LD (LT_BM + 4)  // row pitch of the shared slices: float4-aligned, fewer bank conflicts
-// 8 warps, each thread 4 rows x 4 columns of the tile (LT_TR x 4) and 4
-// elements of each slice. A slice cost about 2,000 cycles with 16 warps of
-// 2x4 (8 multiply-adds per fragment read; the warps waited on the reads):
-// here each read of two fragments feeds 16, and two k are read at a time.
-#define LT_THREADS 256
-#define LT_TR 4
+// 16 warps, each thread 2 rows x 4 columns of the tile and 2 elements of
+// each slice: at batch 64 an SM holds one block, and 8 warps of 4x4 left
+// it waiting on shared-memory and global latency (Nsight: 5.3 cycles per
+// issued instruction).
+#define LT_THREADS 512
 #define LT_LOADS (LT_BM * LT_BK / LT_THREADS)
 
 // lt_problem is one product and its epilogue. Rows i < M, columns j < N,
@@ -187,15 +186,11 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     const int i0 = (tile / tilesN) * LT_BM, j0 = (tile % tilesN) * LT_BN;
     const int kSteps = (p.K + LT_BK - 1) / LT_BK;
     const int s0 = split * p.steps, s1 = ember_imin(kSteps, s0 + p.steps);
-    // Thread (tx, ty) holds rows LT_TR*ty.. and columns 4tx..4tx+3. A warp
-    // covers 8 column groups x 4 row groups, so that a k's fragments are
-    // one shared-memory wavefront each for A and B.
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int tx = (warp & 1) * 8 + (lane & 7), ty = (warp >> 1) * 4 + (lane >> 3);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 
-    float acc[LT_TR][4];
+    float acc[2][4];
 #pragma unroll
-    for (int r = 0; r < LT_TR; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 
@@ -217,21 +212,14 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
             lt_fetch(vb, sb, (s + 1) * LT_BK, p.K);
         }
 #pragma unroll
-        for (int k = 0; k < LT_BK; k += 2) {
-            const ember_f4 a0 = *reinterpret_cast<const ember_f4*>(&As[cur][k][ty * LT_TR]);
-            const ember_f4 b0 = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
-            const ember_f4 a1 = *reinterpret_cast<const ember_f4*>(&As[cur][k + 1][ty * LT_TR]);
-            const ember_f4 b1 = *reinterpret_cast<const ember_f4*>(&Bs[cur][k + 1][tx * 4]);
-            const float av0[4] = {a0.x, a0.y, a0.z, a0.w}, bv0[4] = {b0.x, b0.y, b0.z, b0.w};
-            const float av1[4] = {a1.x, a1.y, a1.z, a1.w}, bv1[4] = {b1.x, b1.y, b1.z, b1.w};
+        for (int k = 0; k < LT_BK; k++) {
+            const ember_f2 a = *reinterpret_cast<const ember_f2*>(&As[cur][k][ty * 2]);
+            const ember_f4 b = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
+            const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-            for (int r = 0; r < LT_TR; r++)
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av0[r], bv0[c], acc[r][c]);
-#pragma unroll
-            for (int r = 0; r < LT_TR; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av1[r], bv1[c], acc[r][c]);
+                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
         }
         if (more) {
             lt_store(As[cur ^ 1], va, sa);
@@ -243,10 +231,10 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 
     if (p.splits == 1) {
 #pragma unroll
-        for (int r = 0; r < LT_TR; r++)
+        for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * LT_TR + r, j = j0 + tx * 4 + c;
+                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
                 if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
             }
         return;
@@ -256,9 +244,9 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
         constexpr int C = CS > 1 ? CS : 1;  // CS, in code also compiled for CS = 0
         float* part = sh;  // [64][64]: the slices are done (the loop ended on a barrier)
 #pragma unroll
-        for (int r = 0; r < LT_TR; r++) {
+        for (int r = 0; r < 2; r++) {
             ember_f4 v = {acc[r][0], acc[r][1], acc[r][2], acc[r][3]};
-            *reinterpret_cast<ember_f4*>(&part[(ty * LT_TR + r) * LT_BN + tx * 4]) = v;
+            *reinterpret_cast<ember_f4*>(&part[(ty * 2 + r) * LT_BN + tx * 4]) = v;
         }
         lt_cluster_sync();
         const int rows = LT_BM / C;
@@ -279,10 +267,10 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #endif
     const long long plane = (long long)p.M * p.N;
 #pragma unroll
-    for (int r = 0; r < LT_TR; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * LT_TR + r, j = j0 + tx * 4 + c;
+            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
             if (i < p.M && j < p.N) p.ws[split * plane + (long long)i * p.N + j] = acc[r][c];
         }
     __threadfence();
@@ -294,24 +282,24 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     // The partial tiles in split order, all 16 of a thread's loads of one
     // split in flight together.
 #pragma unroll
-    for (int r = 0; r < LT_TR; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
     for (int t = 0; t < p.splits; t++) {
         const float* w = p.ws + t * plane;
 #pragma unroll
-        for (int r = 0; r < LT_TR; r++)
+        for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * LT_TR + r, j = j0 + tx * 4 + c;
+                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
                 if (i < p.M && j < p.N) acc[r][c] += __ldcg(w + (long long)i * p.N + j);
             }
     }
 #pragma unroll
-    for (int r = 0; r < LT_TR; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * LT_TR + r, j = j0 + tx * 4 + c;
+            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
             if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
         }
     if (threadIdx.x == 0) p.counters[tile] = 0;
