@@ -94,38 +94,25 @@ func beta(accumulate bool) float32 {
 // Linear returns x·wᵀ + b for x [n,in], w [out,in], b [out] (b may be nil),
 // the affine map of nn.Linear.
 func Linear(x, w, b *Tensor) *Tensor {
+	if lb, ok := x.st.b.(LinearBackend); ok {
+		return linearFused(lb, x, w, b, false)
+	}
 	x, w = linearOperands("Linear", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
-	lb, fused := be.(LinearBackend)
-	var bias Buffer
+	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
 	if b != nil {
-		bias = b.buffer()
-	}
-	if fused {
-		lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, false)
-	} else {
-		be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
-		if b != nil {
-			be.AddBias(out.buffer(), bias, n, outF, 1)
-		}
+		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
-		var db Buffer
-		var accB bool
-		if b != nil {
-			db, accB = e.sink(b)
-		}
-		if fused {
-			lb.LinearGrads(dx, dw, db, g.buffer(), Buffer{}, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
-			return
-		}
 		linearGrads(g, x, w, dx, dw, accX, accW)
-		if !db.Empty() {
-			be.BiasGrad(db, g.buffer(), n, outF, 1, accB)
+		if b != nil {
+			if db, accB := e.sink(b); !db.Empty() {
+				be.BiasGrad(db, g.buffer(), n, outF, 1, accB)
+			}
 		}
 	}, x, w, b)
 	return out
@@ -141,7 +128,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 func LinearReLU(x, w, b *Tensor) *Tensor {
 	be := x.st.b
 	if lb, ok := be.(LinearBackend); ok {
-		return linearReLUFused(lb, x, w, b)
+		return linearFused(lb, x, w, b, true)
 	}
 	fb, ok := be.(BiasReLUBackend)
 	if !ok || b == nil {
@@ -167,17 +154,26 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 	return out
 }
 
-// linearReLUFused is LinearReLU on a LinearBackend.
-func linearReLUFused(lb LinearBackend, x, w, b *Tensor) *Tensor {
-	x, w = linearOperands("LinearReLU", x, w, b)
+// linearFused is Linear (or LinearReLU, with relu) on a LinearBackend: one
+// backend call each way; with relu the output masks the gradient.
+func linearFused(lb LinearBackend, x, w, b *Tensor, relu bool) *Tensor {
+	op, name := "Linear", "linear"
+	if relu {
+		op, name = "LinearReLU", "linear_relu"
+	}
+	x, w = linearOperands(op, x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	out := Empty(x.st.b, scopeOf(x, w, b), n, outF)
 	var bias Buffer
 	if b != nil {
 		bias = b.buffer()
 	}
-	lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, true)
-	record(out, "linear_relu", func(dy *Tensor, e *engine) {
+	lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, relu)
+	var mask Buffer
+	if relu {
+		mask = out.buffer()
+	}
+	record(out, name, func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
 		var db Buffer
@@ -185,7 +181,7 @@ func linearReLUFused(lb LinearBackend, x, w, b *Tensor) *Tensor {
 		if b != nil {
 			db, accB = e.sink(b)
 		}
-		lb.LinearGrads(dx, dw, db, dy.buffer(), out.buffer(), x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
+		lb.LinearGrads(dx, dw, db, g.buffer(), mask, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
 	}, x, w, b)
 	return out
 }
