@@ -141,6 +141,19 @@ __device__ __forceinline__ void lt_put(const lt_problem p, int i, int j, float v
     p.c[o] = v;
 }
 
+// lt_each calls f(r, c, i, j) for each element (r, c) of a thread's 2x4
+// sub-tile, at (i, j) in C, that lies inside the M x N product.
+template <class F>
+__device__ __forceinline__ void lt_each(int i0, int j0, int M, int N, F f) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int i = i0 + r, j = j0 + c;
+            if (i < M && j < N) f(r, c, i, j);
+        }
+}
+
 // Thread block clusters (sm_90): the CS blocks that split a tile's sum form
 // a cluster, keep their partial tiles in their own shared memory and add
 // them through distributed shared memory, each block finishing 64 / CS rows
@@ -229,14 +242,9 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
         cur ^= 1;
     }
 
+    const int ti = i0 + ty * 2, tj = j0 + tx * 4;  // the thread's sub-tile in C
     if (p.splits == 1) {
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
-                if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
-            }
+        lt_each(ti, tj, p.M, p.N, [&](int r, int c, int i, int j) { lt_put(p, i, j, acc[r][c]); });
         return;
     }
 #if __CUDA_ARCH__ >= 900
@@ -246,7 +254,7 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             ember_f4 v = {acc[r][0], acc[r][1], acc[r][2], acc[r][3]};
-            *reinterpret_cast<ember_f4*>(&part[(ty * 2 + r) * LT_BN + tx * 4]) = v;
+            *reinterpret_cast<ember_f4*>(&part[(ti - i0 + r) * LT_BN + tx * 4]) = v;
         }
         lt_cluster_sync();
         const int rows = LT_BM / C;
@@ -266,42 +274,22 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
     }
 #endif
     const long long plane = (long long)p.M * p.N;
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
-            if (i < p.M && j < p.N) p.ws[split * plane + (long long)i * p.N + j] = acc[r][c];
-        }
+    lt_each(ti, tj, p.M, p.N,
+            [&](int r, int c, int i, int j) { p.ws[split * plane + (long long)i * p.N + j] = acc[r][c]; });
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // The partial tiles in split order, all 16 of a thread's loads of one
+    // The partial tiles in split order, all 8 of a thread's loads of one
     // split in flight together.
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+    lt_each(ti, tj, p.M, p.N, [&](int r, int c, int, int) { acc[r][c] = 0.0f; });
     for (int t = 0; t < p.splits; t++) {
         const float* w = p.ws + t * plane;
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
-                if (i < p.M && j < p.N) acc[r][c] += __ldcg(w + (long long)i * p.N + j);
-            }
+        lt_each(ti, tj, p.M, p.N, [&](int r, int c, int i, int j) { acc[r][c] += __ldcg(w + (long long)i * p.N + j); });
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int i = i0 + ty * 2 + r, j = j0 + tx * 4 + c;
-            if (i < p.M && j < p.N) lt_put(p, i, j, acc[r][c]);
-        }
+    lt_each(ti, tj, p.M, p.N, [&](int r, int c, int i, int j) { lt_put(p, i, j, acc[r][c]); });
     if (threadIdx.x == 0) p.counters[tile] = 0;
 }
 
