@@ -83,8 +83,9 @@ type Backend struct {
 
 	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
+	noNarrow      bool      // EMBER_LINEAR_NARROW=0: no narrow-layer kernels (narrow.go)
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
-	tileCounters  Block     // the split sums' counters of linear.cu
+	tileCounters  Block     // counters of split sums (linear.cu) and of linear_xent's blocks (narrow.cu)
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 }
 
@@ -159,7 +160,8 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff(), noLinearTiled: linearTiledOff()}
+	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff(), noLinearTiled: linearTiledOff(),
+		noNarrow: os.Getenv("EMBER_LINEAR_NARROW") == "0"}
 	ok := false
 	defer func() {
 		if !ok {
@@ -189,6 +191,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
 	if err = b.setBLASWorkspace(); err != nil {
+		return nil, err
+	}
+	if err = b.allocTileCounters(); err != nil {
 		return nil, err
 	}
 	if err = b.probeClusters(); err != nil {

@@ -232,10 +232,9 @@ func (m *recMem) inside(p uintptr, bytes int) bool {
 	return bytes > 0
 }
 
-// nullable lists the pointer parameters a launch may pass as null.
-var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true,
-	"dxOrNull": true, "dwOrNull": true, "dbOrNull": true, "wsOrNull": true, "wsXOrNull": true, "wsWOrNull": true,
-	"countersOrNull": true, "countersXOrNull": true, "countersWOrNull": true}
+// nullable lists the pointer parameters a launch may pass as null, besides
+// those whose names end in OrNull.
+var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "v": true, "dyt": true, "mask": true, "dw": true, "db": true, "gOut": true, "reluY": true}
 
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
@@ -326,7 +325,7 @@ func (r *recExec) launch(f *Function, grid, block Dim3, args []any) error {
 		if kind == "ptr" {
 			ptr := a.(uintptr)
 			if ptr == 0 {
-				if !nullable[p.name] {
+				if !nullable[p.name] && !strings.HasSuffix(p.name, "OrNull") {
 					r.errorf("%s: null pointer for %s", f.Name, p.name)
 				}
 			} else if !r.mem.inside(ptr, 1) {

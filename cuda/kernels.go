@@ -27,6 +27,7 @@ var kernelFiles = []string{
 	"kernels/conv_rt.cu",
 	"kernels/loss.cu",
 	"kernels/linear.cu",
+	"kernels/narrow.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -42,7 +43,7 @@ type kernelUnit struct {
 // s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
 // its 3x3 kernels.
 var kernelUnits = []kernelUnit{
-	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu", "kernels/linear.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
@@ -131,6 +132,8 @@ type kernels struct {
 	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
 	addParts, linearGradsSmall                *Function
 	linearTiled, linearGradsTiled             *Function
+	linearXent                                [2][2]*Function // by classes <= 16, 32; by 1 or 4 columns per load
+	linearGradsNarrow                         [2]*Function    // by outputs <= 16, 32
 	// Compiled for sm_90 and later only (thread block clusters); nil
 	// elsewhere.
 	linearTiledCluster, linearGradsTiledCluster *Function
@@ -207,6 +210,12 @@ func (k *kernels) table() []struct {
 		{&k.linearGradsSmall, "ember_linear_grads_small"},
 		{&k.linearTiled, "ember_linear_tiled"},
 		{&k.linearGradsTiled, "ember_linear_grads_tiled"},
+		{&k.linearXent[0][0], "ember_linear_xent_c16"},
+		{&k.linearXent[0][1], "ember_linear_xent_c16_v4"},
+		{&k.linearXent[1][0], "ember_linear_xent_c32"},
+		{&k.linearXent[1][1], "ember_linear_xent_c32_v4"},
+		{&k.linearGradsNarrow[0], "ember_linear_grads_narrow_c16"},
+		{&k.linearGradsNarrow[1], "ember_linear_grads_narrow_c32"},
 		{&k.linearTiledCluster, "ember_linear_tiled_cluster"},
 		{&k.linearGradsTiledCluster, "ember_linear_grads_tiled_cluster"},
 	}

@@ -9,9 +9,11 @@ import (
 
 // Linear layers (tensor.LinearBackend). Three paths, by size:
 //
-//   - products of at most 2^20 multiply-adds without a ReLU (LeNet's fc2):
-//     ember_gemm_small for the forward and ember_linear_grads_small for the
-//     three gradients, one launch each (reduce.cu);
+//   - products of at most 2^20 multiply-adds without a ReLU (LeNet's fc2
+//     when not fused with its loss): ember_gemm_small for the forward, one
+//     launch (reduce.cu); the gradients of layers of at most narrowOut
+//     outputs are one launch of ember_linear_grads_narrow (narrow.go),
+//     those of other small layers of ember_linear_grads_small;
 //   - batches of up to linearTiledRows rows (LeNet's fc1 at batch 64):
 //     ember_linear_tiled and ember_linear_grads_tiled (linear.cu), 64x64
 //     tiles with the bias, the ReLU, the ReLU's mask on the incoming
@@ -58,32 +60,30 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 	return !b.noLinearTiled && n <= linearTiledRows && max(in, out) < 1<<25
 }
 
-// allocTileCounters gives the split sums without clusters their counters,
-// unless they have them: zeroed once here, and reset by the kernels
-// themselves after each use. They live as long as the backend, outside any
-// graph's pool. Backends with clusters have none (the tests that turn
-// clusters off call this first).
+// allocTileCounters gives the backend its counters: zeroed once here, and
+// reset by the kernels themselves after each use. They live as long as the
+// backend, outside any graph's pool: ltCounters for split sums without
+// clusters, then linear_xent's (narrow.go).
 func (b *Backend) allocTileCounters() error {
 	if b.tileCounters.owner() != 0 {
 		return nil
 	}
-	blk, err := b.alloc.Alloc(4*ltCounters, b.stream)
+	blk, err := b.alloc.Alloc(4*counterSlots, b.stream)
 	if err != nil {
 		return err
 	}
 	b.tileCounters = blk
-	return b.x.memset32(blk.Ptr(), 0, ltCounters)
+	return b.x.memset32(blk.Ptr(), 0, counterSlots)
 }
 
 // probeClusters launches the forward cluster kernel once on a tiny layer (1
 // x 512 x 1: one tile, its sum split over a cluster of 8) and turns
 // clusters off when the driver refuses the launch: the kernels compile
 // for every sm_90 device, but a device partitioned so that 8 SMs of one GPC
-// cannot take a block each (MIG, MPS limits) refuses the launch. It then
-// gives the portable path its counters.
+// cannot take a block each (MIG, MPS limits) refuses the launch.
 func (b *Backend) probeClusters() error {
 	if !b.clusters() {
-		return b.allocTileCounters()
+		return nil
 	}
 	const in = 512
 	blk, err := b.alloc.Alloc(4*(2*in+1), b.stream)
@@ -100,7 +100,7 @@ func (b *Backend) probeClusters() error {
 		[]any{p + 4*2*in, p, p + 4*in, uintptr(0), int32(1), int32(in), int32(1), int32(0), int32(splits), int32(steps), uintptr(0), uintptr(0)})
 	if err != nil { // refused at launch: not a failure of the context
 		b.noClusters = true
-		return b.allocTileCounters()
+		return nil
 	}
 	return b.x.synchronize()
 }
@@ -205,6 +205,7 @@ func (b *Backend) linearEpilogue(op string, py, pbias uintptr, n, out int, relu 
 }
 
 // LinearGrads implements tensor.LinearBackend: one launch of
+// ember_linear_grads_narrow (at most narrowOut outputs, narrow.go), of
 // ember_linear_grads_small (small layers without ReLU) or of
 // ember_linear_grads_tiled; otherwise the mask and bias gradient in one
 // pass and two cuBLAS products.
@@ -239,6 +240,8 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
 	empty := n == 0 || in == 0 || out == 0
 	switch {
+	case apart && !empty && b.narrowGrads(n, in, out):
+		b.linearGradsNarrow(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
 	case apart && !empty && py == 0 && out <= 128 && n <= 128 && smallProduct(n, in, out) && smallProduct(out, in, n):
 		b.linearGradsSmall(op, pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
 	case apart && !empty && b.tiledLinear(n, in, out):

@@ -19,9 +19,6 @@ import (
 // at zero after the first.
 func TestGPULinearTiledMatchesCuBLAS(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
-	if err := b.allocTileCounters(); err != nil { // for the runs without clusters
-		t.Fatal(err)
-	}
 	h := &gpuCPU{t: t, g: b}
 	defer h.free()
 	// grads: which of dx, dw, db are wanted; acc: whether each is added to

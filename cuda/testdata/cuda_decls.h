@@ -17,6 +17,7 @@ __device__ float __shfl_xor_sync(unsigned, float, int);
 __device__ double __shfl_xor_sync(unsigned, double, int);
 __device__ int __shfl_xor_sync(unsigned, int, int);
 __device__ float __shfl_down_sync(unsigned, float, int);
+__device__ float __shfl_sync(unsigned, float, int);
 __device__ float expf(float);
 __device__ float logf(float);
 __device__ float sqrtf(float);

@@ -1,0 +1,243 @@
+// Linear layers with few outputs (at most 32: a classifier's last layer,
+// LeNet's fc2 with 10). Their products are too thin for tiles: a sum of
+// `in` terms per logit, or of 10 terms per input gradient. Two kernels:
+//
+//   linear_xent: the last layer and the cross entropy of its output, in one
+//   pass: logits, loss, the logits' gradient and the input's gradient;
+//   linear_grads_narrow: the gradients of such a layer (dx, dw, db), in one
+//   launch.
+//
+// At batch 64, LeNet's fc2 forward, cross entropy and fc2 backward were
+// three launches of about 5 us each, mostly fixed costs.
+
+#define EMBER_NARROW_WARPS 8  // warps per block of linear_xent
+
+// narrow_load reads one float or four consecutive floats (one 16-byte
+// access); narrow_store writes them.
+__device__ __forceinline__ void narrow_load(float (&v)[1], const float* p) { v[0] = p[0]; }
+__device__ __forceinline__ void narrow_load(float (&v)[4], const float* p) {
+    const ember_f4 q = *reinterpret_cast<const ember_f4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void narrow_store(float* p, const float (&v)[1]) { p[0] = v[0]; }
+__device__ __forceinline__ void narrow_store(float* p, const float (&v)[4]) {
+    ember_f4 q;
+    q.x = v[0], q.y = v[1], q.z = v[2], q.w = v[3];
+    *reinterpret_cast<ember_f4*>(p) = q;
+}
+
+// linear_xent: for rows r < n of x [n, in], with w [classes, in], bias
+// [classes] (or null) and labels [n]:
+//   z = x[r]·wᵀ + bias          (the product, then the bias, as AddBias)
+//   loss_r = (m - z[y]) + log(sum exp(z - m)),  m = max z (NaN propagates)
+//   dlogits[r, c] = exp(z[c] - m)/se/n - (c == y)/n      (when not null)
+//   dx[r] = dlogits[r]·w                                 (when not null too)
+// and loss[0] = the mean of loss_r, as ember_cross_entropy computes it from
+// the logits. A label outside [0, classes) makes its row NaN.
+//
+// One warp per row (rows strided over the grid's warps). Lanes take V
+// consecutive columns of x at a time, 32·V apart, and keep one partial sum
+// per class (CMAX >= classes registers); xor trees add them, after which
+// lane c holds logit c and the row's softmax is a few shuffles. w is read
+// through L1 by every warp. The row losses are added in double: per warp in
+// row order, per block in warp order; with several blocks, block b writes
+// partial[b], and the last block to finish (counted in *doneOrNull, which
+// it resets) adds the partials in block order, so the loss does not depend
+// on which block finishes last.
+template <int CMAX, int V>
+__device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x,
+                                                 const float* w, const float* biasOrNull, const int* labels, int n,
+                                                 int in, int classes, double* partialOrNull, int* doneOrNull) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float nf = (float)n;
+    double wsum = 0.0;  // the same in every lane
+    for (int r = blockIdx.x * EMBER_NARROW_WARPS + warp; r < n; r += gridDim.x * EMBER_NARROW_WARPS) {
+        const float* xr = x + (long long)r * in;
+        float acc[CMAX];
+#pragma unroll
+        for (int c = 0; c < CMAX; c++) acc[c] = 0.0f;
+        for (int k = lane * V; k < in; k += 32 * V) {
+            float xv[V];
+            narrow_load(xv, xr + k);
+#pragma unroll
+            for (int c = 0; c < CMAX; c++) {
+                if (c < classes) {
+                    float wv[V];
+                    narrow_load(wv, w + (long long)c * in + k);
+#pragma unroll
+                    for (int i = 0; i < V; i++) acc[c] = __fmaf_rn(xv[i], wv[i], acc[c]);
+                }
+            }
+        }
+        float z = ember_neg_inf();  // lanes >= classes: no class
+#pragma unroll
+        for (int c = 0; c < CMAX; c++) {
+            if (c < classes) {
+                const float s = ember_warp_sum(acc[c]);
+                if (lane == c) z = s;
+            }
+        }
+        if (biasOrNull != 0 && lane < classes) z = z + biasOrNull[lane];
+        const float m = ember_warp_max(z);
+        const float e = lane < classes ? expf(z - m) : 0.0f;
+        const float se = ember_warp_sum(e);
+        const int y = labels[r];
+        const bool bad = y < 0 || y >= classes;
+        const float zy = __shfl_sync(0xffffffffu, z, bad ? 0 : y);
+        wsum += bad ? (double)ember_nan() : (double)((m - zy) + logf(se));
+        if (dlogitsOrNull == 0) continue;
+        float d = e / se / nf;
+        if (lane == y) d -= 1.0f / nf;
+        if (bad) d = ember_nan();
+        if (lane < classes) dlogitsOrNull[(long long)r * classes + lane] = d;
+        if (dxOrNull == 0) continue;
+        float dc[CMAX];
+#pragma unroll
+        for (int c = 0; c < CMAX; c++) dc[c] = __shfl_sync(0xffffffffu, d, c);
+        float* dxr = dxOrNull + (long long)r * in;
+        for (int k = lane * V; k < in; k += 32 * V) {
+            float o[V];
+#pragma unroll
+            for (int i = 0; i < V; i++) o[i] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CMAX; c++) {
+                if (c < classes) {
+                    float wv[V];
+                    narrow_load(wv, w + (long long)c * in + k);
+#pragma unroll
+                    for (int i = 0; i < V; i++) o[i] = __fmaf_rn(dc[c], wv[i], o[i]);
+                }
+            }
+            narrow_store(dxr + k, o);
+        }
+    }
+    __shared__ double ws[EMBER_NARROW_WARPS];
+    if (lane == 0) ws[warp] = wsum;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double s = 0.0;
+    for (int i = 0; i < EMBER_NARROW_WARPS; i++) s += ws[i];
+    if (gridDim.x == 1) {
+        loss[0] = (float)(s / (double)n);
+        return;
+    }
+    partialOrNull[blockIdx.x] = s;
+    __threadfence();
+    if (atomicAdd(doneOrNull, 1) != (int)gridDim.x - 1) return;
+    __threadfence();
+    const volatile double* part = partialOrNull;
+    double t = 0.0;
+    for (int b = 0; b < (int)gridDim.x; b++) t += part[b];
+    loss[0] = (float)(t / (double)n);
+    *doneOrNull = 0;
+}
+
+#define LINEAR_XENT_ARGS loss, dlogitsOrNull, dxOrNull, x, w, biasOrNull, labels, n, in, classes, partialOrNull, doneOrNull
+extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
+ember_linear_xent_c16(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+    const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
+    linear_xent_body<16, 1>(LINEAR_XENT_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
+ember_linear_xent_c32(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+    const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
+    linear_xent_body<32, 1>(LINEAR_XENT_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
+ember_linear_xent_c16_v4(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+    const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
+    linear_xent_body<16, 4>(LINEAR_XENT_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
+ember_linear_xent_c32_v4(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+    const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
+    linear_xent_body<32, 4>(LINEAR_XENT_ARGS);
+}
+
+// narrow_g is g[i] through the ReLU's mask y > 0 (none when yOrNull is null).
+__device__ __forceinline__ float narrow_g(const float* g, const float* yOrNull, long long i) {
+    const float v = g[i];
+    return (yOrNull == 0 || yOrNull[i] > 0.0f) ? v : 0.0f;
+}
+
+// linear_grads_narrow: the gradients of y = x·wᵀ + bias with out <= CMAX
+// (x [n, in], w [out, in], g = dy [n, out], counted only where y > 0 when
+// yOrNull is not null): dx = g·w, dw = gᵀ·x, db = the column sums of g,
+// each set or, when its acc flag is set, added to; null pointers are
+// skipped. Blocks of (32, 8) threads, lanes along x's columns:
+//   blocks [0, blocksX): dx in tiles of 32 rows x 32 columns; a thread
+//     keeps w's column in registers and takes 4 rows;
+//   the next blocksW: dw in strips of 32 columns over all n rows; a thread
+//     takes the rows r = threadIdx.y mod 8, then the 8 partial sums are
+//     added in order through shared memory;
+//   the last block, when db: the same with lanes along g's columns.
+template <int CMAX>
+__device__ __forceinline__ void linear_grads_narrow_body(float* dxOrNull, float* dwOrNull, float* dbOrNull,
+                                                         const float* g, const float* yOrNull, const float* x,
+                                                         const float* w, int n, int in, int out, int accX,
+                                                         int accW, int accB, int blocksX, int blocksW) {
+    __shared__ float part[8][CMAX][32];
+    const int lane = threadIdx.x, ty = threadIdx.y;
+    const int colTiles = (in + 31) / 32;
+    int bid = blockIdx.x;
+    if (bid < blocksX) {
+        const int col = (bid % colTiles) * 32 + lane;
+        const int r0 = (bid / colTiles) * 32;
+        if (col >= in) return;
+        float wc[CMAX];
+#pragma unroll
+        for (int c = 0; c < CMAX; c++) wc[c] = c < out ? w[(long long)c * in + col] : 0.0f;
+        for (int r = r0 + ty; r < ember_imin(r0 + 32, n); r += 8) {
+            float s = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CMAX; c++) {
+                if (c < out) s = __fmaf_rn(narrow_g(g, yOrNull, (long long)r * out + c), wc[c], s);
+            }
+            float* p = dxOrNull + (long long)r * in + col;
+            *p = accX ? *p + s : s;
+        }
+        return;
+    }
+    bid -= blocksX;
+    const bool bias = bid >= blocksW;  // the db block: lanes are g's columns
+    const int col = bias ? lane : bid * 32 + lane;
+    const bool live = bias ? lane < out : col < in;
+    float acc[CMAX];
+#pragma unroll
+    for (int c = 0; c < CMAX; c++) acc[c] = 0.0f;
+    if (bias) {
+        for (int r = ty; r < n && live; r += 8) acc[0] += narrow_g(g, yOrNull, (long long)r * out + lane);
+    } else {
+        for (int r = ty; r < n; r += 8) {
+            const float xv = live ? x[(long long)r * in + col] : 0.0f;
+#pragma unroll
+            for (int c = 0; c < CMAX; c++) {
+                if (c < out) acc[c] = __fmaf_rn(narrow_g(g, yOrNull, (long long)r * out + c), xv, acc[c]);
+            }
+        }
+    }
+    const int sums = bias ? 1 : out;
+#pragma unroll
+    for (int c = 0; c < CMAX; c++) {
+        if (c < sums) part[ty][c][lane] = acc[c];
+    }
+    __syncthreads();
+    for (int c = ty; c < sums && live; c += 8) {
+        float s = part[0][c][lane];
+        for (int i = 1; i < 8; i++) s += part[i][c][lane];
+        float* p = bias ? dbOrNull + lane : dwOrNull + (long long)c * in + col;
+        *p = (bias ? accB : accW) ? *p + s : s;
+    }
+}
+
+#define LINEAR_GRADS_NARROW_ARGS dxOrNull, dwOrNull, dbOrNull, g, yOrNull, x, w, n, in, out, accX, accW, accB, blocksX, blocksW
+extern "C" __global__ void __launch_bounds__(256)
+ember_linear_grads_narrow_c16(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g, const float* yOrNull, const float* x,
+    const float* w, int n, int in, int out, int accX, int accW, int accB, int blocksX, int blocksW) {
+    linear_grads_narrow_body<16>(LINEAR_GRADS_NARROW_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256)
+ember_linear_grads_narrow_c32(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g, const float* yOrNull, const float* x,
+    const float* w, int n, int in, int out, int accX, int accW, int accB, int blocksX, int blocksW) {
+    linear_grads_narrow_body<32>(LINEAR_GRADS_NARROW_ARGS);
+}

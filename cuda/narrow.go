@@ -1,0 +1,104 @@
+package cuda
+
+import "github.com/ember-ml/ember/tensor"
+
+// Layers with few outputs (narrow.cu): a classifier's last layer fused with
+// its cross entropy (tensor.LinearCrossEntropyBackend), and the gradients
+// of any linear layer of at most narrowOut outputs. At batch 64, LeNet's
+// fc2 forward, cross entropy and fc2 backward were three launches of about
+// 5 us each, mostly fixed costs; here they are two of about 2-3 us. At
+// batch 1024 they were nine, through cuBLAS. EMBER_LINEAR_NARROW=0 turns
+// them off, for comparisons.
+
+const (
+	// narrowOut is the most outputs (classes) the narrow kernels take: one
+	// register per class and thread, one lane per class in the softmax.
+	narrowOut = 32
+	// narrowRows is the most rows linear_grads_narrow takes: each weight
+	// gradient strip is one block's loop over every row.
+	narrowRows = 4096
+	// narrowWarps is EMBER_NARROW_WARPS, the warps (rows at a time) of a
+	// linear_xent block.
+	narrowWarps = 8
+	// xentDone is the slot of the backend's counters that linear_xent's
+	// blocks count themselves in (after the split sums' ltCounters).
+	xentDone = ltCounters
+	// counterSlots is the length of the backend's counter array.
+	counterSlots = ltCounters + 1
+)
+
+// byClasses is 0 for at most 16 classes, else 1: the kernels' register
+// arrays are sized 16 or 32.
+func byClasses(classes int) int {
+	if classes <= 16 {
+		return 0
+	}
+	return 1
+}
+
+// LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
+// launch of ember_linear_xent for the logits, their cross entropy, its
+// gradient and the input's gradient, for 1 to narrowOut classes. It reports
+// false for other sizes.
+func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+	const op = "linear_cross_entropy"
+	if n < 1 || in < 0 || classes < 1 || classes > narrowOut || b.noNarrow {
+		return false
+	}
+	need(op, "loss", loss, 1)
+	need(op, "x", x, n*in)
+	need(op, "w", w, classes*in)
+	need(op, "labels", labels, n)
+	pl, px, pw, py := b.f32(op, loss), b.f32(op, x), b.f32(op, w), b.i32(op, labels)
+	var pb, pdl, pdx uintptr
+	if !bias.Empty() {
+		need(op, "bias", bias, classes)
+		pb = b.f32(op, bias)
+	}
+	if !dlogits.Empty() {
+		need(op, "dlogits", dlogits, n*classes)
+		pdl = b.f32(op, dlogits)
+		if !dx.Empty() {
+			need(op, "dx", dx, n*in)
+			pdx = b.f32(op, dx)
+		}
+	}
+	wide := 0 // four columns per load when every row starts 16-byte aligned
+	if in%4 == 0 && (px|pw|pdx)%16 == 0 {
+		wide = 1
+	}
+	blocks := min((n+narrowWarps-1)/narrowWarps, maxGrid)
+	var part Block
+	if blocks > 1 {
+		part = b.workspace(op, 8*blocks)
+		defer b.release(part)
+	}
+	b.launchGrid(op, b.k.linearXent[byClasses(classes)][wide], blocks, narrowWarps*32, pl, pdl, pdx, px, pw, pb, py,
+		i32arg(op, n), i32arg(op, in), i32arg(op, classes), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
+	return true
+}
+
+// narrowGrads says whether LinearGrads of an n x in x out layer goes to
+// linear_grads_narrow.
+func (b *Backend) narrowGrads(n, in, out int) bool {
+	return !b.noNarrow && out <= narrowOut && n <= narrowRows && in < 1<<26
+}
+
+// linearGradsNarrow queues ember_linear_grads_narrow: dx's 32 x 32 tiles,
+// dw's 32-column strips, then db's block.
+func (b *Backend) linearGradsNarrow(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB bool) {
+	colTiles := (in + 31) / 32
+	var blocksX, blocksW, blocksB int
+	if pdx != 0 {
+		blocksX = (n + 31) / 32 * colTiles
+	}
+	if pdw != 0 {
+		blocksW = colTiles
+	}
+	if pdb != 0 {
+		blocksB = 1
+	}
+	devCheck(op, b.x.launch(b.k.linearGradsNarrow[byClasses(out)], Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1},
+		Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out),
+			flag(accX), flag(accW), flag(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
+}
