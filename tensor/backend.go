@@ -128,6 +128,22 @@ type LinearBackend interface {
 	LinearGrads(dx, dw, db, g, y, x, w Buffer, n, in, out int, accX, accW, accB bool)
 }
 
+// LinearCrossEntropyBackend is implemented by backends that compute a
+// classifier's last linear layer and the cross entropy of its output as one
+// operation (the CUDA backend, for up to 32 classes: one launch for the
+// logits, the loss and the gradients of the logits and of the input).
+// LinearCrossEntropy uses it when the backend has it.
+type LinearCrossEntropyBackend interface {
+	// LinearCrossEntropy forms the logits z = x·wᵀ + bias (x [n, in], w
+	// [classes, in], no bias when bias is empty) and sets loss[0] to the mean
+	// over the rows of -log softmax(z)[label] (labels int32 [n]), as
+	// CrossEntropy. When dlogits is not empty it sets dlogits [n, classes] to
+	// the loss's gradient with respect to z, and then, when dx is not empty,
+	// dx [n, in] = dlogits·w. It reports false, and does nothing, for sizes
+	// it does not take.
+	LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int) bool
+}
+
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).
 type PoolGeom struct {
 	N, C, H, W       int

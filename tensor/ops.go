@@ -387,6 +387,101 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 	return loss
 }
 
+// LinearCrossEntropy is CrossEntropy(Linear(x, w, b), labels): the mean
+// cross entropy of a last linear layer's logits against int32 labels [n],
+// for x [n, in], w [classes, in] and b [classes] (may be nil). On a backend
+// that implements LinearCrossEntropyBackend it is one operation each way:
+// the forward pass also computes the gradients of the logits and of x, and
+// the backward pass those of w and b. Otherwise it is the two operations.
+func LinearCrossEntropy(x, w, b, labels *Tensor) *Tensor {
+	lb, ok := x.st.b.(LinearCrossEntropyBackend)
+	if !ok {
+		return CrossEntropy(Linear(x, w, b), labels)
+	}
+	x, w = linearOperands("LinearCrossEntropy", x, w, b)
+	n, in, classes := x.shape[0], x.shape[1], w.shape[0]
+	if labels.DType() != Int32 || labels.Len() != n {
+		panic(fmt.Sprintf("tensor: LinearCrossEntropy of input %v with %s labels %v", x.shape, labels.DType(), labels.shape))
+	}
+	sameBackend(x, labels)
+	be := x.st.b
+	s := scopeOf(x, w, b, labels)
+	loss := Empty(be, s, 1)
+	var dlogits, dx *Tensor
+	var dlBuf, dxBuf, bias Buffer
+	if s.GradEnabled() && anyRequiresGrad(x, w, b) {
+		dlogits = Empty(be, s, n, classes)
+		dlBuf = dlogits.buffer()
+		if x.requiresGrad {
+			dx = Empty(be, s, n, in)
+			dxBuf = dx.buffer()
+		}
+	}
+	if b != nil {
+		bias = b.buffer()
+	}
+	if !lb.LinearCrossEntropy(loss.buffer(), dlBuf, dxBuf, x.buffer(), w.buffer(), bias, labels.buffer(), n, in, classes) {
+		for _, t := range nonNil(loss, dlogits, dx) {
+			t.Release()
+		}
+		return CrossEntropy(Linear(x, w, b), labels)
+	}
+	record(loss, "linear_cross_entropy", func(g *Tensor, e *engine) {
+		d := dlogits
+		switch {
+		case !g.isOne:
+			if dx != nil {
+				dst, acc := e.sink(x)
+				be.ScaleBy(dst, dx.buffer(), g.buffer(), acc)
+			}
+			d = Empty(be, e.scopeFor(w), n, classes)
+			defer d.Release()
+			be.ScaleBy(d.buffer(), dlogits.buffer(), g.buffer(), false)
+		case dx != nil:
+			e.give(x, dx)
+		}
+		dw, accW := e.sink(w)
+		var db Buffer
+		var accB bool
+		if b != nil {
+			db, accB = e.sink(b)
+		}
+		lastLayerGrads(be, dw, db, d, x, w, accW, accB)
+	}, x, w, b)
+	return loss
+}
+
+// lastLayerGrads queues dw = dᵀ·x and db = the sums of d's rows for a
+// linear layer whose output gradient d is already known, each skipped when
+// its buffer is empty and added when acc.
+func lastLayerGrads(be Backend, dw, db Buffer, d, x, w *Tensor, accW, accB bool) {
+	if dw.Empty() && db.Empty() {
+		return
+	}
+	n, in, classes := x.shape[0], x.shape[1], w.shape[0]
+	if lb, ok := be.(LinearBackend); ok {
+		lb.LinearGrads(Buffer{}, dw, db, d.buffer(), Buffer{}, x.buffer(), w.buffer(), n, in, classes, false, accW, accB)
+		return
+	}
+	if !dw.Empty() {
+		be.MatMul(dw, d.buffer(), x.buffer(), classes, in, n, true, false, 1, beta(accW))
+	}
+	if !db.Empty() {
+		be.BiasGrad(db, d.buffer(), n, classes, 1, accB)
+	}
+}
+
+// anyRequiresGrad says whether any of ts (nil entries aside) needs a
+// gradient.
+func anyRequiresGrad(ts ...*Tensor) bool {
+	for _, t := range ts {
+		if t != nil && t.requiresGrad {
+			return true
+		}
+	}
+	return false
+}
+
 // Argmax returns, for each row of a 2-D tensor, the column of its maximum
 // as an int32 tensor.
 func Argmax(x *Tensor) *Tensor {

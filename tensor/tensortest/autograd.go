@@ -413,6 +413,60 @@ func ceCase(name string, n, classes int, direct bool, scale float32) agCase {
 	}
 }
 
+// lceCase is LinearCrossEntropy on x [n, inF] (an intermediate, 2·x0, when
+// mid), w [cls, inF] and a bias when bias; x takes a gradient when gradX.
+// Backward runs on the loss itself when direct, else on loss·W (a gradient
+// other than 1).
+func lceCase(name string, n, inF, cls int, bias, gradX, mid, direct bool) agCase {
+	ins := []agInput{in(gradX, n, inF), in(true, cls, inF)}
+	if bias {
+		ins = append(ins, in(true, cls))
+	}
+	return agCase{
+		name: name, inputs: ins, labels: [2]int{n, cls}, direct: direct, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			x := t[0]
+			if mid {
+				x = tensor.Add(x, x)
+			}
+			var b *tensor.Tensor
+			if bias {
+				b = t[2]
+			}
+			return tensor.LinearCrossEntropy(x, t[1], b, lab)
+		},
+		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
+			x, w := f64(v[0]), f64(v[1])
+			if mid {
+				x = scaled(x, 2)
+			}
+			var b []float64
+			if bias {
+				b = f64(v[2])
+			}
+			z := linear64(x, w, b, n, inF, cls)
+			z32 := make([]float32, len(z))
+			for i, a := range z {
+				z32[i] = float32(a)
+			}
+			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			dx, dw, db := linearGrads64(scaled(dz, float64(g[0])), x, w, n, inF, cls)
+			var grads [][]float64
+			if gradX {
+				if mid {
+					dx = scaled(dx, 2)
+				}
+				grads = append(grads, dx)
+			}
+			grads = append(grads, dw)
+			if bias {
+				grads = append(grads, db)
+			}
+			return []float64{loss}, grads
+		},
+	}
+}
+
 func autogradCases() []agCase {
 	cases := []agCase{
 		{
@@ -687,6 +741,14 @@ func autogradCases() []agCase {
 		ceCase("CrossEntropy/direct", 7, 10, true, 1),
 		ceCase("CrossEntropy/weighted", 33, 10, false, 1),
 		ceCase("CrossEntropy/large logits", 16, 10, true, 80),
+		lceCase("LinearCrossEntropy/direct", 9, 13, 5, true, true, false, true),
+		lceCase("LinearCrossEntropy/weighted", 33, 20, 10, true, true, false, false),
+		lceCase("LinearCrossEntropy/intermediate input", 17, 24, 10, true, true, true, true),
+		lceCase("LinearCrossEntropy/LeNet fc2", 64, 500, 10, true, true, true, true),
+		lceCase("LinearCrossEntropy/300 rows no bias", 300, 64, 10, false, true, false, false),
+		lceCase("LinearCrossEntropy/input without gradient 17 classes", 70, 129, 17, true, false, false, true),
+		lceCase("LinearCrossEntropy/32 classes", 40, 36, 32, true, true, true, false),
+		lceCase("LinearCrossEntropy/40 classes", 5, 7, 40, true, true, false, true),
 		agCase{
 			name: "Reshape", inputs: []agInput{in(true, 6, 35)}, tol: 0,
 			fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {

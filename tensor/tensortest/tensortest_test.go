@@ -24,10 +24,11 @@ func TestWrappedCPUPassesAutograd(t *testing.T) {
 	RunAutograd(t, wrapped{tensor.CPU})
 }
 
-// fusedLinear is the CPU behind a tensor.LinearBackend made of its parts, so
-// that tensor.Linear's path for such backends (the CUDA backend's) runs
-// here too: its gradients must reach the same buffers with the same
-// accumulate flags.
+// fusedLinear is the CPU behind a tensor.LinearBackend and a
+// tensor.LinearCrossEntropyBackend made of its parts, so that the paths of
+// tensor.Linear and tensor.LinearCrossEntropy for such backends (the CUDA
+// backend's) run here too: their gradients must reach the same buffers with
+// the same accumulate flags.
 type fusedLinear struct{ tensor.Backend }
 
 func (fusedLinear) Name() string { return "cpu-fused-linear" }
@@ -67,6 +68,25 @@ func (f fusedLinear) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, ou
 	if !db.Empty() {
 		f.BiasGrad(db, g, n, out, 1, accB)
 	}
+}
+
+// LinearCrossEntropy as its parts, for up to 32 classes (beyond, the
+// operation's fallback runs).
+func (f fusedLinear) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+	if classes > 32 {
+		return false
+	}
+	z, err := f.Alloc(n*classes, tensor.Float32)
+	if err != nil {
+		panic(err)
+	}
+	defer f.Free(z)
+	f.Linear(z, x, w, bias, n, in, classes, false)
+	f.CrossEntropy(loss, dlogits, z, labels, n, classes)
+	if !dlogits.Empty() && !dx.Empty() {
+		f.MatMul(dx, dlogits, w, n, in, classes, false, false, 1, 0)
+	}
+	return true
 }
 
 func TestFusedLinearPassesAutograd(t *testing.T) {
