@@ -494,7 +494,7 @@ func (l *lenetTrainer) step() float32 {
 	}
 	s := l.scope
 	x := tensor.GatherNormalize(s, l.images, tensor.FromInt32(l.b, s, idx, l.batch), 1/(255*0.3081), -0.1307/0.3081)
-	loss := tensor.CrossEntropy(l.model.Forward(x), tensor.FromInt32(l.b, s, lab, l.batch))
+	loss := l.model.Loss(x, tensor.FromInt32(l.b, s, lab, l.batch))
 	l.opt.ZeroGrad()
 	loss.Backward()
 	l.opt.Step()

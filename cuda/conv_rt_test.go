@@ -176,7 +176,7 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 		step := func() {
 			scope.Reset()
 			x := tensor.GatherNormalize(scope, images, idx, 1/(255*0.3081), -0.1307/0.3081)
-			loss := tensor.CrossEntropy(model.Forward(x), lab)
+			loss := model.Loss(x, lab)
 			opt.ZeroGrad()
 			loss.Backward()
 			opt.Step()

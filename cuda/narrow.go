@@ -63,8 +63,8 @@ func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tenso
 			pdx = b.f32(op, dx)
 		}
 	}
-	wide := 0 // four columns per load when every row starts 16-byte aligned
-	if in%4 == 0 && (px|pw|pdx)%16 == 0 {
+	wide := 0 // two columns per load when every row starts 8-byte aligned
+	if in%2 == 0 && (px|pw|pdx)%8 == 0 {
 		wide = 1
 	}
 	blocks := min((n+narrowWarps-1)/narrowWarps, maxGrid)

@@ -73,7 +73,7 @@ func batchSweep(t *testing.T, b *Backend, limit float64, extraPages int) {
 		}
 		for step := 0; step < 2; step++ {
 			s.Reset()
-			loss := tensor.CrossEntropy(m.Forward(tensor.FromFloat32(b, s, x, bs, 1, 28, 28)), tensor.FromInt32(b, s, y, bs))
+			loss := m.Loss(tensor.FromFloat32(b, s, x, bs, 1, 28, 28), tensor.FromInt32(b, s, y, bs))
 			sgd.ZeroGrad()
 			loss.Backward()
 			sgd.Step()

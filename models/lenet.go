@@ -40,10 +40,22 @@ func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
 
 // Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10].
 func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
+	return m.FC2.Forward(m.Features(x))
+}
+
+// Loss is the mean cross entropy of the logits of images x against int32
+// labels [N]: CrossEntropy(Forward(x), labels), with the last layer and the
+// loss as one operation on backends that fuse them.
+func (m *LeNet) Loss(x, labels *tensor.Tensor) *tensor.Tensor {
+	return m.FC2.CrossEntropyLoss(m.Features(x), labels)
+}
+
+// Features maps a batch of images to the input of the last layer, fc1's
+// activations [N, 500].
+func (m *LeNet) Features(x *tensor.Tensor) *tensor.Tensor {
 	x = m.convPool(m.Conv1, x)
 	x = m.convPool(m.Conv2, x)
-	x = m.FC1.ForwardReLU(x.Reshape(-1, 800))
-	return m.FC2.Forward(x)
+	return m.FC1.ForwardReLU(x.Reshape(-1, 800))
 }
 
 // Parameters lists conv1.weight, conv1.bias, conv2.*, fc1.*, fc2.*.

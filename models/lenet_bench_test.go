@@ -33,7 +33,7 @@ func BenchmarkLeNetStepCPU(b *testing.B) {
 		s.Reset()
 		xt := tensor.FromFloat32(be, s, x, 64, 1, 28, 28)
 		yt := tensor.FromInt32(be, s, y, 64)
-		loss := tensor.CrossEntropy(m.Forward(xt), yt)
+		loss := m.Loss(xt, yt)
 		sgd.ZeroGrad()
 		loss.Backward()
 		sgd.Step()

@@ -34,6 +34,13 @@ func (l *Linear) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.LinearReLU(x, l.Weight, l.Bias)
 }
 
+// CrossEntropyLoss is CrossEntropyLoss(l.Forward(x), labels): the layer as
+// a classifier's last, with its loss. Backends that fuse the two (the CUDA
+// backend, for up to 32 classes) run them as one operation each way.
+func (l *Linear) CrossEntropyLoss(x, labels *tensor.Tensor) *tensor.Tensor {
+	return tensor.LinearCrossEntropy(x, l.Weight, l.Bias, labels)
+}
+
 // Parameters returns weight and bias.
 func (l *Linear) Parameters() []Parameter {
 	return []Parameter{{"weight", l.Weight}, {"bias", l.Bias}}

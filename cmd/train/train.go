@@ -320,7 +320,7 @@ func (s *stepper) eager() *tensor.Tensor {
 	s.scope.Reset()
 	n := s.idx.Len()
 	x := tensor.GatherNormalize(s.scope, t.trainImgs, s.idx, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
-	loss := tensor.CrossEntropy(t.model.Forward(x), s.labels)
+	loss := t.model.Loss(x, s.labels)
 	t.sgd.ZeroGrad()
 	loss.Backward()
 	t.sgd.Step()

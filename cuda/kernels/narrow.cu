@@ -12,18 +12,19 @@
 
 #define EMBER_NARROW_WARPS 8  // warps per block of linear_xent
 
-// narrow_load reads one float or four consecutive floats (one 16-byte
-// access); narrow_store writes them.
+// narrow_load reads one float or two consecutive floats (one 8-byte access:
+// a packed parameter buffer aligns its tensors to 8 bytes when their
+// lengths are even, not to 16); narrow_store writes them.
 __device__ __forceinline__ void narrow_load(float (&v)[1], const float* p) { v[0] = p[0]; }
-__device__ __forceinline__ void narrow_load(float (&v)[4], const float* p) {
-    const ember_f4 q = *reinterpret_cast<const ember_f4*>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+__device__ __forceinline__ void narrow_load(float (&v)[2], const float* p) {
+    const ember_f2 q = *reinterpret_cast<const ember_f2*>(p);
+    v[0] = q.x, v[1] = q.y;
 }
 __device__ __forceinline__ void narrow_store(float* p, const float (&v)[1]) { p[0] = v[0]; }
-__device__ __forceinline__ void narrow_store(float* p, const float (&v)[4]) {
-    ember_f4 q;
-    q.x = v[0], q.y = v[1], q.z = v[2], q.w = v[3];
-    *reinterpret_cast<ember_f4*>(p) = q;
+__device__ __forceinline__ void narrow_store(float* p, const float (&v)[2]) {
+    ember_f2 q;
+    q.x = v[0], q.y = v[1];
+    *reinterpret_cast<ember_f2*>(p) = q;
 }
 
 // linear_xent: for rows r < n of x [n, in], with w [classes, in], bias
@@ -144,14 +145,14 @@ ember_linear_xent_c32(float* loss, float* dlogitsOrNull, float* dxOrNull, const 
     linear_xent_body<32, 1>(LINEAR_XENT_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
-ember_linear_xent_c16_v4(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+ember_linear_xent_c16_v2(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
     const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
-    linear_xent_body<16, 4>(LINEAR_XENT_ARGS);
+    linear_xent_body<16, 2>(LINEAR_XENT_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_NARROW_WARPS * 32)
-ember_linear_xent_c32_v4(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
+ember_linear_xent_c32_v2(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w, const float* biasOrNull,
     const int* labels, int n, int in, int classes, double* partialOrNull, int* doneOrNull) {
-    linear_xent_body<32, 4>(LINEAR_XENT_ARGS);
+    linear_xent_body<32, 2>(LINEAR_XENT_ARGS);
 }
 
 // narrow_g is g[i] through the ReLU's mask y > 0 (none when yOrNull is null).

@@ -654,7 +654,7 @@ func autogradCases() []agCase {
 	for _, d := range []struct {
 		n, in, out  int
 		bias, gradX bool
-	}{{7, 33, 10, true, true}, {64, 800, 500, true, true}, {200, 96, 300, true, true}, {200, 96, 300, false, true}, {70, 130, 90, true, false}} {
+	}{{7, 33, 10, true, true}, {64, 800, 500, true, true}, {200, 96, 300, true, true}, {200, 96, 300, false, true}, {70, 130, 90, true, false}, {300, 40, 20, false, true}} {
 		n, inF, outF := d.n, d.in, d.out
 		name := fmt.Sprintf("LinearReLU/%dx%d·%dx%d", n, inF, inF, outF)
 		ins := []agInput{inK("grid", n, inF), inK("grid", outF, inF)}
