@@ -27,6 +27,28 @@ __device__ __forceinline__ void narrow_store(float* p, const float (&v)[2]) {
     *reinterpret_cast<ember_f2*>(p) = q;
 }
 
+// narrow_row_sums: v[c] holds lane's part of sum c (c < CMAX, a power of
+// two up to 32); returns, in every lane, the whole sum of class lane /
+// (32/CMAX). Each step pairs lanes o apart: one keeps the lower half of its
+// values, the other the upper half, each adds its partner's copy of the
+// half it keeps. CMAX-1 shuffles, where a xor tree per class takes 5·CMAX.
+template <int CMAX>
+__device__ __forceinline__ float narrow_row_sums(float (&v)[CMAX], int lane) {
+#pragma unroll
+    for (int h = CMAX / 2, o = 16; h >= 1; h >>= 1, o >>= 1) {
+        const bool low = (lane & o) == 0;
+#pragma unroll
+        for (int j = 0; j < h; j++) {
+            const float send = low ? v[j + h] : v[j];
+            const float keep = low ? v[j] : v[j + h];
+            v[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+#pragma unroll
+    for (int o = 16 / CMAX; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+    return v[0];
+}
+
 // linear_xent: for rows r < n of x [n, in], with w [classes, in], bias
 // [classes] (or null) and labels [n]:
 //   z = x[r]·wᵀ + bias          (the product, then the bias, as AddBias)
@@ -38,19 +60,24 @@ __device__ __forceinline__ void narrow_store(float* p, const float (&v)[2]) {
 //
 // One warp per row (rows strided over the grid's warps). Lanes take V
 // consecutive columns of x at a time, 32·V apart, and keep one partial sum
-// per class (CMAX >= classes registers); xor trees add them, after which
-// lane c holds logit c and the row's softmax is a few shuffles. w is read
-// through L1 by every warp. The row losses are added in double: per warp in
-// row order, per block in warp order; with several blocks, block b writes
-// partial[b], and the last block to finish (counted in *doneOrNull, which
-// it resets) adds the partials in block order, so the loss does not depend
-// on which block finishes last.
+// per class (CMAX >= classes registers); narrow_row_sums adds them, after
+// which lane c holds logit c and the row's softmax is a few shuffles. w is
+// read through L1 by every warp, CMAX rows at a time whatever the classes
+// (rows past the last repeat row 0): loads under a branch per class were
+// issued one after the other, 16 us at batch 64. The row losses are added
+// in double: per warp in row order, per block in warp order; with several
+// blocks, block b writes partial[b], and the last block to finish (counted
+// in *doneOrNull, which it resets) adds the partials in block order, so the
+// loss does not depend on which block finishes last.
 template <int CMAX, int V>
 __device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x,
                                                  const float* w, const float* biasOrNull, const int* labels, int n,
                                                  int in, int classes, double* partialOrNull, int* doneOrNull) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float nf = (float)n;
+    const float* wrow[CMAX];
+#pragma unroll
+    for (int c = 0; c < CMAX; c++) wrow[c] = w + (long long)(c < classes ? c : 0) * in;
     double wsum = 0.0;  // the same in every lane
     for (int r = blockIdx.x * EMBER_NARROW_WARPS + warp; r < n; r += gridDim.x * EMBER_NARROW_WARPS) {
         const float* xr = x + (long long)r * in;
@@ -62,22 +89,15 @@ __device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNu
             narrow_load(xv, xr + k);
 #pragma unroll
             for (int c = 0; c < CMAX; c++) {
-                if (c < classes) {
-                    float wv[V];
-                    narrow_load(wv, w + (long long)c * in + k);
+                float wv[V];
+                narrow_load(wv, wrow[c] + k);
 #pragma unroll
-                    for (int i = 0; i < V; i++) acc[c] = __fmaf_rn(xv[i], wv[i], acc[c]);
-                }
+                for (int i = 0; i < V; i++) acc[c] = __fmaf_rn(xv[i], wv[i], acc[c]);
             }
         }
-        float z = ember_neg_inf();  // lanes >= classes: no class
-#pragma unroll
-        for (int c = 0; c < CMAX; c++) {
-            if (c < classes) {
-                const float s = ember_warp_sum(acc[c]);
-                if (lane == c) z = s;
-            }
-        }
+        const float sum = narrow_row_sums(acc, lane);  // class lane / (32/CMAX)
+        float z = __shfl_sync(0xffffffffu, sum, (lane * (32 / CMAX)) & 31);
+        if (lane >= classes) z = ember_neg_inf();  // no class
         if (biasOrNull != 0 && lane < classes) z = z + biasOrNull[lane];
         const float m = ember_warp_max(z);
         const float e = lane < classes ? expf(z - m) : 0.0f;
@@ -92,9 +112,9 @@ __device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNu
         if (bad) d = ember_nan();
         if (lane < classes) dlogitsOrNull[(long long)r * classes + lane] = d;
         if (dxOrNull == 0) continue;
-        float dc[CMAX];
+        float dc[CMAX];  // 0 past the last class, where wrow repeats row 0
 #pragma unroll
-        for (int c = 0; c < CMAX; c++) dc[c] = __shfl_sync(0xffffffffu, d, c);
+        for (int c = 0; c < CMAX; c++) dc[c] = c < classes ? __shfl_sync(0xffffffffu, d, c) : 0.0f;
         float* dxr = dxOrNull + (long long)r * in;
         for (int k = lane * V; k < in; k += 32 * V) {
             float o[V];
@@ -102,9 +122,9 @@ __device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNu
             for (int i = 0; i < V; i++) o[i] = 0.0f;
 #pragma unroll
             for (int c = 0; c < CMAX; c++) {
+                float wv[V];
+                narrow_load(wv, wrow[c] + k);
                 if (c < classes) {
-                    float wv[V];
-                    narrow_load(wv, w + (long long)c * in + k);
 #pragma unroll
                     for (int i = 0; i < V; i++) o[i] = __fmaf_rn(dc[c], wv[i], o[i]);
                 }
@@ -161,22 +181,42 @@ __device__ __forceinline__ float narrow_g(const float* g, const float* yOrNull, 
     return (yOrNull == 0 || yOrNull[i] > 0.0f) ? v : 0.0f;
 }
 
+#define NARROW_CHUNK 64  // rows of g staged in shared memory at a time
+
+// narrow_stage copies rows [r0, r0+rows) of g (masked) into gs, CMAX
+// columns a row, with zeros past n rows and out columns. The whole block
+// takes part; the caller synchronises around it.
+template <int CMAX>
+__device__ __forceinline__ void narrow_stage(float (*gs)[CMAX], const float* g, const float* yOrNull, int r0,
+                                             int rows, int n, int out) {
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int i = tid; i < rows * CMAX; i += 256) {
+        const int rr = i / CMAX, c = i % CMAX, r = r0 + rr;
+        gs[rr][c] = (r < n && c < out) ? narrow_g(g, yOrNull, (long long)r * out + c) : 0.0f;
+    }
+}
+
 // linear_grads_narrow: the gradients of y = x·wᵀ + bias with out <= CMAX
 // (x [n, in], w [out, in], g = dy [n, out], counted only where y > 0 when
 // yOrNull is not null): dx = g·w, dw = gᵀ·x, db = the column sums of g,
 // each set or, when its acc flag is set, added to; null pointers are
-// skipped. Blocks of (32, 8) threads, lanes along x's columns:
+// skipped. Blocks of (32, 8) threads, lanes along x's columns; g goes
+// through shared memory NARROW_CHUNK rows at a time, CMAX columns a row
+// (zeros past out), so that a thread reads a row of it as a few broadcast
+// loads:
 //   blocks [0, blocksX): dx in tiles of 32 rows x 32 columns; a thread
 //     keeps w's column in registers and takes 4 rows;
 //   the next blocksW: dw in strips of 32 columns over all n rows; a thread
-//     takes the rows r = threadIdx.y mod 8, then the 8 partial sums are
-//     added in order through shared memory;
-//   the last block, when db: the same with lanes along g's columns.
+//     takes the rows r = threadIdx.y mod 8, 8 of them in flight per chunk,
+//     then the 8 partial sums are added in order through shared memory;
+//   the last block, when db: the same with a column of ones for x, in
+//     lane 0.
 template <int CMAX>
 __device__ __forceinline__ void linear_grads_narrow_body(float* dxOrNull, float* dwOrNull, float* dbOrNull,
                                                          const float* g, const float* yOrNull, const float* x,
                                                          const float* w, int n, int in, int out, int accX,
                                                          int accW, int accB, int blocksX, int blocksW) {
+    __shared__ __attribute__((aligned(16))) float gs[NARROW_CHUNK][CMAX];
     __shared__ float part[8][CMAX][32];
     const int lane = threadIdx.x, ty = threadIdx.y;
     const int colTiles = (in + 31) / 32;
@@ -184,49 +224,54 @@ __device__ __forceinline__ void linear_grads_narrow_body(float* dxOrNull, float*
     if (bid < blocksX) {
         const int col = (bid % colTiles) * 32 + lane;
         const int r0 = (bid / colTiles) * 32;
-        if (col >= in) return;
+        narrow_stage<CMAX>(gs, g, yOrNull, r0, 32, n, out);
         float wc[CMAX];
 #pragma unroll
-        for (int c = 0; c < CMAX; c++) wc[c] = c < out ? w[(long long)c * in + col] : 0.0f;
-        for (int r = r0 + ty; r < ember_imin(r0 + 32, n); r += 8) {
+        for (int c = 0; c < CMAX; c++) wc[c] = (c < out && col < in) ? w[(long long)c * in + col] : 0.0f;
+        __syncthreads();
+        if (col >= in) return;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int rr = ty + 8 * i, r = r0 + rr;
+            if (r >= n) break;
             float s = 0.0f;
 #pragma unroll
-            for (int c = 0; c < CMAX; c++) {
-                if (c < out) s = __fmaf_rn(narrow_g(g, yOrNull, (long long)r * out + c), wc[c], s);
-            }
+            for (int c = 0; c < CMAX; c++) s = __fmaf_rn(gs[rr][c], wc[c], s);
             float* p = dxOrNull + (long long)r * in + col;
             *p = accX ? *p + s : s;
         }
         return;
     }
     bid -= blocksX;
-    const bool bias = bid >= blocksW;  // the db block: lanes are g's columns
-    const int col = bias ? lane : bid * 32 + lane;
-    const bool live = bias ? lane < out : col < in;
+    const bool bias = bid >= blocksW;  // the db block: a column of ones in lane 0
+    const int col = bias ? 0 : bid * 32 + lane;
+    const bool live = bias ? lane == 0 : col < in;
     float acc[CMAX];
 #pragma unroll
     for (int c = 0; c < CMAX; c++) acc[c] = 0.0f;
-    if (bias) {
-        for (int r = ty; r < n && live; r += 8) acc[0] += narrow_g(g, yOrNull, (long long)r * out + lane);
-    } else {
-        for (int r = ty; r < n; r += 8) {
-            const float xv = live ? x[(long long)r * in + col] : 0.0f;
+    for (int r0 = 0; r0 < n; r0 += NARROW_CHUNK) {
+        __syncthreads();
+        narrow_stage<CMAX>(gs, g, yOrNull, r0, NARROW_CHUNK, n, out);
+        __syncthreads();
+        float xv[NARROW_CHUNK / 8];
 #pragma unroll
-            for (int c = 0; c < CMAX; c++) {
-                if (c < out) acc[c] = __fmaf_rn(narrow_g(g, yOrNull, (long long)r * out + c), xv, acc[c]);
-            }
+        for (int i = 0; i < NARROW_CHUNK / 8; i++) {
+            const int r = r0 + ty + 8 * i;
+            xv[i] = (!live || r >= n) ? 0.0f : bias ? 1.0f : x[(long long)r * in + col];
+        }
+#pragma unroll
+        for (int i = 0; i < NARROW_CHUNK / 8; i++) {
+#pragma unroll
+            for (int c = 0; c < CMAX; c++) acc[c] = __fmaf_rn(gs[ty + 8 * i][c], xv[i], acc[c]);
         }
     }
-    const int sums = bias ? 1 : out;
 #pragma unroll
-    for (int c = 0; c < CMAX; c++) {
-        if (c < sums) part[ty][c][lane] = acc[c];
-    }
+    for (int c = 0; c < CMAX; c++) part[ty][c][lane] = acc[c];
     __syncthreads();
-    for (int c = ty; c < sums && live; c += 8) {
+    for (int c = ty; c < out && live; c += 8) {
         float s = part[0][c][lane];
         for (int i = 1; i < 8; i++) s += part[i][c][lane];
-        float* p = bias ? dbOrNull + lane : dwOrNull + (long long)c * in + col;
+        float* p = bias ? dbOrNull + c : dwOrNull + (long long)c * in + col;
         *p = (bias ? accB : accW) ? *p + s : s;
     }
 }
