@@ -17,8 +17,7 @@ const (
 	// narrowRows is the most rows linear_grads_narrow takes: each weight
 	// gradient strip is one block's loop over every row.
 	narrowRows = 4096
-	// narrowWarps is EMBER_NARROW_WARPS, the warps (rows at a time) of a
-	// linear_xent block.
+	// narrowWarps is EMBER_NARROW_WARPS, the warps of a linear_xent block.
 	narrowWarps = 8
 	// xentDone is the slot of the backend's counters that linear_xent's
 	// blocks count themselves in (after the split sums' ltCounters).
@@ -28,13 +27,16 @@ const (
 )
 
 // byClasses is 0 for at most 16 classes, else 1: the kernels' register
-// arrays are sized 16 or 32.
+// arrays are sized 16 or 32 (narrowBucket).
 func byClasses(classes int) int {
 	if classes <= 16 {
 		return 0
 	}
 	return 1
 }
+
+// narrowBucket is CMAX, the classes the kernel for this many is built for.
+func narrowBucket(classes int) int { return 16 << byClasses(classes) }
 
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
@@ -67,7 +69,8 @@ func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tenso
 	if in%2 == 0 && (px|pw|pdx)%8 == 0 {
 		wide = 1
 	}
-	blocks := min((n+narrowWarps-1)/narrowWarps, maxGrid)
+	rows := 64 / narrowBucket(classes) // a block's rows at a time (R)
+	blocks := min((n+rows-1)/rows, maxGrid)
 	var part Block
 	if blocks > 1 {
 		part = b.workspace(op, 8*blocks)

@@ -58,91 +58,118 @@ __device__ __forceinline__ float narrow_row_sums(float (&v)[CMAX], int lane) {
 // and loss[0] = the mean of loss_r, as ember_cross_entropy computes it from
 // the logits. A label outside [0, classes) makes its row NaN.
 //
-// One warp per row (rows strided over the grid's warps). Lanes take V
-// consecutive columns of x at a time, 32·V apart, and keep one partial sum
-// per class (CMAX >= classes registers); narrow_row_sums adds them, after
-// which lane c holds logit c and the row's softmax is a few shuffles. w is
-// read through L1 by every warp, CMAX rows at a time whatever the classes
-// (rows past the last repeat row 0): loads under a branch per class were
-// issued one after the other, 16 us at batch 64. The row losses are added
-// in double: per warp in row order, per block in warp order; with several
-// blocks, block b writes partial[b], and the last block to finish (counted
-// in *doneOrNull, which it resets) adds the partials in block order, so the
-// loss does not depend on which block finishes last.
+// A block takes R = 64/CMAX rows at a time; its 8 warps split the columns
+// (32·V a step each, V consecutive per lane), so that every w value a lane
+// loads serves R rows and the chain of dependent loads is in/(256·V) steps
+// long (a warp per row, walking all of `in`, took 15 us at batch 64). Each
+// lane keeps R x CMAX partial sums (CMAX >= classes; w's rows past the last
+// class repeat row 0, so that all loads go out at once rather than under a
+// branch per class); narrow_row_sums adds each row's over the warp, shared
+// memory over the warps in order, then warp i does row i's softmax and
+// writes its dlogits to shared memory, from which every warp forms its
+// columns of dx. The row losses are added in double in row order; with
+// several blocks, block b writes partial[b], and the last block to finish
+// (counted in *doneOrNull, which it resets) adds the partials in block
+// order, so the loss does not depend on which block finishes last.
 template <int CMAX, int V>
 __device__ __forceinline__ void linear_xent_body(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x,
                                                  const float* w, const float* biasOrNull, const int* labels, int n,
                                                  int in, int classes, double* partialOrNull, int* doneOrNull) {
+    constexpr int R = 64 / CMAX, KW = 32 * V, KB = EMBER_NARROW_WARPS * KW, LPC = 32 / CMAX;
+    __shared__ float zpart[EMBER_NARROW_WARPS][R][CMAX];
+    __shared__ float dsh[R][CMAX];
+    __shared__ double rowLoss[R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float nf = (float)n;
     const float* wrow[CMAX];
 #pragma unroll
     for (int c = 0; c < CMAX; c++) wrow[c] = w + (long long)(c < classes ? c : 0) * in;
-    double wsum = 0.0;  // the same in every lane
-    for (int r = blockIdx.x * EMBER_NARROW_WARPS + warp; r < n; r += gridDim.x * EMBER_NARROW_WARPS) {
-        const float* xr = x + (long long)r * in;
-        float acc[CMAX];
+    double bsum = 0.0;  // thread 0's
+    for (int r0 = blockIdx.x * R; r0 < n; r0 += gridDim.x * R) {
+        float acc[R][CMAX];
 #pragma unroll
-        for (int c = 0; c < CMAX; c++) acc[c] = 0.0f;
-        for (int k = lane * V; k < in; k += 32 * V) {
-            float xv[V];
-            narrow_load(xv, xr + k);
+        for (int i = 0; i < R; i++) {
 #pragma unroll
-            for (int c = 0; c < CMAX; c++) {
-                float wv[V];
-                narrow_load(wv, wrow[c] + k);
-#pragma unroll
-                for (int i = 0; i < V; i++) acc[c] = __fmaf_rn(xv[i], wv[i], acc[c]);
-            }
+            for (int c = 0; c < CMAX; c++) acc[i][c] = 0.0f;
         }
-        const float sum = narrow_row_sums(acc, lane);  // class lane / (32/CMAX)
-        float z = __shfl_sync(0xffffffffu, sum, (lane * (32 / CMAX)) & 31);
-        if (lane >= classes) z = ember_neg_inf();  // no class
-        if (biasOrNull != 0 && lane < classes) z = z + biasOrNull[lane];
-        const float m = ember_warp_max(z);
-        const float e = lane < classes ? expf(z - m) : 0.0f;
-        const float se = ember_warp_sum(e);
-        const int y = labels[r];
-        const bool bad = y < 0 || y >= classes;
-        const float zy = __shfl_sync(0xffffffffu, z, bad ? 0 : y);
-        wsum += bad ? (double)ember_nan() : (double)((m - zy) + logf(se));
-        if (dlogitsOrNull == 0) continue;
-        float d = e / se / nf;
-        if (lane == y) d -= 1.0f / nf;
-        if (bad) d = ember_nan();
-        if (lane < classes) dlogitsOrNull[(long long)r * classes + lane] = d;
-        if (dxOrNull == 0) continue;
-        float dc[CMAX];  // 0 past the last class, where wrow repeats row 0
+        for (int k = warp * KW + lane * V; k < in; k += KB) {
+            float wv[CMAX][V];
 #pragma unroll
-        for (int c = 0; c < CMAX; c++) dc[c] = c < classes ? __shfl_sync(0xffffffffu, d, c) : 0.0f;
-        float* dxr = dxOrNull + (long long)r * in;
-        for (int k = lane * V; k < in; k += 32 * V) {
-            float o[V];
+            for (int c = 0; c < CMAX; c++) narrow_load(wv[c], wrow[c] + k);
 #pragma unroll
-            for (int i = 0; i < V; i++) o[i] = 0.0f;
+            for (int i = 0; i < R; i++) {
+                float xv[V];
+                narrow_load(xv, x + (long long)ember_imin(r0 + i, n - 1) * in + k);
 #pragma unroll
-            for (int c = 0; c < CMAX; c++) {
-                float wv[V];
-                narrow_load(wv, wrow[c] + k);
-                if (c < classes) {
+                for (int c = 0; c < CMAX; c++) {
 #pragma unroll
-                    for (int i = 0; i < V; i++) o[i] = __fmaf_rn(dc[c], wv[i], o[i]);
+                    for (int j = 0; j < V; j++) acc[i][c] = __fmaf_rn(xv[j], wv[c][j], acc[i][c]);
                 }
             }
-            narrow_store(dxr + k, o);
         }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float s = narrow_row_sums(acc[i], lane);
+            if (lane % LPC == 0) zpart[warp][i][lane / LPC] = s;
+        }
+        __syncthreads();
+        if (warp < R) {
+            const int r = r0 + warp;
+            const bool row = r < n;  // the same in the whole warp
+            float z = ember_neg_inf();  // lanes past the classes: none
+            if (row && lane < classes) {
+                z = zpart[0][warp][lane];
+                for (int v = 1; v < EMBER_NARROW_WARPS; v++) z += zpart[v][warp][lane];
+                if (biasOrNull != 0) z = z + biasOrNull[lane];
+            }
+            const float m = ember_warp_max(z);
+            const float e = lane < classes ? expf(z - m) : 0.0f;
+            const float se = ember_warp_sum(e);
+            const int y = row ? labels[r] : 0;
+            const bool bad = y < 0 || y >= classes;
+            const float zy = __shfl_sync(0xffffffffu, z, bad ? 0 : y);
+            float d = e / se / nf;
+            if (lane == y) d -= 1.0f / nf;
+            if (bad) d = ember_nan();
+            if (lane < CMAX) dsh[warp][lane] = (row && lane < classes) ? d : 0.0f;
+            if (lane == 0) rowLoss[warp] = !row ? 0.0 : bad ? (double)ember_nan() : (double)((m - zy) + logf(se));
+            if (row && dlogitsOrNull != 0 && lane < classes) dlogitsOrNull[(long long)r * classes + lane] = d;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < R && r0 + i < n; i++) bsum += rowLoss[i];
+        }
+        if (dxOrNull != 0) {
+            for (int k = warp * KW + lane * V; k < in; k += KB) {
+                float wv[CMAX][V];
+#pragma unroll
+                for (int c = 0; c < CMAX; c++) narrow_load(wv[c], wrow[c] + k);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    if (r0 + i >= n) break;
+                    float o[V];
+#pragma unroll
+                    for (int j = 0; j < V; j++) o[j] = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < CMAX; c++) {
+                        const float dc = dsh[i][c];
+                        if (c < classes) {
+#pragma unroll
+                            for (int j = 0; j < V; j++) o[j] = __fmaf_rn(dc, wv[c][j], o[j]);
+                        }
+                    }
+                    narrow_store(dxOrNull + (long long)(r0 + i) * in + k, o);
+                }
+            }
+        }
+        __syncthreads();  // zpart, dsh and rowLoss are the next rows'
     }
-    __shared__ double ws[EMBER_NARROW_WARPS];
-    if (lane == 0) ws[warp] = wsum;
-    __syncthreads();
     if (threadIdx.x != 0) return;
-    double s = 0.0;
-    for (int i = 0; i < EMBER_NARROW_WARPS; i++) s += ws[i];
     if (gridDim.x == 1) {
-        loss[0] = (float)(s / (double)n);
+        loss[0] = (float)(bsum / (double)n);
         return;
     }
-    partialOrNull[blockIdx.x] = s;
+    partialOrNull[blockIdx.x] = bsum;
     __threadfence();
     if (atomicAdd(doneOrNull, 1) != (int)gridDim.x - 1) return;
     __threadfence();
