@@ -26,3 +26,4 @@ __device__ double log(double);
 __device__ void __threadfence();
 __device__ int atomicAdd(int*, int);
 __device__ float __ldcg(const float*);
+__device__ double __ldcg(const double*);
