@@ -132,8 +132,8 @@ type kernels struct {
 	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
 	addParts, linearGradsSmall                *Function
 	linearTiled, linearGradsTiled             *Function
-	linearXent                                [2][2]*Function // by classes <= 16, 32; by 1 or 2 columns per load
-	linearGradsNarrow                         [2]*Function    // by outputs <= 16, 32
+	linearXent                                *Function
+	linearGradsNarrow                         [2]*Function // by outputs <= 16, 32
 	// Compiled for sm_90 and later only (thread block clusters); nil
 	// elsewhere.
 	linearTiledCluster, linearGradsTiledCluster *Function
@@ -210,10 +210,7 @@ func (k *kernels) table() []struct {
 		{&k.linearGradsSmall, "ember_linear_grads_small"},
 		{&k.linearTiled, "ember_linear_tiled"},
 		{&k.linearGradsTiled, "ember_linear_grads_tiled"},
-		{&k.linearXent[0][0], "ember_linear_xent_c16"},
-		{&k.linearXent[0][1], "ember_linear_xent_c16_v2"},
-		{&k.linearXent[1][0], "ember_linear_xent_c32"},
-		{&k.linearXent[1][1], "ember_linear_xent_c32_v2"},
+		{&k.linearXent, "ember_linear_xent"},
 		{&k.linearGradsNarrow[0], "ember_linear_grads_narrow_c16"},
 		{&k.linearGradsNarrow[1], "ember_linear_grads_narrow_c32"},
 		{&k.linearTiledCluster, "ember_linear_tiled_cluster"},

@@ -17,8 +17,6 @@ const (
 	// narrowRows is the most rows linear_grads_narrow takes: each weight
 	// gradient strip is one block's loop over every row.
 	narrowRows = 4096
-	// narrowWarps is EMBER_NARROW_WARPS, the warps of a linear_xent block.
-	narrowWarps = 8
 	// xentDone is the slot of the backend's counters that linear_xent's
 	// blocks count themselves in (after the split sums' ltCounters).
 	xentDone = ltCounters
@@ -27,7 +25,7 @@ const (
 )
 
 // byClasses is 0 for at most 16 classes, else 1: the kernels' register
-// arrays are sized 16 or 32 (narrowBucket).
+// arrays are sized 16 or 32.
 func byClasses(classes int) int {
 	if classes <= 16 {
 		return 0
@@ -35,8 +33,6 @@ func byClasses(classes int) int {
 	return 1
 }
 
-// narrowBucket is CMAX, the classes the kernel for this many is built for.
-func narrowBucket(classes int) int { return 16 << byClasses(classes) }
 
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
@@ -65,18 +61,14 @@ func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tenso
 			pdx = b.f32(op, dx)
 		}
 	}
-	wide := 0 // two columns per load when every row starts 8-byte aligned
-	if in%2 == 0 && (px|pw|pdx)%8 == 0 {
-		wide = 1
-	}
-	rows := 64 / narrowBucket(classes) // a block's rows at a time (R)
+	rows := 32 / classes // a block's rows at a time: a warp per logit
 	blocks := min((n+rows-1)/rows, maxGrid)
 	var part Block
 	if blocks > 1 {
 		part = b.workspace(op, 8*blocks)
 		defer b.release(part)
 	}
-	b.launchGrid(op, b.k.linearXent[byClasses(classes)][wide], blocks, narrowWarps*32, pl, pdl, pdx, px, pw, pb, py,
+	b.launchGrid(op, b.k.linearXent, blocks, rows*classes*32, pl, pdl, pdx, px, pw, pb, py,
 		i32arg(op, n), i32arg(op, in), i32arg(op, classes), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }

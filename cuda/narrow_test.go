@@ -17,7 +17,7 @@ import (
 // with several blocks the second must find the blocks' counter back at zero
 // and give the same bits. The shapes cover LeNet's fc2 at batch 64 and
 // 1024, one block, 17 and 32 classes, one class, odd widths and weights at
-// offsets of 4 and 8 bytes (one or two columns per load).
+// offsets of 4 and 8 bytes.
 func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	h := &gpuCPU{t: t, g: b}
@@ -158,6 +158,59 @@ func TestGPULinearGradsNarrowMatchesCuBLAS(t *testing.T) {
 				j := firstDiff(got[i], ref[i])
 				t.Errorf("%s: result %d (dx, dw, db: those wanted) differs from the cuBLAS path: [%d] %g, want %g", name, i, j, got[i][j], ref[i][j])
 			}
+		}
+	}
+}
+
+// BenchmarkGPULinearCrossEntropy times ember_linear_xent (loss alone, and
+// with the logits' and the input's gradients) and the weight gradients of
+// linear_grads_narrow at several batch sizes and widths, launches queued
+// back to back: how the time moves with n and in separates fixed costs
+// from work.
+//
+//	go test -run XXX -bench GPULinearCrossEntropy ./cuda
+func BenchmarkGPULinearCrossEntropy(b *testing.B) {
+	g := newGPUBackend(b, BackendOptions{})
+	const classes = 10
+	for _, d := range [][2]int{{8, 500}, {64, 16}, {64, 500}, {64, 2000}, {1024, 500}} {
+		n, in := d[0], d[1]
+		bufs := make([]tensor.Buffer, 7)
+		for i, size := range []int{n * in, classes * in, classes, 1, n * classes, n * in, classes * in} {
+			buf, err := g.Alloc(size, tensor.Float32)
+			if err != nil {
+				b.Fatal(err)
+			}
+			g.Upload(buf, gridRandom(size, uint32(i+1)))
+			bufs[i] = buf
+		}
+		labels, err := g.Alloc(n, tensor.Int32)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Upload(labels, make([]int32, n))
+		x, w, bias, loss, dl, dx, dw := bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6]
+		for _, c := range []struct {
+			name string
+			run  func()
+		}{
+			{"loss", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, dl, dx, x, w, bias, labels, n, in, classes) }},
+			{"dw+db", func() {
+				g.LinearGrads(tensor.Buffer{}, dw, bias, dl, tensor.Buffer{}, x, w, n, in, classes, false, true, true)
+			}},
+		} {
+			b.Run(fmt.Sprintf("n=%d/in=%d/%s", n, in, c.name), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					c.run()
+				}
+				if err := g.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		for _, buf := range append(bufs, labels) {
+			g.Free(buf)
 		}
 	}
 }

@@ -65,6 +65,12 @@ __device__ __forceinline__ double ember_warp_sum_d(double v) {
     return v;
 }
 
+// ember_fence_acq_rel orders this thread's memory accesses before and after
+// it for the whole GPU, as a release and acquire (a block publishing a
+// partial result, and the last block reading them all). __threadfence is
+// a sequentially consistent fence, stronger than that and slower.
+__device__ __forceinline__ void ember_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 // ember_block_sum_d sums one double per thread over the block; the result is
 // valid in thread 0 only. blockDim.x must be a multiple of 32 (at most 1024)
 // and every thread of the block must call it (it synchronizes). Warps are
