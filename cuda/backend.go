@@ -182,7 +182,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 			return nil, err
 		}
 	}
-	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side, pdl: programmaticLaunches(dev)}
+	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
 	if b.mods, err = compileKernels(dev); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
@@ -419,20 +419,6 @@ type gpuExec struct {
 	blas   *BLAS // nil on the side lane's executor
 	stream Stream
 	side   *sideLane
-	pdl    bool // launches with programmatic stream serialization
-}
-
-// programmaticLaunches says whether the backend's kernels are launched with
-// programmatic stream serialization (programmatic dependent launch): on
-// sm_90 and later with a driver that has cuLaunchKernelEx, unless
-// EMBER_PDL=0. Every kernel of kernels/ starts with ember_pdl_prologue,
-// which lets the next kernel's blocks be scheduled once all of its own
-// have started and waits for the previous kernel to finish; the next
-// kernel's launch then overlaps this one's last blocks instead of
-// following its end (in a CUDA graph, a programmatic edge).
-func programmaticLaunches(dev *Device) bool {
-	major, _ := dev.ComputeCapability()
-	return major >= 9 && ProgrammaticLaunchSupported() && os.Getenv("EMBER_PDL") != "0"
 }
 
 // parallel queues side on the side lane's stream and main on this one
@@ -466,15 +452,12 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 			err = e
 		}
 	}()
-	side(&gpuExec{dev: g.dev, stream: l.stream, pdl: g.pdl})
+	side(&gpuExec{dev: g.dev, stream: l.stream})
 	main()
 	return nil
 }
 
 func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
-	if g.pdl {
-		return f.LaunchProgrammatic(grid, block, 0, g.stream, args...)
-	}
 	return f.Launch(grid, block, 0, g.stream, args...)
 }
 

@@ -84,9 +84,6 @@ var cuDrv struct {
 	//     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes,
 	//     CUstream hStream, void **kernelParams, void **extra)
 	cuLaunchKernel uintptr
-	// CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
-	//     void **kernelParams, void **extra); CUDA 12.0 and later.
-	cuLaunchKernelEx uintptr
 }
 
 // Driver enum values (cuda.h).
@@ -188,7 +185,6 @@ func loadDriver() error {
 			reqSym(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
 			reqSym(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
 			reqSym(&d.cuLaunchKernel, "cuLaunchKernel"),
-			optSym(&d.cuLaunchKernelEx, "cuLaunchKernelEx"),
 		})
 		if err != nil {
 			driverErr = err

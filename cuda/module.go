@@ -254,8 +254,6 @@ const maxKernelParams = 64
 type argBuf struct {
 	vals [maxKernelParams]uint64
 	ptrs [maxKernelParams]uintptr
-	cfg  launchConfig    // cuLaunchKernelEx's configuration
-	attr launchAttribute // and its one attribute
 }
 
 var argPool = sync.Pool{New: func() any {
@@ -326,49 +324,6 @@ func packArgs(vals []uint64, args []any) error {
 // surface at the next synchronizing call. A grid with no blocks launches
 // nothing and returns nil.
 func (f *Function) Launch(grid, block Dim3, sharedMem int, s Stream, args ...any) error {
-	return f.launch(grid, block, sharedMem, s, false, args)
-}
-
-// LaunchProgrammatic is Launch with programmatic stream serialization
-// (cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-// sm_90 and later): the kernel's blocks may be scheduled while the kernel
-// before it in the stream is finishing, once all of that kernel's blocks
-// have executed griddepcontrol.launch_dependents. The kernel must execute
-// griddepcontrol.wait before it touches memory the previous kernel uses.
-// Inside a stream capture the dependency becomes a programmatic graph edge.
-// It fails when the driver lacks cuLaunchKernelEx.
-func (f *Function) LaunchProgrammatic(grid, block Dim3, sharedMem int, s Stream, args ...any) error {
-	return f.launch(grid, block, sharedMem, s, true, args)
-}
-
-// ProgrammaticLaunchSupported says whether the driver has cuLaunchKernelEx,
-// which LaunchProgrammatic needs.
-func ProgrammaticLaunchSupported() bool { return cuDrv.cuLaunchKernelEx != 0 }
-
-// launchConfig is CUlaunchConfig (cuda.h) with room for one attribute.
-type launchConfig struct {
-	grid, block [3]uint32
-	sharedMem   uint32
-	_           uint32
-	stream      uintptr
-	attrs       uintptr // *launchAttribute
-	numAttrs    uint32
-	_           uint32
-}
-
-// launchAttribute is CUlaunchAttribute: an id, padding to 8 bytes, and a
-// 64-byte value union whose first word is the attribute's int value here.
-type launchAttribute struct {
-	id    uint32
-	_     uint32
-	value [8]uint64
-}
-
-// cuLaunchAttributeProgrammaticStreamSerialization is
-// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
-const cuLaunchAttributeProgrammaticStreamSerialization = 6
-
-func (f *Function) launch(grid, block Dim3, sharedMem int, s Stream, programmatic bool, args []any) error {
 	g, err := launchDims("grid", grid)
 	if err != nil || g[0]*g[1]*g[2] == 0 {
 		return err
@@ -383,9 +338,6 @@ func (f *Function) launch(grid, block Dim3, sharedMem int, s Stream, programmati
 	if sharedMem < 0 || int64(sharedMem) > math.MaxUint32 {
 		return fmt.Errorf("cuda: Launch %s: shared memory size %d out of range", f.Name, sharedMem)
 	}
-	if programmatic && cuDrv.cuLaunchKernelEx == 0 {
-		return fmt.Errorf("cuda: Launch %s: the driver has no cuLaunchKernelEx", f.Name)
-	}
 	buf := argPool.Get().(*argBuf)
 	if err := packArgs(buf.vals[:], args); err != nil {
 		argPool.Put(buf)
@@ -396,29 +348,15 @@ func (f *Function) launch(grid, block Dim3, sharedMem int, s Stream, programmati
 		argPool.Put(buf)
 		return err
 	}
-	var r uintptr
-	name := "cuLaunchKernel"
-	if programmatic {
-		name = "cuLaunchKernelEx"
-		attr := &buf.attr
-		*attr = launchAttribute{id: cuLaunchAttributeProgrammaticStreamSerialization}
-		attr.value[0] = 1
-		cfg := &buf.cfg
-		*cfg = launchConfig{grid: [3]uint32{uint32(g[0]), uint32(g[1]), uint32(g[2])},
-			block: [3]uint32{uint32(b[0]), uint32(b[1]), uint32(b[2])}, sharedMem: uint32(sharedMem),
-			stream: uintptr(s), attrs: uintptr(unsafe.Pointer(attr)), numAttrs: 1}
-		r = cCall(cuDrv.cuLaunchKernelEx, uintptr(unsafe.Pointer(cfg)), f.h, uintptr(params), 0)
-	} else {
-		r = cCall(cuDrv.cuLaunchKernel, f.h,
-			uintptr(g[0]), uintptr(g[1]), uintptr(g[2]),
-			uintptr(b[0]), uintptr(b[1]), uintptr(b[2]),
-			uintptr(sharedMem), uintptr(s), uintptr(params), 0)
-	}
+	r := cCall(cuDrv.cuLaunchKernel, f.h,
+		uintptr(g[0]), uintptr(g[1]), uintptr(g[2]),
+		uintptr(b[0]), uintptr(b[1]), uintptr(b[2]),
+		uintptr(sharedMem), uintptr(s), uintptr(params), 0)
 	f.m.d.leave()
-	runtime.KeepAlive(buf) // params, cfg and attr point into buf
+	runtime.KeepAlive(buf) // params points into buf
 	argPool.Put(buf)
 	if uint32(r) != cudaSuccess {
-		e := newDriverError(name, uint32(r))
+		e := newDriverError("cuLaunchKernel", uint32(r))
 		e.Message += fmt.Sprintf(" (kernel %s, grid %v, block %v, shared %d)", f.Name, g, b, sharedMem)
 		return e
 	}

@@ -193,15 +193,9 @@ func BenchmarkGPULinearCrossEntropy(b *testing.B) {
 			name string
 			run  func()
 		}{
-			{"loss", func() {
-				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
-			}},
+			{"loss", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
 			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
 			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, dl, dx, x, w, bias, labels, n, in, classes) }},
-			{"unfused", func() {
-				g.Linear(dx, x, w, bias, n, in, classes, false) // logits in dx's memory
-				g.CrossEntropy(loss, dl, dx, labels, n, classes)
-			}},
 			{"dw+db", func() {
 				g.LinearGrads(tensor.Buffer{}, dw, bias, dl, tensor.Buffer{}, x, w, n, in, classes, false, true, true)
 			}},

@@ -65,22 +65,6 @@ __device__ __forceinline__ double ember_warp_sum_d(double v) {
     return v;
 }
 
-// ember_pdl_prologue is the first statement of every kernel. Launched with
-// programmatic stream serialization (sm_90 and later; see
-// programmaticLaunches in backend.go), a kernel's blocks may be scheduled
-// while the kernel before it in the stream is still running:
-// launch_dependents lets the next kernel's blocks be scheduled once every
-// block of this one has started, and wait holds this kernel until the
-// previous one has finished and its writes are visible, so that no kernel
-// touches memory before its predecessor is done. Without that launch
-// attribute both are no-ops.
-__device__ __forceinline__ void ember_pdl_prologue() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // ember_fence_acq_rel orders this thread's memory accesses before and after
 // it for the whole GPU, as a release and acquire (a block publishing a
 // partial result, and the last block reading them all). __threadfence is

@@ -61,7 +61,6 @@ __device__ __forceinline__ void im2col_body(float* col, const float* x, const Co
 // block 256. np = N*P selects the 32-bit instantiation.
 extern "C" __global__ void ember_im2col(float* col, const float* x, int N, int C, int H, int W, int R, int S, int SH,
                                         int SW, int PH, int PW, int OH, int OW, long long np) {
-    ember_pdl_prologue();
     const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW};
     if (EMBER_SMALL_INDEX(np)) {
         im2col_body<int>(col, x, d);
@@ -118,7 +117,6 @@ __device__ __forceinline__ void col2im_body(float* dx, const float* col, const C
 
 extern "C" __global__ void ember_col2im(float* dx, const float* col, int N, int C, int H, int W, int R, int S, int SH,
                                         int SW, int PH, int PW, int OH, int OW, long long total, long long colTotal) {
-    ember_pdl_prologue();
     const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(colTotal)) {
         col2im_body<int>(dx, col, d, (int)total);
@@ -158,7 +156,6 @@ __device__ __forceinline__ void swap01_body(float* out, const float* in, const f
 
 extern "C" __global__ void ember_swap01(float* out, const float* in, const float* bias, long long A, long long B,
                                         long long P, int relu) {
-    ember_pdl_prologue();
     if (EMBER_SMALL_INDEX(A * B * P)) {
         swap01_body<int>(out, in, bias, (int)A, (int)B, (int)P, relu);
     } else {
@@ -201,7 +198,6 @@ __device__ __forceinline__ void maxpool_body(float* y, int* argmax, const float*
 
 extern "C" __global__ void ember_maxpool2d(float* y, int* argmax, const float* x, int H, int W, int KH, int KW, int SH,
                                            int SW, int OH, int OW, long long total, long long xTotal) {
-    ember_pdl_prologue();
     const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
         maxpool_body<int>(y, argmax, x, d, (int)total);
@@ -243,7 +239,6 @@ __device__ __forceinline__ void maxpool_backward_body(float* dx, const float* dy
 extern "C" __global__ void ember_maxpool2d_backward(float* dx, const float* dy, const int* argmax, int H, int W, int KH,
                                                     int KW, int SH, int SW, int OH, int OW, long long total,
                                                     long long yTotal, int acc) {
-    ember_pdl_prologue();
     const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(yTotal)) {
         maxpool_backward_body<int>(dx, dy, argmax, d, (int)total, acc);
@@ -298,7 +293,6 @@ __device__ __forceinline__ void maxpool_backward_disjoint_body(float* dx, const 
 extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const float* dy, const int* argmax, int H,
                                                              int W, int KH, int KW, int SH, int SW, int OH, int OW,
                                                              long long total, long long xTotal, int acc) {
-    ember_pdl_prologue();
     const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
         maxpool_backward_disjoint_body<int>(dx, dy, argmax, d, (int)total, acc);

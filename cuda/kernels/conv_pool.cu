@@ -114,7 +114,6 @@ extern "C" __global__ void ember_conv_relu_pool_direct(float* y, int* argmax, co
                                                        int S, int SH, int SW, int PH, int PW, int OH, int OW, int KH,
                                                        int KW, int QH, int QW, int POH, int POW, long long total,
                                                        long long xTotal) {
-    ember_pdl_prologue();
     const ConvPoolDims d = {N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, KH, KW, QH, QW, POH, POW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
         conv_relu_pool_direct_body<int>(y, argmax, x, w, bias, d, (int)total);
@@ -136,7 +135,6 @@ extern "C" __global__ void ember_conv_relu_pool_tiled(float* y, int* argmax, con
                                                       const float* bias, int N, int C, int H, int W, int K, int R,
                                                       int S, int SH, int SW, int PH, int PW, int OH, int OW, int KH,
                                                       int KW, int QH, int QW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     __shared__ float smem[EMBER_TILE_FLOATS];
     const int HP = H + 2 * PH, WP = W + 2 * PW;
     const int crs = C * R * S;
@@ -211,7 +209,6 @@ __device__ __forceinline__ void swap01_relu_pool_body(float* y, int* argmax, con
 extern "C" __global__ void ember_swap01_relu_pool(float* y, int* argmax, const float* yt, const float* bias, int N,
                                                   int K, int OH, int OW, int KH, int KW, int QH, int QW, int POH,
                                                   int POW, long long total, long long ytTotal) {
-    ember_pdl_prologue();
     const ConvPoolDims d = {N, 0, 0, 0, K, 0, 0, 0, 0, 0, 0, OH, OW, KH, KW, QH, QW, POH, POW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(ytTotal)) {
         swap01_relu_pool_body<int>(y, argmax, yt, bias, d, (int)total);
@@ -249,7 +246,6 @@ __device__ __forceinline__ void unpool_t_body(float* dyt, const float* dy, const
 extern "C" __global__ void ember_unpool_t(float* dyt, const float* dy, const float* y, const int* argmax, int N, int K,
                                           int OH, int OW, int KH, int KW, int QH, int QW, int POH, int POW,
                                           long long total) {
-    ember_pdl_prologue();
     const ConvPoolDims d = {N, 0, 0, 0, K, 0, 0, 0, 0, 0, 0, OH, OW, KH, KW, QH, QW, POH, POW};
     if (EMBER_SMALL_INDEX(total)) {
         unpool_t_body<int>(dyt, dy, y, argmax, d, (int)total);
@@ -266,7 +262,6 @@ extern "C" __global__ void ember_unpool_t(float* dyt, const float* dy, const flo
 extern "C" __global__ void ember_unpool_t_bias(float* dyt, float* db, float* partial, const float* dy, const float* y,
                                                const int* argmax, int N, int K, int OH, int OW, int KH, int KW, int QH,
                                                int QW, int POH, int POW, int rowsPerBlock) {
-    ember_pdl_prologue();
     const int k = blockIdx.y;
     const int P = OH * OW, PP = POH * POW;
     const int n0 = blockIdx.x * rowsPerBlock;
@@ -315,7 +310,6 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* partial, const float
                                                      const int* argmax, const float* x, int N, int C, int H, int W,
                                                      int K, int R, int S, int SH, int SW, int PH, int PW, int OW,
                                                      int PP) {
-    ember_pdl_prologue();
     __shared__ float warpSums[32][EMBER_DIRECT_CRS + 1];
     const int crs = C * R * S;
     const int k = blockIdx.y;
@@ -374,7 +368,6 @@ extern "C" __global__ void ember_conv_pool_dw_direct(float* partial, const float
 // the rest; one warp per row, lanes add parts l, l+32, ... then a xor tree.
 extern "C" __global__ void ember_conv_pool_dw_finish(float* dw, float* db, const float* partial, long long wRows,
                                                      long long rows, int parts) {
-    ember_pdl_prologue();
     const int lane = threadIdx.x & 31;
     const long long wpb = blockDim.x >> 5;
     for (long long row = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows; row += gridDim.x * wpb) {
@@ -492,37 +485,31 @@ __device__ __forceinline__ void conv_relu_pool_fixed(float* y, int* argmax, cons
 // launch recorder reads it.
 extern "C" __global__ void ember_conv_relu_pool_5x5_2x2(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<5, 5, 2, 2, 1>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_5x5_2x2_c2(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<5, 5, 2, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_5x5_2x2_c4(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<5, 5, 2, 2, 4>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_3x3_2x2(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<3, 3, 2, 2, 1>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c2(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<3, 3, 2, 2, 2>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
 extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c4(float* y, int* argmax, const float* x, const float* w, const float* bias,
         int C, int H, int W, int K, int PH, int PW, int OW, int POH, int POW, int kPerBlock) {
-    ember_pdl_prologue();
     conv_relu_pool_fixed<3, 3, 2, 2, 4>(y, argmax, x, w, bias, C, H, W, K, PH, PW, OW, POH, POW, kPerBlock);
 }
 
@@ -592,13 +579,11 @@ __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* 
 extern "C" __global__ void ember_conv_pool_dw_5x5(float* partial, const float* dy, const float* y, const int* argmax,
                                                   const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
                                                   int PP, int imagesPerBlock) {
-    ember_pdl_prologue();
     conv_pool_dw_fixed<5, 5>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock);
 }
 
 extern "C" __global__ void ember_conv_pool_dw_3x3(float* partial, const float* dy, const float* y, const int* argmax,
                                                   const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
                                                   int PP, int imagesPerBlock) {
-    ember_pdl_prologue();
     conv_pool_dw_fixed<3, 3>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock);
 }

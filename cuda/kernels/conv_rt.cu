@@ -225,7 +225,6 @@ __device__ __forceinline__ void conv_relu_pool_rt(float* y, int* argmax, const f
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s1(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<5, 5, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -234,7 +233,6 @@ extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s1(float* y, int* argmax,
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<5, 5, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -243,7 +241,6 @@ extern "C" __global__ void ember_conv_relu_pool_rt_5x5(float* y, int* argmax, co
 extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s8(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<5, 5, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -252,7 +249,6 @@ extern "C" __global__ void ember_conv_relu_pool_rt_5x5_s8(float* y, int* argmax,
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s1(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<3, 3, 1>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -261,7 +257,6 @@ extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s1(float* y, int* argmax,
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, const float* x, const float* w,
                                                        const float* bias, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<3, 3, 4>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -270,7 +265,6 @@ extern "C" __global__ void ember_conv_relu_pool_rt_3x3(float* y, int* argmax, co
 extern "C" __global__ void ember_conv_relu_pool_rt_3x3_s8(float* y, int* argmax, const float* x, const float* w,
                                                           const float* bias, int N, int C, int H, int W, int K, int PH,
                                                           int PW, int OW, int POH, int POW) {
-    ember_pdl_prologue();
     conv_relu_pool_rt<3, 3, 8>(y, argmax, x, w, bias, N, C, H, W, K, PH, PW, OW, POH, POW);
 }
 #endif
@@ -361,7 +355,6 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const ember_dy_source
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_conv_dw_rt_5x5(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
-    ember_pdl_prologue();
     conv_dw_rt<5, 5>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 #endif
@@ -369,7 +362,6 @@ extern "C" __global__ void ember_conv_dw_rt_5x5(float* partial, const float* dyt
 #if EMBER_RT_SIZE == 3
 extern "C" __global__ void ember_conv_dw_rt_3x3(float* partial, const float* dyt, const float* x, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int imagesPerGroup) {
-    ember_pdl_prologue();
     conv_dw_rt<3, 3>(partial, {dyt, 0, 0, 0, 0}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 #endif
@@ -379,7 +371,6 @@ extern "C" __global__ void ember_conv_dw_rt_pooled_5x5(float* partial, const flo
                                                        const int* argmax, int PP, const float* x, int N, int C, int H,
                                                        int W, int K, int PH, int PW, int OH, int OW,
                                                        int imagesPerGroup) {
-    ember_pdl_prologue();
     conv_dw_rt<5, 5>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 #endif
@@ -389,7 +380,6 @@ extern "C" __global__ void ember_conv_dw_rt_pooled_3x3(float* partial, const flo
                                                        const int* argmax, int PP, const float* x, int N, int C, int H,
                                                        int W, int K, int PH, int PW, int OH, int OW,
                                                        int imagesPerGroup) {
-    ember_pdl_prologue();
     conv_dw_rt<3, 3>(partial, {0, dy, y, argmax, PP}, x, N, C, H, W, K, PH, PW, OH, OW, imagesPerGroup);
 }
 #endif
@@ -398,7 +388,6 @@ extern "C" __global__ void ember_conv_dw_rt_pooled_3x3(float* partial, const flo
 // one thread per element.
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void ember_add_parts(float* dst, const float* partial, long long rows, int parts) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, rows) {
         float s = 0.0f;
         for (int j = 0; j < parts; j++) s += partial[j * rows + i];
@@ -504,7 +493,6 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
-    ember_pdl_prologue();
     conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 #endif
@@ -512,7 +500,6 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx
 #if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW) {
-    ember_pdl_prologue();
     conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 #endif
@@ -521,7 +508,6 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
-    ember_pdl_prologue();
     conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 #endif
@@ -530,7 +516,6 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(fl
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW) {
-    ember_pdl_prologue();
     conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
 }
 #endif

@@ -7,30 +7,25 @@
 // --fmad=false the results are identical to the CPU backend's.
 
 extern "C" __global__ void ember_add(float* dst, const float* a, const float* b, long long n) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) dst[i] = a[i] + b[i];
 }
 
 extern "C" __global__ void ember_mul(float* dst, const float* a, const float* b, long long n) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) dst[i] = a[i] * b[i];
 }
 
 // dst += alpha * x
 extern "C" __global__ void ember_axpy(float* dst, float alpha, const float* x, long long n) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) dst[i] += alpha * x[i];
 }
 
 // dst *= s (MatMul with k == 0: c = beta*c)
 extern "C" __global__ void ember_scale(float* dst, float s, long long n) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) dst[i] *= s;
 }
 
 // dst = x * s[0] (+ dst); s stays on the device.
 extern "C" __global__ void ember_scale_by(float* dst, const float* x, const float* s, long long n, int acc) {
-    ember_pdl_prologue();
     const float k = s[0];
     if (acc) {
         EMBER_LOOP(long long, i, n) dst[i] += x[i] * k;
@@ -41,7 +36,6 @@ extern "C" __global__ void ember_scale_by(float* dst, const float* x, const floa
 
 // dst = s[0] (+ dst)
 extern "C" __global__ void ember_broadcast(float* dst, const float* s, long long n, int acc) {
-    ember_pdl_prologue();
     const float v = s[0];
     if (acc) {
         EMBER_LOOP(long long, i, n) dst[i] += v;
@@ -52,7 +46,6 @@ extern "C" __global__ void ember_broadcast(float* dst, const float* s, long long
 
 // y = max(x, 0) with Go's max semantics: NaN propagates, -0 becomes +0.
 extern "C" __global__ void ember_relu(float* y, const float* x, long long n) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) {
         const float v = x[i];
         y[i] = (v > 0.0f || v != v) ? v : 0.0f;
@@ -61,7 +54,6 @@ extern "C" __global__ void ember_relu(float* y, const float* x, long long n) {
 
 // dx = dy where y > 0 else 0 (+ dx). A NaN y passes dy, as on the CPU.
 extern "C" __global__ void ember_relu_backward(float* dx, const float* dy, const float* y, long long n, int acc) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) {
         const float v = (y[i] <= 0.0f) ? 0.0f : dy[i];
         if (acc) {
@@ -79,7 +71,6 @@ __device__ __forceinline__ void add_bias_body(float* y, const float* bias, I tot
 }
 
 extern "C" __global__ void ember_add_bias(float* y, const float* bias, long long total, long long channels, long long inner) {
-    ember_pdl_prologue();
     if (EMBER_SMALL_INDEX(total)) {
         add_bias_body<int>(y, bias, (int)total, (int)channels, (int)inner);
     } else {
@@ -90,7 +81,6 @@ extern "C" __global__ void ember_add_bias(float* y, const float* bias, long long
 // y[o, c] = ReLU(y[o, c] + bias[c]) (NaN stays, the rest of the
 // non-positive values become +0, as ember_relu): LinearReLU's epilogue.
 extern "C" __global__ void ember_add_bias_relu(float* y, const float* bias, long long total, long long channels) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, total) {
         const float v = y[i] + bias[i % channels];
         y[i] = (v > 0.0f || v != v) ? v : 0.0f;
@@ -113,7 +103,6 @@ extern "C" __global__ void ember_add_bias_relu(float* y, const float* bias, long
 extern "C" __global__ void ember_copy_strided_u32(unsigned int* dst, const unsigned int* src, long long n,
                                                   long long s0, long long s1, long long s2, long long s3, long long s4, long long s5,
                                                   long long t0, long long t1, long long t2, long long t3, long long t4, long long t5) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) {
         EMBER_STRIDED_OFFSET(i)
         dst[i] = src[off];
@@ -123,7 +112,6 @@ extern "C" __global__ void ember_copy_strided_u32(unsigned int* dst, const unsig
 extern "C" __global__ void ember_copy_strided_u8(unsigned char* dst, const unsigned char* src, long long n,
                                                  long long s0, long long s1, long long s2, long long s3, long long s4, long long s5,
                                                  long long t0, long long t1, long long t2, long long t3, long long t4, long long t5) {
-    ember_pdl_prologue();
     EMBER_LOOP(long long, i, n) {
         EMBER_STRIDED_OFFSET(i)
         dst[i] = src[off];
@@ -150,7 +138,6 @@ __device__ __forceinline__ void gather_body(float* dst, const unsigned char* src
 
 extern "C" __global__ void ember_gather_normalize(float* dst, const unsigned char* src, const int* idx, long long rows,
                                                   long long rowLen, long long srcRows, float scale, float shift) {
-    ember_pdl_prologue();
     const long long total = rows * rowLen;
     if (EMBER_SMALL_INDEX(total)) {
         gather_body<int>(dst, src, idx, (int)total, (int)rowLen, srcRows, scale, shift);
@@ -167,7 +154,6 @@ extern "C" __global__ void ember_gather_normalize(float* dst, const unsigned cha
 // v is not touched (and may be null) when momentum == 0.
 extern "C" __global__ void ember_sgd(float* p, const float* g, float* v, long long n, float lr, float momentum,
                                      float dampening, float wd, int nesterov, int first) {
-    ember_pdl_prologue();
     const float keep = 1.0f - dampening;
     EMBER_LOOP(long long, i, n) {
         const float pi = p[i];

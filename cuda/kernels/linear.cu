@@ -344,11 +344,9 @@ __device__ __forceinline__ void lt_grads(float* dxOrNull, float* dw, float* db, 
 }
 
 extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_tiled(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* wsOrNull, int* countersOrNull) {
-    ember_pdl_prologue();
     lt_forward<0>(LT_FORWARD_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tiled(float* dxOrNull, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsXOrNull, float* wsWOrNull, int* countersXOrNull, int* countersWOrNull) {
-    ember_pdl_prologue();
     lt_grads<0>(LT_GRADS_ARGS);
 }
 
@@ -358,12 +356,10 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS) ember_linear_grads_tile
 #if __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
     ember_linear_tiled_cluster(float* y, const float* x, const float* w, const float* bias, int n, int in, int out, int relu, int splits, int steps, float* wsOrNull, int* countersOrNull) {
-    ember_pdl_prologue();
     lt_forward<LT_CLUSTER>(LT_FORWARD_ARGS);
 }
 extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(LT_THREADS)
     ember_linear_grads_tiled_cluster(float* dxOrNull, float* dw, float* db, const float* g, const float* mask, const float* x, const float* w, int n, int in, int out, float betaX, float betaW, float betaB, int splitsX, int stepsX, int splitsW, int stepsW, int blocksX, float* wsXOrNull, float* wsWOrNull, int* countersXOrNull, int* countersWOrNull) {
-    ember_pdl_prologue();
     lt_grads<LT_CLUSTER>(LT_GRADS_ARGS);
 }
 #endif

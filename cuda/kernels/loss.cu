@@ -17,7 +17,6 @@
 // NaN (the CPU backend panics instead).
 extern "C" __global__ void __launch_bounds__(EMBER_CE_THREADS)
 ember_cross_entropy(float* loss, float* dlogits, const float* logits, const int* labels, int n, int classes, double* partial) {
-    ember_pdl_prologue();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float nf = (float)n;
     double wsum = 0.0;  // meaningful in every lane; lane 0's is used
@@ -63,7 +62,6 @@ ember_cross_entropy(float* loss, float* dlogits, const float* logits, const int*
 // lane scans its columns in increasing order, then the lanes combine
 // (larger value wins, lower column on ties).
 extern "C" __global__ void ember_argmax(int* dst, const float* x, int rows, int cols) {
-    ember_pdl_prologue();
     const int lane = threadIdx.x & 31;
     const int wpb = blockDim.x >> 5;
     for (int r = blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += gridDim.x * wpb) {

@@ -34,7 +34,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
                   const float* biasOrNull, const int* labels, int n, int in, int classes, double* partialOrNull,
                   int* doneOrNull) {
-    ember_pdl_prologue();
     __shared__ float zs[32];      // the block's logits, then their gradients: [rows][classes]
     __shared__ double rowLoss[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -220,12 +219,10 @@ __device__ __forceinline__ void linear_grads_narrow_body(float* dxOrNull, float*
 extern "C" __global__ void __launch_bounds__(256)
 ember_linear_grads_narrow_c16(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g, const float* yOrNull, const float* x,
     const float* w, int n, int in, int out, int accX, int accW, int accB, int blocksX, int blocksW) {
-    ember_pdl_prologue();
     linear_grads_narrow_body<16>(LINEAR_GRADS_NARROW_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256)
 ember_linear_grads_narrow_c32(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g, const float* yOrNull, const float* x,
     const float* w, int n, int in, int out, int accX, int accW, int accB, int blocksX, int blocksW) {
-    ember_pdl_prologue();
     linear_grads_narrow_body<32>(LINEAR_GRADS_NARROW_ARGS);
 }

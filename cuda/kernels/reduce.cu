@@ -7,7 +7,6 @@
 // Pass 1 of Sum: block b sums its grid-stride share of x into partial[b];
 // with a single block it writes the float result to dst directly.
 extern "C" __global__ void ember_sum_partial(const float* x, long long n, double* partial, float* dst) {
-    ember_pdl_prologue();
     double s = 0.0;
     EMBER_LOOP(long long, i, n) s += (double)x[i];
     s = ember_block_sum_d(s);
@@ -23,7 +22,6 @@ extern "C" __global__ void ember_sum_partial(const float* x, long long n, double
 // Pass 2 (one block): dst[0] = (sum of partial[0..m)) / div. div is 1 for
 // Sum and the row count for the mean of CrossEntropy.
 extern "C" __global__ void ember_sum_final(float* dst, const double* partial, int m, long long div) {
-    ember_pdl_prologue();
     double s = 0.0;
     for (int i = threadIdx.x; i < m; i += blockDim.x) s += partial[i];
     s = ember_block_sum_d(s);
@@ -56,7 +54,6 @@ extern "C" __global__ void ember_sum_final(float* dst, const double* partial, in
 // db may be null (no bias gradient wanted) when gridDim.y == 1.
 extern "C" __global__ void ember_bias_grad_cols(float* db, float* partial, float* gOut, const float* dy, const float* reluY,
                                                 long long outer, long long channels, int rowsPerBlock, int acc) {
-    ember_pdl_prologue();
     __shared__ float sh[8][32];
     const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
     const long long o0 = (long long)blockIdx.y * rowsPerBlock;
@@ -132,7 +129,6 @@ __device__ __forceinline__ float bias_rows_sum(float* dst, const float* src, con
 extern "C" __global__ void ember_bias_grad_rows(float* db, float* partial, float* dyt, const float* dy,
                                                 const float* mask, long long outer,
                                                 long long channels, long long inner, int rowsPerBlock, int acc) {
-    ember_pdl_prologue();
     const long long o0 = (long long)blockIdx.x * rowsPerBlock;
     const long long n = outer - o0 < rowsPerBlock ? outer - o0 : rowsPerBlock;
     const bool small = EMBER_SMALL_INDEX(outer * channels * inner);
@@ -165,7 +161,6 @@ extern "C" __global__ void ember_bias_grad_rows(float* db, float* partial, float
 // Cost: channels*parts*4 bytes (LeNet conv1: 20 x 64 floats): launch bound.
 extern "C" __global__ void ember_bias_grad_finish(float* db, const float* partial, long long channels, int parts,
                                                   int acc) {
-    ember_pdl_prologue();
     const int lane = threadIdx.x & 31;
     const long long wpb = blockDim.x >> 5;
     for (long long k = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); k < channels; k += gridDim.x * wpb) {
@@ -194,7 +189,6 @@ extern "C" __global__ void ember_bias_grad_finish(float* db, const float* partia
 // (LeNet's fc2: 64 x 10 x 500 took 11 us, this one launch about 2 us).
 extern "C" __global__ void ember_gemm_small(float* c, const float* a, const float* b, int m, int n, int k, int transA,
                                             int transB, float alpha, float beta, const float* bias) {
-    ember_pdl_prologue();
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long total = (long long)m * n;
@@ -256,7 +250,6 @@ __device__ __forceinline__ void gemm_small_t_body(float* c, const float* a, cons
 
 extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const float* b, int m, int n, int k,
                                               int transA, int transB, float alpha, float beta) {
-    ember_pdl_prologue();
     gemm_small_t_body(c, a, b, m, n, k, transA, transB, alpha, beta, 0, gridDim.x);
 }
 
@@ -269,7 +262,6 @@ extern "C" __global__ void ember_gemm_small_t(float* c, const float* a, const fl
 extern "C" __global__ void ember_linear_grads_small(float* dxOrNull, float* dwOrNull, float* dbOrNull, const float* g,
                                                     const float* x, const float* w, int n, int in, int out, float betaX,
                                                     float betaW, float betaB, int blocksX, int blocksW) {
-    ember_pdl_prologue();
     const int bid = blockIdx.x;
     if (bid < blocksX) {
         gemm_small_t_body(dxOrNull, g, w, n, in, out, 0, 0, 1.0f, betaX, 0, blocksX);
