@@ -1086,7 +1086,7 @@ func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
 		pv = b.f32(op, v)
 	}
 	b.launch(op, b.k.sgd, n, b.f32(op, p), b.f32(op, g), pv, int64(n),
-		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep))
+		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 
 // GatherNormalize sets row i of dst to src row idx[i] (uint8) * scale +

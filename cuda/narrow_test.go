@@ -16,7 +16,7 @@ import (
 // grouping), dx to a few ulps of its sum. Each fused launch runs twice:
 // with several blocks the second must find the blocks' counter back at zero
 // and give the same bits. The shapes cover LeNet's fc2 at batch 64 and
-// 1024, one block, 17 and 32 classes, one class, odd widths and weights at
+// the largest batch taken, one block, 17 and 32 classes, one class, odd widths and weights at
 // offsets of 4 and 8 bytes.
 func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
@@ -27,8 +27,8 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		bias                 bool
 	}{
 		{64, 500, 10, 0, true},
-		{1024, 500, 10, 2, true},
-		{300, 129, 17, 0, false},
+		{256, 500, 10, 2, true},
+		{250, 129, 17, 0, false},
 		{8, 64, 32, 1, true},
 		{33, 20, 1, 0, true},
 		{70, 130, 10, 2, false},
@@ -97,11 +97,14 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, 1, 1, narrowOut+1) {
 		t.Errorf("the fused kernel took %d classes", narrowOut+1)
 	}
+	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, narrowRows+1, 0, 2) {
+		t.Errorf("the fused kernel took %d rows", narrowRows+1)
+	}
 }
 
 // TestGPULinearGradsNarrowMatchesCuBLAS runs ember_linear_grads_narrow and
 // the cuBLAS path on grid inputs (every sum exact in any order, so the
-// results must agree bit for bit): LeNet's fc2 at batch 64 and 1024, the
+// results must agree bit for bit): LeNet's fc2 at batch 64 and 256, the
 // ReLU's mask, 17 to 32 outputs, each gradient alone or left out, written
 // or added to, and ragged tiles.
 func TestGPULinearGradsNarrowMatchesCuBLAS(t *testing.T) {
@@ -116,8 +119,8 @@ func TestGPULinearGradsNarrowMatchesCuBLAS(t *testing.T) {
 		grads, acc which
 	}{
 		{64, 500, 10, false, all, which{false, true, true}},
-		{1024, 500, 10, false, which{false, true, true}, which{}},
-		{300, 40, 20, true, all, all},
+		{256, 500, 10, false, which{false, true, true}, which{}},
+		{250, 40, 20, true, all, all},
 		{7, 33, 32, true, which{true, false, true}, which{true, false, false}},
 		{45, 70, 17, false, which{false, false, true}, all},
 		{5, 1, 3, true, which{true, true, false}, which{}},

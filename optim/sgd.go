@@ -76,14 +76,22 @@ func (s *SGD) ZeroGrad() {
 }
 
 // Step applies one update to every parameter from its accumulated gradient.
-func (s *SGD) Step() {
+func (s *SGD) Step() { s.step(false) }
+
+// StepAndZeroGrad is Step then ZeroGrad as one backend call: each gradient
+// is set to zero as the update reads it. A training loop that calls it
+// after every backward pass (and ZeroGrad once, before the first) needs no
+// separate fill of the gradients per step.
+func (s *SGD) StepAndZeroGrad() { s.step(true) }
+
+func (s *SGD) step(zeroGrad bool) {
 	var v tensor.Buffer
 	if s.momentum != nil {
 		v = s.momentum.Buffer()
 	}
 	s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, tensor.SGDStep{
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
-		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(),
+		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(), ZeroGrad: zeroGrad,
 	})
 	s.steps++
 }

@@ -320,3 +320,45 @@ func equalVals(t *testing.T, what string, got, want []float32) {
 		}
 	}
 }
+
+// StepAndZeroGrad is Step then ZeroGrad: the same parameters and momentum,
+// and zero gradients afterwards.
+func TestSGDStepAndZeroGrad(t *testing.T) {
+	run := func(fused bool) (params, grads, momentum []float32) {
+		l := nn.NewLinear(tensor.CPU, nil, 3, 2)
+		opt, err := optim.NewSGD(l.Parameters(), optim.SGDConfig{LR: 0.1, Momentum: 0.9, WeightDecay: 0.01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := tensor.FromFloat32(tensor.CPU, nil, []float32{1, -2, 3, 0.5, 0, -1}, 2, 3)
+		for step := 0; step < 3; step++ {
+			tensor.Sum(l.Forward(x)).Backward()
+			if fused {
+				opt.StepAndZeroGrad()
+			} else {
+				opt.Step()
+				opt.ZeroGrad()
+			}
+		}
+		params = append(l.Weight.Float32s(), l.Bias.Float32s()...)
+		grads = append(l.Weight.Grad().Float32s(), l.Bias.Grad().Float32s()...)
+		return params, grads, opt.MomentumBuffer().Float32s()
+	}
+	p1, g1, v1 := run(false)
+	p2, g2, v2 := run(true)
+	for i := range p1 {
+		if p1[i] != p2[i] {
+			t.Errorf("parameter %d: %g after StepAndZeroGrad, %g after Step and ZeroGrad", i, p2[i], p1[i])
+		}
+	}
+	for i := range v1 {
+		if v1[i] != v2[i] {
+			t.Errorf("momentum %d: %g after StepAndZeroGrad, %g after Step and ZeroGrad", i, v2[i], v1[i])
+		}
+	}
+	for i, g := range g2 {
+		if g != 0 || g1[i] != 0 {
+			t.Errorf("gradient %d not zeroed: %g (fused), %g", i, g, g1[i])
+		}
+	}
+}

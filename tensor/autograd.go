@@ -82,8 +82,10 @@ func (t *Tensor) Backward() {
 	}
 	order := topoOrder(t)
 	e := &engine{grads: make(map[*Tensor]*Tensor, len(order)), scope: t.scope}
-	seed := Full(t.st.b, e.scopeFor(t), 1, t.shape...)
-	seed.isOne = true
+	// The seed is ones, filled only if a backward function reads it: those
+	// that know it is one (isOne) skip a fill per step.
+	seed := newTensor(t.st.b, Float32, e.scopeFor(t), t.shape...)
+	seed.isOne, seed.st.onesPending = true, true
 	if t.node == nil {
 		e.pass(t, seed)
 		return

@@ -372,3 +372,36 @@ func TestLeaksCountsUnreleased(t *testing.T) {
 		t.Errorf("Leaks() went from %d to %d after dropping 3 unreleased tensors, want +3", before, after)
 	}
 }
+
+// fillCounter is the CPU backend counting the fills with ones.
+type fillCounter struct {
+	tensor.Backend
+	ones int
+}
+
+func (f *fillCounter) Fill(dst tensor.Buffer, v float32) {
+	if v == 1 {
+		f.ones++
+	}
+	f.Backend.Fill(dst, v)
+}
+
+// Backward's seed of ones is filled only when a backward function reads
+// it: never for a cross entropy (which knows its gradient is one), once
+// when it is read through a view.
+func TestBackwardSeedFilledOnlyWhenRead(t *testing.T) {
+	b := &fillCounter{Backend: cpu}
+	s := tensor.NewScope()
+	defer s.Release()
+	z := tensor.FromFloat32(b, s, []float32{1, 2, 3, 0, -1, 4}, 2, 3).SetRequiresGrad(true)
+	tensor.CrossEntropy(z, tensor.FromInt32(b, s, []int32{2, 0}, 2)).Backward()
+	if b.ones != 0 {
+		t.Errorf("the seed was filled %d times for a cross entropy, want 0", b.ones)
+	}
+	x := tensor.FromFloat32(b, s, []float32{1, 2, 3}, 3).SetRequiresGrad(true)
+	tensor.Sum(tensor.Mul(x, x)).Reshape(1, 1).Backward()
+	if b.ones != 1 {
+		t.Errorf("the seed was filled %d times when read through a view, want 1", b.ones)
+	}
+	equalF32(t, "gradient through a view of the seed", x.Grad().Float32s(), []float32{2, 4, 6})
+}

@@ -160,10 +160,13 @@ func (g PoolGeom) OutW() int { return (g.W-g.KW)/g.StrideW + 1 }
 // SGDStep holds the hyper-parameters of one torch.optim.SGD update.
 // FirstStep is true on the first update of a parameter, when PyTorch
 // initialises the momentum buffer to the gradient itself (no dampening).
+// ZeroGrad sets each gradient to zero once the update has read it, so that
+// the next backward pass adds into zeros without a separate fill.
 type SGDStep struct {
 	LR, Momentum, Dampening, WeightDecay float32
 	Nesterov                             bool
 	FirstStep                            bool
+	ZeroGrad                             bool
 }
 
 // Backend is what a device must implement for tensors to live on it. Two

@@ -410,6 +410,9 @@ func (*cpuBackend) SGD(pb, gb, vb Buffer, h SGDStep) {
 			}
 		}
 		p[i] -= h.LR * d
+		if h.ZeroGrad {
+			g[i] = 0
+		}
 	}
 }
 

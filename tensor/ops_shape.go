@@ -81,6 +81,7 @@ func (t *Tensor) copyDense(s *Scope) *Tensor {
 	if t.st.h.released.Load() {
 		panic("tensor: use of a released tensor")
 	}
+	t.fillPendingOnes()
 	t.st.b.CopyStrided(out.buffer(), t.st.buf.Slice(t.off, t.st.buf.Len-t.off), t.shape, t.strides)
 	return out
 }

@@ -31,6 +31,9 @@ type storage struct {
 	buf   Buffer
 	h     *liveness
 	moved int // elements Pack has moved out to another storage
+	// onesPending marks Backward's seed before its memory is filled with
+	// ones: the first read through buffer (of it or a view) fills it.
+	onesPending bool
 }
 
 // liveness is kept apart from storage so that a cleanup attached to the
@@ -233,7 +236,16 @@ func (t *Tensor) buffer() Buffer {
 	if !t.IsContiguous() {
 		panic("tensor: operation needs a contiguous tensor; call Contiguous")
 	}
+	t.fillPendingOnes()
 	return t.st.buf.Slice(t.off, t.Len())
+}
+
+// fillPendingOnes fills Backward's seed on its first read.
+func (t *Tensor) fillPendingOnes() {
+	if t.st.onesPending {
+		t.st.onesPending = false
+		t.st.b.Fill(t.st.buf, 1)
+	}
 }
 
 // Released reports whether the tensor's memory has been freed.

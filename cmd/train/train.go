@@ -310,6 +310,7 @@ type stepper struct {
 }
 
 func (t *trainer) newStepper(scope *tensor.Scope, idx, labels, lossSum *tensor.Tensor) *stepper {
+	t.sgd.ZeroGrad() // once: each step's update zeroes them after reading them
 	return &stepper{t: t, scope: scope, idx: idx, labels: labels, sum: lossSum,
 		tryGraph: t.dev.gpu != nil && !t.opt.noGraph}
 }
@@ -321,9 +322,8 @@ func (s *stepper) eager() *tensor.Tensor {
 	n := s.idx.Len()
 	x := tensor.GatherNormalize(s.scope, t.trainImgs, s.idx, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
 	loss := t.model.Loss(x, s.labels)
-	t.sgd.ZeroGrad()
 	loss.Backward()
-	t.sgd.Step()
+	t.sgd.StepAndZeroGrad() // the gradients start at zero (newStepper)
 	t.dev.backend.Axpy(s.sum.Buffer(), 1, loss.Buffer())
 	return loss
 }

@@ -151,9 +151,10 @@ extern "C" __global__ void ember_gather_normalize(float* dst, const unsigned cha
 //   v = d (first step) | momentum*v + (1-dampening)*d   (when momentum != 0)
 //   d = d + momentum*v (nesterov) | v                   (when momentum != 0)
 //   p = p - lr*d
+//   g = 0                                               (when zeroGrad)
 // v is not touched (and may be null) when momentum == 0.
-extern "C" __global__ void ember_sgd(float* p, const float* g, float* v, long long n, float lr, float momentum,
-                                     float dampening, float wd, int nesterov, int first) {
+extern "C" __global__ void ember_sgd(float* p, float* g, float* v, long long n, float lr, float momentum,
+                                     float dampening, float wd, int nesterov, int first, int zeroGrad) {
     const float keep = 1.0f - dampening;
     EMBER_LOOP(long long, i, n) {
         const float pi = p[i];
@@ -174,5 +175,6 @@ extern "C" __global__ void ember_sgd(float* p, const float* g, float* v, long lo
             }
         }
         p[i] = pi - lr * d;
+        if (zeroGrad) g[i] = 0.0f;
     }
 }

@@ -41,6 +41,11 @@ ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const floa
     const float nf = (float)n;
     double bsum = 0.0;  // thread 0's
     for (int r0 = blockIdx.x * rows; r0 < n; r0 += gridDim.x * rows) {
+        // The softmax warps' label and bias, loaded now rather than after
+        // the logits (two round trips off the chain).
+        const int rs = r0 + warp;
+        const int y = (warp < rows && rs < n) ? labels[rs] : 0;
+        const float bl = (warp < rows && biasOrNull != 0 && lane < classes) ? biasOrNull[lane] : 0.0f;
         {
             const int i = warp / classes, c = warp - i * classes, r = r0 + i;
             float s = 0.0f;
@@ -51,18 +56,17 @@ ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const floa
                 for (int k = lane; k < in; k += 32) s = __fmaf_rn(xr[k], wc[k], s);
             }
             s = ember_warp_sum(s);
-            if (lane == 0) zs[warp] = biasOrNull != 0 ? s + biasOrNull[c] : s;
+            if (lane == 0) zs[warp] = s;
         }
         __syncthreads();
         float d = 0.0f;
         if (warp < rows) {
             const int r = r0 + warp;
             const bool row = r < n;  // the same in the whole warp
-            const float z = (row && lane < classes) ? zs[warp * classes + lane] : ember_neg_inf();
+            const float z = (row && lane < classes) ? zs[warp * classes + lane] + bl : ember_neg_inf();
             const float m = ember_warp_max(z);
             const float e = lane < classes ? expf(z - m) : 0.0f;
             const float se = ember_warp_sum(e);
-            const int y = row ? labels[r] : 0;
             const bool bad = y < 0 || y >= classes;
             const float zy = __shfl_sync(0xffffffffu, z, bad ? 0 : y);
             d = e / se / nf;

@@ -845,6 +845,8 @@ func testSGD(e *env) {
 		{LR: 0.01, Momentum: 0.9, WeightDecay: 0.01, FirstStep: true},
 		{LR: 0.02, Momentum: 0.5, Dampening: 0.5, WeightDecay: 0.001},
 		{LR: 0.01, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4},
+		{LR: 0.1, ZeroGrad: true},
+		{LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, ZeroGrad: true},
 	}
 	for _, n := range sizes[:6] {
 		for _, h := range hs {
@@ -863,8 +865,12 @@ func testSGD(e *env) {
 					}
 					vb = v.win
 				}
-				e.b.SGD(p.win, e.in("g", g), vb, h)
+				gb := e.f32("g", g, !h.ZeroGrad) // an input, unless the step zeroes it
+				e.b.SGD(p.win, gb.win, vb, h)
 				e.near("SGD p", dims(n), e.getF(p), pn, pB, tolElem)
+				if h.ZeroGrad {
+					e.near("SGD zeroed gradient", dims(n), e.getF(gb), make([]float64, n), make([]float64, n), 0)
+				}
 				if v != nil {
 					e.near("SGD momentum", dims(n), e.getF(v), vn, vB, tolElem)
 				}
