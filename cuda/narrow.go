@@ -36,7 +36,6 @@ func byClasses(classes int) int {
 	return 1
 }
 
-
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to

@@ -196,7 +196,9 @@ func BenchmarkGPULinearCrossEntropy(b *testing.B) {
 			name string
 			run  func()
 		}{
-			{"loss", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
+			{"loss", func() {
+				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
+			}},
 			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
 			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, dl, dx, x, w, bias, labels, n, in, classes) }},
 			{"dw+db", func() {
