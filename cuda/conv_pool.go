@@ -275,9 +275,8 @@ func (b *Backend) fixedDW(c convShape) *Function {
 }
 
 // convPoolDWDirect queues dw += and db += (either may be 0: not wanted) from
-// the pooled gradient: partial sums per block of 256 pooled outputs (or per
-// group of images), then a finishing launch that adds them in order, or,
-// for the fixed kernels, their last block of each grid column.
+// the pooled gradient: partial sums per block of 256 pooled outputs, then a
+// finishing launch that adds them in order.
 func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr, s convPoolShape) {
 	c, g := s.c, s.c.g
 	d := c.dims
@@ -291,29 +290,18 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 		per := (g.N + 127) / 128
 		parts = (g.N + per - 1) / per
 		ws = b.workspace(op, 4*rows*parts)
-		defer b.release(ws)
 		const warps = blockSize / 32 // one per output channel
-		columns := (g.K + warps - 1) / warps
-		// The last block of each column of the grid finishes the sums when
-		// the columns have counters: no finishing launch.
-		var counters uintptr
-		if columns <= convDWCounters {
-			counters = b.tileCounters.Ptr() + 4*convDWCounterBase
-		}
-		grid := Dim3{X: parts, Y: i32dim(op, columns), Z: 1}
+		grid := Dim3{X: parts, Y: i32dim(op, (g.K+warps-1)/warps), Z: 1}
 		devCheck(op, b.x.launch(f, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
-			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp), i32arg(op, per), pdw, pdb, counters}))
-		if counters != 0 {
-			return
-		}
+			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], d[11], i32arg(op, s.pp), i32arg(op, per)}))
 	} else {
 		parts = min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
 		ws = b.workspace(op, 4*rows*parts)
 		grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
 		devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp)}))
-		defer b.release(ws)
 	}
+	defer b.release(ws)
 	const warps = blockSize / 32
 	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
 		pdw, pdb, ws.Ptr(), int64(g.K*c.crs), int64(rows), i32arg(op, parts))

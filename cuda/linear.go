@@ -60,23 +60,10 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 	return !b.noLinearTiled && n <= linearTiledRows && max(in, out) < 1<<25
 }
 
-// The backend's counters (allocTileCounters): blocks of one launch count
-// themselves in, and the last adds up the others' partial results.
-const (
-	// xentDone is linear_xent's (narrow.go), after the split sums'
-	// ltCounters.
-	xentDone = ltCounters
-	// convDWCounterBase is the first of convDWCounters for the columns of
-	// the fixed weight-gradient kernels' grids (conv_pool.go).
-	convDWCounterBase = xentDone + 1
-	convDWCounters    = 256
-	// counterSlots is the length of the array.
-	counterSlots = convDWCounterBase + convDWCounters
-)
-
 // allocTileCounters gives the backend its counters: zeroed once here, and
 // reset by the kernels themselves after each use. They live as long as the
-// backend, outside any graph's pool.
+// backend, outside any graph's pool: ltCounters for split sums without
+// clusters, then linear_xent's (narrow.go).
 func (b *Backend) allocTileCounters() error {
 	if b.tileCounters.owner() != 0 {
 		return nil

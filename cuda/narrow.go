@@ -20,6 +20,11 @@ const (
 	// 20 us (its weight-gradient strips are one block's loop over every row)
 	// against 18.4 for the cuBLAS path.
 	narrowRows = 256
+	// xentDone is the slot of the backend's counters that linear_xent's
+	// blocks count themselves in (after the split sums' ltCounters).
+	xentDone = ltCounters
+	// counterSlots is the length of the backend's counter array.
+	counterSlots = ltCounters + 1
 )
 
 // byClasses is 0 for at most 16 classes, else 1: the kernels' register

@@ -519,27 +519,17 @@ extern "C" __global__ void ember_conv_relu_pool_3x3_2x2_c4(float* y, int* argmax
 // to shared memory and lane l adds the pooled outputs l, l+32, ... of the
 // channel into R*S+1 registers; after the group, the warp reduces them by
 // xor trees into partial[row*parts + j] for group j (rows as in
-// ember_conv_pool_dw_direct). With countersOrNull, the last block of each
-// column adds the parts into dw and db itself; without, a launch of
-// ember_conv_pool_dw_finish does.
+// ember_conv_pool_dw_direct; ember_conv_pool_dw_finish adds the parts).
 // Eight images per block at batch 1024: one image each made 1024 warp
 // reductions of 26 sums per channel (66 us for 74 M multiply-adds; 53 us
 // now; what bounds it is not known: neither faster image copies nor four
 // times the blocks changed it).
 #define EMBER_DW_IMAGE_FLOATS 4096  // 16 KiB: a padded image up to 64x64; more blocks per SM than 48 KiB
 
-// conv_pool_dw_row is the row of partial for sum t of channel k: dw's
-// rows k*R*S + t, then db's K*R*S + k (t = R*S).
-template <int R, int S>
-__device__ __forceinline__ long long conv_pool_dw_row(int t, int k, int K) {
-    return t < R * S ? (long long)k * R * S + t : (long long)K * R * S + k;
-}
-
 template <int R, int S>
 __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* dy, const float* y, const int* argmax,
                                                    const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
-                                                   int PP, int imagesPerBlock, float* dwOrNull, float* dbOrNull,
-                                                   int* countersOrNull) {
+                                                   int PP, int imagesPerBlock) {
     __shared__ float img[EMBER_DW_IMAGE_FLOATS];
     const int WP = W + 2 * PW;
     const int lane = threadIdx.x & 31;
@@ -575,60 +565,25 @@ __device__ __forceinline__ void conv_pool_dw_fixed(float* partial, const float* 
             acc[R * S] += g;
         }
     }
-    if (k < K) {  // the whole warp: no shuffle is left half done
-#pragma unroll
-        for (int t = 0; t <= R * S; t++) {
-            const float v = ember_warp_sum(acc[t]);
-            if (lane == 0) partial[conv_pool_dw_row<R, S>(t, k, K) * gridDim.x + blockIdx.x] = v;
-        }
-    }
-    if (countersOrNull == 0) return;
-    // The last block of this column of the grid (counted in
-    // countersOrNull[blockIdx.y], which it resets) adds the column's parts
-    // into dw and db as ember_conv_pool_dw_finish would (the same order, the
-    // same bits): a launch fewer. Each warp issues all its loads first.
-    __shared__ int lastBlock;
-    ember_fence_acq_rel();
-    __syncthreads();
-    if (threadIdx.x == 0) lastBlock = atomicAdd(countersOrNull + blockIdx.y, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!lastBlock || k >= K) return;
-    ember_fence_acq_rel();
-    const int parts = gridDim.x;
-    float v[R * S + 1];
+    if (k >= K) return;  // the whole warp: no shuffle is left half done
 #pragma unroll
     for (int t = 0; t <= R * S; t++) {
-        const float* p = partial + conv_pool_dw_row<R, S>(t, k, K) * parts;
-        float a = 0.0f;
-        for (int j = lane; j < parts; j += 32) a += __ldcg(p + j);
-        v[t] = a;
-    }
-#pragma unroll
-    for (int t = 0; t <= R * S; t++) {
-        const float a = ember_warp_sum(v[t]);
+        const float v = ember_warp_sum(acc[t]);
         if (lane == 0) {
-            if (t < R * S) {
-                if (dwOrNull != 0) dwOrNull[(long long)k * R * S + t] += a;
-            } else if (dbOrNull != 0) {
-                dbOrNull[k] += a;
-            }
+            const long long row = t < R * S ? (long long)k * R * S + t : (long long)K * R * S + k;
+            partial[row * gridDim.x + blockIdx.x] = v;
         }
     }
-    if (threadIdx.x == 0) countersOrNull[blockIdx.y] = 0;
 }
 
 extern "C" __global__ void ember_conv_pool_dw_5x5(float* partial, const float* dy, const float* y, const int* argmax,
                                                   const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
-                                                  int PP, int imagesPerBlock, float* dwOrNull, float* dbOrNull,
-                                                  int* countersOrNull) {
-    conv_pool_dw_fixed<5, 5>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock, dwOrNull,
-                                 dbOrNull, countersOrNull);
+                                                  int PP, int imagesPerBlock) {
+    conv_pool_dw_fixed<5, 5>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock);
 }
 
 extern "C" __global__ void ember_conv_pool_dw_3x3(float* partial, const float* dy, const float* y, const int* argmax,
                                                   const float* x, int N, int H, int W, int K, int PH, int PW, int OW,
-                                                  int PP, int imagesPerBlock, float* dwOrNull, float* dbOrNull,
-                                                  int* countersOrNull) {
-    conv_pool_dw_fixed<3, 3>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock, dwOrNull,
-                                 dbOrNull, countersOrNull);
+                                                  int PP, int imagesPerBlock) {
+    conv_pool_dw_fixed<3, 3>(partial, dy, y, argmax, x, N, H, W, K, PH, PW, OW, PP, imagesPerBlock);
 }

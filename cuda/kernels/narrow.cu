@@ -52,7 +52,7 @@ ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const floa
             if (r < n) {
                 const float* xr = x + (long long)r * in;
                 const float* wc = w + (long long)c * in;
-#pragma unroll 16
+#pragma unroll 4
                 for (int k = lane; k < in; k += 32) s = __fmaf_rn(xr[k], wc[k], s);
             }
             s = ember_warp_sum(s);
