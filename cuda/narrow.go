@@ -40,7 +40,7 @@ func byClasses(classes int) int {
 // launch of ember_linear_xent for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
 // narrowRows rows. It reports false for other sizes.
-func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
 	const op = "linear_cross_entropy"
 	if n < 1 || n > narrowRows || in < 0 || classes < 1 || classes > narrowOut || b.noNarrow {
 		return false
@@ -50,7 +50,11 @@ func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tenso
 	need(op, "w", w, classes*in)
 	need(op, "labels", labels, n)
 	pl, px, pw, py := b.f32(op, loss), b.f32(op, x), b.f32(op, w), b.i32(op, labels)
-	var pb, pdl, pdx uintptr
+	var pb, pdl, pdx, psum uintptr
+	if !lossSum.Empty() {
+		need(op, "lossSum", lossSum, 1)
+		psum = b.f32(op, lossSum)
+	}
 	if !bias.Empty() {
 		need(op, "bias", bias, classes)
 		pb = b.f32(op, bias)
@@ -70,7 +74,7 @@ func (b *Backend) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tenso
 		part = b.workspace(op, 8*blocks)
 		defer b.release(part)
 	}
-	b.launchGrid(op, b.k.linearXent, blocks, rows*classes*32, pl, pdl, pdx, px, pw, pb, py,
+	b.launchGrid(op, b.k.linearXent, blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
 		i32arg(op, n), i32arg(op, in), i32arg(op, classes), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }

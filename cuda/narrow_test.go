@@ -62,7 +62,7 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		var first []float32
 		for run := 0; run < 2; run++ {
 			floss, fdl, fdx := fresh(1), fresh(c.n*c.classes), fresh(c.n*c.in)
-			if !b.LinearCrossEntropy(floss, fdl, fdx, gx, gw, gbias, glab, c.n, c.in, c.classes) {
+			if !b.LinearCrossEntropy(floss, tensor.Buffer{}, fdl, fdx, gx, gw, gbias, glab, c.n, c.in, c.classes) {
 				t.Fatalf("%s: the fused kernel declined", name)
 			}
 			got := [][]float32{downloadF(b, floss), downloadF(b, fdl), downloadF(b, fdx)}
@@ -85,19 +85,23 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 				}
 			}
 		}
-		// Without gradients: the loss alone, and the same loss.
-		floss := fresh(1)
-		b.LinearCrossEntropy(floss, tensor.Buffer{}, tensor.Buffer{}, gx, gw, gbias, glab, c.n, c.in, c.classes)
+		// Without gradients, added into a running sum: the same loss.
+		floss, fsum := fresh(1), fresh(1)
+		b.Upload(fsum, []float32{0.5})
+		b.LinearCrossEntropy(floss, fsum, tensor.Buffer{}, tensor.Buffer{}, gx, gw, gbias, glab, c.n, c.in, c.classes)
 		if got := downloadF(b, floss); !sameBits(got, first) {
 			t.Errorf("%s: the loss without gradients %g differs from the loss with them %g", name, got[0], first[0])
+		}
+		if got, want := downloadF(b, fsum)[0], 0.5+first[0]; got != want {
+			t.Errorf("%s: running sum 0.5 + loss = %g, want %g", name, got, want)
 		}
 	}
 	// Sizes the kernel does not take.
 	one, _ := h.f32([]float32{0})
-	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, 1, 1, narrowOut+1) {
+	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, 1, 1, narrowOut+1) {
 		t.Errorf("the fused kernel took %d classes", narrowOut+1)
 	}
-	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, narrowRows+1, 0, 2) {
+	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, narrowRows+1, 0, 2) {
 		t.Errorf("the fused kernel took %d rows", narrowRows+1)
 	}
 }
@@ -197,10 +201,10 @@ func BenchmarkGPULinearCrossEntropy(b *testing.B) {
 			run  func()
 		}{
 			{"loss", func() {
-				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
+				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
 			}},
-			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
-			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, dl, dx, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, dx, x, w, bias, labels, n, in, classes) }},
 			{"dw+db", func() {
 				g.LinearGrads(tensor.Buffer{}, dw, bias, dl, tensor.Buffer{}, x, w, n, in, classes, false, true, true)
 			}},

@@ -50,6 +50,13 @@ func (m *LeNet) Loss(x, labels *tensor.Tensor) *tensor.Tensor {
 	return m.FC2.CrossEntropyLoss(m.Features(x), labels)
 }
 
+// LossSum is Loss that also adds the loss into sum (one float32 element,
+// outside the graph): a running total on the device, such as a training
+// epoch's, in the same operation where the backend fuses them.
+func (m *LeNet) LossSum(x, labels, sum *tensor.Tensor) *tensor.Tensor {
+	return tensor.LinearCrossEntropySum(m.Features(x), m.FC2.Weight, m.FC2.Bias, labels, sum)
+}
+
 // Features maps a batch of images to the input of the last layer, fc1's
 // activations [N, 500].
 func (m *LeNet) Features(x *tensor.Tensor) *tensor.Tensor {

@@ -137,11 +137,12 @@ type LinearCrossEntropyBackend interface {
 	// LinearCrossEntropy forms the logits z = x·wᵀ + bias (x [n, in], w
 	// [classes, in], no bias when bias is empty) and sets loss[0] to the mean
 	// over the rows of -log softmax(z)[label] (labels int32 [n]), as
-	// CrossEntropy. When dlogits is not empty it sets dlogits [n, classes] to
-	// the loss's gradient with respect to z, and then, when dx is not empty,
-	// dx [n, in] = dlogits·w. It reports false, and does nothing, for sizes
-	// it does not take.
-	LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int) bool
+	// CrossEntropy, and adds it to lossSum[0] when lossSum is not empty. When
+	// dlogits is not empty it sets dlogits [n, classes] to the loss's
+	// gradient with respect to z, and then, when dx is not empty, dx [n, in]
+	// = dlogits·w. It reports false, and does nothing, for sizes it does not
+	// take.
+	LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int) bool
 }
 
 // PoolGeom describes a 2-D max pooling over NCHW input (no padding).

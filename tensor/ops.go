@@ -394,9 +394,25 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 // the forward pass also computes the gradients of the logits and of x, and
 // the backward pass those of w and b. Otherwise it is the two operations.
 func LinearCrossEntropy(x, w, b, labels *Tensor) *Tensor {
+	return linearCrossEntropy(x, w, b, labels, nil)
+}
+
+// LinearCrossEntropySum is LinearCrossEntropy that also adds the loss into
+// sum, a float32 tensor of one element outside the graph (a running total
+// on the device, such as a training epoch's), in the same operation where
+// the backend fuses them.
+func LinearCrossEntropySum(x, w, b, labels, sum *Tensor) *Tensor {
+	if sum.DType() != Float32 || sum.Len() != 1 {
+		panic(fmt.Sprintf("tensor: LinearCrossEntropySum into %s %v; want one float32", sum.DType(), sum.shape))
+	}
+	sameBackend(x, sum)
+	return linearCrossEntropy(x, w, b, labels, sum)
+}
+
+func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 	lb, ok := x.st.b.(LinearCrossEntropyBackend)
 	if !ok {
-		return CrossEntropy(Linear(x, w, b), labels)
+		return addedInto(sum, CrossEntropy(Linear(x, w, b), labels))
 	}
 	x, w = linearOperands("LinearCrossEntropy", x, w, b)
 	n, in, classes := x.shape[0], x.shape[1], w.shape[0]
@@ -417,14 +433,18 @@ func LinearCrossEntropy(x, w, b, labels *Tensor) *Tensor {
 			dxBuf = dx.buffer()
 		}
 	}
+	var sumBuf Buffer
 	if b != nil {
 		bias = b.buffer()
 	}
-	if !lb.LinearCrossEntropy(loss.buffer(), dlBuf, dxBuf, x.buffer(), w.buffer(), bias, labels.buffer(), n, in, classes) {
+	if sum != nil {
+		sumBuf = sum.buffer()
+	}
+	if !lb.LinearCrossEntropy(loss.buffer(), sumBuf, dlBuf, dxBuf, x.buffer(), w.buffer(), bias, labels.buffer(), n, in, classes) {
 		for _, t := range nonNil(loss, dlogits, dx) {
 			t.Release()
 		}
-		return CrossEntropy(Linear(x, w, b), labels)
+		return addedInto(sum, CrossEntropy(Linear(x, w, b), labels))
 	}
 	record(loss, "linear_cross_entropy", func(g *Tensor, e *engine) {
 		d := dlogits
@@ -448,6 +468,14 @@ func LinearCrossEntropy(x, w, b, labels *Tensor) *Tensor {
 		}
 		lastLayerGrads(be, dw, db, d, x, w, accW, accB)
 	}, x, w, b)
+	return loss
+}
+
+// addedInto adds loss into sum (when not nil) and returns loss.
+func addedInto(sum, loss *Tensor) *Tensor {
+	if sum != nil {
+		loss.st.b.Axpy(sum.buffer(), 1, loss.buffer())
+	}
 	return loss
 }
 

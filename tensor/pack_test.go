@@ -48,7 +48,25 @@ func TestPack(t *testing.T) {
 	x := tensor.FromFloat32(cpu, s, []float32{1, 2}, 2).SetRequiresGrad(true)
 	mustPanic(t, "Pack of a computed tensor", "Pack needs", func() { tensor.Pack([]*tensor.Tensor{tensor.Mul(x, x)}) })
 	mustPanic(t, "Pack of nothing", "no tensors", func() { tensor.Pack(nil) })
+	mustPanic(t, "Pack of two dtypes", "one dtype", func() {
+		tensor.Pack([]*tensor.Tensor{tensor.FromFloat32(cpu, s, []float32{1}, 1), tensor.FromInt32(cpu, s, []int32{1}, 1)})
+	})
 	mustPanic(t, "Pack of a strided view", "Pack needs", func() {
 		tensor.Pack([]*tensor.Tensor{tensor.FromFloat32(cpu, s, []float32{1, 2, 3, 4}, 2, 2).Transpose(0, 1)})
 	})
+}
+
+// Int32 tensors pack too (a batch's indices and labels, uploaded at once).
+func TestPackInt32(t *testing.T) {
+	idx := tensor.FromInt32(cpu, nil, []int32{3, 1, 2}, 3)
+	labels := tensor.FromInt32(cpu, nil, []int32{7, 8, 9}, 3)
+	flat := tensor.Pack([]*tensor.Tensor{idx, labels})
+	defer flat.Release()
+	cpu.Upload(flat.Buffer(), []int32{4, 5, 6, 0, 1, 2})
+	if got := idx.Int32s(); got[0] != 4 || got[1] != 5 || got[2] != 6 {
+		t.Errorf("idx after one upload to the packed buffer: %v, want [4 5 6]", got)
+	}
+	if got := labels.Int32s(); got[0] != 0 || got[1] != 1 || got[2] != 2 {
+		t.Errorf("labels after one upload to the packed buffer: %v, want [0 1 2]", got)
+	}
 }

@@ -204,13 +204,14 @@ func (t *trainer) loop(ctx context.Context) error {
 	defer scope.Release()
 	lossSum := tensor.Zeros(b, nil, 1)
 	defer lossSum.Release()
-	labels := make([]int32, o.batchSize)
 	// The batch's indices and labels go to the same device tensors every
-	// step, which is what lets a captured step be replayed.
+	// step, which is what lets a captured step be replayed: side by side in
+	// one allocation, one upload per step.
 	idxDev := tensor.EmptyOf(b, nil, tensor.Int32, o.batchSize)
 	labelsDev := tensor.EmptyOf(b, nil, tensor.Int32, o.batchSize)
-	defer idxDev.Release()
-	defer labelsDev.Release()
+	batchDev := tensor.Pack([]*tensor.Tensor{idxDev, labelsDev})
+	defer batchDev.Release()
+	batch := make([]int32, 2*o.batchSize) // the indices, then the labels
 	runner := t.newStepper(scope, idxDev, labelsDev, lossSum)
 	defer runner.close()
 
@@ -233,11 +234,11 @@ func (t *trainer) loop(ctx context.Context) error {
 				return t.interrupted(epoch, step)
 			}
 			idx := perm[step*o.batchSize : (step+1)*o.batchSize]
+			copy(batch, idx)
 			for i, j := range idx {
-				labels[i] = int32(t.train.Labels[j])
+				batch[o.batchSize+i] = int32(t.train.Labels[j])
 			}
-			b.Upload(idxDev.Buffer(), idx)
-			b.Upload(labelsDev.Buffer(), labels)
+			b.Upload(batchDev.Buffer(), batch)
 			loss := runner.run()
 			t.globalStep++
 			windowSteps++
@@ -321,10 +322,9 @@ func (s *stepper) eager() *tensor.Tensor {
 	s.scope.Reset()
 	n := s.idx.Len()
 	x := tensor.GatherNormalize(s.scope, t.trainImgs, s.idx, pixelScale, pixelShift).Reshape(n, 1, t.train.Rows, t.train.Cols)
-	loss := t.model.Loss(x, s.labels)
+	loss := t.model.LossSum(x, s.labels, s.sum) // the epoch's running sum too
 	loss.Backward()
 	t.sgd.StepAndZeroGrad() // the gradients start at zero (newStepper)
-	t.dev.backend.Axpy(s.sum.Buffer(), 1, loss.Buffer())
 	return loss
 }
 

@@ -17,7 +17,8 @@
 //   dlogits[r, c] = exp(z[c] - m)/se/n - (c == y)/n      (when not null)
 //   dx[r] = dlogits[r]·w                                 (when not null too)
 // and loss[0] = the mean of loss_r, as ember_cross_entropy computes it from
-// the logits. A label outside [0, classes) makes its row NaN.
+// the logits (also added to lossSum[0], a running total, when not null). A
+// label outside [0, classes) makes its row NaN.
 //
 // A block of rows·classes warps (rows = 32/classes) takes that many rows
 // at a time: warp (i, c) forms logit c of row i as ember_gemm_small does
@@ -31,7 +32,7 @@
 // to finish (counted in *doneOrNull, which it resets) adds the partials in
 // a fixed tree, so the loss does not depend on which block finishes last.
 extern "C" __global__ void __launch_bounds__(1024)
-ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
+ember_linear_xent(float* loss, float* lossSumOrNull, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
                   const float* biasOrNull, const int* labels, int n, int in, int classes, double* partialOrNull,
                   int* doneOrNull) {
     __shared__ float zs[32];      // the block's logits, then their gradients: [rows][classes]
@@ -95,7 +96,9 @@ ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const floa
     __shared__ int lastBlock;
     if (threadIdx.x == 0) {
         if (gridDim.x == 1) {
-            loss[0] = (float)(bsum / (double)n);
+            const float l = (float)(bsum / (double)n);
+            loss[0] = l;
+            if (lossSumOrNull != 0) lossSumOrNull[0] += l;
         } else {
             partialOrNull[blockIdx.x] = bsum;
             ember_fence_acq_rel();
@@ -113,7 +116,9 @@ ember_linear_xent(float* loss, float* dlogitsOrNull, float* dxOrNull, const floa
     for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) t += __ldcg(partialOrNull + b);
     t = ember_block_sum_d(t);
     if (threadIdx.x == 0) {
-        loss[0] = (float)(t / (double)n);
+        const float l = (float)(t / (double)n);
+        loss[0] = l;
+        if (lossSumOrNull != 0) lossSumOrNull[0] += l;
         *doneOrNull = 0;
     }
 }

@@ -72,7 +72,7 @@ func (f fusedLinear) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, ou
 
 // LinearCrossEntropy as its parts, for up to 32 classes (beyond, the
 // operation's fallback runs).
-func (f fusedLinear) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
 	if classes > 32 {
 		return false
 	}
@@ -83,6 +83,9 @@ func (f fusedLinear) LinearCrossEntropy(loss, dlogits, dx, x, w, bias, labels te
 	defer f.Free(z)
 	f.Linear(z, x, w, bias, n, in, classes, false)
 	f.CrossEntropy(loss, dlogits, z, labels, n, classes)
+	if !lossSum.Empty() {
+		f.Axpy(lossSum, 1, loss)
+	}
 	if !dlogits.Empty() && !dx.Empty() {
 		f.MatMul(dx, dlogits, w, n, in, classes, false, false, 1, 0)
 	}
@@ -371,5 +374,27 @@ func TestSuiteCatchesBugs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// LinearCrossEntropySum adds the loss into its running sum, on the fused
+// path and on the fallback, and returns the loss LinearCrossEntropy gives.
+func TestLinearCrossEntropySum(t *testing.T) {
+	for _, b := range []tensor.Backend{fusedLinear{tensor.CPU}, tensor.CPU} {
+		s := tensor.NewScope()
+		x := tensor.FromFloat32(b, s, []float32{1, 2, -1, 0.5, 0, 3}, 2, 3)
+		w := tensor.FromFloat32(b, s, []float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6}, 2, 3)
+		bias := tensor.FromFloat32(b, s, []float32{0.05, -0.05}, 2)
+		labels := tensor.FromInt32(b, s, []int32{1, 0}, 2)
+		sum := tensor.FromFloat32(b, s, []float32{1.5}, 1)
+		want := tensor.LinearCrossEntropy(x, w, bias, labels).Item()
+		got := tensor.LinearCrossEntropySum(x, w, bias, labels, sum).Item()
+		if got != want {
+			t.Errorf("%s: loss %g, LinearCrossEntropy %g", b.Name(), got, want)
+		}
+		if total := sum.Item(); total != 1.5+want {
+			t.Errorf("%s: running sum %g, want 1.5 + %g", b.Name(), total, want)
+		}
+		s.Release()
 	}
 }
