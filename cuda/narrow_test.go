@@ -203,7 +203,9 @@ func BenchmarkGPULinearCrossEntropy(b *testing.B) {
 			{"loss", func() {
 				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
 			}},
-			{"loss+dlogits", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits", func() {
+				g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
+			}},
 			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, dx, x, w, bias, labels, n, in, classes) }},
 			{"dw+db", func() {
 				g.LinearGrads(tensor.Buffer{}, dw, bias, dl, tensor.Buffer{}, x, w, n, in, classes, false, true, true)
