@@ -1085,7 +1085,12 @@ func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
 		need(op, "v", v, n)
 		pv = b.f32(op, v)
 	}
-	b.launch(op, b.k.sgd, n, b.f32(op, p), b.f32(op, g), pv, int64(n),
+	pp, pg := b.f32(op, p), b.f32(op, g)
+	f, count := b.k.sgd, n
+	if n%4 == 0 && (pp|pg|pv)%16 == 0 { // four at a time
+		f, count = b.k.sgd4, n/4
+	}
+	b.launch(op, f, count, pp, pg, pv, int64(count),
 		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 

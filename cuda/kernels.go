@@ -115,7 +115,7 @@ type kernels struct {
 	addBias, biasGradCols                     *Function
 	biasGradRows, biasGradFinish              *Function
 	copyStridedU32, copyStridedU8             *Function
-	gatherNormalize, sgd                      *Function
+	gatherNormalize, sgd, sgd4                *Function
 	sumPartial, sumFinal                      *Function
 	im2col, col2im, swap01                    *Function
 	maxPool, maxPoolBackward                  *Function
@@ -164,6 +164,7 @@ func (k *kernels) table() []struct {
 		{&k.copyStridedU8, "ember_copy_strided_u8"},
 		{&k.gatherNormalize, "ember_gather_normalize"},
 		{&k.sgd, "ember_sgd"},
+		{&k.sgd4, "ember_sgd4"},
 		{&k.sumPartial, "ember_sum_partial"},
 		{&k.sumFinal, "ember_sum_final"},
 		{&k.im2col, "ember_im2col"},

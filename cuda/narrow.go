@@ -14,11 +14,13 @@ const (
 	// narrowOut is the most outputs (classes) the narrow kernels take: one
 	// register per class and thread, one lane per class in the softmax.
 	narrowOut = 32
-	// narrowRows is the most rows the narrow kernels take. Beyond it the
-	// unfused path is faster: at batch 1024 linear_xent took 22.5 us against
-	// 20 for cuBLAS's product and the cross entropy, and linear_grads_narrow
-	// 20 us (its weight-gradient strips are one block's loop over every row)
-	// against 18.4 for the cuBLAS path.
+	// xentRows is the most rows linear_xent takes: at batch 1024 it took
+	// 22.5 us, where the unfused forward took 22.5 us in six launches and
+	// the input gradient 4.7 us more.
+	xentRows = 1024
+	// narrowRows is the most rows linear_grads_narrow takes: at batch 1024
+	// it took 20 us (its weight-gradient strips are one block's loop over
+	// every row) against 14 us in four launches for the cuBLAS path.
 	narrowRows = 256
 	// xentDone is the slot of the backend's counters that linear_xent's
 	// blocks count themselves in (after the split sums' ltCounters).
@@ -39,10 +41,10 @@ func byClasses(classes int) int {
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
-// narrowRows rows. It reports false for other sizes.
+// xentRows rows. It reports false for other sizes.
 func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
 	const op = "linear_cross_entropy"
-	if n < 1 || n > narrowRows || in < 0 || classes < 1 || classes > narrowOut || b.noNarrow {
+	if n < 1 || n > xentRows || in < 0 || classes < 1 || classes > narrowOut || b.noNarrow {
 		return false
 	}
 	need(op, "loss", loss, 1)

