@@ -30,6 +30,7 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		{1024, 500, 10, 2, true},
 		{250, 129, 17, 0, false},
 		{8, 64, 32, 1, true},
+		{1, 40, 7, 0, true},
 		{33, 20, 1, 0, true},
 		{70, 130, 10, 2, false},
 	} {

@@ -20,7 +20,7 @@
 // the logits (also added to lossSum[0], a running total, when not null). A
 // label outside [0, classes) makes its row NaN.
 //
-// A block of rows·classes warps (rows = 32/classes) takes that many rows
+// A block of rows·classes warps (rows·classes <= 32) takes that many rows
 // at a time: warp (i, c) forms logit c of row i as ember_gemm_small does
 // (lanes take k = lane, lane+32, ..., a xor tree adds them: the same bits),
 // warp i then does row i's softmax from shared memory, and the whole block
@@ -33,12 +33,11 @@
 // a fixed tree, so the loss does not depend on which block finishes last.
 extern "C" __global__ void __launch_bounds__(1024)
 ember_linear_xent(float* loss, float* lossSumOrNull, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
-                  const float* biasOrNull, const int* labels, int n, int in, int classes, double* partialOrNull,
-                  int* doneOrNull) {
+                  const float* biasOrNull, const int* labels, int n, int in, int classes, int rows,
+                  double* partialOrNull, int* doneOrNull) {
     __shared__ float zs[32];      // the block's logits, then their gradients: [rows][classes]
     __shared__ double rowLoss[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rows = 32 / classes;
     const float nf = (float)n;
     double bsum = 0.0;  // thread 0's
     for (int r0 = blockIdx.x * rows; r0 < n; r0 += gridDim.x * rows) {
@@ -198,15 +197,17 @@ __device__ __forceinline__ void linear_grads_narrow_body(float* dxOrNull, float*
 #pragma unroll
     for (int c = 0; c < CMAX; c++) acc[c] = 0.0f;
     for (int r0 = 0; r0 < n; r0 += NARROW_CHUNK) {
-        __syncthreads();
-        narrow_stage<CMAX>(gs, g, yOrNull, r0, NARROW_CHUNK, n, out);
-        __syncthreads();
+        // x's rows first, so that their loads and the staging's are in
+        // flight together.
         float xv[NARROW_CHUNK / 8];
 #pragma unroll
         for (int i = 0; i < NARROW_CHUNK / 8; i++) {
             const int r = r0 + ty + 8 * i;
             xv[i] = (!live || r >= n) ? 0.0f : bias ? 1.0f : x[(long long)r * in + col];
         }
+        __syncthreads();
+        narrow_stage<CMAX>(gs, g, yOrNull, r0, NARROW_CHUNK, n, out);
+        __syncthreads();
 #pragma unroll
         for (int i = 0; i < NARROW_CHUNK / 8; i++) {
 #pragma unroll
