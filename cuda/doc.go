@@ -54,13 +54,14 @@
 // kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
 // and cuBLAS for large products. It also implements the tensor package's
 // optional fused operations: convolution + bias + ReLU + max pooling
-// (conv_pool.go, with the register-tiled kernels of conv_rt.go), and a
-// linear layer with its bias and ReLU, and its gradients, in one launch
-// each way for batches of up to 256 rows (linear.go; on sm_90 the blocks
-// that split a sum form thread block clusters). Every kernel is checked against the CPU backend by the
-// conformance suite (package tensortest) on the GPU, and every launch
-// against the kernel's C signature by a recorder in the tests that run
-// without one.
+// (conv_pool.go, with the register-tiled kernels of conv_rt.go), a linear
+// layer with its bias and ReLU, and its gradients, in one launch each way
+// for batches of up to 256 rows (linear.go; on sm_90 the blocks that split
+// a sum form thread block clusters), and a classifier's last layer with its
+// cross entropy in one launch each way (narrow.go). Every kernel is checked
+// against the CPU backend by the conformance suite (package tensortest) on
+// the GPU, and every launch against the kernel's C signature by a recorder
+// in the tests that run without one.
 //
 // # Custom kernels
 //

@@ -4,5 +4,7 @@
 //
 // NewSGD packs the parameters, their gradients and the momentum buffers into
 // one allocation each, so that ZeroGrad and Step are one backend call each
-// (one kernel launch on a GPU) whatever the number of parameters.
+// (one kernel launch on a GPU) whatever the number of parameters, and
+// StepAndZeroGrad is both in one call: a training loop that uses it needs no
+// fill of the gradients per step.
 package optim

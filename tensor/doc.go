@@ -16,9 +16,10 @@
 //   - backend.go: the Backend interface. cpu.go and cpu_conv.go implement it
 //     on the host; package cuda implements it on NVIDIA GPUs; package
 //     tensortest is the conformance suite both run. A backend may also
-//     implement ConvPoolBackend and BiasReLUBackend, which fuse
-//     Conv2dReLUMaxPool and LinearReLU into fewer passes; without them those
-//     operations run as their parts.
+//     implement ConvPoolBackend, BiasReLUBackend, LinearBackend and
+//     LinearCrossEntropyBackend, which fuse Conv2dReLUMaxPool, LinearReLU
+//     and LinearCrossEntropy (a classifier's last layer with its loss) into
+//     fewer passes; without them those operations run as their parts.
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)
