@@ -44,3 +44,25 @@ func ExampleConv2dReLUMaxPool() {
 	// Output:
 	// [1 1 2 2] [1.5 0 0.5 3.5]
 }
+
+// A classifier's last layer and its loss in one call: on a backend that
+// fuses them (the CUDA backend, up to 32 classes) the forward pass also
+// forms the logits' and the input's gradients; on the CPU it is
+// CrossEntropy(Linear(...)), with the same result. LinearCrossEntropySum
+// also adds the loss into a running total.
+func ExampleLinearCrossEntropy() {
+	b := tensor.CPU
+	step := tensor.NewScope()
+	defer step.Release()
+	x := tensor.FromFloat32(b, step, []float32{1, 0, 0, 1}, 2, 2) // two inputs
+	w := tensor.FromFloat32(b, step, []float32{2, 0, 0, 2, 0, 0}, 3, 2).SetRequiresGrad(true)
+	labels := tensor.FromInt32(b, step, []int32{0, 1}, 2)
+	total := tensor.Zeros(b, step, 1)
+	loss := tensor.LinearCrossEntropySum(x, w, nil, labels, total)
+	loss.Backward()
+	fmt.Printf("loss %.4f, total %.4f\n", loss.Item(), total.Item())
+	fmt.Printf("dloss/dw row 2 %.4f\n", w.Grad().Float32s()[4:])
+	// Output:
+	// loss 0.2395, total 0.2395
+	// dloss/dw row 2 [0.0533 0.0533]
+}
