@@ -326,7 +326,7 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 	defer b.release(wsX)
 	wsW := b.splitWorkspace(op, splitsW, out*cols)
 	defer b.release(wsW)
-	counters := b.tileCounters.Ptr() // 0 with clusters: not used
+	counters := b.tileCounters.Ptr() // not read by the cluster kernels
 	countersW := counters
 	if splitsX > 1 && counters != 0 {
 		countersW += uintptr(4 * tilesX)

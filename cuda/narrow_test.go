@@ -108,7 +108,8 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 }
 
 // TestGPULinearGradsNarrowMatchesCuBLAS runs ember_linear_grads_narrow and
-// the cuBLAS path on grid inputs (every sum exact in any order, so the
+// the general path (ember_linear_grads_small for small layers without a
+// ReLU, else cuBLAS) on grid inputs (every sum exact in any order, so the
 // results must agree bit for bit): LeNet's fc2 at batch 64 and 256, the
 // ReLU's mask, 17 to 32 outputs, each gradient alone or left out, written
 // or added to, and ragged tiles.
@@ -137,6 +138,9 @@ func TestGPULinearGradsNarrowMatchesCuBLAS(t *testing.T) {
 		var mask tensor.Buffer
 		if c.relu {
 			mask, _ = h.f32(gridRandom(c.n*c.out, 24))
+		}
+		if !b.narrowGrads(c.n, c.in, c.out) {
+			t.Fatalf("%s: not a size linear_grads_narrow takes", name)
 		}
 		run := func(narrow bool) [][]float32 {
 			b.noNarrow, b.noLinearTiled = !narrow, !narrow

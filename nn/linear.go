@@ -34,8 +34,9 @@ func (l *Linear) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.LinearReLU(x, l.Weight, l.Bias)
 }
 
-// CrossEntropyLoss is CrossEntropyLoss(l.Forward(x), labels): the layer as
-// a classifier's last, with its loss. Backends that fuse the two (the CUDA
+// CrossEntropyLoss is CrossEntropyLoss(l.Forward(x), labels) (the package's
+// function, tensor.CrossEntropy): the layer as a classifier's last, with its
+// loss. Backends that fuse the two (the CUDA
 // backend, for up to 32 classes) run them as one operation each way.
 func (l *Linear) CrossEntropyLoss(x, labels *tensor.Tensor) *tensor.Tensor {
 	return tensor.LinearCrossEntropy(x, l.Weight, l.Bias, labels)

@@ -454,6 +454,9 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 				dst, acc := e.sink(x)
 				be.ScaleBy(dst, dx.buffer(), g.buffer(), acc)
 			}
+			if !anyRequiresGrad(w, b) {
+				return
+			}
 			d = Empty(be, e.scopeFor(w), n, classes)
 			defer d.Release()
 			be.ScaleBy(d.buffer(), dlogits.buffer(), g.buffer(), false)

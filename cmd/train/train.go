@@ -339,14 +339,18 @@ func (s *stepper) run() *tensor.Tensor {
 	if s.tryGraph && s.t.sgd.Replayable() {
 		s.tryGraph = false
 		var loss *tensor.Tensor
+		before := s.t.sgd.Steps()
 		g, err := s.t.dev.gpu.Capture(func() { loss = s.eager() })
 		if err == nil {
 			s.t.logf("cuda graph: the training step is captured once and replayed (--no-graph launches eagerly)")
 			s.graph, s.graphLoss = g, loss
 			return s.run()
 		}
-		// The capture ran no work, but the host side of the step did.
-		s.t.sgd.Rewind()
+		// The capture ran no work, but the host side of the step may have
+		// counted an optimiser step (not when the capture failed first).
+		if s.t.sgd.Steps() > before {
+			s.t.sgd.Rewind()
+		}
 		s.t.logf("cuda graph: capture failed, launching eagerly: %v", oneLine(err))
 	}
 	return s.eager()
