@@ -368,6 +368,16 @@ func need(op, what string, buf tensor.Buffer, n int) {
 	}
 }
 
+// f32Opt is f32 of an optional buffer of at least n elements: 0 when it is
+// empty (not wanted).
+func (b *Backend) f32Opt(op, what string, buf tensor.Buffer, n int) uintptr {
+	if buf.Empty() {
+		return 0
+	}
+	need(op, what, buf, n)
+	return b.f32(op, buf)
+}
+
 // workspace allocates temporary device memory for one operation; release
 // it as soon as the operation's work is queued.
 func (b *Backend) workspace(op string, bytes int) Block {

@@ -215,23 +215,8 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 	need(op, "g", g, n*out)
 	need(op, "x", x, n*in)
 	need(op, "w", w, out*in)
-	var pdx, pdw, pdb, py uintptr
-	if !dx.Empty() {
-		need(op, "dx", dx, n*in)
-		pdx = b.f32(op, dx)
-	}
-	if !dw.Empty() {
-		need(op, "dw", dw, out*in)
-		pdw = b.f32(op, dw)
-	}
-	if !db.Empty() {
-		need(op, "db", db, out)
-		pdb = b.f32(op, db)
-	}
-	if !y.Empty() {
-		need(op, "y", y, n*out)
-		py = b.f32(op, y)
-	}
+	pdx, pdw, pdb := b.f32Opt(op, "dx", dx, n*in), b.f32Opt(op, "dw", dw, out*in), b.f32Opt(op, "db", db, out)
+	py := b.f32Opt(op, "y", y, n*out)
 	if pdx == 0 && pdw == 0 && pdb == 0 {
 		return
 	}
