@@ -89,58 +89,6 @@ type Backend struct {
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 }
 
-// sideLane is a second stream for independent parts of one operation: a
-// convolution's weight gradient runs there while its input gradient runs
-// on the main stream (both read the same output gradient, neither needs the
-// other, and each alone leaves most of an H200 idle at batch 64). fork
-// makes the side stream wait for the main stream's work so far, join makes
-// the main stream wait for the side's; both are events, so the host never
-// blocks, and a graph capture of the main stream takes the side's work in
-// as a parallel branch. Only the backend's own kernels run there (no
-// cuBLAS). It is used while a graph is captured only (capturing): launched
-// eagerly, the four event calls of a fork and join cost the host more than
-// the overlap saves on the device. mu keeps the fork...join sequences of
-// concurrent callers apart.
-type sideLane struct {
-	mu             sync.Mutex
-	stream         Stream
-	forkEv, joinEv Event
-	capturing      atomic.Bool
-}
-
-// openSideLane makes the side stream and its events.
-func (b *Backend) openSideLane() error {
-	l := &sideLane{}
-	b.side = l
-	var err error
-	if l.stream, err = b.dev.NewStream(); err != nil {
-		return err
-	}
-	if l.forkEv, err = b.dev.NewEvent(false); err != nil {
-		return err
-	}
-	l.joinEv, err = b.dev.NewEvent(false)
-	return err
-}
-
-// closeSideLane releases what openSideLane made.
-func (b *Backend) closeSideLane() []error {
-	l := b.side
-	if l == nil {
-		return nil
-	}
-	var errs []error
-	for _, e := range []Event{l.forkEv, l.joinEv} {
-		if e != 0 {
-			errs = append(errs, b.dev.EventDestroy(e))
-		}
-	}
-	if l.stream != 0 {
-		errs = append(errs, b.dev.DestroyStream(l.stream))
-	}
-	return errs
-}
-
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
 // capped at maxGrid blocks (the kernels loop), which keeps every 1-D index
 // far from overflow and the GPU full (4096 blocks of 256 threads is more than
@@ -329,7 +277,7 @@ func (b *Backend) Free(buf tensor.Buffer) {
 		b.deferError(fmt.Errorf("cuda: double free of a %d-byte buffer", m.bytes))
 		return
 	}
-	if m.bytes > 0 {
+	if m.bytes > 0 && !b.side.hold(m) {
 		if err := m.owner.alloc.Free(m.blk); err != nil {
 			b.deferError(err)
 		}
@@ -421,6 +369,16 @@ type executor interface {
 	// this one; work queued after it returns waits for both. side may only
 	// launch kernels.
 	parallel(side func(x executor), main func()) error
+	// detach queues side like parallel but returns without joining it, so
+	// that the operations after it can overlap it (see sideLane); uses is
+	// the memory side reads and writes. Where parallel would run side at
+	// once, so does detach.
+	detach(uses []span, side func(x executor)) error
+	// beside runs main, whose operations touch only the memory in uses,
+	// without joining a detached side task unless the two conflict.
+	beside(uses []span, main func()) error
+	// settle joins a detached side task, if any, into this stream.
+	settle() error
 }
 
 // gpuExec queues everything on one stream of one device.
@@ -431,43 +389,14 @@ type gpuExec struct {
 	side   *sideLane
 }
 
-// parallel queues side on the side lane's stream and main on this one
-// between a fork and a join (see sideLane). Without a side lane, or outside
-// a graph capture, both go to this stream, side first.
-func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
-	l := g.side
-	if l == nil || !l.capturing.Load() {
-		side(g)
-		main()
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := g.dev.RecordEvent(l.forkEv, g.stream); err != nil {
-		return err
-	}
-	if err := g.dev.StreamWaitEvent(l.stream, l.forkEv); err != nil {
-		return err
-	}
-	// The join runs even when side or main panics (a failed launch), so
-	// that the capture never ends with the side stream unjoined and
-	// nothing freed after a failure is still in use there.
-	defer func() {
-		if e := g.dev.RecordEvent(l.joinEv, l.stream); e == nil {
-			e = g.dev.StreamWaitEvent(g.stream, l.joinEv)
-			if err == nil {
-				err = e
-			}
-		} else if err == nil {
-			err = e
-		}
-	}()
-	side(&gpuExec{dev: g.dev, stream: l.stream})
-	main()
-	return nil
-}
+// Every operation on the main stream first joins a detached side task
+// (settle), unless it runs inside beside: only beside checks what the two
+// touch.
 
 func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return f.Launch(grid, block, 0, g.stream, args...)
 }
 
@@ -475,26 +404,43 @@ func (g *gpuExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintp
 	if g.blas == nil {
 		return errors.New("cuda: a GEMM queued on the side stream, which has no cuBLAS handle")
 	}
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return g.blas.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 func (g *gpuExec) memset32(dst uintptr, v uint32, count int) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return g.dev.Memset32(dst, v, count, g.stream)
 }
 
 func (g *gpuExec) copyDtoD(dst, src uintptr, bytes int) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return g.dev.CopyDtoD(dst, src, bytes, g.stream)
 }
 
 func (g *gpuExec) copyHtoD(dst uintptr, src unsafe.Pointer, bytes int) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return g.dev.CopyHtoD(dst, src, bytes, g.stream)
 }
 
 func (g *gpuExec) copyDtoH(dst unsafe.Pointer, src uintptr, bytes int) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
 	return g.dev.CopyDtoH(dst, src, bytes, g.stream)
 }
 
-func (g *gpuExec) synchronize() error { return g.dev.Synchronize(g.stream) }
+func (g *gpuExec) synchronize() error {
+	return errors.Join(g.settle(), g.dev.Synchronize(g.stream))
+}
 
 // gridFor is the 1-D grid for n elements: one thread each, at most maxGrid
 // blocks (the kernels' grid-stride loops do the rest).

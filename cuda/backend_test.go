@@ -259,6 +259,7 @@ type recExec struct {
 	launches map[string]int
 	gemms    int
 	forks    int
+	detaches int
 	memsets  int
 	copies   int
 }
@@ -278,6 +279,28 @@ func (r *recExec) parallel(side func(x executor), main func()) error {
 	main()
 	return nil
 }
+
+// detach runs side at once, as outside a capture, after checking its
+// memory.
+func (r *recExec) detach(uses []span, side func(x executor)) error {
+	r.mu.Lock()
+	r.detaches++
+	r.mu.Unlock()
+	for _, u := range uses {
+		if u.p != 0 && !r.mem.inside(u.p, u.bytes) {
+			r.errorf("detached task's memory [%#x, +%d) outside allocated memory", u.p, u.bytes)
+		}
+	}
+	side(r)
+	return nil
+}
+
+func (r *recExec) beside(uses []span, main func()) error {
+	main()
+	return nil
+}
+
+func (r *recExec) settle() error { return nil }
 
 func (r *recExec) launch(f *Function, grid, block Dim3, args []any) error {
 	r.mu.Lock()
@@ -411,7 +434,7 @@ func (r *recExec) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.launches = map[string]int{}
-	r.gemms, r.memsets, r.copies, r.forks = 0, 0, 0, 0
+	r.gemms, r.memsets, r.copies, r.forks, r.detaches = 0, 0, 0, 0, 0
 }
 
 func (r *recExec) kernelLaunches() int {
@@ -539,12 +562,16 @@ func TestRecordedLeNetStep(t *testing.T) {
 		for _, n := range names {
 			fmt.Fprintf(&sb, " %s=%d", n, rec.launches[n])
 		}
-		t.Logf("one LeNet training step at batch 64 (clusters %v): %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies, %d forks to the side stream;%s",
-			!noClusters, rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, rec.forks, sb.String())
+		t.Logf("one LeNet training step at batch 64 (clusters %v): %d kernel launches, %d cuBLAS GEMMs, %d memsets, %d copies, %d forks to the side stream, %d tasks detached there;%s",
+			!noClusters, rec.kernelLaunches(), rec.gemms, rec.memsets, rec.copies, rec.forks, rec.detaches, sb.String())
 		// Nothing is filled per step: the update zeroes the gradients as it
 		// reads them, and no backward function reads the loss's seed.
 		if rec.memsets != 0 {
 			t.Errorf("a training step issued %d memsets, want 0", rec.memsets)
+		}
+		// fc2's weight gradient, beside fc1's backward pass.
+		if rec.detaches != 1 {
+			t.Errorf("a training step detached %d side tasks, want 1", rec.detaches)
 		}
 		tr.close()
 		if err := b.Synchronize(); err != nil {

@@ -60,6 +60,13 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 		if b.side != nil {
 			b.side.capturing.Store(true)
 			defer b.side.capturing.Store(false)
+			// Before the capture ends, a side task f left detached joins the
+			// stream (or the driver fails the capture as unjoined).
+			defer func() {
+				if e := b.x.settle(); e != nil && err == nil {
+					err = e
+				}
+			}()
 		}
 		f()
 		return nil

@@ -224,12 +224,36 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 	// the same memory (x and w the same tensor: Linear(x, x, b)).
 	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
 	empty := n == 0 || in == 0 || out == 0
+	uses := []span{{pdx, 4 * n * in, true}, {pdw, 4 * out * in, true}, {pdb, 4 * out, true},
+		{b.f32(op, g), 4 * n * out, false}, {py, 4 * n * out, false}, {b.f32(op, x), 4 * n * in, false}, {b.f32(op, w), 4 * out * in, false}}
+	if apart && !empty && pdx == 0 && b.narrowOut(out) && in < 1<<26 {
+		// Only the weight gradients: a last layer, whose input gradient
+		// its forward pass gave (LinearCrossEntropy). In a captured graph
+		// they run on the side stream, beside the backward pass of the
+		// layers below, so the narrow kernel takes every batch size: its
+		// loop over all the rows is off the main path there (at batch 1024,
+		// 20 us against 14 in four cuBLAS launches). Eager launches take
+		// the same kernel, so that both give the same bits.
+		devCheck(op, b.x.detach(uses, func(ex executor) {
+			b.linearGradsNarrow(ex, op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+		}))
+		return
+	}
+	devCheck(op, b.x.beside(uses, func() {
+		b.linearGrads(op, pdx, pdw, pdb, g, py, x, w, n, in, out, accX, accW, accB, apart && !empty)
+	}))
+}
+
+// linearGrads queues LinearGrads through the first kernel that takes its
+// sizes (fused ones only when apart: the outputs share no memory and no size
+// is 0).
+func (b *Backend) linearGrads(op string, pdx, pdw, pdb uintptr, g tensor.Buffer, py uintptr, x, w tensor.Buffer, n, in, out int, accX, accW, accB, apart bool) {
 	switch {
-	case apart && !empty && b.narrowGrads(n, in, out):
-		b.linearGradsNarrow(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
-	case apart && !empty && py == 0 && out <= 128 && n <= 128 && smallProduct(n, in, out) && smallProduct(out, in, n):
+	case apart && b.narrowGrads(n, in, out):
+		b.linearGradsNarrow(b.x, op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+	case apart && py == 0 && out <= 128 && n <= 128 && smallProduct(n, in, out) && smallProduct(out, in, n):
 		b.linearGradsSmall(op, pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
-	case apart && !empty && b.tiledLinear(n, in, out):
+	case apart && b.tiledLinear(n, in, out):
 		b.linearGradsTiled(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
 	default:
 		pg := b.f32(op, g)

@@ -18,9 +18,11 @@ const (
 	// 22.5 us, where the unfused forward took 22.5 us in six launches and
 	// the input gradient 4.7 us more.
 	xentRows = 1024
-	// narrowRows is the most rows linear_grads_narrow takes: at batch 1024
-	// it took 20 us (its weight-gradient strips are one block's loop over
-	// every row) against 14 us in four launches for the cuBLAS path.
+	// narrowRows is the most rows linear_grads_narrow takes with the input
+	// gradient: at batch 1024 it took 20 us (its weight-gradient strips are
+	// one block's loop over every row) against 14 us in four launches for
+	// the cuBLAS path. Weight gradients alone it takes at any batch size,
+	// for the side stream (LinearGrads).
 	narrowRows = 256
 	// xentDone is the slot of the backend's counters that linear_xent's
 	// blocks count themselves in (after the split sums' ltCounters).
@@ -77,12 +79,15 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 // narrowGrads says whether LinearGrads of an n x in x out layer goes to
 // linear_grads_narrow.
 func (b *Backend) narrowGrads(n, in, out int) bool {
-	return !b.noNarrow && out <= narrowOut && n <= narrowRows && in < 1<<26
+	return b.narrowOut(out) && n <= narrowRows && in < 1<<26
 }
+
+// narrowOut says whether the narrow kernels take a layer of out outputs.
+func (b *Backend) narrowOut(out int) bool { return !b.noNarrow && out <= narrowOut }
 
 // linearGradsNarrow queues ember_linear_grads_narrow: dx's 32 x 32 tiles,
 // dw's 32-column strips, then db's block.
-func (b *Backend) linearGradsNarrow(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB bool) {
+func (b *Backend) linearGradsNarrow(ex executor, op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB bool) {
 	colTiles := (in + 31) / 32
 	var blocksX, blocksW, blocksB int
 	if pdx != 0 {
@@ -94,7 +99,7 @@ func (b *Backend) linearGradsNarrow(op string, pdx, pdw, pdb, pg, py, px, pw uin
 	if pdb != 0 {
 		blocksB = 1
 	}
-	devCheck(op, b.x.launch(b.k.linearGradsNarrow[byClasses(out)], Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1},
+	devCheck(op, ex.launch(b.k.linearGradsNarrow[byClasses(out)], Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1},
 		Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out),
 			flag(accX), flag(accW), flag(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
 }
