@@ -78,12 +78,17 @@ type Backend struct {
 	mu       sync.Mutex
 	deferred error // errors of Free, reported by Synchronize
 
-	blasWorkspace Block // cuBLAS's workspace, from the allocator (halved with the side lane's handle)
-	closed        atomic.Bool
+	blasWorkspace Block // cuBLAS's workspace, from the allocator
+	// blasWorkspaceSet: cuBLAS was given blasWorkspaceBytes of
+	// blasWorkspace (0 with EMBER_CUBLAS_WORKSPACE=0), not left its own
+	blasWorkspaceSet   bool
+	blasWorkspaceBytes int
+	closed             atomic.Bool
 
 	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
 	noNarrow      bool      // EMBER_LINEAR_NARROW=0: no narrow-layer kernels (narrow.go)
+	tf32          bool      // BackendOptions.TF32, for every cuBLAS handle
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // counters of split sums (linear.cu) and of linear_xent's blocks (narrow.cu)
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
@@ -122,11 +127,12 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if b.blas, err = dev.NewBLAS(b.stream); err != nil {
 		return nil, err
 	}
+	b.tf32 = opt.TF32
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
 	if os.Getenv("EMBER_SIDE_STREAM") != "0" {
-		if err = b.openSideLane(opt.TF32); err != nil {
+		if err = b.openSideLane(); err != nil {
 			return nil, err
 		}
 	}
@@ -1080,9 +1086,6 @@ const defaultBLASWorkspaceMiB = 32
 // setBLASWorkspace gives cuBLAS its workspace from the caching allocator, so
 // that every device buffer is counted in one place. EMBER_CUBLAS_WORKSPACE
 // overrides the size in MiB ("0": none), or "cublas" leaves cuBLAS its own.
-// With a side lane, its cuBLAS handle takes the second half: the two
-// handles, given the same size, pick the same algorithms, so that a GEMM
-// gives the same bits on either stream (in a graph or launched eagerly).
 func (b *Backend) setBLASWorkspace() error {
 	v := os.Getenv("EMBER_CUBLAS_WORKSPACE")
 	if v == "cublas" || cublasFn.setWorkspace == 0 {
@@ -1095,16 +1098,10 @@ func (b *Backend) setBLASWorkspace() error {
 			return fmt.Errorf("cuda: EMBER_CUBLAS_WORKSPACE=%q: want a size in MiB, or cublas", v)
 		}
 	}
-	handles := []*BLAS{b.blas}
-	if b.side != nil && b.side.blas != nil {
-		handles = append(handles, b.side.blas)
-	}
 	// Under a tight memory limit take less rather than fail: a smaller
 	// workspace only makes some GEMMs slower.
-	var blk Block
 	for ; mib > 0; mib /= 4 {
-		var err error
-		blk, err = b.alloc.Alloc(mib<<20, b.stream)
+		blk, err := b.alloc.Alloc(mib<<20, b.stream)
 		var oom *OutOfMemoryError
 		if errors.As(err, &oom) {
 			continue
@@ -1112,27 +1109,23 @@ func (b *Backend) setBLASWorkspace() error {
 		if err != nil {
 			return err
 		}
-		b.blasWorkspace = blk
-		break
+		b.blasWorkspace, b.blasWorkspaceBytes = blk, mib<<20
+		b.blasWorkspaceSet = true
+		return b.blas.SetWorkspace(blk.Ptr(), mib<<20)
 	}
-	share := (mib << 20) / len(handles) &^ 255
-	for i, h := range handles {
-		p := uintptr(0)
-		if share > 0 {
-			p = blk.Ptr() + uintptr(i*share)
-		}
-		if err := h.SetWorkspace(p, share); err != nil {
-			return err
-		}
-	}
-	return nil
+	b.blasWorkspaceSet = true
+	return b.blas.SetWorkspace(0, 0)
 }
 
-// BLASWorkspace is the size of the cuBLAS workspace taken from the
-// allocator (0 when cuBLAS keeps its own), for both streams.
+// BLASWorkspace is the size of the cuBLAS workspaces taken from the
+// allocator (0 when cuBLAS keeps its own): the main stream's, and the side
+// stream's once it has run a GEMM (sideGEMMs).
 func (b *Backend) BLASWorkspace() int {
-	if b.blasWorkspace.owner() == 0 {
-		return 0
+	n := 0
+	for _, blk := range []Block{b.blasWorkspace, b.sideBLASWorkspace()} {
+		if blk.owner() != 0 {
+			n += blk.Size()
+		}
 	}
-	return b.blasWorkspace.Size()
+	return n
 }

@@ -149,6 +149,9 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	for _, batch := range []int{64, 512} {
 		capturedStepMatchesEager(t, b, batch)
 	}
+	if b.side != nil && b.side.blas == nil {
+		t.Error("fc1's weight gradient at batch 512 never took the side stream's cuBLAS handle")
+	}
 }
 
 func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
@@ -196,23 +199,10 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 				continue
 			}
 			if g == nil {
-				var forks int64
-				if b.side != nil {
-					forks = b.side.forks.Load()
-				}
 				if g, err = b.Capture(step); err != nil {
 					t.Fatalf("Capture: %v", err)
 				}
 				defer g.Close()
-				// fc2's weight gradient and conv2's backward; at batch 512
-				// also fc1's two GEMMs.
-				want := int64(2)
-				if batch > narrowRows {
-					want = 3
-				}
-				if b.side != nil && b.side.forks.Load()-forks != want {
-					t.Errorf("batch %d: the captured step forked %d branches to the side stream, want %d", batch, b.side.forks.Load()-forks, want)
-				}
 			}
 			if err := g.Replay(); err != nil {
 				t.Fatalf("Replay: %v", err)

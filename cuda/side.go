@@ -35,9 +35,11 @@ type sideLane struct {
 	forkEv, joinEv Event
 	capturing      atomic.Bool
 
-	blas *BLAS // for GEMMs on the side stream
-
-	forks atomic.Int64 // parallel branches and detached tasks so far (tests)
+	// The side's cuBLAS handle and workspace, made on first use outside a
+	// capture (sideGEMMs); blasTried once that was tried.
+	blas          *BLAS
+	blasWorkspace Block
+	blasTried     bool
 
 	detached  atomic.Bool // a detached task awaits its join
 	suspended atomic.Bool // beside runs operations checked against it
@@ -65,9 +67,8 @@ func conflicts(a, b []span) bool {
 	return false
 }
 
-// openSideLane makes the side stream, its events and its cuBLAS handle
-// (TF32 as the main one's).
-func (b *Backend) openSideLane(tf32 bool) error {
+// openSideLane makes the side stream and its events.
+func (b *Backend) openSideLane() error {
 	l := &sideLane{}
 	b.side = l
 	var err error
@@ -77,21 +78,67 @@ func (b *Backend) openSideLane(tf32 bool) error {
 	if l.forkEv, err = b.dev.NewEvent(false); err != nil {
 		return err
 	}
-	if l.joinEv, err = b.dev.NewEvent(false); err != nil {
-		return err
-	}
-	if l.blas, err = b.dev.NewBLAS(l.stream); err != nil {
-		return err
-	}
-	return l.blas.SetTF32(tf32)
+	l.joinEv, err = b.dev.NewEvent(false)
+	return err
 }
 
-// sideGEMMs says whether the side of parallel may run cuBLAS GEMMs (the
-// side lane has its own handle, with half of the workspace:
-// setBLASWorkspace).
-func (b *Backend) sideGEMMs() bool { return b.side != nil && b.side.blas != nil }
+// sideGEMMs says whether the side of parallel may run cuBLAS GEMMs. The
+// first call outside a capture makes the side's cuBLAS handle and its
+// workspace (taken from the allocator, so that nothing is allocated while
+// a graph is captured); a capture before that, or a failure to make them,
+// leaves GEMMs on the main stream.
+func (b *Backend) sideGEMMs() bool {
+	l := b.side
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.blas != nil || l.blasTried || l.capturing.Load() {
+		return l.blas != nil
+	}
+	l.blasTried = true
+	h, err := b.dev.NewBLAS(l.stream)
+	if err != nil {
+		return false
+	}
+	if err := h.SetTF32(b.tf32); err != nil {
+		h.Close()
+		return false
+	}
+	// A workspace of the main one's size, so that cuBLAS picks the same
+	// algorithms on either stream: a GEMM gives the same bits in a graph
+	// (on the side) as launched eagerly (on the main stream).
+	if b.blasWorkspaceSet {
+		var blk Block
+		if size := b.blasWorkspaceBytes; size > 0 {
+			if blk, err = b.alloc.Alloc(size, b.stream); err != nil {
+				h.Close()
+				return false
+			}
+		}
+		if err := h.SetWorkspace(blk.Ptr(), b.blasWorkspaceBytes); err != nil {
+			h.Close()
+			b.release(blk)
+			return false
+		}
+		l.blasWorkspace = blk
+	}
+	l.blas = h
+	return true
+}
 
-// closeSideLane releases what openSideLane made.
+// sideBLASWorkspace is the side's cuBLAS workspace (the zero Block if none).
+func (b *Backend) sideBLASWorkspace() Block {
+	if b.side == nil {
+		return Block{}
+	}
+	b.side.mu.Lock()
+	defer b.side.mu.Unlock()
+	return b.side.blasWorkspace
+}
+
+// closeSideLane releases what openSideLane and sideGEMMs made.
 func (b *Backend) closeSideLane() []error {
 	l := b.side
 	if l == nil {
@@ -100,6 +147,9 @@ func (b *Backend) closeSideLane() []error {
 	var errs []error
 	if l.blas != nil {
 		errs = append(errs, l.blas.Close())
+	}
+	if l.blasWorkspace.owner() != 0 {
+		errs = append(errs, b.alloc.Free(l.blasWorkspace))
 	}
 	for _, e := range []Event{l.forkEv, l.joinEv} {
 		if e != 0 {
@@ -161,7 +211,6 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 	if err := g.fork(l); err != nil {
 		return err
 	}
-	l.forks.Add(1)
 	// The join runs even when side or main panics (a failed launch), so
 	// that the capture never ends with the side stream unjoined and
 	// nothing freed after a failure is still in use there.
@@ -197,7 +246,6 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	if err := g.fork(l); err != nil {
 		return err
 	}
-	l.forks.Add(1)
 	// Detached before side runs, so that a capture failing inside it
 	// still joins the side stream before it ends.
 	l.uses = uses
