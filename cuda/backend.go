@@ -83,7 +83,7 @@ type Backend struct {
 	// blasWorkspace (0 with EMBER_CUBLAS_WORKSPACE=0), not left its own
 	blasWorkspaceSet   bool
 	blasWorkspaceBytes int
-	closed             atomic.Bool
+	closed        atomic.Bool
 
 	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
