@@ -79,16 +79,11 @@ type Backend struct {
 	deferred error // errors of Free, reported by Synchronize
 
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
-	// blasWorkspaceSet: cuBLAS was given blasWorkspaceBytes of
-	// blasWorkspace (0 with EMBER_CUBLAS_WORKSPACE=0), not left its own
-	blasWorkspaceSet   bool
-	blasWorkspaceBytes int
 	closed        atomic.Bool
 
 	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
 	noNarrow      bool      // EMBER_LINEAR_NARROW=0: no narrow-layer kernels (narrow.go)
-	tf32          bool      // BackendOptions.TF32, for every cuBLAS handle
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // counters of split sums (linear.cu) and of linear_xent's blocks (narrow.cu)
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
@@ -127,7 +122,6 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if b.blas, err = dev.NewBLAS(b.stream); err != nil {
 		return nil, err
 	}
-	b.tf32 = opt.TF32
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
@@ -390,7 +384,7 @@ type executor interface {
 // gpuExec queues everything on one stream of one device.
 type gpuExec struct {
 	dev    *Device
-	blas   *BLAS // the side lane's, nil if it has none
+	blas   *BLAS // nil on the side lane's executor
 	stream Stream
 	side   *sideLane
 }
@@ -408,7 +402,7 @@ func (g *gpuExec) launch(f *Function, grid, block Dim3, args []any) error {
 
 func (g *gpuExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, b uintptr, ldb int, beta float32, c uintptr, ldc int) error {
 	if g.blas == nil {
-		return errors.New("cuda: a GEMM queued on the side stream before its cuBLAS handle was made (sideGEMMs)")
+		return errors.New("cuda: a GEMM queued on the side stream, which has no cuBLAS handle")
 	}
 	if err := g.settle(); err != nil {
 		return err
@@ -773,24 +767,19 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 // not 0) for k > 0: small products in one launch of our own, the rest with
 // cuBLAS (and AddBias's kernel for the bias).
 func (b *Backend) matmul(op string, pc, pa, pb, pbias uintptr, m, n, k int, transA, transB bool, alpha, beta float32) {
-	b.matmulOn(b.x, op, pc, pa, pb, pbias, m, n, k, transA, transB, alpha, beta)
-}
-
-// matmulOn is matmul queued on ex.
-func (b *Backend) matmulOn(ex executor, op string, pc, pa, pb, pbias uintptr, m, n, k int, transA, transB bool, alpha, beta float32) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if smallProduct(m, n, k) {
 		if k <= 128 && pbias == 0 { // 32 outputs per block of 32x8 threads
 			grid := Dim3{X: min((m*n+31)/32, maxGrid), Y: 1, Z: 1}
-			devCheck(op, ex.launch(b.k.gemmSmallT, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+			devCheck(op, b.x.launch(b.k.gemmSmallT, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
 				flag(transA), flag(transB), alpha, beta}))
 			return
 		}
 		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output
-		devCheck(op, ex.launch(b.k.gemmSmall, Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pc, pa, pb,
-			i32arg(op, m), i32arg(op, n), i32arg(op, k), flag(transA), flag(transB), alpha, beta, pbias}))
+		b.launchGrid(op, b.k.gemmSmall, blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+			flag(transA), flag(transB), alpha, beta, pbias)
 		return
 	}
 	lda, ldb := k, n
@@ -800,9 +789,9 @@ func (b *Backend) matmulOn(ex executor, op string, pc, pa, pb, pbias uintptr, m,
 	if transB {
 		ldb = k
 	}
-	devCheck(op, ex.sgemm(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n))
+	b.gemm(op, transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n)
 	if pbias != 0 {
-		devCheck(op, ex.launch(b.k.addBias, gridFor(m*n), Dim3{X: blockSize, Y: 1, Z: 1}, []any{pc, pbias, int64(m * n), int64(n), int64(1)}))
+		b.launch(op, b.k.addBias, m*n, pc, pbias, int64(m*n), int64(n), int64(1))
 	}
 }
 
@@ -1109,23 +1098,17 @@ func (b *Backend) setBLASWorkspace() error {
 		if err != nil {
 			return err
 		}
-		b.blasWorkspace, b.blasWorkspaceBytes = blk, mib<<20
-		b.blasWorkspaceSet = true
+		b.blasWorkspace = blk
 		return b.blas.SetWorkspace(blk.Ptr(), mib<<20)
 	}
-	b.blasWorkspaceSet = true
 	return b.blas.SetWorkspace(0, 0)
 }
 
-// BLASWorkspace is the size of the cuBLAS workspaces taken from the
-// allocator (0 when cuBLAS keeps its own): the main stream's, and the side
-// stream's once it has run a GEMM (sideGEMMs).
+// BLASWorkspace is the size of the cuBLAS workspace taken from the
+// allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	n := 0
-	for _, blk := range []Block{b.blasWorkspace, b.sideBLASWorkspace()} {
-		if blk.owner() != 0 {
-			n += blk.Size()
-		}
+	if b.blasWorkspace.owner() == 0 {
+		return 0
 	}
-	return n
+	return b.blasWorkspace.Size()
 }

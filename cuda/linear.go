@@ -264,20 +264,11 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb uintptr, g tensor.Buffer,
 			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
-		inputGrad := func() { b.product(b.x, op, pdx, pg, b.f32(op, w), n, in, out, false, accX) }
-		weightGrad := func(ex executor) { b.product(ex, op, pdw, pg, b.f32(op, x), out, in, n, true, accW) }
-		switch {
-		case pdx != 0 && pdw != 0 && b.sideGEMMs():
-			// Two GEMMs that need each other's nothing, at once (in a
-			// captured graph): at batch 1024, LeNet's fc1 takes 29 and 40 us.
-			devCheck(op, b.x.parallel(weightGrad, inputGrad))
-		case pdx != 0 && pdw != 0:
-			inputGrad()
-			weightGrad(b.x)
-		case pdx != 0:
-			inputGrad()
-		case pdw != 0:
-			weightGrad(b.x)
+		if pdx != 0 {
+			b.product(op, pdx, pg, b.f32(op, w), n, in, out, false, accX)
+		}
+		if pdw != 0 {
+			b.product(op, pdw, pg, b.f32(op, x), out, in, n, true, accW)
 		}
 		if pdb != 0 {
 			b.biasGrad(op, pdb, pg, 0, 0, n, out, 1, accB)
@@ -287,15 +278,15 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb uintptr, g tensor.Buffer,
 
 // product queues c [m, n] = A·B (+ c when acc), A [m, k] or its transpose
 // [k, m], B [k, n]; an empty sum (k == 0) leaves c zero (or unchanged).
-func (b *Backend) product(ex executor, op string, pc, pa, pb uintptr, m, n, k int, transA, acc bool) {
+func (b *Backend) product(op string, pc, pa, pb uintptr, m, n, k int, transA, acc bool) {
 	switch {
 	case m*n == 0:
 	case k == 0:
 		if !acc {
-			devCheck(op, ex.memset32(pc, 0, m*n))
+			devCheck(op, b.x.memset32(pc, 0, m*n))
 		}
 	default:
-		b.matmulOn(ex, op, pc, pa, pb, 0, m, n, k, transA, false, 1, beta32(acc))
+		b.matmul(op, pc, pa, pb, 0, m, n, k, transA, false, 1, beta32(acc))
 	}
 }
 

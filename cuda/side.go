@@ -11,7 +11,7 @@ import (
 // there its work becomes a parallel branch of the graph. Launched eagerly,
 // the event calls of a fork and a join cost the host more than the overlap
 // saves on the device, so outside a capture everything runs in order on the
-// main stream. cuBLAS runs there only through its own handle (sideGEMMs).
+// main stream. Only the backend's own kernels run there (no cuBLAS).
 //
 // Two forms, both joined by events, so the host never blocks:
 //
@@ -34,12 +34,6 @@ type sideLane struct {
 	stream         Stream
 	forkEv, joinEv Event
 	capturing      atomic.Bool
-
-	// The side's cuBLAS handle and workspace, made on first use outside a
-	// capture (sideGEMMs); blasTried once that was tried.
-	blas          *BLAS
-	blasWorkspace Block
-	blasTried     bool
 
 	detached  atomic.Bool // a detached task awaits its join
 	suspended atomic.Bool // beside runs operations checked against it
@@ -82,75 +76,13 @@ func (b *Backend) openSideLane() error {
 	return err
 }
 
-// sideGEMMs says whether the side of parallel may run cuBLAS GEMMs. The
-// first call outside a capture makes the side's cuBLAS handle and its
-// workspace (taken from the allocator, so that nothing is allocated while
-// a graph is captured); a capture before that, or a failure to make them,
-// leaves GEMMs on the main stream.
-func (b *Backend) sideGEMMs() bool {
-	l := b.side
-	if l == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.blas != nil || l.blasTried || l.capturing.Load() {
-		return l.blas != nil
-	}
-	l.blasTried = true
-	h, err := b.dev.NewBLAS(l.stream)
-	if err != nil {
-		return false
-	}
-	if err := h.SetTF32(b.tf32); err != nil {
-		h.Close()
-		return false
-	}
-	// A workspace of the main one's size, so that cuBLAS picks the same
-	// algorithms on either stream: a GEMM gives the same bits in a graph
-	// (on the side) as launched eagerly (on the main stream).
-	if b.blasWorkspaceSet {
-		var blk Block
-		if size := b.blasWorkspaceBytes; size > 0 {
-			if blk, err = b.alloc.Alloc(size, b.stream); err != nil {
-				h.Close()
-				return false
-			}
-		}
-		if err := h.SetWorkspace(blk.Ptr(), b.blasWorkspaceBytes); err != nil {
-			h.Close()
-			b.release(blk)
-			return false
-		}
-		l.blasWorkspace = blk
-	}
-	l.blas = h
-	return true
-}
-
-// sideBLASWorkspace is the side's cuBLAS workspace (the zero Block if none).
-func (b *Backend) sideBLASWorkspace() Block {
-	if b.side == nil {
-		return Block{}
-	}
-	b.side.mu.Lock()
-	defer b.side.mu.Unlock()
-	return b.side.blasWorkspace
-}
-
-// closeSideLane releases what openSideLane and sideGEMMs made.
+// closeSideLane releases what openSideLane made.
 func (b *Backend) closeSideLane() []error {
 	l := b.side
 	if l == nil {
 		return nil
 	}
 	var errs []error
-	if l.blas != nil {
-		errs = append(errs, l.blas.Close())
-	}
-	if l.blasWorkspace.owner() != 0 {
-		errs = append(errs, b.alloc.Free(l.blasWorkspace))
-	}
 	for _, e := range []Event{l.forkEv, l.joinEv} {
 		if e != 0 {
 			errs = append(errs, b.dev.EventDestroy(e))
@@ -219,7 +151,7 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 			err = e
 		}
 	}()
-	side(&gpuExec{dev: g.dev, stream: l.stream, blas: l.blas})
+	side(&gpuExec{dev: g.dev, stream: l.stream})
 	main()
 	return nil
 }
@@ -250,7 +182,7 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	// still joins the side stream before it ends.
 	l.uses = uses
 	l.detached.Store(true)
-	side(&gpuExec{dev: g.dev, stream: l.stream, blas: l.blas})
+	side(&gpuExec{dev: g.dev, stream: l.stream})
 	return nil
 }
 

@@ -16,15 +16,15 @@ type device struct {
 	description string
 	gpu         *cuda.Backend // nil on the CPU
 
-	// dataset is the bytes of the uint8 training and test sets on the
-	// device; trainingPeak* the allocator's peaks while training (evaluation
-	// excluded). Memory figures "without the data set and cuBLAS workspace"
-	// subtract both from the peaks (excluded).
+	// dataset* is what the allocator had reserved and allocated once the
+	// uint8 training and test sets were uploaded; trainingPeak* the peaks
+	// while training (evaluation excluded). Memory figures "without the data
+	// set" subtract the data set's own bytes from the peaks.
 	trainingPeakReserved  int
 	trainingPeakAllocated int
+	datasetAllocated      int // data set + cuBLAS workspace
 	dataset               int
 	freeAtStart           int // device free memory once the backend was open
-	workspaceAtStart      int // the cuBLAS workspace then (already taken)
 }
 
 // openDevice picks the backend --device asks for. auto takes the GPU when
@@ -49,7 +49,6 @@ func openDevice(o *options) (*device, error) {
 			}
 			dev := &device{backend: g, description: desc, gpu: g}
 			dev.freeAtStart, _, _ = d.MemGetInfo()
-			dev.workspaceAtStart = g.BLASWorkspace()
 			return dev, nil
 		}
 		reason = err
@@ -86,18 +85,15 @@ func (d *device) driverAllocs() int64 {
 	return int64(d.gpu.MemoryStats().DriverAllocs)
 }
 
-// markDataset records the bytes of the uint8 data set just uploaded.
+// markDataset records the bytes of the uint8 data set just uploaded and of
+// cuBLAS's workspace: the training figures subtract exactly these, and the
+// lines name them apart.
 func (d *device) markDataset(bytes int) {
 	if d.gpu != nil {
+		d.datasetAllocated = bytes + d.gpu.BLASWorkspace()
 		d.dataset = bytes
 	}
 }
-
-// excluded is what the training figures subtract from the allocator's
-// peaks, and the lines name apart: the data set, and cuBLAS's workspaces
-// (the side stream's is made during the first step that needs it, and
-// stays).
-func (d *device) excluded() int { return d.dataset + d.gpu.BLASWorkspace() }
 
 func (d *device) markTrainingPeak() {
 	if d.gpu != nil {
@@ -116,7 +112,7 @@ func (d *device) memoryLine() string {
 	}
 	s := d.gpu.MemoryStats()
 	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (plus %s data set, %s cuBLAS workspace); reserved now %s",
-		mib(d.trainingPeakReserved-d.excluded()), mib(d.trainingPeakAllocated-d.excluded()),
+		mib(d.trainingPeakReserved-d.datasetAllocated), mib(d.trainingPeakAllocated-d.datasetAllocated),
 		mib(d.dataset), mib(d.gpu.BLASWorkspace()), mib(s.Reserved.Current))
 }
 
@@ -125,15 +121,15 @@ func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int6
 		return
 	}
 	s := d.gpu.MemoryStats()
-	logf("| GPU memory reserved, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakReserved-d.excluded()))
-	logf("| GPU memory allocated, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakAllocated-d.excluded()))
+	logf("| GPU memory reserved, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakReserved-d.datasetAllocated))
+	logf("| GPU memory allocated, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
 	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.dataset))
 	logf("| cuBLAS workspace (from the allocator) | %s |", mib(d.gpu.BLASWorkspace()))
 	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
 	if free, _, err := d.gpu.Device().MemGetInfo(); err == nil && d.freeAtStart > 0 {
 		// What the device lost since the backend opened: our reserved
 		// memory plus what libraries (cuBLAS's workspace) took themselves.
-		logf("| device memory taken since the backend opened, with its cuBLAS workspace (cuMemGetInfo) | %s |", mib(d.freeAtStart-free+d.workspaceAtStart))
+		logf("| device memory taken since the backend opened, with its cuBLAS workspace (cuMemGetInfo) | %s |", mib(d.freeAtStart-free+d.gpu.BLASWorkspace()))
 	}
 	if steps > 1 {
 		logf("| driver allocations by training steps after the first | %d (%.4f per step) |",
