@@ -138,15 +138,22 @@ func geomName(g tensor.ConvGeom) string {
 }
 
 // TestGPUCapturedStepMatchesEager trains LeNet for a few steps twice,
-// eagerly and by replaying one captured step (in which conv2's weight
-// gradient runs on the side stream, a parallel branch of the graph), and
-// wants the same parameters bit for bit.
+// eagerly and by replaying one captured step (in which fc2's and conv2's
+// weight gradients run on the side stream, parallel branches of the graph),
+// and wants the same parameters bit for bit, at batch 64 and at 512 (where
+// fc1 goes through cuBLAS).
 func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	if b.side == nil {
 		t.Log("EMBER_SIDE_STREAM=0: the captured step has no parallel branch")
 	}
-	const batch, steps, m = 64, 5, 512
+	for _, batch := range []int{64, 512} {
+		capturedStepMatchesEager(t, b, batch)
+	}
+}
+
+func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
+	const steps, m = 5, 512
 	rng := rand.New(rand.NewPCG(5, 6))
 	pix := make([]uint8, m*28*28)
 	for i := range pix {
@@ -190,10 +197,18 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 				continue
 			}
 			if g == nil {
+				var forks int64
+				if b.side != nil {
+					forks = b.side.forks.Load()
+				}
 				if g, err = b.Capture(step); err != nil {
 					t.Fatalf("Capture: %v", err)
 				}
 				defer g.Close()
+				// fc2's weight gradient, and conv2's backward pass.
+				if b.side != nil && b.side.forks.Load()-forks != 2 {
+					t.Errorf("batch %d: the captured step forked %d branches to the side stream, want 2", batch, b.side.forks.Load()-forks)
+				}
 			}
 			if err := g.Replay(); err != nil {
 				t.Fatalf("Replay: %v", err)
@@ -210,7 +225,7 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	for i := range eager {
 		if !sameBits(eager[i], replayed[i]) {
 			j := firstDiff(eager[i], replayed[i])
-			t.Errorf("parameter %d after %d steps: replayed [%d] %g, eager %g", i, steps, j, replayed[i][j], eager[i][j])
+			t.Errorf("batch %d: parameter %d after %d steps: replayed [%d] %g, eager %g", batch, i, steps, j, replayed[i][j], eager[i][j])
 		}
 	}
 }

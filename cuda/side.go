@@ -35,6 +35,8 @@ type sideLane struct {
 	forkEv, joinEv Event
 	capturing      atomic.Bool
 
+	forks atomic.Int64 // parallel branches and detached tasks so far (tests)
+
 	detached  atomic.Bool // a detached task awaits its join
 	suspended atomic.Bool // beside runs operations checked against it
 	uses      []span      // the detached task's memory
@@ -143,6 +145,7 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 	if err := g.fork(l); err != nil {
 		return err
 	}
+	l.forks.Add(1)
 	// The join runs even when side or main panics (a failed launch), so
 	// that the capture never ends with the side stream unjoined and
 	// nothing freed after a failure is still in use there.
@@ -178,6 +181,7 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	if err := g.fork(l); err != nil {
 		return err
 	}
+	l.forks.Add(1)
 	// Detached before side runs, so that a capture failing inside it
 	// still joins the side stream before it ends.
 	l.uses = uses
