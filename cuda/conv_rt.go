@@ -163,7 +163,11 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 		return nil
 	}
 	ds := round4(max(g.S-1-g.PadW+c.ow, 4*((g.W+3)/4)+4))
-	if g.K*g.R*g.S*4+g.K*c.oh*ds > rtSmemFloats {
+	dos := c.oh * ds // ember_rt_dx_ostride: an odd number of 16-byte words
+	if dos/4%2 == 0 {
+		dos += 4
+	}
+	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats {
 		return nil
 	}
 	return b.k.convDXRT[rtVariant(g, pooled)]

@@ -139,13 +139,13 @@ __device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) 
 }
 
 // ember_copy_rows copies rows of width floats, one row per thread: row i
-// from src(i) to dst + i*dstStride. Elements around the rows are left as
-// they are (zeroed once, they stay zero).
-template <typename F>
-__device__ __forceinline__ void ember_copy_rows(float* dst, int dstStride, int rows, int width, F src) {
+// from src(i) to dst(i). Elements around the rows are left as they are
+// (zeroed once, they stay zero).
+template <typename D, typename F>
+__device__ __forceinline__ void ember_copy_rows(int rows, int width, D dst, F src) {
     for (int i = threadIdx.x; i < rows; i += blockDim.x) {
         const float* s = src(i);
-        float* d = dst + i * dstStride;
+        float* d = dst(i);
         for (int j0 = 0; j0 < width; j0 += EMBER_RT_LOADS) {
             float v[EMBER_RT_LOADS];
 #pragma unroll

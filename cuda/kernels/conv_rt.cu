@@ -57,20 +57,23 @@ struct ember_dy_source {
     int PP;
 };
 
-// ember_fill_dy fills rows [(o-o0)*OH + oh] (stride `stride`, columns from
-// `off`) of dys for channels [o0, o1) of image n. The pooled form zeroes the
-// rows first and synchronises the block (every thread must call it).
-__device__ __forceinline__ void ember_fill_dy(float* dys, int stride, int off, const ember_dy_source& src, long long n,
-                                              int N, int K, int o0, int o1, int OH, int OW) {
+// ember_fill_dy fills rows (o-o0)*ostride + oh*stride of dys (columns from
+// `off`) for channels [o0, o1) of image n. The pooled form zeroes the rows
+// first and synchronises the block (every thread must call it).
+__device__ __forceinline__ void ember_fill_dy(float* dys, int stride, int ostride, int off, const ember_dy_source& src,
+                                              long long n, int N, int K, int o0, int o1, int OH, int OW) {
     const int P = OH * OW;
     if (src.dyt != 0) {
-        ember_copy_rows(dys + off, stride, (o1 - o0) * OH, OW, [&](int i) {
+        ember_copy_rows((o1 - o0) * OH, OW, [&](int i) {
+            const int ol = i / OH;
+            return dys + ol * ostride + (i - ol * OH) * stride + off;
+        }, [&](int i) {
             const int o = o0 + i / OH;
             return src.dyt + ((long long)o * N + n) * P + (i - (o - o0) * OH) * OW;
         });
         return;
     }
-    ember_zero(dys, (o1 - o0) * OH * stride);
+    ember_zero(dys, (o1 - o0) * ostride);
     __syncthreads();
     const int m = (o1 - o0) * src.PP;
     const long long base = (n * K + o0) * src.PP;
@@ -92,7 +95,7 @@ __device__ __forceinline__ void ember_fill_dy(float* dys, int stride, int off, c
             const int e = e0 + j * blockDim.x;
             if (e < m && v[j] != 0.0f) {
                 const int ol = e / src.PP, oh = at[j] / OW;
-                dys[(ol * OH + oh) * stride + off + at[j] - oh * OW] = v[j];
+                dys[ol * ostride + oh * stride + off + at[j] - oh * OW] = v[j];
             }
         }
     }
@@ -319,7 +322,7 @@ __device__ __forceinline__ void conv_dw_rt(float* partial, const ember_dy_source
     for (int n = n0; n < n1; n++) {
         __syncthreads();
         ember_copy_image(img, x + (long long)n * C * H * W, C, H, W, PH, PW, XS);
-        ember_fill_dy(dys, OWS, 0, src, n, N, K, o0, oReal, OH, OW);
+        ember_fill_dy(dys, OWS, OH * OWS, 0, src, n, N, K, o0, oReal, OH, OW);
         __syncthreads();
         if (!valid) continue;
         for (int oh = 0; oh < OH; oh++) {
@@ -400,17 +403,25 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
 // (images, ceil(C/4)), blockDim a multiple of 32. The block copies w[:, c0..c0+3]
 // transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
-// front of each row ([K][OH][DS]). A thread takes 4 input channels times 4
-// columns of one row; lane = part*4 + slot, where part takes output channels
-// part, part+8, ... (16 lanes per sum, with 2 columns per warp, took 32 us
-// instead of 22 at LeNet's conv2, batch 64: one block per SM by registers): per
-// output channel and kernel row 2 16-byte loads of dy and S of w feed 4*4*S
-// multiply-adds. Rows of dy outside [0, OH) are skipped.
+// front of each row ([K][OH][DS], channels DOS floats apart). A thread takes
+// 4 input channels times 4 columns of one row; lane = slot*8 + part, where
+// part takes output channels part, part+8, ... (16 lanes per sum, with 2
+// columns per warp, took 32 us instead of 22 at LeNet's conv2, batch 64: one
+// block per SM by registers): per output channel and kernel row 2 16-byte
+// loads of dy and S of w feed 4*4*S multiply-adds. A quarter-warp (the lanes
+// of one 16-byte shared load) is one slot's 8 parts, on 8 channels whose dy
+// and w words lie in 8 different bank groups: with lane = part*4 + slot two
+// parts' dy rows shared their banks. Rows of dy outside [0, OH) are skipped.
 // Needs PH <= R-1 and PW <= S-1; at most 512 threads (16 warps, which
 // __launch_bounds__ keeps within the registers of one block).
 __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
     return ember_round4(ember_imax(S - 1 - PW + OW, 4 * ((W + 3) >> 2) + 4));
 }
+
+// Floats from one output channel's rows of dy to the next: an odd number of
+// 16-byte words, so that the 8 lanes of a quarter-warp, on 8 consecutive
+// channels, read 16-byte words in 8 different bank groups.
+__device__ __forceinline__ int ember_rt_dx_ostride(int OH, int DS) { return OH * DS + ((OH * DS / 4) % 2 == 0 ? 4 : 0); }
 
 template <int R, int S>
 __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src, const float* w, int N, int C, int H,
@@ -418,11 +429,11 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
     const int off = S - 1 - PW;
-    const int DS = ember_rt_dx_stride(OW, W, S, PW);
+    const int DS = ember_rt_dx_stride(OW, W, S, PW), DOS = ember_rt_dx_ostride(OH, DS);
     const int c0 = blockIdx.y * 4;
     float* wt = smem;                 // [K][R][S][4]
-    float* dys = smem + K * R * S * 4;  // [K][OH][DS]
-    ember_zero(smem, K * R * S * 4 + K * OH * DS);
+    float* dys = smem + K * R * S * 4;  // [K][DOS]: [OH][DS] and padding
+    ember_zero(smem, K * R * S * 4 + K * DOS);
     __syncthreads();
     // wt[((o*R + r)*S + s)*4 + cl] = w[o][c0+cl][r][s]: consecutive threads
     // take consecutive (o, c) rows of R*S taps, read in w's order.
@@ -437,11 +448,11 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
         for (int t = 0; t < R * S; t++) wt[(o * R * S + t) * 4 + cl] = v[t];
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int part = lane >> 2, slot = lane & 3;
+    const int part = lane & 7, slot = lane >> 3;
     const int strips = (W + 3) >> 2, positions = H * strips;
     for (long long n = blockIdx.x; n < N; n += gridDim.x) {
         __syncthreads();
-        ember_fill_dy(dys, DS, off, src, n, N, K, 0, K, OH, OW);
+        ember_fill_dy(dys, DS, DOS, off, src, n, N, K, 0, K, OH, OW);
         __syncthreads();
         for (int base = warp * 4; base < positions; base += warps * 4) {  // uniform across the warp
             const int p = base + slot;
@@ -458,7 +469,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
                     const int oh = ih + PH - r;
                     if (oh < 0 || oh >= OH) continue;
                     float dv[8];
-                    ember_load8(dv, dys + (o * OH + oh) * DS + iw0);
+                    ember_load8(dv, dys + o * DOS + oh * DS + iw0);
                     const float* wr = wt + (o * R + r) * S * 4;
 #pragma unroll
                     for (int s = 0; s < S; s++) {
@@ -472,7 +483,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
                 }
             }
 #pragma unroll
-            for (int o = 4; o <= 16; o <<= 1)
+            for (int o = 1; o <= 4; o <<= 1)
 #pragma unroll
                 for (int c = 0; c < 4; c++)
 #pragma unroll
