@@ -235,8 +235,12 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		positions := g.H * ((g.W + 3) / 4)
 		warps := min((positions+3)/4, 16) // 4 positions per warp
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
+		var queue uintptr // images dealt out as blocks finish, when blocks loop
+		if g.N > grid.X && grid.Y <= rtQueueGroups {
+			queue = b.tileCounters.Ptr() + 4*rtQueue
+		}
 		args := append(append(append([]any{pdx}, src.args(op)...), pw), dims...)
-		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, args))
+		devCheck(op, b.x.launch(fdx, grid, Dim3{X: 32 * warps, Y: 1, Z: 1}, append(args, queue)))
 	}
 	also := func(ex executor) {
 		if alsoDW != nil {

@@ -60,10 +60,21 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 	return !b.noLinearTiled && n <= linearTiledRows && max(in, out) < 1<<25
 }
 
+// The backend's counters (tileCounters), in this order: ltCounters for
+// split sums without clusters, linear_xent's count of blocks (narrow.go),
+// then the register-tiled input gradient's queue of images (conv_rt.go).
+const (
+	xentDone = ltCounters
+	// rtQueue: one counter per group of 4 input channels, up to
+	// rtQueueGroups, then the count of blocks done (ember_image_queue).
+	rtQueue       = xentDone + 1
+	rtQueueGroups = 64
+	counterSlots  = rtQueue + rtQueueGroups + 1
+)
+
 // allocTileCounters gives the backend its counters: zeroed once here, and
 // reset by the kernels themselves after each use. They live as long as the
-// backend, outside any graph's pool: ltCounters for split sums without
-// clusters, then linear_xent's (narrow.go).
+// backend, outside any graph's pool.
 func (b *Backend) allocTileCounters() error {
 	if b.tileCounters.owner() != 0 {
 		return nil

@@ -24,11 +24,6 @@ const (
 	// the cuBLAS path. Weight gradients alone it takes at any batch size,
 	// for the side stream (LinearGrads).
 	narrowRows = 256
-	// xentDone is the slot of the backend's counters that linear_xent's
-	// blocks count themselves in (after the split sums' ltCounters).
-	xentDone = ltCounters
-	// counterSlots is the length of the backend's counter array.
-	counterSlots = ltCounters + 1
 )
 
 // byClasses is 0 for at most 16 classes, else 1: the kernels' register

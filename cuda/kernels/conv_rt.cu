@@ -401,7 +401,9 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 
 // Input gradient: dx[n][c][ih][iw] = sum over (o, r, s) of w[o][c][r][s] *
 // dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
-// (images, ceil(C/4)), blockDim a multiple of 32. The block copies w[:, c0..c0+3]
+// (images, ceil(C/4)), blockDim a multiple of 32; with fewer blocks than
+// images, countersOrNull (ceil(C/4) + 1 ints) deals them out
+// (ember_image_queue). The block copies w[:, c0..c0+3]
 // transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
 // front of each row ([K][OH][DS], channels DOS floats apart). A thread takes
 // 4 input channels times 4 columns of one row; lane = slot*8 + part, where
@@ -423,9 +425,40 @@ __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) 
 // channels, read 16-byte words in 8 different bank groups.
 __device__ __forceinline__ int ember_rt_dx_ostride(int OH, int DS) { return OH * DS + ((OH * DS / 4) % 2 == 0 ? 4 : 0); }
 
+// ember_image_queue hands a block's images out: blockIdx.x first, then, with
+// counters, the next one not yet taken by any block of its grid row (one
+// counter per blockIdx.y), so that blocks that finish early take more
+// (another kernel on the side stream shares the SMs, and a fixed share of
+// N/gridDim.x images each left a last, partly empty wave: at batch 1024,
+// 1280 blocks of 4 images for 396 places). Without counters, every
+// gridDim.x-th image. Every thread of the block must call next; done, after
+// the last, counts the block out, and the grid's last block resets the
+// counters (gridDim.y of them, then the count) for the next launch.
+struct ember_image_queue {
+    int* countersOrNull;
+    __device__ __forceinline__ long long first() const { return blockIdx.x; }
+    __device__ __forceinline__ long long next(long long n) const {
+        if (countersOrNull == 0) return n + gridDim.x;
+        __shared__ int taken;
+        __syncthreads();
+        if (threadIdx.x == 0) taken = atomicAdd(countersOrNull + blockIdx.y, 1);
+        __syncthreads();
+        return (long long)gridDim.x + taken;
+    }
+    __device__ __forceinline__ void done() const {
+        if (countersOrNull == 0 || threadIdx.x != 0) return;
+        int* count = countersOrNull + gridDim.y;
+        ember_fence_acq_rel();
+        if (atomicAdd(count, 1) == (int)(gridDim.x * gridDim.y) - 1) {
+            for (int y = 0; y < (int)gridDim.y; y++) countersOrNull[y] = 0;
+            *count = 0;
+        }
+    }
+};
+
 template <int R, int S>
 __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src, const float* w, int N, int C, int H,
-                                           int W, int K, int PH, int PW, int OH, int OW) {
+                                           int W, int K, int PH, int PW, int OH, int OW, const ember_image_queue queue) {
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
     const int off = S - 1 - PW;
@@ -450,7 +483,7 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int part = lane & 7, slot = lane >> 3;
     const int strips = (W + 3) >> 2, positions = H * strips;
-    for (long long n = blockIdx.x; n < N; n += gridDim.x) {
+    for (long long n = queue.first(); n < N; n = queue.next(n)) {
         __syncthreads();
         ember_fill_dy(dys, DS, DOS, off, src, n, N, K, 0, K, OH, OW);
         __syncthreads();
@@ -499,34 +532,35 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
             }
         }
     }
+    queue.done();
 }
 
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
-                                                int W, int K, int PH, int PW, int OH, int OW) {
-    conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
+                                                int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
+    conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
 }
 #endif
 
 #if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
-                                                int W, int K, int PH, int PW, int OH, int OW) {
-    conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW);
+                                                int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
+    conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
 }
 #endif
 
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
-                                                       int PW, int OH, int OW) {
-    conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
+                                                       int PW, int OH, int OW, int* countersOrNull) {
+    conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
 }
 #endif
 
 #if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
-                                                       int PW, int OH, int OW) {
-    conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW);
+                                                       int PW, int OH, int OW, int* countersOrNull) {
+    conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
 }
 #endif
