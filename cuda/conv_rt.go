@@ -167,7 +167,7 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 	if dos/4%2 == 0 {
 		dos += 4
 	}
-	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats {
+	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats-4 { // 4: the image queue's
 		return nil
 	}
 	return b.k.convDXRT[rtVariant(g, pooled)]

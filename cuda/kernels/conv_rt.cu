@@ -403,7 +403,7 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
 // (images, ceil(C/4)), blockDim a multiple of 32; with fewer blocks than
 // images, countersOrNull (ceil(C/4) + 1 ints) deals them out
-// (ember_image_queue). The block copies w[:, c0..c0+3]
+// (ember_image_queue). Its shared memory is EMBER_RT_SMEM floats less 4. The block copies w[:, c0..c0+3]
 // transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
 // front of each row ([K][OH][DS], channels DOS floats apart). A thread takes
 // 4 input channels times 4 columns of one row; lane = slot*8 + part, where
@@ -434,16 +434,18 @@ __device__ __forceinline__ int ember_rt_dx_ostride(int OH, int DS) { return OH *
 // gridDim.x-th image. Every thread of the block must call next; done, after
 // the last, counts the block out, and the grid's last block resets the
 // counters (gridDim.y of them, then the count) for the next launch.
+// taken is an int of the block's shared memory (the kernels' static array
+// is already as large as it may be).
 struct ember_image_queue {
     int* countersOrNull;
+    int* taken;
     __device__ __forceinline__ long long first() const { return blockIdx.x; }
     __device__ __forceinline__ long long next(long long n) const {
         if (countersOrNull == 0) return n + gridDim.x;
-        __shared__ int taken;
         __syncthreads();
-        if (threadIdx.x == 0) taken = atomicAdd(countersOrNull + blockIdx.y, 1);
+        if (threadIdx.x == 0) *taken = atomicAdd(countersOrNull + blockIdx.y, 1);
         __syncthreads();
-        return (long long)gridDim.x + taken;
+        return (long long)gridDim.x + *taken;
     }
     __device__ __forceinline__ void done() const {
         if (countersOrNull == 0 || threadIdx.x != 0) return;
@@ -458,9 +460,11 @@ struct ember_image_queue {
 
 template <int R, int S>
 __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src, const float* w, int N, int C, int H,
-                                           int W, int K, int PH, int PW, int OH, int OW, const ember_image_queue queue) {
+                                           int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
     __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
     float* smem = reinterpret_cast<float*>(smem4);
+    // The last 16 bytes hold the queue's shared int.
+    const ember_image_queue queue{countersOrNull, reinterpret_cast<int*>(smem4 + EMBER_RT_SMEM / 4 - 1)};
     const int off = S - 1 - PW;
     const int DS = ember_rt_dx_stride(OW, W, S, PW), DOS = ember_rt_dx_ostride(OH, DS);
     const int c0 = blockIdx.y * 4;
@@ -538,14 +542,14 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
 #if EMBER_RT_SIZE == 5
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
-    conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
+    conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
 
 #if EMBER_RT_SIZE == 3
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
-    conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
+    conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
 
@@ -553,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW, int* countersOrNull) {
-    conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
+    conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
 
@@ -561,6 +565,6 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(fl
 extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW, int* countersOrNull) {
-    conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, {countersOrNull});
+    conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
