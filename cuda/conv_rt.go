@@ -36,6 +36,9 @@ func rtOff() bool { return os.Getenv("EMBER_CONV_RT") == "0" }
 // rtSmemFloats is the kernels' shared memory in floats (EMBER_RT_SMEM).
 const rtSmemFloats = 12288
 
+// rtDXWarps is the most warps of a conv_dx_rt block (EMBER_RT_DX_THREADS).
+const rtDXWarps = 9
+
 func round4(v int) int { return (v + 3) &^ 3 }
 
 // rtKernelSize says whether the kernels are instantiated for c's R x S
@@ -233,7 +236,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 	}
 	inputGrad := func() {
 		positions := g.H * ((g.W + 3) / 4)
-		warps := min((positions+3)/4, 16) // 4 positions per warp
+		warps := min((positions+3)/4, rtDXWarps) // 4 positions per warp
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
 		var queue uintptr // images dealt out as blocks finish, when blocks loop
 		if g.N > grid.X && grid.Y <= rtQueueGroups {

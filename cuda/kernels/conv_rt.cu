@@ -414,8 +414,11 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 // of one 16-byte shared load) is one slot's 8 parts, on 8 channels whose dy
 // and w words lie in 8 different bank groups: with lane = part*4 + slot two
 // parts' dy rows shared their banks. Rows of dy outside [0, OH) are skipped.
-// Needs PH <= R-1 and PW <= S-1; at most 512 threads (16 warps, which
-// __launch_bounds__ keeps within the registers of one block).
+// Needs PH <= R-1 and PW <= S-1; at most EMBER_RT_DX_THREADS threads.
+// The input gradient's most threads a block: 9 warps (LeNet's conv2 needs
+// 9), so that 4 blocks fit an SM's registers (3 with up to 16 warps).
+#define EMBER_RT_DX_THREADS 288
+
 __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
     return ember_round4(ember_imax(S - 1 - PW + OW, 4 * ((W + 3) >> 2) + 4));
 }
@@ -540,21 +543,21 @@ __device__ __forceinline__ void conv_dx_rt(float* dx, const ember_dy_source src,
 }
 
 #if EMBER_RT_SIZE == 5
-extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
+extern "C" __global__ void __launch_bounds__(EMBER_RT_DX_THREADS, 4) ember_conv_dx_rt_5x5(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
     conv_dx_rt<5, 5>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
 
 #if EMBER_RT_SIZE == 3
-extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
+extern "C" __global__ void __launch_bounds__(EMBER_RT_DX_THREADS, 4) ember_conv_dx_rt_3x3(float* dx, const float* dyt, const float* w, int N, int C, int H,
                                                 int W, int K, int PH, int PW, int OH, int OW, int* countersOrNull) {
     conv_dx_rt<3, 3>(dx, {dyt, 0, 0, 0, 0}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
 }
 #endif
 
 #if EMBER_RT_SIZE == 5
-extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
+extern "C" __global__ void __launch_bounds__(EMBER_RT_DX_THREADS, 4) ember_conv_dx_rt_pooled_5x5(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW, int* countersOrNull) {
     conv_dx_rt<5, 5>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);
@@ -562,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_5x5(fl
 #endif
 
 #if EMBER_RT_SIZE == 3
-extern "C" __global__ void __launch_bounds__(512) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
+extern "C" __global__ void __launch_bounds__(EMBER_RT_DX_THREADS, 4) ember_conv_dx_rt_pooled_3x3(float* dx, const float* dy, const float* y, const int* argmax,
                                                        int PP, const float* w, int N, int C, int H, int W, int K, int PH,
                                                        int PW, int OH, int OW, int* countersOrNull) {
     conv_dx_rt<3, 3>(dx, {0, dy, y, argmax, PP}, w, N, C, H, W, K, PH, PW, OH, OW, countersOrNull);

@@ -5,7 +5,7 @@
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
 #define __forceinline__ __attribute__((always_inline))
-#define __launch_bounds__(x) __attribute__((launch_bounds(x)))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 struct uint3 {
     unsigned x, y, z;
 };
