@@ -18,9 +18,6 @@ const (
 	// 22.5 us, where the unfused forward took 22.5 us in six launches and
 	// the input gradient 4.7 us more.
 	xentRows = 1024
-	// xentManyRows is the batch from which linear_xent's blocks take
-	// several rows.
-	xentManyRows = 512
 	// narrowRows is the most rows linear_grads_narrow takes with the input
 	// gradient: at batch 1024 it took 20 us (its weight-gradient strips are
 	// one block's loop over every row) against 14 us in four launches for
@@ -60,13 +57,9 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 	}
 	// A block per row, a warp per logit: at batch 64, blocks of 3 rows (30
 	// warps, as many as fit) took 9.9 us, of 2 rows 8.9 us, of 1 row 8.6
-	// us (fewer warps wait at each of the block's barriers). Large batches
-	// take as many rows as fit (a third of the blocks, each reading w once
-	// for them). The kernel takes rows·classes <= 32 (its shared arrays).
-	rows := 1
-	if n >= xentManyRows {
-		rows = 32 / classes
-	}
+	// us (fewer warps wait at each of the block's barriers).
+	// The kernel takes rows·classes <= 32 (its shared arrays).
+	const rows = 1
 	blocks := min((n+rows-1)/rows, maxGrid)
 	var part Block
 	if blocks > 1 {
