@@ -235,15 +235,8 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 			[]any{pdw, ws, int64(c.wLen), i32arg(op, groups)}))
 	}
 	inputGrad := func() {
-		strips := (g.W + 3) / 4
-		positions := g.H * strips
+		positions := g.H * ((g.W + 3) / 4)
 		warps := min((positions+3)/4, rtDXWarps) // 4 positions per warp
-		if strips == 3 && g.H%4 == 0 && g.H <= 32 {
-			// The first and last strips (4 rows each) skip half their
-			// products: a warp takes one of each, or a middle strip's
-			// (LeNet's conv2: 6 warps of equal work instead of 9 unequal).
-			warps = g.H / 2
-		}
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
 		var queue uintptr // images dealt out as blocks finish, when blocks loop
 		if g.N > grid.X && grid.Y <= rtQueueGroups {
