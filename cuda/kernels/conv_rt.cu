@@ -387,6 +387,123 @@ extern "C" __global__ void ember_conv_dw_rt_pooled_3x3(float* partial, const flo
 }
 #endif
 
+// Weight and bias gradients of a fused convolution + ReLU + pooling with one
+// input channel (LeNet's conv1) at large batches, from the pooled gradient
+// unpooled into shared memory: grid (groups, ceil(tasks/blockDim)), tasks
+// (og, r, q) = ceil(K/KT) * R * Q, q slowest-varying last, blockDim a
+// multiple of Q. Task (og, r, q) sums dw[og*KT+k][0][r][s] (k < KT, s < S)
+// over the output rows q*ceil(OH/Q), ... of the images of group
+// blockIdx.x, and, when r is 0, db[og*KT+k]; the Q tasks of (og, r) then
+// add their sums in order through shared memory, and q = 0 writes
+// partial[row*gridDim.x + blockIdx.x] (rows as ember_conv_pool_dw_direct's,
+// for ember_conv_pool_dw_finish). The scattered form (a warp per channel, 25
+// shared loads for 25 products at the argmax's window) took 48 us at batch
+// 1024; here the dense products are 4 times as many but each 16-byte load
+// of the image feeds 4*KT*S of them. Row strides of an odd number of 16-byte
+// words keep the Q lanes of a quarter-warp (rows ceil(OH/Q) apart) in
+// different banks.
+template <int R, int S>
+__device__ __forceinline__ void conv_pool_dw_rt1(float* partial, const ember_dy_source src, const float* x, int N,
+                                                 int H, int W, int K, int PH, int PW, int OH, int OW,
+                                                 int imagesPerGroup, int Q) {
+    __shared__ ember_f4 smem4[EMBER_RT_SMEM / 4];
+    float* smem = reinterpret_cast<float*>(smem4);
+    constexpr int KT = EMBER_RT_DW_KT;
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const int XS = ember_rt_dw_stride(WP, OW), OWS = ember_round4(OW);
+    const int DS = OWS + ((OWS / 4) % 2 == 0 ? 4 : 0);
+    const int KP = (K + KT - 1) / KT * KT;
+    const int tasks = KP / KT * R * Q;
+    const int t = blockIdx.y * blockDim.x + threadIdx.x;
+    const bool valid = t < tasks;
+    const int q = t % Q, rest = t / Q;
+    const int og = valid ? rest / R : 0, r = valid ? rest - og * R : 0;
+    const int rowsPer = (OH + Q - 1) / Q;
+    const int oh0 = q * rowsPer, oh1 = oh0 + rowsPer < OH ? oh0 + rowsPer : OH;
+    // The block's tasks need the dy rows of output channels [o0, o1) only.
+    const int t0 = blockIdx.y * blockDim.x;
+    const int tLast = (t0 + (int)blockDim.x < tasks ? t0 + (int)blockDim.x : tasks) - 1;
+    const int o0 = KT * (t0 / Q / R), o1 = KT * (tLast / Q / R + 1);
+    const int oReal = o1 < K ? o1 : K;  // channels beyond K stay zero
+    float* img = smem;               // [HP][XS]
+    float* dys = smem + HP * XS;     // [o1-o0][OH][DS]
+    float acc[KT][S + 1];            // [k][S]: db's sum
+#pragma unroll
+    for (int k = 0; k < KT; k++)
+#pragma unroll
+        for (int s = 0; s <= S; s++) acc[k][s] = 0.0f;
+    if (PH != 0 || PW != 0 || XS != W) ember_zero(img, HP * XS);
+    const int n0 = blockIdx.x * imagesPerGroup;
+    const int n1 = n0 + imagesPerGroup < N ? n0 + imagesPerGroup : N;
+    for (int n = n0; n < n1; n++) {
+        __syncthreads();
+        ember_copy_image(img, x + (long long)n * H * W, 1, H, W, PH, PW, XS);
+        ember_fill_dy(dys, DS, OH * DS, 0, src, n, N, K, o0, oReal, OH, OW);
+        __syncthreads();
+        if (!valid) continue;
+        for (int oh = oh0; oh < oh1; oh++) {
+            const float* xr = img + (oh + r) * XS;
+            const float* dr = dys + ((og * KT - o0) * OH + oh) * DS;
+            for (int x0 = 0; x0 < OWS; x0 += 4) {
+                float xv[8];
+                ember_load8(xv, xr + x0);
+#pragma unroll
+                for (int k = 0; k < KT; k++) {
+                    const ember_f4 d4 = *reinterpret_cast<const ember_f4*>(dr + k * OH * DS + x0);
+                    const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+                    for (int s = 0; s < S; s++)
+#pragma unroll
+                        for (int b = 0; b < 4; b++) acc[k][s] = __fmaf_rn(dv[b], xv[b + s], acc[k][s]);
+                    if (r == 0) acc[k][S] += (dv[0] + dv[1]) + (dv[2] + dv[3]);
+                }
+            }
+        }
+    }
+    // The Q tasks of (og, r) are consecutive threads of this block.
+    constexpr int V = KT * (S + 1);
+    __syncthreads();
+    float* red = smem;  // [blockDim][V]
+#pragma unroll
+    for (int k = 0; k < KT; k++)
+#pragma unroll
+        for (int s = 0; s <= S; s++) red[threadIdx.x * V + k * (S + 1) + s] = acc[k][s];
+    __syncthreads();
+    if (!valid || q != 0) return;
+    const long long wRows = (long long)K * R * S;
+#pragma unroll
+    for (int k = 0; k < KT; k++) {
+        const int o = og * KT + k;
+        if (o >= K) continue;
+#pragma unroll
+        for (int s = 0; s <= S; s++) {
+            if (s == S && r != 0) continue;
+            float v = 0.0f;
+            for (int j = 0; j < Q; j++) v += red[(threadIdx.x + j) * V + k * (S + 1) + s];
+            const long long row = s < S ? ((long long)o * R + r) * S + s : wRows + o;
+            partial[row * gridDim.x + blockIdx.x] = v;
+        }
+    }
+}
+
+#if EMBER_RT_SIZE == 5
+extern "C" __global__ void ember_conv_pool_dw_rt1_5x5(float* partial, const float* dy, const float* y,
+                                                      const int* argmax, int PP, const float* x, int N, int H, int W,
+                                                      int K, int PH, int PW, int OH, int OW, int imagesPerGroup,
+                                                      int Q) {
+    conv_pool_dw_rt1<5, 5>(partial, {0, dy, y, argmax, PP}, x, N, H, W, K, PH, PW, OH, OW, imagesPerGroup, Q);
+}
+#endif
+
+#if EMBER_RT_SIZE == 3
+extern "C" __global__ void ember_conv_pool_dw_rt1_3x3(float* partial, const float* dy, const float* y,
+                                                      const int* argmax, int PP, const float* x, int N, int H, int W,
+                                                      int K, int PH, int PW, int OH, int OW, int imagesPerGroup,
+                                                      int Q) {
+    conv_pool_dw_rt1<3, 3>(partial, {0, dy, y, argmax, PP}, x, N, H, W, K, PH, PW, OH, OW, imagesPerGroup, Q);
+}
+#endif
+
 // dst[i] += partial[i] + partial[rows + i] + ... (parts of them, in order),
 // one thread per element.
 #if EMBER_RT_SIZE == 5
