@@ -274,46 +274,6 @@ func (b *Backend) fixedDW(c convShape) *Function {
 	return nil
 }
 
-// rt1Threads is conv_pool_dw_rt1's block size, a multiple of rt1RowSplit.
-const rt1Threads = 128
-
-// rt1RowSplit is how many tasks of conv_pool_dw_rt1 share a kernel row and
-// 4 output channels, each taking a share of the output rows (LeNet's conv1:
-// 3 of 24).
-const rt1RowSplit = 8
-
-// rt1MinBatch is the batch from which one-channel layers' weight gradients
-// go to conv_pool_dw_rt1: below it the scattered form (ember_conv_pool_dw_5x5,
-// fewer products) has grid enough (at batch 64: 8.8 us).
-const rt1MinBatch = 512
-
-// rt1DW is conv_pool_dw_rt1 for a fused layer of one input channel with a
-// 5x5 or 3x3 stride-1 kernel whose image and dy rows fit the shared memory,
-// and its row split; nil below rt1MinBatch.
-func (b *Backend) rt1DW(c convShape, s convPoolShape) (*Function, int) {
-	g := c.g
-	if b.noConvRT || g.C != 1 || g.N < rt1MinBatch || !rtKernelSize(c) {
-		return nil, 0
-	}
-	q := rt1RowSplit
-	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
-	xs := round4(max(wp, round4(c.ow)+4))
-	ds := round4(c.ow)
-	if ds/4%2 == 0 {
-		ds += 4
-	}
-	// A block's tasks span at most this many groups of 4 channels.
-	groups := (rt1Threads/q-1+g.R-1)/g.R + 1
-	if hp*xs+4*groups*c.oh*ds > rtSmemFloats || rt1Threads*4*(g.S+1) > rtSmemFloats {
-		return nil, 0
-	}
-	i := 0
-	if g.R == 3 {
-		i = 1
-	}
-	return b.k.convPoolDWRT1[i], q
-}
-
 // convPoolDWDirect queues dw += and db += (either may be 0: not wanted) from
 // the pooled gradient: partial sums per block of 256 pooled outputs, then a
 // finishing launch that adds them in order.
@@ -323,16 +283,7 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	rows := g.K * (c.crs + 1)
 	var parts int
 	var ws Block
-	if f, q := b.rt1DW(c, s); f != nil {
-		groups := rtGroups(g.N)
-		per := (g.N + groups - 1) / groups
-		parts = (g.N + per - 1) / per
-		ws = b.workspace(op, 4*rows*parts)
-		tasks := (g.K + 3) / 4 * g.R * q // EMBER_RT_DW_KT = 4 output channels a task
-		grid := Dim3{X: gridX(op, parts), Y: i32dim(op, (tasks+rt1Threads-1)/rt1Threads), Z: 1}
-		devCheck(op, b.x.launch(f, grid, Dim3{X: rt1Threads, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, i32arg(op, s.pp), px,
-			d[0], d[2], d[3], i32arg(op, g.K), d[8], d[9], i32arg(op, c.oh), d[11], i32arg(op, per), i32arg(op, q)}))
-	} else if f := b.fixedDW(c); f != nil {
+	if f := b.fixedDW(c); f != nil {
 		// One part per group of images: one image per block up to 128
 		// images, else 128 groups (512 groups, with 2 images each at batch
 		// 1024, took as long: 53.7 us against 52.8, with 4x the partials).

@@ -124,7 +124,6 @@ type kernels struct {
 	convReLUPoolTiled                         *Function
 	convReLUPool5x5, convReLUPool3x3          [3]*Function // by channel split 1, 2, 4
 	convPoolDW5x5, convPoolDW3x3              *Function
-	convPoolDWRT1                             [2]*Function // 5x5, 3x3
 	gemmSmall, gemmSmallT                     *Function
 	addBiasReLU, unpoolTBias                  *Function
 	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
@@ -208,8 +207,6 @@ func (k *kernels) table() []struct {
 		{&k.convDXRT[1], "ember_conv_dx_rt_3x3"},
 		{&k.convDXRT[2], "ember_conv_dx_rt_pooled_5x5"},
 		{&k.convDXRT[3], "ember_conv_dx_rt_pooled_3x3"},
-		{&k.convPoolDWRT1[0], "ember_conv_pool_dw_rt1_5x5"},
-		{&k.convPoolDWRT1[1], "ember_conv_pool_dw_rt1_3x3"},
 		{&k.addParts, "ember_add_parts"},
 		{&k.linearGradsSmall, "ember_linear_grads_small"},
 		{&k.linearTiled, "ember_linear_tiled"},
