@@ -138,6 +138,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
+	if b.side != nil {
+		b.side.alloc = b.alloc
+	}
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
 	}
@@ -277,7 +280,7 @@ func (b *Backend) Free(buf tensor.Buffer) {
 		b.deferError(fmt.Errorf("cuda: double free of a %d-byte buffer", m.bytes))
 		return
 	}
-	if m.bytes > 0 && !b.side.hold(m) {
+	if m.bytes > 0 && !b.side.hold(m.blk, m.bytes) {
 		if err := m.owner.alloc.Free(m.blk); err != nil {
 			b.deferError(err)
 		}
@@ -337,7 +340,7 @@ func (b *Backend) workspace(op string, bytes int) Block {
 }
 
 func (b *Backend) release(blk Block) {
-	if blk.owner() != 0 {
+	if blk.owner() != 0 && !b.side.hold(blk, blk.Size()) {
 		if err := b.alloc.Free(blk); err != nil {
 			b.deferError(err)
 		}
@@ -903,7 +906,11 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
 		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
-		b.biasGradFinish(b.x, op, pdb, part, channels, parts, accumulate)
+		// Nothing below needs db before the optimiser does: in a graph the
+		// finish runs on the side stream (2.7 us at LeNet's fc1, batch 1024).
+		devCheck(op, b.x.detach([]span{{part, 4 * parts * channels, false}, {pdb, 4 * channels, true}}, func(ex executor) {
+			b.biasGradFinish(ex, op, pdb, part, channels, parts, accumulate)
+		}))
 	}
 }
 

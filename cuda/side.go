@@ -20,12 +20,13 @@ import (
 //     runs on the main stream: both read the same output gradient, and each
 //     alone leaves most of an H200 idle at batch 64).
 //   - detach: a side task that outlives the call queuing it (a last layer's
-//     weight gradient, beside the next layer's backward pass). The main
-//     stream joins it before its next operation, unless that operation runs
-//     through beside and shares no memory with the task, other than memory
-//     both only read. Memory of the task freed before the join goes back to
+//     weight gradient, beside the next layer's backward pass; the last
+//     step of a bias gradient). The main stream joins it before its next
+//     operation, unless that operation runs through beside and shares no
+//     memory with the task, other than memory both only read. Memory of the
+//     task freed before the join (a tensor's, or a workspace's) goes back to
 //     the allocator at the join, so that nothing queued meanwhile can be
-//     given it. A capture joins a detached task before it ends.
+//     given it. A capture joins the detached tasks before it ends.
 //
 // mu keeps the fork...join sequences of concurrent callers apart; a capture
 // is one goroutine's work, as the stream's capture mode requires.
@@ -39,8 +40,9 @@ type sideLane struct {
 
 	detached  atomic.Bool // a detached task awaits its join
 	suspended atomic.Bool // beside runs operations checked against it
-	uses      []span      // the detached task's memory
-	held      []*blockMemory
+	uses      []span      // the detached tasks' memory
+	held      []Block     // blocks of it freed meanwhile, for alloc at the join
+	alloc     *Allocator
 }
 
 // span is a range of device memory an operation reads or writes.
@@ -96,18 +98,19 @@ func (b *Backend) closeSideLane() []error {
 	return errs
 }
 
-// hold keeps m from the allocator while a detached task uses it; it
-// reports whether it did (settle frees m at the join).
-func (l *sideLane) hold(m *blockMemory) bool {
+// hold keeps blk (of which bytes are in use) from the allocator while a
+// detached task uses it; it reports whether it did (settle frees blk at the
+// join).
+func (l *sideLane) hold(blk Block, bytes int) bool {
 	if l == nil || !l.detached.Load() {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.detached.Load() || !conflicts(l.uses, []span{{m.blk.Ptr(), m.bytes, true}}) {
+	if !l.detached.Load() || !conflicts(l.uses, []span{{blk.Ptr(), bytes, true}}) {
 		return false
 	}
-	l.held = append(l.held, m)
+	l.held = append(l.held, blk)
 	return true
 }
 
@@ -165,15 +168,13 @@ func (g *gpuExec) detaching() bool {
 }
 
 // detach forks side onto the side lane's stream and leaves it there, to be
-// joined by settle (see sideLane). Outside a capture side runs at once on
-// this stream.
+// joined by settle (see sideLane); tasks detached before the join queue
+// there one after the other. Outside a capture side runs at once on this
+// stream.
 func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	if !g.detaching() {
 		side(g)
 		return nil
-	}
-	if err := g.settle(); err != nil {
-		return err
 	}
 	l := g.side
 	l.mu.Lock()
@@ -184,7 +185,7 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	l.forks.Add(1)
 	// Detached before side runs, so that a capture failing inside it
 	// still joins the side stream before it ends.
-	l.uses = uses
+	l.uses = append(l.uses, uses...)
 	l.detached.Store(true)
 	side(&gpuExec{dev: g.dev, stream: l.stream})
 	return nil
@@ -231,8 +232,8 @@ func (g *gpuExec) settle() error {
 	err := g.join(l)
 	l.detached.Store(false)
 	l.uses = nil
-	for _, m := range l.held {
-		if e := m.owner.alloc.Free(m.blk); e != nil {
+	for _, blk := range l.held {
+		if e := l.alloc.Free(blk); e != nil {
 			err = errors.Join(err, e)
 		}
 	}

@@ -56,6 +56,7 @@ func TestGPUDetachedSideTask(t *testing.T) {
 	dx2, _ := h.f32(make([]float32, n*in2))
 	dw3, _ := h.f32(make([]float32, out*in))
 	dx3, _ := h.f32(make([]float32, n*in))
+	dw4, _ := h.f32(make([]float32, out*in))
 	alloc := func(k int) tensor.Buffer {
 		buf, err := b.Alloc(k, tensor.Float32)
 		if err != nil {
@@ -78,6 +79,11 @@ func TestGPUDetachedSideTask(t *testing.T) {
 		b.LinearGrads(dx2, dw2, tensor.Buffer{}, x, tensor.Buffer{}, x2, w2, n, in2, in, false, false, false)
 		if captured && !b.side.detached.Load() {
 			t.Error("a layer that only reads the task's input joined it")
+		}
+		// A second task queues behind the first without joining it.
+		b.LinearGrads(tensor.Buffer{}, dw4, tensor.Buffer{}, g0, tensor.Buffer{}, x, w, n, in, out, false, false, false)
+		if captured && (!b.side.detached.Load() || len(b.side.uses) < 2*7) {
+			t.Error("a second detached task joined the first")
 		}
 		gp := b.ptr("test", g, tensor.Float32)
 		b.Free(g)
@@ -102,11 +108,11 @@ func TestGPUDetachedSideTask(t *testing.T) {
 		}
 	}
 	results := func() [][]float32 {
-		return [][]float32{downloadF(b, dw), downloadF(b, db), downloadF(b, dw2), downloadF(b, dx2), downloadF(b, dw3), downloadF(b, dx3)}
+		return [][]float32{downloadF(b, dw), downloadF(b, db), downloadF(b, dw2), downloadF(b, dx2), downloadF(b, dw3), downloadF(b, dx3), downloadF(b, dw4)}
 	}
 	step(false)
 	want := results()
-	for _, buf := range []tensor.Buffer{dw, db, dw2, dx2, dw3, dx3} {
+	for _, buf := range []tensor.Buffer{dw, db, dw2, dx2, dw3, dx3, dw4} {
 		b.Fill(buf, 0)
 	}
 	g, err := b.Capture(func() { step(true) })
@@ -122,7 +128,7 @@ func TestGPUDetachedSideTask(t *testing.T) {
 	for i, got := range results() {
 		if !sameBits(got, want[i]) {
 			j := firstDiff(got, want[i])
-			t.Errorf("result %d (dw, db, dw2, dx2, dw3, dx3) after replays: [%d] %g, eager %g", i, j, got[j], want[i][j])
+			t.Errorf("result %d (dw, db, dw2, dx2, dw3, dx3, dw4) after replays: [%d] %g, eager %g", i, j, got[j], want[i][j])
 		}
 	}
 }
