@@ -380,7 +380,7 @@ type executor interface {
 	// beside runs main, whose operations touch only the memory in uses,
 	// without joining a detached side task unless the two conflict.
 	beside(uses []span, main func()) error
-	// settle joins a detached side task, if any, into this stream.
+	// settle joins the detached side tasks, if any, into this stream.
 	settle() error
 }
 

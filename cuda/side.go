@@ -28,8 +28,10 @@ import (
 //     the allocator at the join, so that nothing queued meanwhile can be
 //     given it. A capture joins the detached tasks before it ends.
 //
-// mu keeps the fork...join sequences of concurrent callers apart; a capture
-// is one goroutine's work, as the stream's capture mode requires.
+// mu guards the events and the detached tasks' state; it is not held while
+// the work of either form is queued, which may free memory (hold) or
+// detach a task itself. A capture is one goroutine's work, as the stream's
+// capture mode requires, so fork...join sequences do not interleave.
 type sideLane struct {
 	mu             sync.Mutex
 	stream         Stream
@@ -144,8 +146,9 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 	}
 	l := g.side
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := g.fork(l); err != nil {
+	err = g.fork(l)
+	l.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	l.forks.Add(1)
@@ -153,6 +156,8 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 	// that the capture never ends with the side stream unjoined and
 	// nothing freed after a failure is still in use there.
 	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		if e := g.join(l); err == nil {
 			err = e
 		}
@@ -178,15 +183,18 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 	}
 	l := g.side
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := g.fork(l); err != nil {
+	err := g.fork(l)
+	if err == nil {
+		// Detached before side runs, so that a capture failing inside it
+		// still joins the side stream before it ends.
+		l.uses = append(l.uses, uses...)
+		l.detached.Store(true)
+	}
+	l.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	l.forks.Add(1)
-	// Detached before side runs, so that a capture failing inside it
-	// still joins the side stream before it ends.
-	l.uses = append(l.uses, uses...)
-	l.detached.Store(true)
 	side(&gpuExec{dev: g.dev, stream: l.stream})
 	return nil
 }

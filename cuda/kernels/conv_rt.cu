@@ -401,22 +401,25 @@ extern "C" __global__ void ember_add_parts(float* dst, const float* partial, lon
 
 // Input gradient: dx[n][c][ih][iw] = sum over (o, r, s) of w[o][c][r][s] *
 // dy[n][o][ih+PH-r][iw+PW-s] (terms outside dy are 0), overwriting dx. Grid
-// (images, ceil(C/4)), blockDim a multiple of 32; with fewer blocks than
-// images, countersOrNull (ceil(C/4) + 1 ints) deals them out
-// (ember_image_queue). Its shared memory is EMBER_RT_SMEM floats less 4. The block copies w[:, c0..c0+3]
-// transposed to [K][R][S][4] and, per image, dy with S-1-PW zero columns in
-// front of each row ([K][OH][DS], channels DOS floats apart). A thread takes
-// 4 input channels times 4 columns of one row; lane = slot*8 + part, where
-// part takes output channels part, part+8, ... (16 lanes per sum, with 2
-// columns per warp, took 32 us instead of 22 at LeNet's conv2, batch 64: one
-// block per SM by registers): per output channel and kernel row 2 16-byte
-// loads of dy and S of w feed 4*4*S multiply-adds. A quarter-warp (the lanes
-// of one 16-byte shared load) is one slot's 8 parts, on 8 channels whose dy
-// and w words lie in 8 different bank groups: with lane = part*4 + slot two
-// parts' dy rows shared their banks. Rows of dy outside [0, OH) are skipped.
-// Needs PH <= R-1 and PW <= S-1; at most EMBER_RT_DX_THREADS threads.
-// The input gradient's most threads a block: 9 warps (LeNet's conv2 needs
-// 9), so that 4 blocks fit an SM's registers (3 with up to 16 warps).
+// (images, ceil(C/4)), blockDim a multiple of 32, at most
+// EMBER_RT_DX_THREADS; with fewer blocks than images, countersOrNull
+// (ceil(C/4) + 1 ints) deals the images out (ember_image_queue). The block
+// copies w[:, c0..c0+3] transposed to [K][R][S][4] and, per image, dy with
+// S-1-PW zero columns in front of each row ([K][OH][DS], channels DOS floats
+// apart), in EMBER_RT_SMEM floats less the queue's 4. A thread takes 4 input
+// channels times 4 columns of one row; lane = slot*8 + part, where part
+// takes output channels part, part+8, ... (16 lanes per sum, with 2 columns
+// per warp, took 32 us instead of 22 at LeNet's conv2, batch 64: one block
+// per SM by registers): per output channel and kernel row 2 16-byte loads
+// of dy and S of w feed 4*4*S multiply-adds. A quarter-warp (the lanes of
+// one 16-byte shared load) is one slot's 8 parts, on 8 channels whose dy and
+// w words lie in 8 different bank groups (with lane = part*4 + slot, two
+// parts' dy rows shared their banks). Rows of dy outside [0, OH) are
+// skipped. Needs PH <= R-1 and PW <= S-1.
+//
+// EMBER_RT_DX_THREADS: 9 warps (LeNet's conv2 needs 9), so that 4 blocks fit
+// an SM's registers (3 with up to 16 warps: at batch 1024, 215 us against
+// 209 with 4).
 #define EMBER_RT_DX_THREADS 288
 
 __device__ __forceinline__ int ember_rt_dx_stride(int OW, int W, int S, int PW) {
@@ -436,9 +439,10 @@ __device__ __forceinline__ int ember_rt_dx_ostride(int OH, int DS) { return OH *
 // 1280 blocks of 4 images for 396 places). Without counters, every
 // gridDim.x-th image. Every thread of the block must call next; done, after
 // the last, counts the block out, and the grid's last block resets the
-// counters (gridDim.y of them, then the count) for the next launch.
-// taken is an int of the block's shared memory (the kernels' static array
-// is already as large as it may be).
+// counters (gridDim.y of them, then the count) for the next launch. taken
+// is an int of the block's shared memory: the last 16 bytes of the kernel's
+// static array, which the kernel leaves to it (the array is as large as
+// static shared memory may be).
 struct ember_image_queue {
     int* countersOrNull;
     int* taken;
