@@ -58,7 +58,12 @@
 // layer with its bias and ReLU, and its gradients, in one launch each way
 // for batches of up to 256 rows (linear.go; on sm_90 the blocks that split
 // a sum form thread block clusters), and a classifier's last layer with its
-// cross entropy in one launch each way (narrow.go). Every kernel is checked
+// cross entropy in one launch each way (narrow.go). While a graph is
+// captured, independent work goes to a second stream as parallel branches
+// of the graph (side.go): a convolution's weight gradient beside its input
+// gradient, and detached tasks such as a last layer's weight gradient,
+// which the main stream joins only before an operation that touches their
+// memory. Every kernel is checked
 // against the CPU backend by the conformance suite (package tensortest) on
 // the GPU, and every launch against the kernel's C signature by a recorder
 // in the tests that run without one.

@@ -32,7 +32,7 @@ type trainer struct {
 
 	startEpoch, startStep int
 	globalStep            int
-	stepTimes             []float64 // seconds per step, one per log window
+	stepTimes             []float64 // seconds per step, one per log window but the first step's
 	stepDriverAllocs      int64     // driver allocations by training steps after the first
 	epochSeconds          []float64
 	lastAccuracy          float64
@@ -228,7 +228,7 @@ func (t *trainer) loop(ctx context.Context) error {
 		epochAllocs := t.dev.driverAllocs()
 		epochStart := time.Now()
 		lastCheck := first - 1 // the last step whose loss was checked
-		windowStart, windowSteps := epochStart, 0
+		windowStart, windowSteps, firstInWindow := epochStart, 0, false
 		for step := first; step < steps; step++ {
 			if ctx.Err() != nil {
 				return t.interrupted(epoch, step)
@@ -245,11 +245,18 @@ func (t *trainer) loop(ctx context.Context) error {
 			if t.globalStep == 1 {
 				epochAllocs = t.dev.driverAllocs()
 			}
+			if t.globalStep == 1 {
+				firstInWindow = true
+			}
 			if (step+1)%o.logInterval == 0 || step == steps-1 {
 				l := loss.Item() // waits for the queued steps
 				now := time.Now()
-				t.stepTimes = append(t.stepTimes, now.Sub(windowStart).Seconds()/float64(windowSteps))
-				windowStart, windowSteps = now, 0
+				// Not the window of the run's first step, which captures
+				// the graph (at batch 1024 an epoch is one window).
+				if !firstInWindow {
+					t.stepTimes = append(t.stepTimes, now.Sub(windowStart).Seconds()/float64(windowSteps))
+				}
+				windowStart, windowSteps, firstInWindow = now, 0, false
 				// The running sum turns NaN or Inf with the first bad step,
 				// so checking it here catches one between two checks too.
 				if sum := lossSum.Item(); !finite(l) || !finite(sum) {
@@ -438,10 +445,14 @@ func (t *trainer) printBench() {
 	t.logf("| device | %s |", t.dev.backend.Name())
 	t.logf("| batch size | %d |", t.opt.batchSize)
 	for i, s := range epochs {
-		t.logf("| epoch %d seconds | %.3f |", i+1, s)
+		t.logf("| epoch %d seconds | %.4f |", i+1, s)
 		t.logf("| epoch %d images/s | %.0f |", i+1, float64(t.train.N/t.opt.batchSize*t.opt.batchSize)/s)
 	}
-	t.logf("| step time (median over log windows) | %.1f us |", med*1e6)
+	if len(t.stepTimes) > 0 {
+		t.logf("| step time (median over log windows, without the first step's) | %.1f us |", med*1e6)
+	} else {
+		t.logf("| step time (median over log windows, without the first step's) | none: one window |")
+	}
 	t.dev.benchRows(t.logf, t.globalStep, t.stepDriverAllocs)
 	t.logf("| test accuracy | %.2f%% |", t.lastAccuracy)
 }
