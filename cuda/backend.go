@@ -85,7 +85,7 @@ type Backend struct {
 	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
 	noNarrow      bool      // EMBER_LINEAR_NARROW=0: no narrow-layer kernels (narrow.go)
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
-	tileCounters  Block     // counters of split sums (linear.cu) and of linear_xent's blocks (narrow.cu)
+	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 }
 
@@ -280,7 +280,7 @@ func (b *Backend) Free(buf tensor.Buffer) {
 		b.deferError(fmt.Errorf("cuda: double free of a %d-byte buffer", m.bytes))
 		return
 	}
-	if m.bytes > 0 && !b.side.hold(m.blk, m.bytes) {
+	if m.bytes > 0 && !(m.owner == b && b.side.hold(m.blk, m.bytes)) {
 		if err := m.owner.alloc.Free(m.blk); err != nil {
 			b.deferError(err)
 		}
@@ -378,7 +378,10 @@ type executor interface {
 	// once, so does detach.
 	detach(uses []span, side func(x executor)) error
 	// beside runs main, whose operations touch only the memory in uses,
-	// without joining a detached side task unless the two conflict.
+	// without joining a detached side task unless the two conflict. main
+	// may detach a task itself; beside does not check main's later
+	// operations against it, so that task must touch nothing main writes
+	// after queuing it (biasGradCols' finish: LinearGrads writes db no more).
 	beside(uses []span, main func()) error
 	// settle joins the detached side tasks, if any, into this stream.
 	settle() error

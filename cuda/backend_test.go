@@ -463,6 +463,9 @@ func newRecordingBackendOpts(t *testing.T, opt AllocatorOptions) (*Backend, *rec
 	}
 	rec := &recExec{t: t, sigs: parseKernels(t), mem: mem, launches: map[string]int{}}
 	b.x = rec
+	// A side lane without a stream: the backend takes the paths that use
+	// one, and the recorder runs their work in order.
+	b.side = &sideLane{alloc: b.alloc}
 	if err := b.allocTileCounters(); err != nil {
 		t.Fatal(err)
 	}

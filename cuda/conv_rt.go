@@ -238,7 +238,10 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		positions := g.H * ((g.W + 3) / 4)
 		warps := min((positions+3)/4, rtDXWarps) // 4 positions per warp
 		grid := Dim3{X: min(g.N, rtImageBlocks), Y: i32dim(op, (g.C+3)/4), Z: 1}
-		var queue uintptr // images dealt out as blocks finish, when blocks loop
+		// Images dealt out as blocks finish, when blocks loop. The counters
+		// are the backend's one set: the input gradient runs on the main
+		// stream only, one launch at a time.
+		var queue uintptr
 		if g.N > grid.X && grid.Y <= rtQueueGroups {
 			queue = b.tileCounters.Ptr() + 4*rtQueue
 		}

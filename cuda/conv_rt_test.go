@@ -32,7 +32,7 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 		{N: 37, C: 11, H: 10, W: 9, K: 21, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
 		{N: 300, C: 8, H: 6, W: 6, K: 40, R: 3, S: 3, StrideH: 1, StrideW: 1}, // 4 lanes per sum
 		{N: 5, C: 9, H: 12, W: 13, K: 7, R: 3, S: 3, StrideH: 1, StrideW: 1},  // odd pooled width and height
-		{N: 8, C: 8, H: 16, W: 16, K: 12, R: 5, S: 5, StrideH: 1, StrideW: 1}, // 16 warps in the input gradient
+		{N: 8, C: 8, H: 16, W: 16, K: 12, R: 5, S: 5, StrideH: 1, StrideW: 1}, // the input gradient's warps loop (16 tasks, 9 warps)
 	} {
 		p := tensor.PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 		c := convShapeOf("test", g)

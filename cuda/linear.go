@@ -237,14 +237,15 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 	empty := n == 0 || in == 0 || out == 0
 	uses := []span{{pdx, 4 * n * in, true}, {pdw, 4 * out * in, true}, {pdb, 4 * out, true},
 		{b.f32(op, g), 4 * n * out, false}, {py, 4 * n * out, false}, {b.f32(op, x), 4 * n * in, false}, {b.f32(op, w), 4 * out * in, false}}
-	if apart && !empty && pdx == 0 && b.narrowOut(out) && in < 1<<26 {
+	if apart && !empty && pdx == 0 && b.side != nil && b.narrowOut(out) && in < 1<<26 {
 		// Only the weight gradients: a last layer, whose input gradient
 		// its forward pass gave (LinearCrossEntropy). In a captured graph
 		// they run on the side stream, beside the backward pass of the
 		// layers below, so the narrow kernel takes every batch size: its
 		// loop over all the rows is off the main path there (at batch 1024,
 		// 20 us against 14 in four cuBLAS launches). Eager launches take
-		// the same kernel, so that both give the same bits.
+		// the same kernel, so that both give the same bits; without a side
+		// lane the general paths below take them.
 		devCheck(op, b.x.detach(uses, func(ex executor) {
 			b.linearGradsNarrow(ex, op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
 		}))

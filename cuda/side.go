@@ -30,8 +30,9 @@ import (
 //
 // mu guards the events and the detached tasks' state; it is not held while
 // the work of either form is queued, which may free memory (hold) or
-// detach a task itself. A capture is one goroutine's work, as the stream's
-// capture mode requires, so fork...join sequences do not interleave.
+// detach a task itself. Invariant: a capture is one goroutine's work, as
+// the stream's capture mode requires, so fork...join sequences do not
+// interleave (mu alone does not keep them apart).
 type sideLane struct {
 	mu             sync.Mutex
 	stream         Stream

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -130,5 +132,92 @@ func TestGPUDetachedSideTask(t *testing.T) {
 			j := firstDiff(got, want[i])
 			t.Errorf("result %d (dw, db, dw2, dx2, dw3, dx3, dw4) after replays: [%d] %g, eager %g", i, j, got[j], want[i][j])
 		}
+	}
+}
+
+// TestKernelConstantsMatchGo checks the kernels' #define constants that the
+// Go side repeats (block sizes, shared-memory sizes, counts) against the Go
+// values: a change to one side alone would launch blocks the kernel does
+// not expect or accept geometries whose buffers do not fit.
+func TestKernelConstantsMatchGo(t *testing.T) {
+	src, err := kernelSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defines := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(src, -1) {
+		v, _ := strconv.Atoi(m[2])
+		defines[m[1]] = v
+	}
+	for name, want := range map[string]int{
+		"EMBER_RT_SMEM":         rtSmemFloats,
+		"EMBER_RT_DX_THREADS":   32 * rtDXWarps,
+		"EMBER_TILE_FLOATS":     tileFloats,
+		"EMBER_DIRECT_CRS":      directCRS,
+		"EMBER_DW_IMAGE_FLOATS": dwImageFloats,
+		"LT_THREADS":            ltThreads,
+		"LT_CLUSTER":            ltCluster,
+	} {
+		got, ok := defines[name]
+		if !ok {
+			t.Errorf("no #define %s in the kernels", name)
+		} else if got != want {
+			t.Errorf("#define %s %d, the Go side uses %d", name, got, want)
+		}
+	}
+}
+
+// TestGPUCaptureFailsAfterDetach makes a capture fail (its function panics)
+// with a side task detached and memory held for it, and wants the side lane
+// clean afterwards and the next capture to work.
+func TestGPUCaptureFailsAfterDetach(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	if b.side == nil {
+		t.Skip("EMBER_SIDE_STREAM=0: no side stream")
+	}
+	const n, in, out = 256, 64, 10
+	h := &gpuCPU{t: t, g: b}
+	defer h.free()
+	x, _ := h.f32(gridRandom(n*in, 41))
+	w, _ := h.f32(gridRandom(out*in, 42))
+	g0, _ := h.f32(gridRandom(n*out, 43))
+	dw, _ := h.f32(make([]float32, out*in))
+	_, err := b.Capture(func() {
+		g, err := b.Alloc(n*out, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Copy(g, g0)
+		b.LinearGrads(tensor.Buffer{}, dw, tensor.Buffer{}, g, tensor.Buffer{}, x, w, n, in, out, false, false, false)
+		b.Free(g)
+		if !b.side.detached.Load() || len(b.side.held) != 1 {
+			t.Error("the task was not detached with its input held")
+		}
+		panic("a failure inside the captured function")
+	})
+	if err == nil {
+		t.Fatal("Capture of a panicking function succeeded")
+	}
+	if b.side.detached.Load() || len(b.side.uses) != 0 || len(b.side.held) != 0 || b.side.capturing.Load() {
+		t.Errorf("side lane after a failed capture: detached %v, %d uses, %d held, capturing %v",
+			b.side.detached.Load(), len(b.side.uses), len(b.side.held), b.side.capturing.Load())
+	}
+	step := func() {
+		b.LinearGrads(tensor.Buffer{}, dw, tensor.Buffer{}, g0, tensor.Buffer{}, x, w, n, in, out, false, false, false)
+	}
+	step()
+	want := downloadF(b, dw)
+	b.Fill(dw, 0)
+	g, err := b.Capture(step)
+	if err != nil {
+		t.Fatalf("Capture after a failed one: %v", err)
+	}
+	defer g.Close()
+	if err := g.Replay(); err != nil {
+		t.Fatal(err)
+	}
+	if got := downloadF(b, dw); !sameBits(got, want) {
+		j := firstDiff(got, want)
+		t.Errorf("dw after the replay: [%d] %g, eager %g", j, got[j], want[j])
 	}
 }

@@ -32,6 +32,7 @@ type trainer struct {
 
 	startEpoch, startStep int
 	globalStep            int
+	runSteps              int // steps of this run (globalStep counts those before a --resume too)
 	stepTimes             []float64 // seconds per step, one per log window but the first step's
 	stepDriverAllocs      int64     // driver allocations by training steps after the first
 	epochSeconds          []float64
@@ -241,11 +242,11 @@ func (t *trainer) loop(ctx context.Context) error {
 			b.Upload(batchDev.Buffer(), batch)
 			loss := runner.run()
 			t.globalStep++
+			t.runSteps++
 			windowSteps++
-			if t.globalStep == 1 {
+			if t.runSteps == 1 {
+				// The run's first step allocates and captures the graph.
 				epochAllocs = t.dev.driverAllocs()
-			}
-			if t.globalStep == 1 {
 				firstInWindow = true
 			}
 			if (step+1)%o.logInterval == 0 || step == steps-1 {
@@ -453,7 +454,7 @@ func (t *trainer) printBench() {
 	} else {
 		t.logf("| step time (median over log windows, without the first step's) | none: one window |")
 	}
-	t.dev.benchRows(t.logf, t.globalStep, t.stepDriverAllocs)
+	t.dev.benchRows(t.logf, t.runSteps, t.stepDriverAllocs)
 	t.logf("| test accuracy | %.2f%% |", t.lastAccuracy)
 }
 

@@ -459,6 +459,7 @@ struct ember_image_queue {
         int* count = countersOrNull + gridDim.y;
         ember_fence_acq_rel();
         if (atomicAdd(count, 1) == (int)(gridDim.x * gridDim.y) - 1) {
+            ember_fence_acq_rel();  // after every block's last take
             for (int y = 0; y < (int)gridDim.y; y++) countersOrNull[y] = 0;
             *count = 0;
         }
