@@ -32,7 +32,7 @@ type trainer struct {
 
 	startEpoch, startStep int
 	globalStep            int
-	runSteps              int // steps of this run (globalStep counts those before a --resume too)
+	runSteps              int       // steps of this run (globalStep counts those before a --resume too)
 	stepTimes             []float64 // seconds per step, one per log window but the first step's
 	stepDriverAllocs      int64     // driver allocations by training steps after the first
 	epochSeconds          []float64
