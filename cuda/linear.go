@@ -235,8 +235,9 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 	// the same memory (x and w the same tensor: Linear(x, x, b)).
 	apart := !overlaps(pdx, 4*n*in, pdw, 4*out*in) && !overlaps(pdx, 4*n*in, pdb, 4*out) && !overlaps(pdw, 4*out*in, pdb, 4*out)
 	empty := n == 0 || in == 0 || out == 0
+	pg, px, pw := b.f32(op, g), b.f32(op, x), b.f32(op, w)
 	uses := []span{{pdx, 4 * n * in, true}, {pdw, 4 * out * in, true}, {pdb, 4 * out, true},
-		{b.f32(op, g), 4 * n * out, false}, {py, 4 * n * out, false}, {b.f32(op, x), 4 * n * in, false}, {b.f32(op, w), 4 * out * in, false}}
+		{pg, 4 * n * out, false}, {py, 4 * n * out, false}, {px, 4 * n * in, false}, {pw, 4 * out * in, false}}
 	if apart && !empty && pdx == 0 && b.side != nil && b.narrowOut(out) && in < 1<<26 {
 		// Only the weight gradients: a last layer, whose input gradient
 		// its forward pass gave (LinearCrossEntropy). In a captured graph
@@ -247,28 +248,27 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 		// the same kernel, so that both give the same bits; without a side
 		// lane the general paths below take them.
 		devCheck(op, b.x.detach(uses, func(ex executor) {
-			b.linearGradsNarrow(ex, op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+			b.linearGradsNarrow(ex, op, pdx, pdw, pdb, pg, py, px, pw, n, in, out, accX, accW, accB)
 		}))
 		return
 	}
 	devCheck(op, b.x.beside(uses, func() {
-		b.linearGrads(op, pdx, pdw, pdb, g, py, x, w, n, in, out, accX, accW, accB, apart && !empty)
+		b.linearGrads(op, pdx, pdw, pdb, pg, py, px, pw, n, in, out, accX, accW, accB, apart && !empty)
 	}))
 }
 
 // linearGrads queues LinearGrads through the first kernel that takes its
 // sizes (fused ones only when apart: the outputs share no memory and no size
 // is 0).
-func (b *Backend) linearGrads(op string, pdx, pdw, pdb uintptr, g tensor.Buffer, py uintptr, x, w tensor.Buffer, n, in, out int, accX, accW, accB, apart bool) {
+func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB, apart bool) {
 	switch {
 	case apart && b.narrowGrads(n, in, out):
-		b.linearGradsNarrow(b.x, op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+		b.linearGradsNarrow(b.x, op, pdx, pdw, pdb, pg, py, px, pw, n, in, out, accX, accW, accB)
 	case apart && py == 0 && out <= 128 && n <= 128 && smallProduct(n, in, out) && smallProduct(out, in, n):
-		b.linearGradsSmall(op, pdx, pdw, pdb, b.f32(op, g), b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+		b.linearGradsSmall(op, pdx, pdw, pdb, pg, px, pw, n, in, out, accX, accW, accB)
 	case apart && b.tiledLinear(n, in, out):
-		b.linearGradsTiled(op, pdx, pdw, pdb, b.f32(op, g), py, b.f32(op, x), b.f32(op, w), n, in, out, accX, accW, accB)
+		b.linearGradsTiled(op, pdx, pdw, pdb, pg, py, px, pw, n, in, out, accX, accW, accB)
 	default:
-		pg := b.f32(op, g)
 		if py != 0 && n*out > 0 {
 			// g through the ReLU's mask, and db from it on the way.
 			gm := b.workspace(op, 4*n*out)
@@ -277,10 +277,10 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb uintptr, g tensor.Buffer,
 			pg, pdb = gm.Ptr(), 0
 		}
 		if pdx != 0 {
-			b.product(op, pdx, pg, b.f32(op, w), n, in, out, false, accX)
+			b.product(op, pdx, pg, pw, n, in, out, false, accX)
 		}
 		if pdw != 0 {
-			b.product(op, pdw, pg, b.f32(op, x), out, in, n, true, accW)
+			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
 		if pdb != 0 {
 			b.biasGrad(op, pdb, pg, 0, 0, n, out, 1, accB)

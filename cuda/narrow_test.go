@@ -16,8 +16,8 @@ import (
 // grouping), dx to a few ulps of its sum. Each fused launch runs twice:
 // with several blocks the second must find the blocks' counter back at zero
 // and give the same bits. The shapes cover LeNet's fc2 at batch 64 and
-// the largest batch taken, one block, 17 and 32 classes, one class, odd widths and weights at
-// offsets of 4 and 8 bytes.
+// the largest batch taken, one block, 17 and 32 classes, one class, odd
+// widths and weights at offsets of 4 and 8 bytes.
 func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	h := &gpuCPU{t: t, g: b}

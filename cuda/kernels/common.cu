@@ -138,6 +138,17 @@ __device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) 
     }
 }
 
+// ember_copy_run copies the first min(n, EMBER_RT_LOADS) floats of s to d,
+// all loads before any store.
+__device__ __forceinline__ void ember_copy_run(float* d, const float* s, int n) {
+    float v[EMBER_RT_LOADS];
+#pragma unroll
+    for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j < n ? s[j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < EMBER_RT_LOADS; j++)
+        if (j < n) d[j] = v[j];
+}
+
 // ember_copy_rows copies rows of width floats, one row per thread: row i
 // from src(i) to dst(i). Elements around the rows are left as they are
 // (zeroed once, they stay zero).
@@ -146,14 +157,7 @@ __device__ __forceinline__ void ember_copy_rows(int rows, int width, D dst, F sr
     for (int i = threadIdx.x; i < rows; i += blockDim.x) {
         const float* s = src(i);
         float* d = dst(i);
-        for (int j0 = 0; j0 < width; j0 += EMBER_RT_LOADS) {
-            float v[EMBER_RT_LOADS];
-#pragma unroll
-            for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < width ? s[j0 + j] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < EMBER_RT_LOADS; j++)
-                if (j0 + j < width) d[j0 + j] = v[j];
-        }
+        for (int j0 = 0; j0 < width; j0 += EMBER_RT_LOADS) ember_copy_run(d + j0, s + j0, width - j0);
     }
 }
 
@@ -175,14 +179,7 @@ __device__ __forceinline__ void ember_copy_image(float* img, const float* x, int
     for (int t = threadIdx.x; t < C * H * segs; t += blockDim.x) {
         const int i = t / segs, j0 = (t - i * segs) * EMBER_RT_LOADS;
         const int c = i / H;
-        const float* s = x + (long long)i * W;
-        float* d = img + (i + c * 2 * PH + PH) * XS + PW;
-        float v[EMBER_RT_LOADS];
-#pragma unroll
-        for (int j = 0; j < EMBER_RT_LOADS; j++) v[j] = j0 + j < W ? s[j0 + j] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < EMBER_RT_LOADS; j++)
-            if (j0 + j < W) d[j0 + j] = v[j];
+        ember_copy_run(img + (i + c * 2 * PH + PH) * XS + PW + j0, x + (long long)i * W + j0, W - j0);
     }
 }
 
