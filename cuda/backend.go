@@ -70,7 +70,8 @@ type Backend struct {
 	stream Stream
 	blas   *BLAS
 	alloc  *Allocator
-	mods   []*Module // one per kernel unit (kernels.go)
+	mods   []*Module            // one per kernel unit (kernels.go)
+	fns    map[string]*Function // every kernel, by its extern "C" name
 	k      kernels
 	x      executor // where device work goes: the GPU, or a recorder in tests
 	name   string
@@ -134,7 +135,11 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if b.mods, err = compileKernels(dev); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
-	if err = b.k.load(b.mods); err != nil {
+	major, _ := dev.ComputeCapability()
+	if b.fns, err = lookupKernels(b.mods, major >= 9); err != nil {
+		return nil, err
+	}
+	if err = b.k.load(b.fns); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
@@ -452,6 +457,17 @@ func (g *gpuExec) synchronize() error {
 // blocks (the kernels' grid-stride loops do the rest).
 func gridFor(n int) Dim3 {
 	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
+}
+
+// kernel returns the kernel of that extern "C" name. The general
+// operators look their kernels up by name; a name no source defines is a
+// programming error.
+func (b *Backend) kernel(name string) *Function {
+	f := b.fns[name]
+	if f == nil {
+		panic(fmt.Sprintf("cuda: no kernel named %s in the backend's sources", name))
+	}
+	return f
 }
 
 // launch runs a 1-D grid-stride kernel over n elements; nothing when n is 0.

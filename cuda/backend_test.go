@@ -458,10 +458,15 @@ func newRecordingBackend(t *testing.T) (*Backend, *recExec) {
 func newRecordingBackendOpts(t *testing.T, opt AllocatorOptions) (*Backend, *recExec) {
 	mem := newRecMem()
 	b := &Backend{name: "cuda:rec", alloc: NewAllocator(mem, opt)}
-	for _, e := range b.k.table() {
-		*e.f = &Function{Name: e.name}
+	sigs := parseKernels(t)
+	b.fns = map[string]*Function{}
+	for name := range sigs {
+		b.fns[name] = &Function{Name: name}
 	}
-	rec := &recExec{t: t, sigs: parseKernels(t), mem: mem, launches: map[string]int{}}
+	if err := b.k.load(b.fns); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recExec{t: t, sigs: sigs, mem: mem, launches: map[string]int{}}
 	b.x = rec
 	// A side lane without a stream: the backend takes the paths that use
 	// one, and the recorder runs their work in order.

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,13 @@ var kernelFiles = []string{
 	"kernels/loss.cu",
 	"kernels/linear.cu",
 	"kernels/narrow.cu",
+	"kernels/strided.cu",
+	"kernels/reduce_axis.cu",
+	"kernels/index.cu",
+	"kernels/random.cu",
+	"kernels/norm.cu",
+	"kernels/pool.cu",
+	"kernels/optim.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -47,6 +55,10 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
+	// The general operators of any model (strided elementwise, reductions
+	// over an axis, gathers, random numbers, normalisation, pooling, the
+	// optimisers).
+	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false
@@ -223,20 +235,50 @@ func (k *kernels) table() []struct {
 // elsewhere.
 var sm90Kernels = map[string]bool{"ember_linear_tiled_cluster": true, "ember_linear_grads_tiled_cluster": true}
 
-// load looks every kernel up in the module of mods that has it.
-func (k *kernels) load(mods []*Module) error {
-	for _, e := range k.table() {
-		var err error
-		for _, m := range mods {
-			var f *Function
-			if f, err = m.Function(e.name); err == nil {
-				*e.f = f
-				break
+// kernelNameRE finds the name of every extern "C" kernel in a source.
+var kernelNameRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:(?:__launch_bounds__|__cluster_dims__)\([^)]*\)\s*)*(\w+)\s*\(`)
+
+// kernelNames lists the extern "C" kernels a source defines, in order.
+func kernelNames(src string) []string {
+	var names []string
+	for _, m := range kernelNameRE.FindAllStringSubmatch(src, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// lookupKernels finds every kernel the units define in the unit's own
+// module (mods[i] is unit i's), so that no look-up asks a module for a
+// kernel it lacks. The sm_90-only kernels are left out on older devices.
+func lookupKernels(mods []*Module, sm90 bool) (map[string]*Function, error) {
+	fns := map[string]*Function{}
+	for i, u := range kernelUnits {
+		src, err := u.source()
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range kernelNames(src) {
+			if _, dup := fns[name]; dup || (sm90Kernels[name] && !sm90) {
+				continue
 			}
+			f, err := mods[i].Function(name)
+			if err != nil {
+				return nil, err
+			}
+			fns[name] = f
 		}
-		if err != nil && !sm90Kernels[e.name] {
-			return err
+	}
+	return fns, nil
+}
+
+// load fills the fields of k from the kernels found by name.
+func (k *kernels) load(fns map[string]*Function) error {
+	for _, e := range k.table() {
+		f, ok := fns[e.name]
+		if !ok && !sm90Kernels[e.name] {
+			return fmt.Errorf("cuda: kernel %s is in the table but in no kernel source", e.name)
 		}
+		*e.f = f
 	}
 	return nil
 }

@@ -184,6 +184,17 @@ type SGDStep struct {
 type Backend interface {
 	// Name is "cpu" or "cuda:N".
 	Name() string
+
+	// The general core: strided pointwise operations by op code
+	// (backend_elementwise.go), reductions and softmax over an axis
+	// (backend_reduce.go), gathers, scatters and batched matrix products
+	// (backend_index.go), and counter-based random numbers
+	// (backend_random.go).
+	Elementwise
+	Reductions
+	Indexing
+	Random
+
 	// Alloc returns n uninitialised elements.
 	Alloc(n int, dt DType) (Buffer, error)
 	// Free returns b.Mem to the backend. The buffer must not be used after.

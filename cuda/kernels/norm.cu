@@ -1,0 +1,1 @@
+// norm.cu: batch and layer normalisation, forward and backward.

@@ -1,0 +1,1 @@
+// pool.cu: average and adaptive pooling with padding and ceil mode.
