@@ -31,6 +31,7 @@ var kernelFiles = []string{
 	"kernels/narrow.cu",
 	"kernels/strided.cu",
 	"kernels/reduce_axis.cu",
+	"kernels/softmax.cu",
 	"kernels/index.cu",
 	"kernels/random.cu",
 	"kernels/norm.cu",
@@ -58,7 +59,8 @@ var kernelUnits = []kernelUnit{
 	// The general operators of any model (strided elementwise, reductions
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers).
-	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
+	"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false
