@@ -60,7 +60,7 @@ var kernelUnits = []kernelUnit{
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-	"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -48,7 +49,7 @@ func TestRecordedBatchSizeSweep(t *testing.T) {
 // the 2 MiB pages the peak allocated needs plus extraPages.
 func batchSweep(t *testing.T, b *Backend, limit float64, extraPages int) {
 	m := models.NewLeNet(b, 1)
-	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -13,7 +14,7 @@ import (
 func BenchmarkLeNetStepCPU(b *testing.B) {
 	be := tensor.CPU
 	m := NewLeNet(be, 1)
-	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.01, Momentum: 0.9})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
 	G "gorgonia.org/gorgonia"
 	gt "gorgonia.org/tensor"
@@ -40,7 +41,7 @@ func TestLeNetAgainstGorgonia(t *testing.T) {
 
 	// Ours.
 	m := models.NewLeNet(tensor.CPU, 1)
-	params := m.Parameters()
+	params := nn.Parameters(m)
 	defer func() {
 		for _, p := range params {
 			if g := p.Tensor.Grad(); g != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 func lenetRelease(m nn.Module) {
-	for _, p := range m.Parameters() {
+	for _, p := range nn.Parameters(m) {
 		if g := p.Tensor.Grad(); g != nil {
 			g.Release()
 		}
@@ -34,7 +34,7 @@ func TestLeNetParameters(t *testing.T) {
 		{"fc1.weight", []int{500, 800}, 800}, {"fc1.bias", []int{500}, 800},
 		{"fc2.weight", []int{10, 500}, 500}, {"fc2.bias", []int{10}, 500},
 	}
-	ps := m.Parameters()
+	ps := nn.Parameters(m)
 	if len(ps) != len(want) {
 		t.Fatalf("%d parameters, want %d", len(ps), len(want))
 	}

@@ -27,7 +27,7 @@ func LoadLeNet(path string, b tensor.Backend) (*LeNet, error) {
 // release frees the parameters of m now rather than when the collector
 // finds them (device memory is not the collector's to manage).
 func release(m nn.Module) {
-	for _, p := range m.Parameters() {
+	for _, p := range nn.Parameters(m) {
 		p.Tensor.Release()
 	}
 }

@@ -27,7 +27,7 @@ func killNet() *Sequential {
 
 // fillCheckpoint sets every parameter and momentum value to k.
 func fillCheckpoint(m Module, k int) *TrainingState {
-	for _, p := range m.Parameters() {
+	for _, p := range Parameters(m) {
 		v := make([]float32, p.Tensor.Len())
 		for i := range v {
 			v[i] = float32(k)

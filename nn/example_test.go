@@ -9,8 +9,8 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// MLP is a model defined by a user: any type with Forward and Parameters
-// is an nn.Module.
+// MLP is a model defined by a user: a struct of layers with a Forward method;
+// its parameters are found from its fields (hidden.weight, ..., out.bias).
 type MLP struct {
 	Hidden, Out *nn.Linear
 }
@@ -18,11 +18,6 @@ type MLP struct {
 // Forward is Linear → ReLU → Linear.
 func (m *MLP) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return m.Out.Forward(tensor.ReLU(m.Hidden.Forward(x)))
-}
-
-// Parameters names the parameters as a PyTorch state dict would.
-func (m *MLP) Parameters() []nn.Parameter {
-	return append(nn.Prefixed("hidden", m.Hidden.Parameters()), nn.Prefixed("out", m.Out.Parameters())...)
 }
 
 // A user-defined model trained with SGD on the CPU: each step runs the
@@ -34,7 +29,7 @@ func Example() {
 		Hidden: nn.NewLinear(tensor.CPU, rng, 2, 16),
 		Out:    nn.NewLinear(tensor.CPU, rng, 16, 2),
 	}
-	for _, p := range m.Parameters() {
+	for _, p := range nn.Parameters(m) {
 		fmt.Println(p.Name, p.Tensor.Shape())
 	}
 	fmt.Println("parameters:", nn.NumParameters(m))
@@ -43,7 +38,7 @@ func Example() {
 	points := []float32{1, 1, -1, -1, 1, -1, -1, 1}
 	classes := []int32{1, 1, 0, 0}
 
-	opt, err := optim.NewSGD(m.Parameters(), optim.SGDConfig{LR: 0.2, Momentum: 0.9})
+	opt, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9})
 	if err != nil {
 		panic(err)
 	}

@@ -68,11 +68,27 @@ func (s *Sequential) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return x
 }
 
+// Buffers lists the buffers of every layer, prefixed by its name.
+func (s *Sequential) Buffers() []Parameter {
+	var bs []Parameter
+	for _, l := range s.Layers {
+		bs = append(bs, Prefixed(l.Name, Buffers(l.Module))...)
+	}
+	return bs
+}
+
+// SetTraining sets the mode of every layer.
+func (s *Sequential) SetTraining(on bool) {
+	for _, l := range s.Layers {
+		SetTraining(l.Module, on)
+	}
+}
+
 // Parameters lists the parameters of every layer, prefixed by its name.
 func (s *Sequential) Parameters() []Parameter {
 	var ps []Parameter
 	for _, l := range s.Layers {
-		ps = append(ps, Prefixed(l.Name, l.Module.Parameters())...)
+		ps = append(ps, Prefixed(l.Name, Parameters(l.Module))...)
 	}
 	return ps
 }

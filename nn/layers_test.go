@@ -15,7 +15,7 @@ import (
 // padding, and a finite-difference check through a Sequential.
 
 func layerRelease(m nn.Module) {
-	for _, p := range m.Parameters() {
+	for _, p := range nn.Parameters(m) {
 		if g := p.Tensor.Grad(); g != nil {
 			g.Release()
 		}
@@ -178,7 +178,7 @@ func TestSequential(t *testing.T) {
 	)
 	defer layerRelease(m)
 	var names []string
-	for _, p := range m.Parameters() {
+	for _, p := range nn.Parameters(m) {
 		names = append(names, p.Name)
 	}
 	want := []string{"0.weight", "0.bias", "4.weight", "4.bias"}
@@ -208,7 +208,7 @@ func TestSequential(t *testing.T) {
 			t.Fatalf("Sequential output %v, layers applied by hand %v", a, b)
 		}
 	}
-	if p := nn.Prefixed("net", m.Parameters()); p[2].Name != "net.4.weight" {
+	if p := nn.Prefixed("net", nn.Parameters(m)); p[2].Name != "net.4.weight" {
 		t.Errorf("Prefixed: %q", p[2].Name)
 	}
 }
@@ -231,7 +231,7 @@ func TestSequentialGradFD(t *testing.T) {
 	loss := nn.CrossEntropyLoss(m.Forward(tensor.FromFloat32(tensor.CPU, s, xv, n, in)), tensor.FromInt32(tensor.CPU, s, labels, n))
 	loss.Backward()
 
-	params := m.Parameters()
+	params := nn.Parameters(m)
 	vals := make([][]float64, len(params))
 	for i, p := range params {
 		for _, v := range p.Tensor.Float32s() {

@@ -7,14 +7,26 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// Module is a layer or a model: a function of one tensor with named
-// learnable parameters.
+// Module is a layer or a model: a function of one tensor. Its learnable
+// parameters and its buffers (running statistics) are found in its struct
+// fields (see Parameters), unless it lists them itself with a Parameters
+// method (ParameterLister).
 type Module interface {
 	// Forward applies the module to a batch.
 	Forward(x *tensor.Tensor) *tensor.Tensor
-	// Parameters lists the learnable tensors in a fixed order, named as in
-	// a PyTorch state_dict ("weight", "conv1.bias", ...).
+}
+
+// ParameterLister is a module that lists its own learnable tensors, in a
+// fixed order, named as in a PyTorch state_dict ("weight", "conv1.bias",
+// ...). A module that has this method is not searched by reflection.
+type ParameterLister interface {
 	Parameters() []Parameter
+}
+
+// BufferLister is a module that lists its own buffers: state saved with
+// the model that is not learnt (BatchNorm's running statistics).
+type BufferLister interface {
+	Buffers() []Parameter
 }
 
 // Parameter is a learnable tensor and its state_dict name.
@@ -35,7 +47,7 @@ func Prefixed(prefix string, params []Parameter) []Parameter {
 
 // ZeroGrad zeroes the gradients of all parameters of m.
 func ZeroGrad(m Module) {
-	for _, p := range m.Parameters() {
+	for _, p := range Parameters(m) {
 		p.Tensor.ZeroGrad()
 	}
 }
@@ -43,7 +55,7 @@ func ZeroGrad(m Module) {
 // NumParameters counts the learnable scalars of m.
 func NumParameters(m Module) int {
 	n := 0
-	for _, p := range m.Parameters() {
+	for _, p := range Parameters(m) {
 		n += p.Tensor.Len()
 	}
 	return n

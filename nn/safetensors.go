@@ -95,10 +95,10 @@ type NamedTensor struct {
 	Data  []float32 // row-major, len = product of Shape
 }
 
-// StateDict copies the parameters of m to the host, in m's order, named as
+// StateDict copies the parameters and buffers of m to the host, in m's order, named as
 // in a PyTorch state_dict. It works for any backend (Float32s downloads).
 func StateDict(m Module) []NamedTensor {
-	ps := m.Parameters()
+	ps := StateTensors(m)
 	out := make([]NamedTensor, len(ps))
 	for i, p := range ps {
 		out[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: p.Tensor.Float32s()}
@@ -542,7 +542,7 @@ const maxListed = 6
 // in m's order. It reports every problem in one error, as PyTorch's
 // load_state_dict(strict=True) does.
 func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string) ([][]float32, error) {
-	ps := m.Parameters()
+	ps := StateTensors(m)
 	var missing, problems []string
 	want := make(map[string]bool, len(ps))
 	for _, p := range ps {
@@ -604,12 +604,12 @@ func listed(what string, names []string) string {
 // device error is returned, not panicked.
 func setParameters(file string, m Module, vals [][]float32) error {
 	err := tensor.Guard(func() {
-		for i, p := range m.Parameters() {
+		for i, p := range StateTensors(m) {
 			p.Tensor.CopyFrom(vals[i])
 		}
 	})
 	if err != nil {
-		return ckErrorf(file, err, "copying the parameters to %s: %v", m.Parameters()[0].Tensor.Backend().Name(), err)
+		return ckErrorf(file, err, "copying the parameters to %s: %v", StateTensors(m)[0].Tensor.Backend().Name(), err)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func testNet(seed uint64) *Sequential {
 
 func paramValues(m Module) [][]float32 {
 	var out [][]float32
-	for _, p := range m.Parameters() {
+	for _, p := range Parameters(m) {
 		out = append(out, p.Tensor.Float32s())
 	}
 	return out
@@ -186,7 +186,7 @@ func f32Bytes(v []float32) []byte {
 // foreignFile lays out the tensors of m in reverse order in the data, with
 // the header entries in yet another order and metadata at the end.
 func foreignFile(m Module) []byte {
-	ps := m.Parameters()
+	ps := Parameters(m)
 	var data []byte
 	entries := make([]entry, len(ps))
 	for i := len(ps) - 1; i >= 0; i-- {
@@ -230,7 +230,7 @@ type badCase struct {
 // badCheckpoints derives broken files from a good checkpoint of testNet.
 func badCheckpoints(t testing.TB) []badCase {
 	m := testNet(5)
-	ps := m.Parameters()
+	ps := Parameters(m)
 	good, err := EncodeSafetensors(StateDict(m), nil)
 	if err != nil {
 		t.Fatal(err)

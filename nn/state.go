@@ -303,7 +303,7 @@ func short(fp string) string {
 }
 
 func fingerprintOf(m Module, vals [][]float32) string {
-	ps := m.Parameters()
+	ps := Parameters(m)
 	ts := make([]NamedTensor, len(ps))
 	for i, p := range ps {
 		ts[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]}

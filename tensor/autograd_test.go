@@ -310,7 +310,7 @@ func TestNoLeaksLeNetTraining(t *testing.T) {
 	}
 	const steps, batch = 20, 4
 	m := models.NewLeNet(cpu, 3)
-	params := m.Parameters()
+	params := nn.Parameters(m)
 	opt, err := optim.NewSGD(params, optim.SGDConfig{LR: 0.01, Momentum: 0.9})
 	if err != nil {
 		t.Fatal(err)

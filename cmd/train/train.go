@@ -14,6 +14,7 @@ import (
 	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -136,7 +137,7 @@ func (t *trainer) setup(ctx context.Context) error {
 		t.testImgs = tensor.FromUint8(b, nil, t.test.Images, t.test.N, t.test.Rows*t.test.Cols)
 		t.dev.markDataset(len(t.train.Images) + len(t.test.Images))
 		t.model = models.NewLeNet(b, o.seed)
-		t.sgd, err = optim.NewSGD(t.model.Parameters(), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
+		t.sgd, err = optim.NewSGD(nn.Parameters(t.model), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
 		if err != nil {
 			return err
 		}

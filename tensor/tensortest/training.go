@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -78,7 +79,7 @@ func TrainingCurve(b tensor.Backend, steps int, seed uint64) (losses []float32, 
 
 func trainingCurve(b tensor.Backend, steps int, seed uint64) ([]float32, error) {
 	m := models.NewLeNet(b, seed)
-	params := m.Parameters()
+	params := nn.Parameters(m)
 	opt, err := optim.NewSGD(params, optim.SGDConfig{LR: curveLR, Momentum: curveMomentum})
 	if err != nil {
 		return nil, err
