@@ -38,7 +38,7 @@ func (b *block) Forward(x *tensor.Tensor) *tensor.Tensor { return b.Proj.Forward
 type net struct {
 	Embed     *Linear
 	Blocks    []*block
-	Head      Module `nn:"lm_head"`
+	Head      Module  `nn:"lm_head"`
 	Skipped   *Linear `nn:"-"`
 	Mask      *tensor.Tensor
 	unexposed *Linear
