@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ember-ml/ember/models/modelstest"
 	"github.com/ember-ml/ember/tensor"
 	"github.com/ember-ml/ember/tensor/tensortest"
 )
@@ -50,11 +51,11 @@ func TestGPUBackendTrainingCurve(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	const steps, seed = 100, 1
 	leaks := tensor.Leaks()
-	gpu, err := tensortest.TrainingCurve(b, steps, seed)
+	gpu, err := modelstest.TrainingCurve(b, steps, seed)
 	if err != nil {
 		t.Fatalf("GPU training: %v", err)
 	}
-	cpu, err := tensortest.TrainingCurve(tensor.CPU, steps, seed)
+	cpu, err := modelstest.TrainingCurve(tensor.CPU, steps, seed)
 	if err != nil {
 		t.Fatalf("CPU training: %v", err)
 	}

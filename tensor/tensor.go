@@ -272,6 +272,13 @@ func (t *Tensor) Int32s() []int32 {
 	return out
 }
 
+// Uint8s copies a uint8 tensor to a new host slice.
+func (t *Tensor) Uint8s() []uint8 {
+	out := make([]uint8, t.Len())
+	t.st.b.Download(out, t.buffer())
+	return out
+}
+
 // Item returns the single value of a one-element float32 tensor.
 func (t *Tensor) Item() float32 {
 	if t.Len() != 1 {

@@ -2,8 +2,8 @@
 // pass. RunBackend checks each Backend operation against naive float64
 // reference implementations written here (plain loops, independent of the
 // CPU backend); RunAutograd checks the tensor-level operations forward and
-// backward; TrainingCurve trains LeNet on synthetic data so that the loss
-// curves of two backends can be compared.
+// backward. (Whole-model checks, such as LeNet's training curve, are in
+// models/modelstest: this suite depends on the tensor package alone.)
 //
 // Every run draws fresh random inputs from a seed taken from the clock and
 // printed with every failure. Set TENSORTEST_SEED=<seed> to replay a run.

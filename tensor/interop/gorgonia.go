@@ -1,7 +1,13 @@
-package tensor
+// Package interop converts ember tensors to and from other Go array
+// libraries: gorgonia.org/tensor's *Dense (and through it its .npy I/O).
+// It is a package of its own so that programs that do not convert pull in
+// none of those libraries' dependencies.
+package interop
 
 import (
 	"fmt"
+
+	"github.com/ember-ml/ember/tensor"
 
 	gt "gorgonia.org/tensor"
 )
@@ -13,25 +19,23 @@ import (
 // float32 tensor (any shape, contiguous or a strided view) becomes a
 // Float32 Dense; contiguous int32 and uint8 tensors become Int32 and Uint8
 // ones. A tensor of shape [] becomes a gorgonia scalar.
-func ToDense(t *Tensor) *gt.Dense {
+func ToDense(t *tensor.Tensor) *gt.Dense {
 	var data any
 	var scalar any
 	switch t.DType() {
-	case Float32:
+	case tensor.Float32:
 		d := t.Float32s()
 		data, scalar = d, first(d)
-	case Int32:
-		d := make([]int32, t.Len())
-		t.st.b.Download(d, t.buffer())
+	case tensor.Int32:
+		d := t.Int32s()
 		data, scalar = d, first(d)
-	case Uint8:
-		d := make([]uint8, t.Len())
-		t.st.b.Download(d, t.buffer())
+	case tensor.Uint8:
+		d := t.Uint8s()
 		data, scalar = d, first(d)
 	default:
-		panic(fmt.Sprintf("tensor: ToDense of a %v tensor", t.DType()))
+		panic(fmt.Sprintf("interop: ToDense of a %v tensor", t.DType()))
 	}
-	if len(t.shape) == 0 {
+	if len(t.Shape()) == 0 {
 		return gt.New(gt.FromScalar(scalar))
 	}
 	return gt.New(gt.WithShape(t.Shape()...), gt.WithBacking(data))
@@ -50,36 +54,39 @@ func first[T any](s []T) T {
 // another element type and for a Dense that is not laid out densely in
 // row-major order (a transposed or strided view: Materialize it first, or a
 // column-major or masked one).
-func FromDense(b Backend, s *Scope, d *gt.Dense) (*Tensor, error) {
+func FromDense(b tensor.Backend, s *tensor.Scope, d *gt.Dense) (*tensor.Tensor, error) {
 	if d == nil {
-		return nil, fmt.Errorf("tensor: FromDense of a nil Dense")
+		return nil, fmt.Errorf("interop: FromDense of a nil Dense")
 	}
 	if d.Dtype() != gt.Float32 {
-		return nil, fmt.Errorf("tensor: FromDense of a %v Dense; only float32 is supported", d.Dtype())
+		return nil, fmt.Errorf("interop: FromDense of a %v Dense; only float32 is supported", d.Dtype())
 	}
 	if d.IsMasked() {
-		return nil, fmt.Errorf("tensor: FromDense of a masked Dense")
+		return nil, fmt.Errorf("interop: FromDense of a masked Dense")
 	}
 	if d.IsScalar() {
 		v, ok := d.Data().(float32)
 		if !ok {
-			return nil, fmt.Errorf("tensor: FromDense: scalar Dense holds %T", d.Data())
+			return nil, fmt.Errorf("interop: FromDense: scalar Dense holds %T", d.Data())
 		}
-		return FromFloat32(b, s, []float32{v}), nil
+		return tensor.FromFloat32(b, s, []float32{v}), nil
 	}
 	shape := append([]int(nil), d.Shape()...)
 	if d.DataOrder().IsColMajor() || d.RequiresIterator() || !rowMajor(shape, d.Strides()) {
-		return nil, fmt.Errorf("tensor: FromDense of a Dense of shape %v with strides %v that is not dense row-major; Materialize it first", shape, d.Strides())
+		return nil, fmt.Errorf("interop: FromDense of a Dense of shape %v with strides %v that is not dense row-major; Materialize it first", shape, d.Strides())
 	}
 	data, ok := d.Data().([]float32)
 	if !ok {
-		return nil, fmt.Errorf("tensor: FromDense: Dense data is %T", d.Data())
+		return nil, fmt.Errorf("interop: FromDense: Dense data is %T", d.Data())
 	}
-	n := numel(shape)
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
 	if len(data) < n {
-		return nil, fmt.Errorf("tensor: FromDense: %d values for shape %v", len(data), shape)
+		return nil, fmt.Errorf("interop: FromDense: %d values for shape %v", len(data), shape)
 	}
-	return FromFloat32(b, s, data[:n], shape...), nil
+	return tensor.FromFloat32(b, s, data[:n], shape...), nil
 }
 
 // rowMajor reports whether strides are the dense row-major strides of shape

@@ -1,4 +1,7 @@
-package tensortest
+// Package modelstest holds checks that train whole models, shared by the
+// tests of several packages: TrainingCurve trains LeNet on synthetic data so
+// that the loss curves of two backends can be compared.
+package modelstest
 
 import (
 	"fmt"
@@ -68,7 +71,7 @@ func syntheticBatch(seed uint64, step int) ([]float32, []int32) {
 // steps; longer curves need a looser bound.
 func TrainingCurve(b tensor.Backend, steps int, seed uint64) (losses []float32, err error) {
 	if steps < 0 {
-		return nil, fmt.Errorf("tensortest: TrainingCurve with %d steps", steps)
+		return nil, fmt.Errorf("modelstest: TrainingCurve with %d steps", steps)
 	}
 	err = tensor.Guard(func() { losses, err = trainingCurve(b, steps, seed) })
 	if err == nil {
@@ -107,7 +110,7 @@ func trainingCurve(b tensor.Backend, steps int, seed uint64) ([]float32, error) 
 		l := loss.Item()
 		losses = append(losses, l)
 		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-			return losses, fmt.Errorf("tensortest: TrainingCurve on %s: loss %g at step %d", b.Name(), l, step)
+			return losses, fmt.Errorf("modelstest: TrainingCurve on %s: loss %g at step %d", b.Name(), l, step)
 		}
 	}
 	return losses, nil

@@ -1,12 +1,15 @@
-package tensor_test
+package interop_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
+	"github.com/ember-ml/ember/tensor/interop"
 	gt "gorgonia.org/tensor"
 )
+
+var cpu = tensor.CPU
 
 func sameInts(a, b []int) bool {
 	if len(a) != len(b) {
@@ -36,7 +39,7 @@ func TestDenseRoundTrip(t *testing.T) {
 			data[i] = float32(rng.NormFloat64())
 		}
 		x := tensor.FromFloat32(cpu, s, data, shape...)
-		d := tensor.ToDense(x)
+		d := interop.ToDense(x)
 		if d.Dtype() != gt.Float32 {
 			t.Fatalf("%v: Dense dtype %v", shape, d.Dtype())
 		}
@@ -66,7 +69,7 @@ func TestDenseRoundTrip(t *testing.T) {
 				}
 			}
 		}
-		y, err := tensor.FromDense(cpu, s, d)
+		y, err := interop.FromDense(cpu, s, d)
 		if err != nil {
 			t.Fatalf("%v: FromDense: %v", shape, err)
 		}
@@ -88,12 +91,12 @@ func TestToDenseViewAndInt(t *testing.T) {
 	s := tensor.NewScope()
 	defer s.Release()
 	x := tensor.FromFloat32(cpu, s, []float32{1, 2, 3, 4, 5, 6}, 2, 3)
-	d := tensor.ToDense(x.Transpose(0, 1))
+	d := interop.ToDense(x.Transpose(0, 1))
 	if !sameInts(d.Shape(), []int{3, 2}) {
 		t.Fatalf("shape %v", d.Shape())
 	}
 	equalF32(t, "transposed view", d.Data().([]float32), []float32{1, 4, 2, 5, 3, 6})
-	di := tensor.ToDense(tensor.FromInt32(cpu, s, []int32{3, -1, 7}, 3))
+	di := interop.ToDense(tensor.FromInt32(cpu, s, []int32{3, -1, 7}, 3))
 	if di.Dtype() != gt.Int32 || di.Data().([]int32)[1] != -1 {
 		t.Fatalf("int32: %v %v", di.Dtype(), di)
 	}
@@ -105,14 +108,14 @@ func TestFromDenseErrors(t *testing.T) {
 	s := tensor.NewScope()
 	defer s.Release()
 	f64 := gt.New(gt.WithShape(2, 2), gt.WithBacking([]float64{1, 2, 3, 4}))
-	if _, err := tensor.FromDense(cpu, s, f64); err == nil {
+	if _, err := interop.FromDense(cpu, s, f64); err == nil {
 		t.Errorf("FromDense of a float64 Dense: no error")
 	}
 	i32 := gt.New(gt.WithShape(3), gt.WithBacking([]int32{1, 2, 3}))
-	if _, err := tensor.FromDense(cpu, s, i32); err == nil {
+	if _, err := interop.FromDense(cpu, s, i32); err == nil {
 		t.Errorf("FromDense of an int32 Dense: no error")
 	}
-	if _, err := tensor.FromDense(cpu, s, nil); err == nil {
+	if _, err := interop.FromDense(cpu, s, nil); err == nil {
 		t.Errorf("FromDense of nil: no error")
 	}
 
@@ -121,21 +124,21 @@ func TestFromDenseErrors(t *testing.T) {
 	if err := tr.T(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tensor.FromDense(cpu, s, tr); err == nil {
+	if _, err := interop.FromDense(cpu, s, tr); err == nil {
 		t.Errorf("FromDense of a transposed Dense: no error")
 	}
 	col, err := m.Slice(nil, gt.S(1)) // column 1: strided
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tensor.FromDense(cpu, s, col.(*gt.Dense)); err == nil {
+	if _, err := interop.FromDense(cpu, s, col.(*gt.Dense)); err == nil {
 		t.Errorf("FromDense of a column view: no error")
 	}
 	// Once materialised, the transpose converts.
 	if err := tr.Transpose(); err != nil {
 		t.Fatal(err)
 	}
-	y, err := tensor.FromDense(cpu, s, tr)
+	y, err := interop.FromDense(cpu, s, tr)
 	if err != nil {
 		t.Fatalf("FromDense of a materialised transpose: %v", err)
 	}
@@ -147,9 +150,21 @@ func TestFromDenseErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := tensor.FromDense(cpu, s, rows.(*gt.Dense))
+	z, err := interop.FromDense(cpu, s, rows.(*gt.Dense))
 	if err != nil {
 		t.Fatalf("FromDense of a contiguous row slice: %v", err)
 	}
 	equalF32(t, "row slice", z.Float32s(), []float32{4, 5, 6, 7, 8, 9, 10, 11})
+}
+
+func equalF32(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s: element %d is %v, want %v (all: %v)", what, i, got[i], want[i], got)
+		}
+	}
 }
