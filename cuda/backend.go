@@ -61,6 +61,62 @@ type BackendOptions struct {
 	// TF32 lets cuBLAS round GEMM inputs to TF32 on tensor cores (faster,
 	// relative error about 1e-3). Off by default: full FP32.
 	TF32 bool
+
+	// Kernel choices, for comparisons and for bisecting a problem; the
+	// zero value is the fastest configuration. OptionsFromEnv maps the
+	// EMBER_* variables onto them.
+
+	// NoConvRT leaves out the register-tiled convolution kernels
+	// (conv_rt.go): im2col + cuBLAS and the older fused kernels instead.
+	NoConvRT bool
+	// NoLinearTiled sends linear layers of up to 256 rows through cuBLAS
+	// and separate bias, ReLU and mask passes (linear.go).
+	NoLinearTiled bool
+	// NoNarrow runs a last layer of at most 32 outputs and its cross
+	// entropy as separate kernels (narrow.go).
+	NoNarrow bool
+	// NoSideStream keeps every operation on one stream: a captured step
+	// then has no parallel branches (side.go).
+	NoSideStream bool
+	// NoExpandableSegments makes one driver allocation per memory segment
+	// instead of mapping pages into one address range (alloc_expand.go).
+	NoExpandableSegments bool
+	// BLASWorkspaceMiB is the cuBLAS workspace taken from the allocator:
+	// 0 means the default (32 MiB), a negative value none.
+	BLASWorkspaceMiB int
+	// BLASOwnWorkspace leaves cuBLAS to allocate its own workspace, out of
+	// sight of the allocator's statistics.
+	BLASOwnWorkspace bool
+}
+
+// OptionsFromEnv returns opt with the kernel choices that the environment
+// sets: EMBER_CONV_RT=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
+// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
+// feature off, and EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
+// "cublas". The library itself reads no variable: commands and tests call
+// this.
+func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
+	off := func(name string) bool { return os.Getenv(name) == "0" }
+	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
+	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
+	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
+	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
+	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
+	switch v := os.Getenv("EMBER_CUBLAS_WORKSPACE"); v {
+	case "":
+	case "cublas":
+		opt.BLASOwnWorkspace = true
+	default:
+		mib, err := strconv.Atoi(v)
+		if err != nil || mib < 0 {
+			return opt, fmt.Errorf("cuda: EMBER_CUBLAS_WORKSPACE=%q: want a size in MiB, or cublas", v)
+		}
+		opt.BLASWorkspaceMiB = mib
+		if mib == 0 {
+			opt.BLASWorkspaceMiB = -1
+		}
+	}
+	return opt, nil
 }
 
 // Backend runs tensor operations on one GPU. It is safe for concurrent use;
@@ -82,9 +138,10 @@ type Backend struct {
 	blasWorkspace Block // cuBLAS's workspace, from the allocator
 	closed        atomic.Bool
 
-	noConvRT      bool      // EMBER_CONV_RT=0: no register-tiled convolution kernels (conv_rt.go)
-	noLinearTiled bool      // EMBER_LINEAR_TILED=0: no tiled linear kernels (linear.go)
-	noNarrow      bool      // EMBER_LINEAR_NARROW=0: no narrow-layer kernels (narrow.go)
+	opt           BackendOptions
+	noConvRT      bool      // no register-tiled convolution kernels (conv_rt.go)
+	noLinearTiled bool      // no tiled linear kernels (linear.go)
+	noNarrow      bool      // no narrow-layer kernels (narrow.go)
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
@@ -109,8 +166,8 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), noConvRT: rtOff(), noLinearTiled: linearTiledOff(),
-		noNarrow: os.Getenv("EMBER_LINEAR_NARROW") == "0"}
+	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), opt: opt, noConvRT: opt.NoConvRT,
+		noLinearTiled: opt.NoLinearTiled, noNarrow: opt.NoNarrow}
 	ok := false
 	defer func() {
 		if !ok {
@@ -126,7 +183,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
-	if os.Getenv("EMBER_SIDE_STREAM") != "0" {
+	if !opt.NoSideStream {
 		if err = b.openSideLane(); err != nil {
 			return nil, err
 		}
@@ -142,7 +199,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.k.load(b.fns); err != nil {
 		return nil, err
 	}
-	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: expandableSegments(dev)})
+	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: dev.VirtualMemorySupported() && !opt.NoExpandableSegments})
 	if b.side != nil {
 		b.side.alloc = b.alloc
 	}
@@ -157,14 +214,6 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	}
 	ok = true
 	return b, nil
-}
-
-// expandableSegments says whether the allocator maps pages into expandable
-// segments (see alloc_expand.go): on devices with virtual memory management,
-// unless EMBER_EXPANDABLE_SEGMENTS=0 asks for one driver allocation per
-// segment instead.
-func expandableSegments(d *Device) bool {
-	return d.VirtualMemorySupported() && os.Getenv("EMBER_EXPANDABLE_SEGMENTS") != "0"
 }
 
 // Name is "cuda:N".
@@ -1099,19 +1148,15 @@ func (b *Backend) GatherNormalize(dst, src, idx tensor.Buffer, rowLen int, scale
 const defaultBLASWorkspaceMiB = 32
 
 // setBLASWorkspace gives cuBLAS its workspace from the caching allocator, so
-// that every device buffer is counted in one place. EMBER_CUBLAS_WORKSPACE
-// overrides the size in MiB ("0": none), or "cublas" leaves cuBLAS its own.
+// that every device buffer is counted in one place (the options may ask for
+// another size, none, or cuBLAS's own).
 func (b *Backend) setBLASWorkspace() error {
-	v := os.Getenv("EMBER_CUBLAS_WORKSPACE")
-	if v == "cublas" || cublasFn.setWorkspace == 0 {
+	if b.opt.BLASOwnWorkspace || cublasFn.setWorkspace == 0 {
 		return nil
 	}
 	mib := defaultBLASWorkspaceMiB
-	if v != "" {
-		var err error
-		if mib, err = strconv.Atoi(v); err != nil || mib < 0 {
-			return fmt.Errorf("cuda: EMBER_CUBLAS_WORKSPACE=%q: want a size in MiB, or cublas", v)
-		}
+	if b.opt.BLASWorkspaceMiB != 0 {
+		mib = max(b.opt.BLASWorkspaceMiB, 0)
 	}
 	// Under a tight memory limit take less rather than fail: a smaller
 	// workspace only makes some GEMMs slower.

@@ -22,6 +22,10 @@ import (
 func newGPUBackend(t testing.TB, opt BackendOptions) *Backend {
 	t.Helper()
 	d := requireGPU(t)
+	opt, err := OptionsFromEnv(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := NewBackend(d.Ordinal(), opt)
 	if err != nil {
 		t.Fatalf("NewBackend: %v", err)

@@ -24,14 +24,10 @@ package cuda
 // does not form.
 
 import (
-	"os"
 
 	"github.com/ember-ml/ember/tensor"
 )
 
-// rtOff reports whether EMBER_CONV_RT=0 turned the register-tiled kernels
-// off.
-func rtOff() bool { return os.Getenv("EMBER_CONV_RT") == "0" }
 
 // rtSmemFloats is the kernels' shared memory in floats (EMBER_RT_SMEM).
 const rtSmemFloats = 12288

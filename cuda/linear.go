@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -51,8 +50,6 @@ const (
 	linearTiledRows = 256
 )
 
-// linearTiledOff is EMBER_LINEAR_TILED=0.
-func linearTiledOff() bool { return os.Getenv("EMBER_LINEAR_TILED") == "0" }
 
 // tiledLinear says whether an n x in x out layer goes to linear.cu. Its int
 // offsets need 64 times either stride below 2^31.

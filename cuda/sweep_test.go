@@ -17,12 +17,7 @@ import (
 // needs where that is more (at about 12 MiB in use, one page is 16%); one
 // that only caches exact sizes keeps reserving new blocks.
 func TestGPUBatchSizeSweep(t *testing.T) {
-	d := requireGPU(t)
-	b, err := NewBackend(d.Ordinal(), BackendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := newGPUBackend(t, BackendOptions{})
 	batchSweep(t, b, 1.1, 0)
 }
 

@@ -17,7 +17,11 @@ func openBackend(name string) (tensor.Backend, string, error) {
 	case "auto", "cuda":
 		reason := cuda.Available()
 		if reason == nil {
-			b, err := cuda.NewBackend(0, cuda.BackendOptions{})
+			opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{})
+			if err != nil {
+				return nil, "", err
+			}
+			b, err := cuda.NewBackend(0, opt)
 			if err == nil {
 				return b, b.Name() + " (" + b.Device().Name() + ")", nil
 			}

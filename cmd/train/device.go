@@ -39,7 +39,11 @@ func openDevice(o *options) (*device, error) {
 	}
 	reason := cuda.Available()
 	if reason == nil {
-		g, err := cuda.NewBackend(o.gpu, cuda.BackendOptions{MemoryLimit: limit, TF32: o.tf32})
+		opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{MemoryLimit: limit, TF32: o.tf32})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		g, err := cuda.NewBackend(o.gpu, opt)
 		if err == nil {
 			d := g.Device()
 			maj, min := d.ComputeCapability()
