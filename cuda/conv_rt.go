@@ -24,10 +24,8 @@ package cuda
 // does not form.
 
 import (
-
 	"github.com/ember-ml/ember/tensor"
 )
-
 
 // rtSmemFloats is the kernels' shared memory in floats (EMBER_RT_SMEM).
 const rtSmemFloats = 12288

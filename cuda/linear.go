@@ -50,7 +50,6 @@ const (
 	linearTiledRows = 256
 )
 
-
 // tiledLinear says whether an n x in x out layer goes to linear.cu. Its int
 // offsets need 64 times either stride below 2^31.
 func (b *Backend) tiledLinear(n, in, out int) bool {
