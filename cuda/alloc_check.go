@@ -178,11 +178,11 @@ func (a *Allocator) checkTree(p *blockPool) (int, error) {
 	var walk func(x *btNode, depth int, isRoot bool) error
 	walk = func(x *btNode, depth int, isRoot bool) error {
 		if x.n > btMaxItems || (!isRoot && x.n < btMinDegree-1) || (isRoot && x.n == 0 && !x.leaf()) {
-			return fmt.Errorf("B-tree node with %d items", x.n)
+			return fmt.Errorf("b-tree node with %d items", x.n)
 		}
 		for j := x.n; j < btMaxItems; j++ {
 			if x.items[j] != (btItem{}) {
-				return fmt.Errorf("B-tree node keeps a stale item")
+				return fmt.Errorf("b-tree node keeps a stale item")
 			}
 		}
 		lastKid := x.n
@@ -191,18 +191,18 @@ func (a *Allocator) checkTree(p *blockPool) (int, error) {
 			if leafDepth < 0 {
 				leafDepth = depth
 			} else if leafDepth != depth {
-				return fmt.Errorf("B-tree leaves at depths %d and %d", leafDepth, depth)
+				return fmt.Errorf("b-tree leaves at depths %d and %d", leafDepth, depth)
 			}
 		}
 		for j := lastKid + 1; j <= btMaxItems; j++ {
 			if x.kids[j] != nil {
-				return fmt.Errorf("B-tree node keeps a stale child")
+				return fmt.Errorf("b-tree node keeps a stale child")
 			}
 		}
 		for j := 0; j <= x.n; j++ {
 			if lastKid >= 0 {
 				if x.kids[j] == nil {
-					return fmt.Errorf("B-tree internal node lacks child %d", j)
+					return fmt.Errorf("b-tree internal node lacks child %d", j)
 				}
 				if err := walk(x.kids[j], depth+1, false); err != nil {
 					return err
@@ -213,16 +213,16 @@ func (a *Allocator) checkTree(p *blockPool) (int, error) {
 			}
 			it := &x.items[j]
 			if prev != nil && !prev.less(it.key) {
-				return fmt.Errorf("B-tree order broken at %#x", it.key.ptr)
+				return fmt.Errorf("b-tree order broken at %#x", it.key.ptr)
 			}
 			prev = &it.key
 			count++
 			if int(it.slot) >= len(a.slots) || a.slots[it.slot] == nil {
-				return fmt.Errorf("B-tree item %#x names no chunk", it.key.ptr)
+				return fmt.Errorf("b-tree item %#x names no chunk", it.key.ptr)
 			}
 			c := a.slots[it.slot]
 			if it.key != keyOf(c) {
-				return fmt.Errorf("B-tree item %#x does not match its chunk", it.key.ptr)
+				return fmt.Errorf("b-tree item %#x does not match its chunk", it.key.ptr)
 			}
 			if c.state != chunkFree || c.seg == nil || c.seg.pool != p {
 				return fmt.Errorf("tree chunk %#x is not a free chunk of this pool", c.ptr)

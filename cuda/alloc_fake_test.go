@@ -154,18 +154,6 @@ func (d *fakeDevice) UnmapPages(p uintptr, bytes int) error {
 	return nil
 }
 
-// mapped says whether every page of [p, p+bytes) is mapped.
-func (d *fakeDevice) mapped(p uintptr, bytes int) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for q := p &^ (fakePage - 1); q < p+uintptr(bytes); q += fakePage {
-		if !d.pages[q] {
-			return false
-		}
-	}
-	return true
-}
-
 var errFakeDriver = errors.New("fake driver failure")
 
 func (d *fakeDevice) MemAlloc(bytes int) (uintptr, error) {

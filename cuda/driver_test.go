@@ -253,7 +253,8 @@ func TestNoDeviceMessageNamesVisibleDevices(t *testing.T) {
 }
 
 // TestCallThroughPurego checks the calling path (purego, CGO_ENABLED=0,
-// go:uintptrescapes out-parameters, 32-bit result truncation) against libc.
+// out-parameters kept alive by go:uintptrescapes, 32-bit result
+// truncation) against libc.
 func TestCallThroughPurego(t *testing.T) {
 	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {

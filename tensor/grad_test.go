@@ -52,14 +52,6 @@ type fdCase struct {
 	ref func(in [][]float64, labels []int32) []float64
 }
 
-func numel(shape []int) int {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	return n
-}
-
 func toF64(s []float32) []float64 {
 	out := make([]float64, len(s))
 	for i, v := range s {

@@ -167,10 +167,8 @@ func refPool(x []float32, g tensor.PoolGeom) ([]float32, []int32) {
 func refPoolBackward(dy []float32, idx []int32, dx0 []float32, g tensor.PoolGeom) (dx, bound []float64) {
 	plane, out := g.H*g.W, ((g.H-g.KH)/g.StrideH+1)*((g.W-g.KW)/g.StrideW+1)
 	dx, bound = make([]float64, g.N*g.C*plane), make([]float64, g.N*g.C*plane)
-	if dx0 != nil {
-		for i, v := range dx0 {
-			dx[i], bound[i] = float64(v), math.Abs(float64(v))
-		}
+	for i, v := range dx0 {
+		dx[i], bound[i] = float64(v), math.Abs(float64(v))
 	}
 	for p := 0; p < g.N*g.C; p++ {
 		for o := 0; o < out; o++ {
