@@ -772,6 +772,8 @@ func autogradCases() []agCase {
 		fanoutCase(),
 	)
 	cases = append(cases, softmaxAutogradCases()...)
+	cases = append(cases, indexAutogradCases()...)
+	cases = append(cases, matmulAutogradCases()...)
 	return cases
 }
 
