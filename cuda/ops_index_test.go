@@ -63,3 +63,33 @@ func TestRecordedSoftmaxIndex(t *testing.T) {
 		t.Errorf("Synchronize: %v", err)
 	}
 }
+
+// TestRecordedAttentionAndLosses runs the tensor-level operators of this
+// family forward and backward on the recorder: every launch and GEMM they
+// queue (the causal mask's broadcast copy, the transposed and broadcast
+// operands of the batched products, the gathers) is checked against its
+// signature and the allocated memory.
+func TestRecordedAttentionAndLosses(t *testing.T) {
+	b, _ := newRecordingBackend(t)
+	s := tensor.NewScope()
+	defer s.Release()
+	param := func(shape ...int) *tensor.Tensor { return tensor.Zeros(b, s, shape...).SetRequiresGrad(true) }
+	q, k, v := param(2, 3, 5, 4), param(2, 3, 6, 4), param(2, 3, 6, 7)
+	for _, causal := range []bool{false, true} {
+		tensor.Sum(tensor.ScaledDotProductAttention(q, k, v, causal, 0)).Backward()
+	}
+	a, w := param(2, 1, 4, 5), param(3, 5, 6)
+	tensor.Sum(tensor.BatchMatMul(a, w)).Backward()
+	tensor.Sum(tensor.BatchMatMul(param(5), w)).Backward()
+	emb := param(10, 8)
+	ids := tensor.FromInt32(b, s, make([]int32, 6), 2, 3)
+	logits := tensor.Linear(tensor.Embedding(emb, ids), param(4, 8), param(4)) // [2, 3, 4]
+	labels := tensor.FromInt32(b, s, make([]int32, 6), 2, 3)
+	opt := tensor.CrossEntropyOptions{LabelSmoothing: 0.1, Ignore: true, IgnoreIndex: 3}
+	tensor.CrossEntropyLoss(logits.Transpose(1, 2), labels, opt).Backward() // classes on axis 1
+	tensor.Sum(tensor.Softmax(tensor.IndexSelect(emb, 1, tensor.FromInt32(b, s, make([]int32, 5), 5)), 0)).Backward()
+	tensor.Sum(tensor.Mul(tensor.OneHot(ids, 8), tensor.Embedding(emb, ids))).Backward()
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+}

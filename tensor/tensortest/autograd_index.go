@@ -63,7 +63,9 @@ func indexSelectCase(name string, shape []int, axis, m int) agCase {
 	}
 	return agCase{
 		name: name, inputs: []agInput{in(true, shape...)}, labels: [2]int{m, n}, tol: tolAG,
-		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor { return tensor.IndexSelect(t[0], axis, lab) },
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			return tensor.IndexSelect(t[0], axis, lab)
+		},
 		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
 			out, dx := make([]float64, outer*m*inner), make([]float64, len(v[0]))
 			for o := 0; o < outer; o++ {
