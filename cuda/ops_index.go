@@ -1,15 +1,117 @@
 package cuda
 
-import "github.com/ember-ml/ember/tensor"
+import (
+	"fmt"
 
+	"github.com/ember-ml/ember/tensor"
+)
+
+// indexArgs checks the buffers of IndexSelect and IndexAdd (the gathered
+// one [outer, m, inner], the full one [outer, n, inner], m indices) and
+// returns the kernel arguments after the pointers.
+func (b *Backend) indexArgs(op string, gathered, full, idx tensor.Buffer, outer, n, inner int) (m int, dims []any) {
+	m = idx.Len
+	if outer < 0 || n < 0 || inner < 0 || gathered.Len != outer*m*inner || full.Len != outer*n*inner {
+		panic(fmt.Sprintf("cuda: %s of [%d, %d, %d] with %d indices: buffers of %d and %d elements", op, outer, n, inner, m, full.Len, gathered.Len))
+	}
+	return m, []any{int64(outer), int64(n), int64(m), int64(inner)}
+}
+
+// IndexSelect gathers rows of src along the middle axis (kernels/index.cu).
 func (b *Backend) IndexSelect(dst, src, idx tensor.Buffer, outer, n, inner int) {
-	panic("cuda: IndexSelect not implemented yet")
+	const op = "index_select"
+	m, dims := b.indexArgs(op, dst, src, idx, outer, n, inner)
+	args := append([]any{b.f32(op, dst), b.f32(op, src), b.i32(op, idx)}, dims...)
+	b.launch(op, b.kernel("ember_index_select"), outer*m*inner, args...)
 }
 
+// orderedIndexAddMax is the longest index list that IndexAdd adds in order
+// (deterministic, the CPU's sums bit for bit): each thread of that kernel
+// walks the whole list, so longer lists go to atomics instead.
+const orderedIndexAddMax = 1024
+
+// IndexAdd adds the rows of src into dst at the rows idx names. Up to
+// orderedIndexAddMax indices, or when the columns alone fill the GPU
+// (outer·inner at least 64k threads), a thread per column adds them in
+// order: deterministic. Otherwise atomicAdd: repeated indices then add up
+// in an order that varies from run to run (not bitwise reproducible).
 func (b *Backend) IndexAdd(dst, src, idx tensor.Buffer, outer, n, inner int) {
-	panic("cuda: IndexAdd not implemented yet")
+	const op = "index_add"
+	m, dims := b.indexArgs(op, src, dst, idx, outer, n, inner)
+	args := append([]any{b.f32(op, dst), b.f32(op, src), b.i32(op, idx)}, dims...)
+	if m <= orderedIndexAddMax || outer*inner >= 1<<16 {
+		b.launch(op, b.kernel("ember_index_add_ordered"), outer*inner, args...)
+		return
+	}
+	b.launch(op, b.kernel("ember_index_add_atomic"), outer*m*inner, args...)
 }
 
+// stridedBatchedExec is an executor that runs cublasSgemmStridedBatched;
+// MatMulBatched queues one GEMM per matrix on one that does not.
+type stridedBatchedExec interface {
+	sgemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, strideA int64,
+		b uintptr, ldb int, strideB int64, beta float32, c uintptr, ldc int, strideC int64, batch int) error
+}
+
+func (g *gpuExec) sgemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, strideA int64,
+	b uintptr, ldb int, strideB int64, beta float32, c uintptr, ldc int, strideC int64, batch int) error {
+	if g.blas == nil {
+		return fmt.Errorf("cuda: a batched GEMM queued on the side stream, which has no cuBLAS handle")
+	}
+	if err := g.settle(); err != nil {
+		return err
+	}
+	return g.blas.SgemmStridedBatched(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
+}
+
+// MatMulBatched runs batch products c_i = alpha·op(a_i)·op(b_i) + beta·c_i,
+// matrix i of each operand starting i·stride elements in: a batch of one
+// is MatMul (whose small products run in a kernel of ours), more are one
+// cublasSgemmStridedBatched (row-major, as cublas.go explains).
 func (b *Backend) MatMulBatched(c, a, bm tensor.Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
-	panic("cuda: MatMulBatched not implemented yet")
+	const op = "matmul_batched"
+	if batch < 0 || m < 0 || n < 0 || k < 0 || strideA < 0 || strideB < 0 || (batch > 1 && strideC < m*n) {
+		panic(fmt.Sprintf("cuda: %s batch=%d m=%d n=%d k=%d strides %d, %d, %d", op, batch, m, n, k, strideA, strideB, strideC))
+	}
+	if batch == 0 {
+		return
+	}
+	need(op, "a", a, (batch-1)*strideA+m*k)
+	need(op, "b", bm, (batch-1)*strideB+k*n)
+	need(op, "c", c, (batch-1)*strideC+m*n)
+	if batch == 1 {
+		b.MatMul(c.Slice(0, m*n), a.Slice(0, m*k), bm.Slice(0, k*n), m, n, k, transA, transB, alpha, beta)
+		return
+	}
+	pc, pa, pb := b.f32(op, c), b.f32(op, a), b.f32(op, bm)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // no products: c_i = beta·c_i (0 when beta is 0, NaN too, as on the CPU), gaps untouched
+		for i := 0; i < batch; i++ {
+			p := pc + uintptr(4*i*strideC)
+			if beta == 0 {
+				devCheck(op, b.x.memset32(p, 0, m*n))
+			} else {
+				b.launch(op, b.k.scale, m*n, p, beta, int64(m*n))
+			}
+		}
+		return
+	}
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	if x, ok := b.x.(stridedBatchedExec); ok {
+		devCheck(op, x.sgemmStridedBatched(transA, transB, m, n, k, alpha, pa, lda, int64(strideA), pb, ldb, int64(strideB),
+			beta, pc, n, int64(strideC), batch))
+		return
+	}
+	for i := 0; i < batch; i++ {
+		devCheck(op, b.x.sgemm(transA, transB, m, n, k, alpha, pa+uintptr(4*i*strideA), lda, pb+uintptr(4*i*strideB), ldb,
+			beta, pc+uintptr(4*i*strideC), n))
+	}
 }

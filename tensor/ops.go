@@ -92,8 +92,12 @@ func beta(accumulate bool) float32 {
 }
 
 // Linear returns x·wᵀ + b for x [n,in], w [out,in], b [out] (b may be nil),
-// the affine map of nn.Linear.
+// the affine map of nn.Linear. x may also be [..., in] (or [in]): the
+// leading dimensions are folded into rows (ops_matmul.go).
 func Linear(x, w, b *Tensor) *Tensor {
+	if len(x.shape) != 2 {
+		return linearLeading(x, w, b)
+	}
 	if lb, ok := x.st.b.(LinearBackend); ok {
 		return linearFused(lb, x, w, b, false)
 	}

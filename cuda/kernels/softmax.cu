@@ -1,3 +1,108 @@
 // softmax.cu: softmax and log-softmax over the middle axis of
 // [outer, n, inner] and the class losses built on them, mirroring
 // tensor/cpu_softmax.go.
+//
+// The steps are those of the CPU backend, in its order: the maximum m of a
+// column (NaN propagates), s = Σ exp((double)(x - m)) in double, then
+// y = (float)(exp(x - m) / s), or x - m - (float)log(s) for log-softmax.
+// Only the order of the terms of s differs (lane-strided partial sums, then
+// a fixed xor tree), so results are deterministic and match the CPU to
+// about an ulp.
+//
+// Two layouts of [outer, n, inner]:
+//   - rows (inner == 1): a warp per row, lanes striding over the row, the
+//     warp's reductions by shuffles; the grid loops over rows;
+//   - columns (inner > 1): a thread per (outer, inner) column; consecutive
+//     threads read consecutive addresses (inner is the fastest axis).
+
+// ember_softmax_row_stats returns the maximum and the double sum of
+// exp(x - max) of one row in every lane of the calling warp.
+__device__ __forceinline__ void ember_softmax_row_stats(const float* row, int n, int lane, float* mOut, double* sOut) {
+    float m = ember_neg_inf();
+    for (int i = lane; i < n; i += 32) m = ember_nan_max(m, row[i]);
+    m = ember_warp_max(m);
+    double s = 0;
+    for (int i = lane; i < n; i += 32) s += exp((double)(row[i] - m));
+    *mOut = m;
+    *sOut = ember_warp_sum_d(s);
+}
+
+extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long long rows, int n, int logOut) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m;
+        double s;
+        ember_softmax_row_stats(xr, n, lane, &m, &s);
+        if (logOut) {
+            const float ls = (float)log(s);
+            for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
+        } else {
+            const double inv = 1 / s;
+            for (int i = lane; i < n; i += 32) yr[i] = (float)(exp((double)(xr[i] - m)) * inv);
+        }
+    }
+}
+
+extern "C" __global__ void ember_softmax_cols(float* y, const float* x, long long outer, int n, long long inner, int logOut) {
+    EMBER_LOOP(long long, c, outer * inner) {
+        const long long o = c / inner, r = c - o * inner;
+        const float* xc = x + o * n * inner + r;
+        float* yc = y + o * n * inner + r;
+        float m = ember_neg_inf();
+        for (int i = 0; i < n; i++) m = ember_nan_max(m, xc[i * inner]);
+        double s = 0;
+        for (int i = 0; i < n; i++) s += exp((double)(xc[i * inner] - m));
+        if (logOut) {
+            const float ls = (float)log(s);
+            for (int i = 0; i < n; i++) yc[i * inner] = xc[i * inner] - m - ls;
+        } else {
+            const double inv = 1 / s;
+            for (int i = 0; i < n; i++) yc[i * inner] = (float)(exp((double)(xc[i * inner] - m)) * inv);
+        }
+    }
+}
+
+// The backward pass, as the CPU's: s = Σ dy (log-softmax) or Σ dy·y in
+// double, then dx = dy - exp(y)·s or y·(dy - s), rounded once to float.
+__device__ __forceinline__ float ember_softmax_grad(float g, float y, double s, int logOut) {
+    return logOut ? (float)((double)g - exp((double)y) * s) : (float)((double)y * ((double)g - s));
+}
+
+extern "C" __global__ void ember_softmax_backward_rows(float* dx, const float* dy, const float* y, long long rows, int n,
+                                                       int logOut, int accumulate) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const float* gr = dy + r * n;
+        const float* yr = y + r * n;
+        float* dr = dx + r * n;
+        double s = 0;
+        for (int i = lane; i < n; i += 32) s += logOut ? (double)gr[i] : (double)gr[i] * (double)yr[i];
+        s = ember_warp_sum_d(s);
+        for (int i = lane; i < n; i += 32) {
+            const float v = ember_softmax_grad(gr[i], yr[i], s, logOut);
+            dr[i] = accumulate ? dr[i] + v : v;
+        }
+    }
+}
+
+extern "C" __global__ void ember_softmax_backward_cols(float* dx, const float* dy, const float* y, long long outer, int n,
+                                                       long long inner, int logOut, int accumulate) {
+    EMBER_LOOP(long long, c, outer * inner) {
+        const long long o = c / inner, r = c - o * inner;
+        const long long base = o * n * inner + r;
+        double s = 0;
+        for (int i = 0; i < n; i++) {
+            const long long j = base + i * inner;
+            s += logOut ? (double)dy[j] : (double)dy[j] * (double)y[j];
+        }
+        for (int i = 0; i < n; i++) {
+            const long long j = base + i * inner;
+            const float v = ember_softmax_grad(dy[j], y[j], s, logOut);
+            dx[j] = accumulate ? dx[j] + v : v;
+        }
+    }
+}

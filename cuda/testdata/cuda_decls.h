@@ -25,5 +25,7 @@ __device__ double exp(double);
 __device__ double log(double);
 __device__ void __threadfence();
 __device__ int atomicAdd(int*, int);
+__device__ float atomicAdd(float*, float);
+__device__ void __trap();
 __device__ float __ldcg(const float*);
 __device__ double __ldcg(const double*);

@@ -771,6 +771,9 @@ func autogradCases() []agCase {
 		mlpCase(),
 		fanoutCase(),
 	)
+	cases = append(cases, softmaxAutogradCases()...)
+	cases = append(cases, indexAutogradCases()...)
+	cases = append(cases, matmulAutogradCases()...)
 	return cases
 }
 

@@ -59,6 +59,8 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Argmax", testArgmax},
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
+		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward},
+		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 	}
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {

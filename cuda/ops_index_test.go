@@ -1,0 +1,95 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// sgemmStridedBatched checks a batched GEMM as sgemm checks one: every
+// matrix of every operand inside one allocation.
+func (r *recExec) sgemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, strideA int64,
+	b uintptr, ldb int, strideB int64, beta float32, c uintptr, ldc int, strideC int64, batch int) error {
+	for i := 0; i < batch; i++ {
+		if err := r.sgemm(transA, transB, m, n, k, alpha, a+uintptr(4*int64(i)*strideA), lda, b+uintptr(4*int64(i)*strideB), ldb,
+			beta, c+uintptr(4*int64(i)*strideC), ldc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestRecordedSoftmaxIndex launches softmax, its backward pass, the gathers
+// and the batched products on the recorder, in both kernel layouts and on
+// both IndexAdd paths: signatures, null pointers and extents are checked.
+func TestRecordedSoftmaxIndex(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	f := func(n int) tensor.Buffer {
+		buf, err := b.Alloc(n, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	ix := func(n int) tensor.Buffer {
+		buf, err := b.Alloc(n, tensor.Int32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	for _, s := range [][3]int{{7, 10, 1}, {2, 4099, 1}, {3, 5, 7}, {1, 1, 1}} {
+		n := s[0] * s[1] * s[2]
+		for _, log := range []bool{false, true} {
+			b.Softmax(f(n), f(n), s[0], s[1], s[2], log)
+			b.SoftmaxBackward(f(n), f(n), f(n), s[0], s[1], s[2], log, true)
+		}
+	}
+	b.IndexSelect(f(2*9*5), f(2*7*5), ix(9), 2, 7, 5)
+	b.IndexAdd(f(2*7*5), f(2*9*5), ix(9), 2, 7, 5)                     // ordered
+	b.IndexAdd(f(100*3), f(5000*3), ix(5000), 1, 100, 3)               // atomic
+	b.IndexAdd(f(10*(1<<16)), f(5000*(1<<16)), ix(5000), 1, 10, 1<<16) // ordered: wide columns
+	if rec.launches["ember_index_add_ordered"] != 2 || rec.launches["ember_index_add_atomic"] != 1 {
+		t.Errorf("IndexAdd paths: %d ordered, %d atomic launches; want 2 and 1", rec.launches["ember_index_add_ordered"], rec.launches["ember_index_add_atomic"])
+	}
+	gemms := rec.gemms
+	b.MatMulBatched(f(4*6), f(4*10), f(15), 4, 2, 3, 5, 10, 0, 6, true, true, 1, 0)
+	if rec.gemms-gemms != 4 {
+		t.Errorf("a batch of 4: %d GEMMs recorded, want 4 (one batched call)", rec.gemms-gemms)
+	}
+	b.MatMulBatched(f(6), f(10), f(15), 1, 2, 3, 5, 0, 0, 0, false, false, 1, 0)
+	b.MatMulBatched(f(3*8), f(0), f(0), 3, 2, 3, 0, 0, 0, 8, false, false, 1, 0)
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+}
+
+// TestRecordedAttentionAndLosses runs the tensor-level operators of this
+// family forward and backward on the recorder: every launch and GEMM they
+// queue (the causal mask's broadcast copy, the transposed and broadcast
+// operands of the batched products, the gathers) is checked against its
+// signature and the allocated memory.
+func TestRecordedAttentionAndLosses(t *testing.T) {
+	b, _ := newRecordingBackend(t)
+	s := tensor.NewScope()
+	defer s.Release()
+	param := func(shape ...int) *tensor.Tensor { return tensor.Zeros(b, s, shape...).SetRequiresGrad(true) }
+	q, k, v := param(2, 3, 5, 4), param(2, 3, 6, 4), param(2, 3, 6, 7)
+	for _, causal := range []bool{false, true} {
+		tensor.Sum(tensor.ScaledDotProductAttention(q, k, v, causal, 0)).Backward()
+	}
+	a, w := param(2, 1, 4, 5), param(3, 5, 6)
+	tensor.Sum(tensor.BatchMatMul(a, w)).Backward()
+	tensor.Sum(tensor.BatchMatMul(param(5), w)).Backward()
+	emb := param(10, 8)
+	ids := tensor.FromInt32(b, s, make([]int32, 6), 2, 3)
+	logits := tensor.Linear(tensor.Embedding(emb, ids), param(4, 8), param(4)) // [2, 3, 4]
+	labels := tensor.FromInt32(b, s, make([]int32, 6), 2, 3)
+	opt := tensor.CrossEntropyOptions{LabelSmoothing: 0.1, Ignore: true, IgnoreIndex: 3}
+	tensor.CrossEntropyLoss(logits.Transpose(1, 2), labels, opt).Backward() // classes on axis 1
+	tensor.Sum(tensor.Softmax(tensor.IndexSelect(emb, 1, tensor.FromInt32(b, s, make([]int32, 5), 5)), 0)).Backward()
+	tensor.Sum(tensor.Mul(tensor.OneHot(ids, 8), tensor.Embedding(emb, ids))).Backward()
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+}

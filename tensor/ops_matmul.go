@@ -1,0 +1,259 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// BatchMatMul is torch.matmul: a [..., m, k] times b [..., k, n] gives
+// [..., m, n], the batch dimensions broadcast against each other; a 1-D a
+// is a row [1, k] and a 1-D b a column [k, 1], whose dimension is dropped
+// from the result. Two 2-D operands are MatMul's product. Operands that are
+// transposed views of dense memory (Transpose of the last two axes) are
+// read in place; the gradient of an operand broadcast over batch
+// dimensions is summed over them.
+func BatchMatMul(a, b *Tensor) *Tensor { return batchMatMul(a, b, 1, nil) }
+
+// matOperand is one operand of a batched product as the backend reads it.
+type matOperand struct {
+	t      *Tensor // the tensor read (t itself, or a dense copy of it)
+	trans  bool    // t's matrices are stored transposed
+	stride int     // elements between consecutive matrices; 0 broadcasts one
+	batch  []int   // t's batch dimensions, padded with leading 1s to the output's rank
+}
+
+// batchMatMul is alpha·(a·b) + addend, addend a constant (nil for none) of
+// the output's shape without its batch dimensions ([m, n]), broadcast over
+// the batch: ScaledDotProductAttention's scale and mask.
+func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
+	sameBackend(a, b)
+	origA, origB := a.Shape(), b.Shape()
+	if len(a.shape) == 0 || len(b.shape) == 0 {
+		panic(fmt.Sprintf("tensor: BatchMatMul of %v and %v: scalars have no product", origA, origB))
+	}
+	rowA, colB := len(a.shape) == 1, len(b.shape) == 1
+	if rowA {
+		a = a.Contiguous().Reshape(1, a.shape[0])
+	}
+	if colB {
+		b = b.Contiguous().Reshape(b.shape[0], 1)
+	}
+	m, k, n := a.shape[len(a.shape)-2], a.shape[len(a.shape)-1], b.shape[len(b.shape)-1]
+	if b.shape[len(b.shape)-2] != k {
+		panic(fmt.Sprintf("tensor: BatchMatMul of %v and %v: inner dimensions %d and %d differ", origA, origB, k, b.shape[len(b.shape)-2]))
+	}
+	batch, ok := broadcastShapes(a.shape[:len(a.shape)-2], b.shape[:len(b.shape)-2])
+	if !ok {
+		panic(fmt.Sprintf("tensor: BatchMatMul of %v and %v: batch dimensions do not broadcast", origA, origB))
+	}
+	s := scopeOf(a, b)
+	oa, ob := matrixOperand(a, batch, s), matrixOperand(b, batch, s)
+	nb := numel(batch)
+	be := a.st.b
+	out := Empty(be, s, append(append([]int(nil), batch...), m, n)...)
+	var beta float32
+	if addend != nil {
+		if !sameShape(addend.shape, []int{m, n}) {
+			panic(fmt.Sprintf("tensor: BatchMatMul: addend %v for products [%d, %d]", addend.shape, m, n))
+		}
+		be.CopyStrided(out.buffer(), addend.Contiguous().buffer(), []int{nb, m, n}, []int{0, n, 1})
+		beta = 1
+	}
+	if out.Len() > 0 {
+		be.MatMulBatched(out.buffer(), oa.buffer(m*k), ob.buffer(k*n), nb, m, n, k, oa.stride, ob.stride, m*n, oa.trans, ob.trans, alpha, beta)
+	}
+	record(out, "batch_matmul", func(g *Tensor, e *engine) {
+		if a.requiresGrad { // dA_i = alpha·G_i·B_iᵀ
+			da := Empty(be, e.scopeFor(a), append(append([]int(nil), batch...), m, k)...)
+			be.MatMulBatched(da.buffer(), g.buffer(), ob.buffer(k*n), nb, m, k, n, m*n, ob.stride, m*k, false, !ob.trans, alpha, 0)
+			e.give(a, sumToBatch(da, oa.batch, a.shape))
+		}
+		if b.requiresGrad { // dB_i = alpha·A_iᵀ·G_i
+			db := Empty(be, e.scopeFor(b), append(append([]int(nil), batch...), k, n)...)
+			be.MatMulBatched(db.buffer(), oa.buffer(m*k), g.buffer(), nb, k, n, m, oa.stride, m*n, k*n, !oa.trans, false, alpha, 0)
+			e.give(b, sumToBatch(db, ob.batch, b.shape))
+		}
+	}, a, b)
+	shape := out.Shape()
+	switch {
+	case rowA && colB:
+		return out.Reshape(shape[:len(shape)-2]...)
+	case rowA:
+		return out.Reshape(append(shape[:len(shape)-2], n)...)
+	case colB:
+		return out.Reshape(shape[:len(shape)-1]...)
+	}
+	return out
+}
+
+// broadcastShapes broadcasts two shapes as numpy does (aligned at the
+// right, a 1 stretching to the other's size).
+func broadcastShapes(a, b []int) ([]int, bool) {
+	out := make([]int, max(len(a), len(b)))
+	for i := range out {
+		da, db := 1, 1
+		if j := len(a) - len(out) + i; j >= 0 {
+			da = a[j]
+		}
+		if j := len(b) - len(out) + i; j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db || db == 1:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// matrixOperand lays t [..., r, c] out for a product over the batch
+// dimensions batch: in place when its matrices are dense or dense
+// transposed and its batch is one matrix (stride 0) or all of batch in
+// row-major order; otherwise a dense copy, expanded to all of batch where t
+// broadcasts over only some of the dimensions.
+func matrixOperand(t *Tensor, batch []int, s *Scope) matOperand {
+	rank := len(t.shape)
+	r, c := t.shape[rank-2], t.shape[rank-1]
+	pad := make([]int, len(batch)-(rank-2), len(batch))
+	for i := range pad {
+		pad[i] = 1
+	}
+	tb := append(pad, t.shape[:rank-2]...)
+	sr, sc := t.strides[rank-2], t.strides[rank-1]
+	var trans bool
+	switch {
+	case (r == 1 || sr == c) && (c == 1 || sc == 1):
+	case (r == 1 || sr == 1) && (c == 1 || sc == r):
+		trans = true
+	default:
+		t = t.Contiguous()
+	}
+	if numel(tb) == 1 {
+		return matOperand{t: t, trans: trans, stride: 0, batch: tb}
+	}
+	if sameShape(tb, batch) {
+		dense, want := true, r*c
+		for i := rank - 3; i >= 0; i-- {
+			if t.shape[i] != 1 && t.strides[i] != want {
+				dense = false
+			}
+			want *= t.shape[i]
+		}
+		if dense {
+			return matOperand{t: t, trans: trans, stride: r * c, batch: tb}
+		}
+		return matOperand{t: t.Contiguous(), stride: r * c, batch: tb}
+	}
+	// Broadcast over some batch dimensions only: expand into a dense copy
+	// (not recorded; the gradient is summed back by sumToBatch).
+	full := append(append([]int(nil), batch...), r, c)
+	strides := make([]int, len(full))
+	ts := append(make([]int, len(pad)), t.strides[:rank-2]...)
+	for i := range batch {
+		if tb[i] != 1 {
+			strides[i] = ts[i]
+		}
+	}
+	strides[len(full)-2], strides[len(full)-1] = t.strides[rank-2], t.strides[rank-1]
+	return matOperand{t: t.view(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+}
+
+// buffer is the operand's memory from its first element: a whole batch of
+// matrices of size elements, or one when it broadcasts.
+func (o matOperand) buffer(size int) Buffer {
+	t := o.t
+	if t.st.h.released.Load() {
+		panic("tensor: use of a released tensor")
+	}
+	t.fillPendingOnes()
+	n := size
+	if o.stride != 0 {
+		n = numel(t.shape) // dense batch: the matrices follow each other
+	}
+	return t.st.buf.Slice(t.off, n)
+}
+
+// sumToBatch sums g [batch..., r, c] over the batch dimensions where an
+// operand's padded batch tb is 1, and returns it with the operand's shape.
+func sumToBatch(g *Tensor, tb []int, shape []int) *Tensor {
+	cur := g
+	for i := range tb {
+		if tb[i] == 1 && cur.shape[i] != 1 {
+			next := sumAxis(cur, i)
+			if cur != g {
+				cur.Release()
+			}
+			cur = next
+		}
+	}
+	if cur != g {
+		g.Release()
+	}
+	return cur.view(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
+}
+
+// sumAxis sums a dense tensor over one axis (kept with size 1), as a
+// product with a vector of ones: [outer, n, inner] → [outer, 1, inner]. A
+// private stand-in for the reductions of the Reductions family.
+func sumAxis(x *Tensor, axis int) *Tensor {
+	outer, n, inner := axisView("sumAxis", x.shape, axis)
+	be := x.st.b
+	shape := x.Shape()
+	shape[axis] = 1
+	out := Empty(be, x.scope, shape...)
+	ones := Full(be, x.scope, 1, n)
+	be.MatMulBatched(out.buffer(), ones.buffer(), x.buffer(), outer, 1, inner, n, 0, n*inner, inner, false, false, 1, 0)
+	ones.Release()
+	return out
+}
+
+// linearLeading is Linear for x [..., in] other than 2-D: the leading
+// dimensions are folded into rows (x [in] is one row) and unfolded after.
+func linearLeading(x, w, b *Tensor) *Tensor {
+	if len(x.shape) == 0 || len(w.shape) != 2 || x.shape[len(x.shape)-1] != w.shape[1] {
+		panic(fmt.Sprintf("tensor: Linear of input %v with weight %v", x.shape, w.shape))
+	}
+	lead := x.shape[:len(x.shape)-1]
+	y := Linear(x.Contiguous().Reshape(numel(lead), w.shape[1]), w, b)
+	return y.Reshape(append(append([]int(nil), lead...), w.shape[0])...)
+}
+
+// ScaledDotProductAttention is torch's scaled_dot_product_attention without
+// dropout: softmax(scale·q·kᵀ + mask)·v for q [B, H, T, D], k [B, H, S, D]
+// and v [B, H, S, Dv] (any matching batch dimensions in front), where scale
+// 0 means 1/√D and causal masks the keys after each query (s > t, torch's
+// is_causal: the lower-left triangle of [T, S] is kept). It is composed of
+// BatchMatMul, whose product writes into the mask (0 or -Inf, one [T, S]
+// matrix broadcast over the batch) with beta 1, and Softmax, whose backward
+// pass gives the masked scores no gradient (their probability is 0). kᵀ is a
+// transposed view: nothing is copied.
+func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Tensor {
+	rq, rk, rv := len(q.shape), len(k.shape), len(v.shape)
+	if rq < 2 || rk != rq || rv != rq || q.shape[rq-1] != k.shape[rk-1] || k.shape[rk-2] != v.shape[rv-2] ||
+		!sameShape(q.shape[:rq-2], k.shape[:rk-2]) || !sameShape(q.shape[:rq-2], v.shape[:rv-2]) {
+		panic(fmt.Sprintf("tensor: ScaledDotProductAttention of q %v, k %v, v %v; want [..., T, D], [..., S, D], [..., S, Dv]", q.shape, k.shape, v.shape))
+	}
+	t, sk, d := q.shape[rq-2], k.shape[rk-2], q.shape[rq-1]
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	var mask *Tensor
+	if causal {
+		m := make([]float32, t*sk)
+		for i := 0; i < t; i++ {
+			for j := i + 1; j < sk; j++ {
+				m[i*sk+j] = float32(math.Inf(-1))
+			}
+		}
+		mask = FromFloat32(q.st.b, scopeOf(q, k, v), m, t, sk)
+	}
+	scores := batchMatMul(q, k.Transpose(rk-2, rk-1), scale, mask)
+	if mask != nil && mask.scope == nil { // read by the product already queued
+		mask.Release()
+	}
+	return BatchMatMul(Softmax(scores, -1), v)
+}
