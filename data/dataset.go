@@ -26,25 +26,54 @@ const NumClasses = 10
 // labels, test images, test labels.
 var mnistFiles = [4]string{TrainImagesFile, TrainLabelsFile, TestImagesFile, TestLabelsFile}
 
-// Dataset is a set of grey-scale images with one label each, held in memory
-// as raw bytes (0 = background, 255 = ink for MNIST).
+// Dataset is a set of images with one label each, held in memory as raw
+// bytes (0 = background, 255 = ink for MNIST). Images are grey-scale unless
+// Channels says otherwise.
 type Dataset struct {
-	// Images holds N*Rows*Cols pixels, image after image, row-major.
+	// Images holds N*Channels*Rows*Cols bytes, image after image; each image
+	// is channel after channel (CHW), each channel row-major.
 	Images []uint8
-	// Labels holds N labels, each below NumClasses.
+	// Labels holds N labels, each below NumClasses() (NumClasses, 10, for
+	// MNIST and the data sets of its layout).
 	Labels []uint8
 	// N is the number of examples; Rows and Cols the size of each image.
 	N, Rows, Cols int
+
+	// The fields below were added for data sets other than MNIST. Their zero
+	// values describe MNIST, so that a Dataset built before they existed
+	// keeps its meaning: read them through NumChannels and NumClasses.
+
+	// Channels is 1 (grey) or 3 (red, green, blue); 0 means 1.
+	Channels int
+	// Classes is the number of classes; 0 means NumClasses (10).
+	Classes int
+	// ClassNames, when not nil, names each class: len(ClassNames) ==
+	// NumClasses().
+	ClassNames []string
 }
 
-// ImageSize is Rows*Cols, the number of pixels in one image.
-func (d *Dataset) ImageSize() int { return d.Rows * d.Cols }
+// NumChannels is the number of channels per pixel: Channels, or 1 when
+// Channels is 0.
+func (d *Dataset) NumChannels() int { return max(d.Channels, 1) }
 
-// Image returns the pixels of image i (0 <= i < N), row-major. The slice
-// shares memory with d.Images; its capacity is clipped so that appending to
-// it cannot overwrite the next image.
+// NumClasses is the number of classes: Classes, or the package's
+// NumClasses (10) when Classes is 0.
+func (d *Dataset) NumClasses() int {
+	if d.Classes == 0 {
+		return NumClasses
+	}
+	return d.Classes
+}
+
+// ImageSize is NumChannels()*Rows*Cols, the number of bytes in one image
+// (Rows*Cols pixels for grey images).
+func (d *Dataset) ImageSize() int { return d.NumChannels() * d.Rows * d.Cols }
+
+// Image returns the bytes of image i (0 <= i < N), CHW. The slice shares
+// memory with d.Images; its capacity is clipped so that appending to it
+// cannot overwrite the next image.
 func (d *Dataset) Image(i int) []uint8 {
-	sz := d.Rows * d.Cols
+	sz := d.ImageSize()
 	return d.Images[i*sz : (i+1)*sz : (i+1)*sz]
 }
 

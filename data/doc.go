@@ -1,7 +1,12 @@
 // Package data reads MNIST and data sets in the same layout (Fashion-MNIST,
-// KMNIST, ...) and cuts them into mini-batches. It depends on nothing else
-// in this module: callers turn its []uint8, []float32 and []int32 into
-// tensors themselves.
+// KMNIST, ...), CIFAR-10 and CIFAR-100, folders of images and text files,
+// and cuts them into mini-batches. It depends on nothing else in this
+// module: callers turn its []uint8, []float32 and []int32 into tensors
+// themselves.
+//
+// An image Dataset describes its shape: N images of NumChannels() x Rows x
+// Cols bytes (1 channel for grey, 3 for RGB, CHW) and NumClasses() classes,
+// with ClassNames when known.
 //
 // # Where to start
 //
@@ -43,4 +48,27 @@
 //   - download.go: Download fetches the .gz files from mirrors, verifying
 //     MD5 sums and writing atomically, for machines without the module
 //     cache copy.
+//   - fashion.go: LocateFashionMNIST finds Fashion-MNIST where Debian's
+//     package dataset-fashion-mnist installs it (/usr/share/datasets/
+//     fashion-mnist) or in a given directory, checking sizes and MD5 sums
+//     (upstream's, Debian's recompressed files', or the uncompressed
+//     content's); LoadFashionMNIST adds the class names.
+//   - cifar.go, cifar_download.go: the CIFAR-10 and CIFAR-100 binary
+//     formats (ReadCIFAR10File, ReadCIFAR100File, LoadCIFAR10,
+//     LoadCIFAR100), checked strictly (whole records, labels in range), and
+//     DownloadCIFAR, which fetches the MD5-checked archive and unpacks it
+//     refusing links, paths outside its directory and oversized members.
+//   - imagefolder.go: LoadImageFolder reads one sub-directory per class of
+//     PNG, JPEG and GIF files, decoded in parallel, grey or RGB, of one size
+//     or resized by area averaging.
+//   - text.go: Vocab (the sorted distinct bytes or characters of a text,
+//     saved as JSON beside a model), NewText and LoadText (token ids and a
+//     validation split) and WindowSampler (batches of x = tokens[i:i+T],
+//     y = tokens[i+1:i+T+1], a fixed function of seed and step).
+//
+// Every reader checks sizes against a hard bound (MaxIDXBytes,
+// MaxCIFARBytes, MaxImageFolderBytes, MaxTextBytes, MaxVocabBytes) before
+// allocating, and reports bad input as an *Error of one line; the fuzz
+// targets (FuzzReadIDX, FuzzReadCIFAR, FuzzReadVocab, FuzzNewVocab) run
+// their seed corpora as ordinary tests.
 package data
