@@ -61,7 +61,7 @@ func (*cpuBackend) ClipCoef(norm, coef, gb Buffer, maxNorm float32) {
 	for _, v := range f32(gb) {
 		ss += float64(v) * float64(v)
 	}
-	n := float32(math.Sqrt(float64(float32(ss)))) // sqrtf of the rounded sum, as the CUDA kernel
+	n := float32(math.Sqrt(ss))
 	c := maxNorm / (n + ClipEps)
 	if c > 1 { // a NaN stays NaN, as torch.clamp(max=1)
 		c = 1

@@ -86,8 +86,8 @@ extern "C" __global__ void ember_sumsq_partial(const float* x, long long n, doub
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// Pass 2 (one block): norm[0] = sqrt(sum of partial[0..m)) (the sum
-// rounded to float, then a float square root) and coef[0] =
+// Pass 2 (one block): norm[0] = sqrt(sum of partial[0..m)) (in double, so
+// that squares beyond float's range do not overflow) and coef[0] =
 // min(maxNorm / (norm + 1e-6), 1), a NaN norm giving a NaN coefficient, as
 // torch.nn.utils.clip_grad_norm_ (and tensor/cpu_optim.go's ClipCoef).
 extern "C" __global__ void ember_clip_coef(float* norm, float* coef, const double* partial, int m, float maxNorm) {
@@ -95,7 +95,7 @@ extern "C" __global__ void ember_clip_coef(float* norm, float* coef, const doubl
     for (int i = threadIdx.x; i < m; i += blockDim.x) s += partial[i];
     s = ember_block_sum_d(s);
     if (threadIdx.x == 0) {
-        const float nv = sqrtf((float)s);
+        const float nv = (float)sqrt(s);
         float c = maxNorm / (nv + 1e-6f);
         if (c > 1.0f) c = 1.0f;
         norm[0] = nv;
