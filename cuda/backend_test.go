@@ -266,6 +266,7 @@ var blockSized = map[string]bool{
 	"ember_conv_relu_pool_rt_5x5": true, "ember_conv_relu_pool_rt_5x5_s1": true, "ember_conv_relu_pool_rt_5x5_s8": true,
 	"ember_conv_relu_pool_rt_3x3": true, "ember_conv_relu_pool_rt_3x3_s1": true, "ember_conv_relu_pool_rt_3x3_s8": true,
 	"ember_conv_dx_rt_5x5": true, "ember_conv_dx_rt_3x3": true, "ember_conv_dx_rt_pooled_5x5": true, "ember_conv_dx_rt_pooled_3x3": true,
+	"ember_sumsq_partial": true, "ember_clip_coef": true,
 }
 
 type recExec struct {

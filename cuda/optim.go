@@ -48,6 +48,10 @@ func (b *Backend) ClipCoef(norm, coef, g tensor.Buffer, maxNorm float32) {
 	need(op, "norm", norm, 1)
 	need(op, "coef", coef, 1)
 	pn, pc, pg := b.f32(op, norm), b.f32(op, coef), b.f32(op, g)
+	if g.Len == 0 { // the norm of nothing is 0: no partial sums to add
+		b.launchGrid(op, b.kernel("ember_clip_coef"), 1, blockSize, pn, pc, uintptr(0), int32(0), maxNorm)
+		return
+	}
 	nb := sumBlocks(g.Len)
 	ws := b.workspace(op, nb*8)
 	defer b.release(ws)
