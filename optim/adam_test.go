@@ -69,18 +69,21 @@ func TestAdamTorchSemantics(t *testing.T) {
 		return c
 	}
 	var want []float64
+	// The bias corrections 1 − β^t of steps 1, 2, 3.
+	bc1 := []float64{0.1, 0.19, 0.271}
+	bc2 := []float64{0.001, 0.001999, 0.002997001}
 
 	// Plain Adam, lr 0.1, p0 = 1, gradients 0.5 then −1.
 	// step 1: m = 0.05, v = 0.001·0.25 = 2.5e-4.
 	// step 2: m = 0.05 + 0.1·(−1 − 0.05) = −0.055, v = 0.999·2.5e-4 + 0.001 = 0.00124975.
-	p1 := 1 - (0.1/0.1)*0.05/(sq(2.5e-4)/sq(0.001)+1e-8)
+	p1 := 1 - (0.1/bc1[0])*0.05/(sq(2.5e-4)/sq(bc2[0])+1e-8)
 	p2 := p1 - (0.1/0.19)*(-0.055)/(sq(0.00124975)/sq(0.001999)+1e-8)
 	check(t, "adam", runAdam(t, adam(0.1, 0, false), false, 1, []float32{0.5, -1}, nil), []float64{p1, p2})
 
 	// Adam with L2 weight decay 0.1, lr 0.01, p0 = 2, gradient 1 twice.
 	// step 1: g = 1 + 0.1·2 = 1.2, m = 0.12, v = 0.001·1.44 = 0.00144.
 	// step 2: g = 1 + 0.1·p1, m = 0.12 + 0.1·(g − 0.12), v = 0.999·0.00144 + 0.001·g².
-	p1 = 2 - (0.01/0.1)*0.12/(sq(0.00144)/sq(0.001)+1e-8)
+	p1 = 2 - (0.01/bc1[0])*0.12/(sq(0.00144)/sq(0.001)+1e-8)
 	g2 := 1 + 0.1*p1
 	m2 := 0.12 + 0.1*(g2-0.12)
 	v2 := 0.999*0.00144 + 0.001*g2*g2
@@ -90,14 +93,14 @@ func TestAdamTorchSemantics(t *testing.T) {
 	// AdamW, weight decay 0.1, lr 0.01, p0 = 2, gradient 1 twice: the decay
 	// multiplies p by 1 − 0.001 first and leaves the gradient alone.
 	// step 1: m = 0.1, v = 0.001.  step 2: m = 0.19, v = 0.001999.
-	p1 = 2*0.999 - (0.01/0.1)*0.1/(sq(0.001)/sq(0.001)+1e-8)
-	p2 = p1*0.999 - (0.01/0.19)*0.19/(sq(0.001999)/sq(0.001999)+1e-8)
+	p1 = 2*0.999 - (0.01/bc1[0])*0.1/(sq(0.001)/sq(bc2[0])+1e-8)
+	p2 = p1*0.999 - (0.01/0.19)*0.19/(sq(0.001999)/sq(bc2[1])+1e-8)
 	check(t, "adamw", runAdam(t, adam(0.01, 0.1, false), true, 2, []float32{1, 1}, nil), []float64{p1, p2})
 
 	// AMSGrad, lr 0.1, p0 = 0, gradients 1, 0.1, 0: at step 3 v falls
 	// (0.999·0.001009) below its maximum 0.001009, which the denominator
 	// keeps. m: 0.1, 0.1, 0.09.
-	p1 = 0 - (0.1/0.1)*0.1/(sq(0.001)/sq(0.001)+1e-8)
+	p1 = 0 - (0.1/bc1[0])*0.1/(sq(0.001)/sq(bc2[0])+1e-8)
 	p2 = p1 - (0.1/0.19)*0.1/(sq(0.001009)/sq(0.001999)+1e-8)
 	p3 := p2 - (0.1/0.271)*0.09/(sq(0.001009)/sq(0.002997001)+1e-8)
 	want = []float64{p1, p2, p3}
@@ -111,11 +114,11 @@ func TestAdamTorchSemantics(t *testing.T) {
 	// 1.1e-8 = 0.00909·lr/0.1 (eps inside the root, or before the
 	// correction, would give a step 30 times smaller).
 	check(t, "eps", runAdam(t, adam(0.1, 0, false), false, 0, []float32{1e-9}, nil),
-		[]float64{-(0.1 / 0.1) * 1e-10 / (1e-9 + 1e-8)})
+		[]float64{-(0.1 / bc1[0]) * 1e-10 / (1e-9 + 1e-8)})
 
 	// The learning rate set before each step (a schedule) takes effect
 	// through the device scalars: lr 0.1, then 0.05 for step 2 (plain case).
-	p1 = 1 - (0.1/0.1)*0.05/(sq(2.5e-4)/sq(0.001)+1e-8)
+	p1 = 1 - (0.1/bc1[0])*0.05/(sq(2.5e-4)/sq(bc2[0])+1e-8)
 	p2 = p1 - (0.05/0.19)*(-0.055)/(sq(0.00124975)/sq(0.001999)+1e-8)
 	check(t, "scheduled lr", runAdam(t, adam(0.1, 0, false), false, 1, []float32{0.5, -1},
 		func(step int) float64 { return []float64{0.1, 0.05}[step] }), []float64{p1, p2})
