@@ -202,8 +202,16 @@ func (a *Adam) step(zeroGrad bool) {
 	a.steps++
 }
 
+// Replayable reports whether the next Step issues the same device work as
+// every later one: always, for Adam (the step's values are device scalars).
+func (a *Adam) Replayable() bool { return true }
+
 // Replayed counts one step that ran as a replay of a captured Step.
 func (a *Adam) Replayed() { a.steps++ }
+
+// Rewind takes back the count of a Step whose device work never ran (a
+// failed capture).
+func (a *Adam) Rewind() { a.steps-- }
 
 // Steps is the number of updates applied so far.
 func (a *Adam) Steps() int { return a.steps }

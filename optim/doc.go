@@ -31,7 +31,8 @@
 //	opt.Replayed()               // count the step
 //
 // and calls Prepare before capturing the step too (an upload cannot be
-// captured; a prepared Step queues kernels only). Checkpoints keep each
+// captured; a prepared Step queues kernels only, and counts itself, so the
+// first replay, which runs the captured step, is not counted again). Checkpoints keep each
 // optimiser's state with SaveTraining and LoadTraining (SGD's momentum in
 // the format it always had).
 package optim
