@@ -5,7 +5,9 @@ package nn
 // X.state.safetensors, which is self-sufficient for resuming:
 //
 //	tensors    "model.<name>" for every parameter (a copy of the weights),
-//	           "optimizer.momentum" (the flat momentum buffer, if any)
+//	           "optimizer.momentum" (the flat momentum buffer, if any),
+//	           "optimizer.<name>" (the optimiser's other buffers, if any:
+//	           Adam's exp_avg, exp_avg_sq)
 //	metadata   format=ember.training_state, ember.state_version=1, epoch,
 //	           step, global_step, optimizer_steps, seed, rng (base64, if
 //	           any), model_file, model_sha256 (Fingerprint of the weights),
@@ -43,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -74,6 +77,10 @@ type TrainingState struct {
 	Momentum []float32
 	// OptimizerSteps is the optimiser's update count (optim.SGD.Steps).
 	OptimizerSteps int
+	// OptimizerBuffers are the optimiser's other flat buffers by name (say,
+	// Adam's "exp_avg" and "exp_avg_sq"; see optim.SaveTraining), one value
+	// per parameter each, stored as tensors "optimizer.<name>".
+	OptimizerBuffers map[string][]float32
 	// RNG is an optional opaque generator state (say, from
 	// rand.PCG.MarshalBinary) for randomness that is not a function of
 	// Seed; nil when there is none.
@@ -90,7 +97,9 @@ const (
 	stateVersion      = "1"
 	stateModelPrefix  = "model."
 	stateMomentumName = "optimizer.momentum"
-	stateFlagPrefix   = "flag."
+	// stateOptimizerPrefix starts the names of the optimiser's buffers.
+	stateOptimizerPrefix = "optimizer."
+	stateFlagPrefix      = "flag."
 )
 
 // StatePath returns the path of the training state saved beside the model
@@ -178,6 +187,14 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	if n := NumParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
 		return ckErrorf(statePath, nil, "the training state has %d momentum values but the model has %d parameters", len(st.Momentum), n)
 	}
+	for _, name := range slices.Sorted(maps.Keys(st.OptimizerBuffers)) {
+		if name == "" || stateOptimizerPrefix+name == stateMomentumName {
+			return ckErrorf(statePath, nil, "optimizer buffer named %q (the momentum goes in Momentum)", name)
+		}
+		if n := NumParameters(m); len(st.OptimizerBuffers[name]) != n {
+			return ckErrorf(statePath, nil, "the training state's optimizer buffer %q has %d values but the model has %d parameters", name, len(st.OptimizerBuffers[name]), n)
+		}
+	}
 	var weights []NamedTensor
 	if err := tensor.Guard(func() { weights = StateDict(m) }); err != nil {
 		return ckErrorf(modelPath, err, "copying the parameters from the device: %v", err)
@@ -210,6 +227,10 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	}
 	if len(st.Momentum) > 0 {
 		stateTensors = append(stateTensors, NamedTensor{Name: stateMomentumName, Shape: []int{len(st.Momentum)}, Data: st.Momentum})
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.OptimizerBuffers)) {
+		b := st.OptimizerBuffers[name]
+		stateTensors = append(stateTensors, NamedTensor{Name: stateOptimizerPrefix + name, Shape: []int{len(b)}, Data: b})
 	}
 	modelMeta := map[string]string{
 		"format":            "pt",
@@ -260,7 +281,21 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals, err := decodeStateDict(sf, m, stateModelPrefix, stateMomentumName)
+	allow := []string{stateMomentumName}
+	for _, t := range sf.Tensors {
+		if name, ok := strings.CutPrefix(t.Name, stateOptimizerPrefix); ok && t.Name != stateMomentumName {
+			allow = append(allow, t.Name)
+			n := NumParameters(m)
+			if t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n {
+				return nil, ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", t.Name, t.DType, t.Shape, n)
+			}
+			if st.OptimizerBuffers == nil {
+				st.OptimizerBuffers = map[string][]float32{}
+			}
+			st.OptimizerBuffers[name], _ = sf.Float32s(t.Name)
+		}
+	}
+	vals, err := decodeStateDict(sf, m, stateModelPrefix, allow...)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type SGD struct {
 	flatG    *tensor.Tensor
 	momentum *tensor.Tensor
 	steps    int
+	lrDev    *deviceLR // nil: the learning rate goes with each launch (sgd_device.go)
 }
 
 // NewSGD prepares an optimiser for the parameters (all on one device).
@@ -89,10 +90,15 @@ func (s *SGD) step(zeroGrad bool) {
 	if s.momentum != nil {
 		v = s.momentum.Buffer()
 	}
-	s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, tensor.SGDStep{
+	h := tensor.SGDStep{
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
 		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(), ZeroGrad: zeroGrad,
-	})
+	}
+	if s.lrDev != nil {
+		s.stepDeviceLR(v, h)
+	} else {
+		s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+	}
 	s.steps++
 }
 

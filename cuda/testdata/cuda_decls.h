@@ -23,6 +23,7 @@ __device__ float logf(float);
 __device__ float sqrtf(float);
 __device__ double exp(double);
 __device__ double log(double);
+__device__ double sqrt(double);
 __device__ void __threadfence();
 __device__ int atomicAdd(int*, int);
 __device__ float atomicAdd(float*, float);
