@@ -771,6 +771,8 @@ func autogradCases() []agCase {
 		mlpCase(),
 		fanoutCase(),
 	)
+	cases = append(cases, convGeneralAutogradCases()...)
+	cases = append(cases, poolAutogradCases()...)
 	return cases
 }
 
