@@ -411,7 +411,7 @@ func poolAutogradCases() []agCase {
 			g := tensor.AvgPoolGeom{PoolGeom: pg, ExcludePad: mode.ExcludePad, Divisor: mode.Divisor}
 			cases = append(cases, agCase{
 				name:   fmt.Sprintf("AvgPool2d/%s exclude_pad=%v divisor=%d", tc.what, mode.ExcludePad, mode.Divisor),
-				inputs: []agInput{in(true, x...)}, tol: tolAG,
+				inputs: []agInput{in(true, x...)}, tol: tolAG, skip: needsPoolBackend,
 				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.AvgPool2d(t[0], mode) },
 				ref: func(v [][]float32, _ []int32, gout []float32) ([]float64, [][]float64) {
 					y := make([]float64, len(gout))
@@ -429,7 +429,7 @@ func poolAutogradCases() []agCase {
 		x := []int{g.N, g.C, g.H, g.W}
 		cases = append(cases,
 			agCase{
-				name: "AdaptiveAvgPool2d/" + adaptiveStr(g), inputs: []agInput{in(true, x...)}, tol: tolAG,
+				name: "AdaptiveAvgPool2d/" + adaptiveStr(g), inputs: []agInput{in(true, x...)}, tol: tolAG, skip: needsPoolBackend,
 				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
 					return tensor.AdaptiveAvgPool2d(t[0], g.OutH, g.OutW)
 				},
@@ -443,7 +443,7 @@ func poolAutogradCases() []agCase {
 				},
 			},
 			agCase{
-				name: "AdaptiveMaxPool2d/" + adaptiveStr(g), inputs: []agInput{inK("distinct", x...)}, tol: tolElem,
+				name: "AdaptiveMaxPool2d/" + adaptiveStr(g), inputs: []agInput{inK("distinct", x...)}, tol: tolElem, skip: needsPoolBackend,
 				fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
 					return tensor.AdaptiveMaxPool2d(t[0], g.OutH, g.OutW)
 				},
@@ -455,4 +455,13 @@ func poolAutogradCases() []agCase {
 			})
 	}
 	return cases
+}
+
+// needsPoolBackend skips the cases of average and adaptive pooling on a
+// backend without tensor.PoolBackend.
+func needsPoolBackend(b tensor.Backend) string {
+	if _, ok := b.(tensor.PoolBackend); !ok {
+		return fmt.Sprintf("backend %s does not implement tensor.PoolBackend", b.Name())
+	}
+	return ""
 }
