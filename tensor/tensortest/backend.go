@@ -55,6 +55,8 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Conv2dBackward", testConv2dBackward},
 		{"MaxPool2d", testMaxPool2d},
 		{"MaxPool2dBackward", testMaxPool2dBackward},
+		{"Conv2dGeneral", testConvGeneral},
+		{"Pooling", testPooling},
 		{"CrossEntropy", testCrossEntropy},
 		{"Argmax", testArgmax},
 		{"SGD", testSGD},
