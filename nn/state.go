@@ -145,9 +145,10 @@ func fingerprint(es []fpEntry) string {
 }
 
 // fileFingerprint is the Fingerprint of the F32 tensors of the safetensors
-// file at path, "" if it cannot be read or holds other dtypes.
-func fileFingerprint(path string) string {
-	f, err := ReadSafetensorsFile(path)
+// file at path, "" if it cannot be read or does not hold m's parameters
+// (then it is not read past its header).
+func fileFingerprint(path string, m Module) string {
+	f, err := readSafetensorsFile(path, func(f *SafetensorsFile) error { return checkStateDict(f, m, "") })
 	if err != nil {
 		return ""
 	}
@@ -175,7 +176,7 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		return ckErrorf(statePath, nil, "negative counter in the training state (epoch %d, step %d, global step %d, optimizer steps %d)",
 			st.Epoch, st.Step, st.GlobalStep, st.OptimizerSteps)
 	}
-	if n := NumParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
+	if n := numParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
 		return ckErrorf(statePath, nil, "the training state has %d momentum values but the model has %d parameters", len(st.Momentum), n)
 	}
 	var weights []NamedTensor
@@ -195,7 +196,7 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		"model_file":          filepath.Base(modelPath),
 		"model_sha256":        fp,
 	}
-	if prev := fileFingerprint(modelPath); prev != "" {
+	if prev := fileFingerprint(modelPath, m); prev != "" {
 		meta["previous_model_sha256"] = prev
 	}
 	if st.RNG != nil {
@@ -247,7 +248,23 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 // and a missing state file one that wraps fs.ErrNotExist.
 func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	statePath := StatePath(modelPath)
-	sf, err := ReadSafetensorsFile(statePath)
+	n := numParameters(m)
+	var st *TrainingState
+	// Everything the header says is checked before the data is read: the
+	// memory taken is bounded by the model's size.
+	sf, err := readSafetensorsFile(statePath, func(sf *SafetensorsFile) error {
+		var err error
+		if st, err = parseStateMetadata(sf); err != nil {
+			return err
+		}
+		if err := checkStateDict(sf, m, stateModelPrefix, stateMomentumName); err != nil {
+			return err
+		}
+		if t, ok := sf.Lookup(stateMomentumName); ok && (t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n) {
+			return ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", stateMomentumName, t.DType, t.Shape, n)
+		}
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if _, merr := os.Stat(modelPath); merr == nil {
@@ -256,27 +273,22 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 		}
 		return nil, err
 	}
-	st, err := parseStateMetadata(sf)
-	if err != nil {
-		return nil, err
-	}
 	vals, err := decodeStateDict(sf, m, stateModelPrefix, stateMomentumName)
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := sf.Lookup(stateMomentumName); ok {
-		n := NumParameters(m)
-		if t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n {
-			return nil, ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", stateMomentumName, t.DType, t.Shape, n)
-		}
+	if _, ok := sf.Lookup(stateMomentumName); ok {
 		st.Momentum, _ = sf.Float32s(stateMomentumName)
+		if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+			return nil, err
+		}
 	}
 	stateFP := fingerprintOf(m, vals)
 	if want := sf.Metadata["model_sha256"]; stateFP != want {
 		return nil, ckErrorf(statePath, nil, "its weights have fingerprint %s but its metadata records model_sha256 %s: the file is corrupt", short(stateFP), short(want))
 	}
 
-	mf, err := ReadSafetensorsFile(modelPath)
+	mf, err := readSafetensorsFile(modelPath, func(mf *SafetensorsFile) error { return checkStateDict(mf, m, "") })
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +307,31 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	return st, nil
 }
 
+// IsCheckpointFile reports whether path holds a file that SaveCheckpoint
+// wrote, a model file (its metadata has ember.global_step) or a training
+// state, judging by the header only. A program about to save a checkpoint
+// over path can tell this way that it replaces only its own files.
+func IsCheckpointFile(path string) bool {
+	meta, err := ReadSafetensorsMetadata(path)
+	if err != nil {
+		return false
+	}
+	_, model := meta["ember.global_step"]
+	return model || meta["format"] == stateFormat
+}
+
+// numParameters counts the learnable scalars of m, leaving out nil
+// parameters (a layer without bias).
+func numParameters(m Module) int {
+	n := 0
+	for _, p := range m.Parameters() {
+		if p.Tensor != nil {
+			n += p.Tensor.Len()
+		}
+	}
+	return n
+}
+
 func short(fp string) string {
 	if len(fp) > 12 {
 		return fp[:12]
@@ -304,9 +341,11 @@ func short(fp string) string {
 
 func fingerprintOf(m Module, vals [][]float32) string {
 	ps := m.Parameters()
-	ts := make([]NamedTensor, len(ps))
+	ts := make([]NamedTensor, 0, len(ps))
 	for i, p := range ps {
-		ts[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]}
+		if p.Tensor != nil {
+			ts = append(ts, NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]})
+		}
 	}
 	return Fingerprint(ts)
 }

@@ -72,7 +72,7 @@ func Open(path string, limit int64) (*os.File, fs.FileInfo, error) {
 	// Stat first: opening some devices has effects of its own.
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: unwrap(err)}
 	}
 	if err := check(path, st, limit); err != nil {
 		return nil, nil, err
