@@ -166,7 +166,8 @@ func fileFingerprint(path string, m Module) string {
 // with the epoch and global step in the metadata) and the training state to
 // StatePath(modelPath), each atomically and in the order that keeps a
 // resumable checkpoint after a crash at any moment (see the comment at the
-// top of this file). The directory must exist.
+// top of this file). The directory must exist. Weights or momentum that are
+// not finite are refused (ErrNonFinite) and nothing is written.
 func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	statePath := StatePath(modelPath)
 	if st == nil {
@@ -182,6 +183,16 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	var weights []NamedTensor
 	if err := tensor.Guard(func() { weights = StateDict(m) }); err != nil {
 		return ckErrorf(modelPath, err, "copying the parameters from the device: %v", err)
+	}
+	// A checkpoint of NaN weights would only be refused at load: refuse it
+	// now, so that the previous (good) one stays in place.
+	for _, w := range weights {
+		if err := CheckFinite(modelPath, w.Name, w.Data); err != nil {
+			return err
+		}
+	}
+	if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+		return err
 	}
 	fp := Fingerprint(weights)
 

@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -437,6 +439,22 @@ func (t *trainer) save(epoch, step int) error {
 		Momentum: momentum, OptimizerSteps: t.sgd.Steps(), Flags: flags,
 	}
 	if err := models.SaveCheckpoint(o.save, t.model, st); err != nil {
+		if errors.Is(err, nn.ErrNonFinite) {
+			last := "no checkpoint was saved"
+			if t.lastSaved != "" {
+				last = "the last good checkpoint is " + t.lastSaved
+			}
+			where := fmt.Sprintf("after epoch %d", epoch)
+			if step > 0 {
+				where = fmt.Sprintf("at epoch %d, step %d", epoch+1, step)
+			}
+			what := oneLine(err)
+			var ce *nn.CheckpointError
+			if errors.As(err, &ce) {
+				what, _, _ = strings.Cut(ce.Problem, ": the values are broken")
+			}
+			return fmt.Errorf("the weights are not finite %s (%s); stopped without saving them, %s (try a smaller --lr, now %g)", where, what, last, o.lr)
+		}
 		return err
 	}
 	t.lastSaved = o.save
