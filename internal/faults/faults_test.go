@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,7 +68,11 @@ func TestMain(m *testing.M) {
 }
 
 func setup(dir string) error {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts its own Go's bin directory first on PATH.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return err
+	}
 	build := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "github.com/ember-ml/ember/cmd/train", "github.com/ember-ml/ember/cmd/predict")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
