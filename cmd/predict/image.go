@@ -24,9 +24,11 @@ const (
 	box  = 20
 )
 
-// maxPixels bounds the images predict decodes (a decompression bomb in a
-// small PNG would otherwise take gigabytes).
-const maxPixels = 100 << 20
+// maxPixels bounds the images predict decodes: a decompression bomb in a
+// small PNG would otherwise take gigabytes. Decoding takes up to 8 bytes a
+// pixel (16-bit RGBA) and the grey levels 8 more, so 32 Mi pixels stay
+// near half a GiB; a photo of a digit needs far fewer.
+const maxPixels = 32 << 20
 
 // prepOptions says how to turn a picture into an MNIST-like image.
 type prepOptions struct {
@@ -64,7 +66,7 @@ func loadImage(path string, o prepOptions) ([]uint8, error) {
 		return nil, fmt.Errorf("%s: the %s image is empty (%dx%d)", path, strings.ToUpper(format), cfg.Width, cfg.Height)
 	}
 	if int64(cfg.Width)*int64(cfg.Height) > maxPixels {
-		return nil, fmt.Errorf("%s: the %s image is %dx%d, more than the limit of %d megapixels", path, strings.ToUpper(format), cfg.Width, cfg.Height, maxPixels>>20)
+		return nil, fmt.Errorf("%s: the %s image is %dx%d, more than the limit of %d megapixels (scale it down)", path, strings.ToUpper(format), cfg.Width, cfg.Height, maxPixels>>20)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)

@@ -44,6 +44,7 @@ var (
 	goodData, otherData  string // fake MNIST directories (other labels in otherData)
 	goodCkpt             string // a checkpoint train wrote, with its state beside it
 	goodPNG              string
+	bombPNG              string // 5000×5000 black pixels in a few KB
 )
 
 // TestMain builds the two commands once, into a temporary directory, and
@@ -94,6 +95,12 @@ func setup(dir string) error {
 	}
 	goodPNG = filepath.Join(fixtures, "seven.png")
 	if err := os.WriteFile(goodPNG, digitPNG(), 0o644); err != nil {
+		return err
+	}
+	bombPNG = filepath.Join(fixtures, "bomb.png")
+	var bomb bytes.Buffer
+	(&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&bomb, image.NewGray(image.Rect(0, 0, 5000, 5000)))
+	if err := os.WriteFile(bombPNG, bomb.Bytes(), 0o644); err != nil {
 		return err
 	}
 	goodCkpt = filepath.Join(fixtures, "ckpt.safetensors")
@@ -158,11 +165,11 @@ func digitPNG() []byte {
 	return b.Bytes()
 }
 
-// hugePNG is a valid PNG header claiming 100000×100000 pixels.
-func hugePNG() []byte {
+// hugePNG is a valid PNG header claiming side×side pixels.
+func hugePNG(side uint32) []byte {
 	b := digitPNG()
-	binary.BigEndian.PutUint32(b[16:], 100000)
-	binary.BigEndian.PutUint32(b[20:], 100000)
+	binary.BigEndian.PutUint32(b[16:], side)
+	binary.BigEndian.PutUint32(b[20:], side)
 	binary.BigEndian.PutUint32(b[29:], crc32.ChecksumIEEE(b[12:29]))
 	return b
 }
@@ -179,7 +186,7 @@ type fault struct {
 	// setup prepares $D further (broken copies of the fixtures, ...).
 	setup func(t *testing.T, d string)
 	code  int
-	want  string // the error line contains this (and the command's name first)
+	want  string // the error line contains this (and the command's name first); "": no error line
 	// stdout is the number of lines expected on stdout, or -1 for any.
 	stdout int
 }
@@ -463,7 +470,10 @@ func faults() []fault {
 		img("/dev/zero", nil, "/dev/zero: is a character device, not a regular file", "/dev/zero"),
 		img("a directory", nil, "$D: is a directory, not a regular file", "$D"),
 		img("truncated PNG", at("half.png", func(t *testing.T, p string) { b := digitPNG(); writeBytes(b[:len(b)/2])(t, p) }), "$D/half.png: the PNG image is truncated", "$D/half.png"),
-		img("100000x100000 pixels", at("huge.png", writeBytes(hugePNG())), "$D/huge.png: the PNG image is 100000x100000, more than the limit", "$D/huge.png"),
+		img("100000x100000 pixels", at("huge.png", writeBytes(hugePNG(100000))), "$D/huge.png: the PNG image is 100000x100000, more than the limit", "$D/huge.png"),
+		img("6000x6000 pixels", at("huge.png", writeBytes(hugePNG(6000))), "$D/huge.png: the PNG image is 6000x6000, more than the limit of 32 megapixels", "$D/huge.png"),
+		// Within the limit a bomb is decoded, in bounded memory.
+		fault{name: "predict image 25-megapixel PNG of 40 KB", cmd: "predict", args: []string{"--device", "cpu", "--model", "$CKPT", "$BOMB"}, code: 0, stdout: 1},
 		img("missing", nil, "$D/none.png: no such file or directory", "$D/none.png"),
 	)
 	evalData := func(name string, setup func(t *testing.T, d string), want string) fault {
@@ -513,7 +523,7 @@ func runFault(t *testing.T, c fault) {
 		c.setup(t, d)
 	}
 	// Longer names first: the replacer tries them in this order.
-	expand := strings.NewReplacer("$DATA", goodData, "$OTHER", otherData, "$PNG", goodPNG,
+	expand := strings.NewReplacer("$DATA", goodData, "$BOMB", bombPNG, "$OTHER", otherData, "$PNG", goodPNG,
 		"$CKPT", filepath.Join(d, "ckpt.safetensors"), "$FIFO", filepath.Join(d, "fifo"), "$D", d).Replace
 	args := make([]string, len(c.args))
 	for i, a := range c.args {
@@ -555,7 +565,10 @@ func runFault(t *testing.T, c fault) {
 		}
 	}
 	want := expand(c.want)
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], c.cmd+": ") || !strings.Contains(lines[0], want) {
+	switch {
+	case c.want == "" && len(lines) != 0:
+		t.Errorf("want no error line; stderr:\n%s", stderr.String())
+	case c.want != "" && (len(lines) != 1 || !strings.HasPrefix(lines[0], c.cmd+": ") || !strings.Contains(lines[0], want)):
 		t.Errorf("want one error line starting %q and containing %q; stderr:\n%s", c.cmd+": ", want, stderr.String())
 	}
 	all := stdout.String() + stderr.String()
