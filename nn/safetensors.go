@@ -767,8 +767,9 @@ func setParameters(file string, m Module, vals [][]float32) error {
 }
 
 // LoadStateDict loads the parameters of m from f, strictly: f must hold
-// exactly m's parameters, by name, as F32 tensors of the same shapes.
-// Everything is checked before any parameter is changed.
+// exactly m's parameters, by name, as F32 tensors of the same shapes, all
+// finite (ErrNonFinite otherwise). Everything is checked before any
+// parameter is changed.
 func LoadStateDict(f *SafetensorsFile, m Module) error {
 	vals, err := decodeStateDict(f, m, "")
 	if err != nil {

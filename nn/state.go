@@ -256,7 +256,10 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 // and only then sets m's parameters to the weights saved with the state.
 // Errors are *CheckpointError naming the file at fault; a model file and
 // state that do not belong together give one that wraps ErrStateMismatch,
-// and a missing state file one that wraps fs.ErrNotExist.
+// a missing state file one that wraps fs.ErrNotExist, and weights or
+// momentum holding NaN or an infinity one that wraps ErrNonFinite. Only
+// regular files are read, each header is checked against m before any
+// data is read, and so memory stays bounded by m's size.
 func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	statePath := StatePath(modelPath)
 	n := numParameters(m)

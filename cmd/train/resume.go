@@ -80,6 +80,9 @@ func (t *trainer) loadResume() error {
 			}
 			continue
 		}
+		if s.name == "data" {
+			t.dataFromCheckpoint = true
+		}
 		if err := s.set(o, v); err != nil {
 			return usageError{fmt.Errorf("--resume %s: %s records --%s %q, which is not a valid value", o.resume, models.StatePath(o.resume), s.name, v)}
 		}

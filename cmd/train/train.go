@@ -37,6 +37,9 @@ type trainer struct {
 	resumeModel *models.LeNet         // its weights, on the CPU until the device model exists
 	lastSaved   string                // the newest complete checkpoint of this run (or --resume), "" if none
 
+	dataFromCheckpoint bool // --data is the one the checkpoint recorded
+	savedThisRun       bool
+
 	startEpoch, startStep int
 	globalStep            int
 	runSteps              int       // steps of this run (globalStep counts those before a --resume too)
@@ -67,7 +70,9 @@ func (t *trainer) main(ctx context.Context) (code int) {
 	}
 	switch {
 	case err == nil:
-		t.logf("done in %.1f s; model saved to %s", time.Since(start).Seconds(), t.opt.save)
+		if t.savedThisRun {
+			t.logf("done in %.1f s; model saved to %s", time.Since(start).Seconds(), t.opt.save)
+		}
 		if t.opt.bench {
 			t.printBench()
 		}
@@ -119,6 +124,9 @@ func (t *trainer) setup(ctx context.Context) error {
 	}
 	src, err := data.Locate(o.dataDir)
 	if err != nil {
+		if t.dataFromCheckpoint {
+			return usageError{fmt.Errorf("%v (the data set %s was trained on; give --data to use another)", err, o.resume)}
+		}
 		return usageError{err}
 	}
 	t.src = src
@@ -457,7 +465,7 @@ func (t *trainer) save(epoch, step int) error {
 		}
 		return err
 	}
-	t.lastSaved = o.save
+	t.lastSaved, t.savedThisRun = o.save, true
 	return nil
 }
 

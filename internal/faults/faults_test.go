@@ -301,6 +301,28 @@ func editState(change func(ts []nn.NamedTensor)) func(t *testing.T, d string) {
 	}
 }
 
+// editStateMeta rewrites the metadata of $CKPT's state file with change.
+func editStateMeta(change func(d string, meta map[string]string)) func(t *testing.T, d string) {
+	return func(t *testing.T, d string) {
+		p := nn.StatePath(filepath.Join(d, "ckpt.safetensors"))
+		f, err := nn.ReadSafetensorsFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts []nn.NamedTensor
+		for _, ti := range f.Tensors {
+			v, _ := f.Float32s(ti.Name)
+			ts = append(ts, nn.NamedTensor{Name: ti.Name, Shape: ti.Shape, Data: v})
+		}
+		change(d, f.Metadata)
+		b, err := nn.EncodeSafetensors(ts, f.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeBytes(b)(t, p)
+	}
+}
+
 // lenetFile writes a LeNet (seed 1) with change applied to its first
 // parameter's values.
 func lenetFile(change func(v []float32)) func(t *testing.T, path string) {
@@ -437,6 +459,13 @@ func faults() []fault {
 		resume("garbage state", at("ckpt.state.safetensors", writeBytes([]byte("just some text, not a checkpoint"))), state+": header length"),
 		resume("other data", nil, "holds other data (md5:", "--data", "$OTHER"),
 		resume("recorded lr overridden with NaN", nil, "--lr NaN", "--lr", "NaN"),
+		resume("recorded lr is NaN", editStateMeta(func(_ string, m map[string]string) { m["flag.lr"] = "NaN" }), "--resume $CKPT: the recorded settings: --lr NaN"),
+		fault{name: "train resume recorded batch size is not a number", cmd: "train", args: []string{"--device", "cpu", "--resume", "$CKPT"},
+			setup: editStateMeta(func(_ string, m map[string]string) { m["flag.batch-size"] = "many" }), code: 2, stdout: -1,
+			want: `records --batch-size "many", which is not a valid value`},
+		fault{name: "train resume recorded data directory is gone", cmd: "train", args: []string{"--device", "cpu", "--resume", "$CKPT", "--epochs", "2"},
+			setup: editStateMeta(func(d string, m map[string]string) { m["flag.data"] = filepath.Join(d, "gone") }), code: 2, stdout: -1,
+			want: "$D/gone: directory given by --data does not exist (the data set $CKPT was trained on; give --data to use another)"},
 	)
 
 	// A diverging run: exit 1, and it names no checkpoint that does not exist.
