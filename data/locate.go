@@ -67,6 +67,10 @@ type Source struct {
 	// raw, in the order train images, train labels, test images, test
 	// labels.
 	MD5 [4]string
+	// Rows and Cols are the size of the training images, from the header
+	// of the training images file: a program can refuse a size it does not
+	// take before loading anything.
+	Rows, Cols int
 }
 
 // Identity names the content of the data set, not where it lies: "mnist"
@@ -155,7 +159,8 @@ func checkDir(dir, origin string) (Source, error) {
 		}
 		paths[i] = p
 	}
-	if err := checkHeaders(paths); err != nil {
+	dims, err := checkHeaders(paths)
+	if err != nil {
 		return Source{}, err
 	}
 	canonical := true
@@ -170,17 +175,17 @@ func checkDir(dir, origin string) (Source, error) {
 			canonical = false
 		}
 	}
-	return Source{Dir: dir, Origin: origin, Canonical: canonical, MD5: sums}, nil
+	return Source{Dir: dir, Origin: origin, Canonical: canonical, MD5: sums, Rows: dims[1], Cols: dims[2]}, nil
 }
 
 // checkHeaders reads only the IDX headers of the four files and checks their
-// types and that counts match.
-func checkHeaders(paths [4]string) error {
+// types and that counts match; it returns the training images' dimensions.
+func checkHeaders(paths [4]string) ([]int, error) {
 	var dims [4][]int
 	for i, p := range paths {
 		d, err := readIDXHeader(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		want := 3 - 2*(i%2) // images, labels, images, labels
 		if len(d) != want {
@@ -188,16 +193,16 @@ func checkHeaders(paths [4]string) error {
 			if want == 1 {
 				kind = "labels (an IDX file of 1 dimension, magic 0x00000801)"
 			}
-			return errorf(p, nil, "holds %s, want %s", describeDims(d), kind)
+			return nil, errorf(p, nil, "holds %s, want %s", describeDims(d), kind)
 		}
 		dims[i] = d
 	}
 	for i := 0; i < 4; i += 2 {
 		if dims[i][0] != dims[i+1][0] {
-			return errorf(paths[i], nil, "has %d images but %s has %d labels", dims[i][0], paths[i+1], dims[i+1][0])
+			return nil, errorf(paths[i], nil, "has %d images but %s has %d labels", dims[i][0], paths[i+1], dims[i+1][0])
 		}
 	}
-	return nil
+	return dims[0], nil
 }
 
 // readIDXHeader returns the dimensions in the header of an IDX file of
@@ -255,7 +260,7 @@ func locateModuleCache() (Source, error) {
 		}
 		sums[i] = sum
 	}
-	return Source{Dir: dir, Origin: OriginModuleCache, Canonical: true, MD5: sums}, nil
+	return Source{Dir: dir, Origin: OriginModuleCache, Canonical: true, MD5: sums, Rows: 28, Cols: 28}, nil
 }
 
 func haveGzFiles(dir string) bool {

@@ -134,12 +134,13 @@ func (t *trainer) setup(ctx context.Context) error {
 	if err := t.checkResumeData(src); err != nil {
 		return err
 	}
+	// The size from the headers, before the files are read.
+	if src.Rows != models.Side || src.Cols != models.Side {
+		return usageError{fmt.Errorf("%s: the images are %dx%d; LeNet takes %dx%d images (MNIST's size)", src.Dir, src.Rows, src.Cols, models.Side, models.Side)}
+	}
 	t.train, t.test, err = data.LoadMNIST(src.Dir)
 	if err != nil {
 		return usageError{err}
-	}
-	if t.train.Rows != models.Side || t.train.Cols != models.Side {
-		return usageError{fmt.Errorf("%s: the images are %dx%d; LeNet takes %dx%d images (MNIST's size)", src.Dir, t.train.Rows, t.train.Cols, models.Side, models.Side)}
 	}
 	if o.limit > 0 && o.limit < t.train.N {
 		t.train = firstN(t.train, o.limit)
