@@ -67,7 +67,10 @@ func openDevice(o *options) (*device, error) {
 	if o.memoryLimit != "" {
 		unused = append(unused, "--memory-limit "+o.memoryLimit)
 	}
-	if len(unused) > 0 {
+	switch len(unused) {
+	case 1:
+		desc += "; " + unused[0] + " does not apply on the CPU"
+	case 2:
 		desc += "; " + strings.Join(unused, " and ") + " do not apply on the CPU"
 	}
 	return &device{backend: tensor.CPU, description: desc}, nil
