@@ -154,9 +154,10 @@ func fingerprint(es []fpEntry) string {
 }
 
 // fileFingerprint is the Fingerprint of the F32 tensors of the safetensors
-// file at path, "" if it cannot be read or holds other dtypes.
-func fileFingerprint(path string) string {
-	f, err := ReadSafetensorsFile(path)
+// file at path, "" if it cannot be read or does not hold m's parameters
+// (then it is not read past its header).
+func fileFingerprint(path string, m Module) string {
+	f, err := readSafetensorsFile(path, func(f *SafetensorsFile) error { return checkStateDict(f, m, "") })
 	if err != nil {
 		return ""
 	}
@@ -174,7 +175,8 @@ func fileFingerprint(path string) string {
 // with the epoch and global step in the metadata) and the training state to
 // StatePath(modelPath), each atomically and in the order that keeps a
 // resumable checkpoint after a crash at any moment (see the comment at the
-// top of this file). The directory must exist.
+// top of this file). The directory must exist. Weights or momentum that are
+// not finite are refused (ErrNonFinite) and nothing is written.
 func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	statePath := StatePath(modelPath)
 	if st == nil {
@@ -184,20 +186,30 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		return ckErrorf(statePath, nil, "negative counter in the training state (epoch %d, step %d, global step %d, optimizer steps %d)",
 			st.Epoch, st.Step, st.GlobalStep, st.OptimizerSteps)
 	}
-	if n := NumParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
+	if n := numParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
 		return ckErrorf(statePath, nil, "the training state has %d momentum values but the model has %d parameters", len(st.Momentum), n)
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.OptimizerBuffers)) {
 		if name == "" || stateOptimizerPrefix+name == stateMomentumName {
 			return ckErrorf(statePath, nil, "optimizer buffer named %q (the momentum goes in Momentum)", name)
 		}
-		if n := NumParameters(m); len(st.OptimizerBuffers[name]) != n {
+		if n := numParameters(m); len(st.OptimizerBuffers[name]) != n {
 			return ckErrorf(statePath, nil, "the training state's optimizer buffer %q has %d values but the model has %d parameters", name, len(st.OptimizerBuffers[name]), n)
 		}
 	}
 	var weights []NamedTensor
 	if err := tensor.Guard(func() { weights = StateDict(m) }); err != nil {
 		return ckErrorf(modelPath, err, "copying the parameters from the device: %v", err)
+	}
+	// A checkpoint of NaN weights would only be refused at load: refuse it
+	// now, so that the previous (good) one stays in place.
+	for _, w := range weights {
+		if err := CheckFinite(modelPath, w.Name, w.Data); err != nil {
+			return err
+		}
+	}
+	if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+		return err
 	}
 	fp := Fingerprint(weights)
 
@@ -212,7 +224,7 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		"model_file":          filepath.Base(modelPath),
 		"model_sha256":        fp,
 	}
-	if prev := fileFingerprint(modelPath); prev != "" {
+	if prev := fileFingerprint(modelPath, m); prev != "" {
 		meta["previous_model_sha256"] = prev
 	}
 	if st.RNG != nil {
@@ -265,10 +277,40 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 // and only then sets m's parameters to the weights saved with the state.
 // Errors are *CheckpointError naming the file at fault; a model file and
 // state that do not belong together give one that wraps ErrStateMismatch,
-// and a missing state file one that wraps fs.ErrNotExist.
+// a missing state file one that wraps fs.ErrNotExist, and weights or
+// momentum holding NaN or an infinity one that wraps ErrNonFinite. Only
+// regular files are read, each header is checked against m before any
+// data is read, and so memory stays bounded by m's size.
 func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	statePath := StatePath(modelPath)
-	sf, err := ReadSafetensorsFile(statePath)
+	n := numParameters(m)
+	var st *TrainingState
+	var allow []string
+	// Everything the header says is checked before the data is read: the
+	// memory taken is bounded by the model's size.
+	sf, err := readSafetensorsFile(statePath, func(sf *SafetensorsFile) error {
+		var err error
+		if st, err = parseStateMetadata(sf); err != nil {
+			return err
+		}
+		// Optimiser buffers (Adam's moments, ...) are one value per
+		// parameter, as the momentum.
+		allow = []string{stateMomentumName}
+		for _, t := range sf.Tensors {
+			if strings.HasPrefix(t.Name, stateOptimizerPrefix) && t.Name != stateMomentumName {
+				allow = append(allow, t.Name)
+			}
+		}
+		if err := checkStateDict(sf, m, stateModelPrefix, allow...); err != nil {
+			return err
+		}
+		for _, name := range allow {
+			if t, ok := sf.Lookup(name); ok && (t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n) {
+				return ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", name, t.DType, t.Shape, n)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if _, merr := os.Stat(modelPath); merr == nil {
@@ -277,41 +319,32 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 		}
 		return nil, err
 	}
-	st, err := parseStateMetadata(sf)
-	if err != nil {
-		return nil, err
-	}
-	allow := []string{stateMomentumName}
-	for _, t := range sf.Tensors {
-		if name, ok := strings.CutPrefix(t.Name, stateOptimizerPrefix); ok && t.Name != stateMomentumName {
-			allow = append(allow, t.Name)
-			n := NumParameters(m)
-			if t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n {
-				return nil, ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", t.Name, t.DType, t.Shape, n)
-			}
-			if st.OptimizerBuffers == nil {
-				st.OptimizerBuffers = map[string][]float32{}
-			}
-			st.OptimizerBuffers[name], _ = sf.Float32s(t.Name)
+	for _, name := range allow[1:] {
+		if st.OptimizerBuffers == nil {
+			st.OptimizerBuffers = map[string][]float32{}
 		}
+		vals, _ := sf.Float32s(name)
+		if err := CheckFinite(statePath, name, vals); err != nil {
+			return nil, err
+		}
+		st.OptimizerBuffers[strings.TrimPrefix(name, stateOptimizerPrefix)] = vals
 	}
 	vals, err := decodeStateDict(sf, m, stateModelPrefix, allow...)
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := sf.Lookup(stateMomentumName); ok {
-		n := NumParameters(m)
-		if t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n {
-			return nil, ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", stateMomentumName, t.DType, t.Shape, n)
-		}
+	if _, ok := sf.Lookup(stateMomentumName); ok {
 		st.Momentum, _ = sf.Float32s(stateMomentumName)
+		if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+			return nil, err
+		}
 	}
 	stateFP := fingerprintOf(m, vals)
 	if want := sf.Metadata["model_sha256"]; stateFP != want {
 		return nil, ckErrorf(statePath, nil, "its weights have fingerprint %s but its metadata records model_sha256 %s: the file is corrupt", short(stateFP), short(want))
 	}
 
-	mf, err := ReadSafetensorsFile(modelPath)
+	mf, err := readSafetensorsFile(modelPath, func(mf *SafetensorsFile) error { return checkStateDict(mf, m, "") })
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +363,31 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	return st, nil
 }
 
+// IsCheckpointFile reports whether path holds a file that SaveCheckpoint
+// wrote, a model file (its metadata has ember.global_step) or a training
+// state, judging by the header only. A program about to save a checkpoint
+// over path can tell this way that it replaces only its own files.
+func IsCheckpointFile(path string) bool {
+	meta, err := ReadSafetensorsMetadata(path)
+	if err != nil {
+		return false
+	}
+	_, model := meta["ember.global_step"]
+	return model || meta["format"] == stateFormat
+}
+
+// numParameters counts the learnable scalars of m, leaving out nil
+// parameters (a layer without bias).
+func numParameters(m Module) int {
+	n := 0
+	for _, p := range Parameters(m) {
+		if p.Tensor != nil {
+			n += p.Tensor.Len()
+		}
+	}
+	return n
+}
+
 func short(fp string) string {
 	if len(fp) > 12 {
 		return fp[:12]
@@ -339,9 +397,11 @@ func short(fp string) string {
 
 func fingerprintOf(m Module, vals [][]float32) string {
 	ps := Parameters(m)
-	ts := make([]NamedTensor, len(ps))
+	ts := make([]NamedTensor, 0, len(ps))
 	for i, p := range ps {
-		ts[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]}
+		if p.Tensor != nil {
+			ts = append(ts, NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]})
+		}
 	}
 	return Fingerprint(ts)
 }
