@@ -46,7 +46,7 @@ func Example() {
 	// are freed when done, not left to the garbage collector.
 	defer opt.Release()
 	defer func() {
-		for _, p := range m.Parameters() {
+		for _, p := range nn.Parameters(m) {
 			p.Tensor.Release()
 		}
 	}()
