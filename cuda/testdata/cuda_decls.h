@@ -27,3 +27,6 @@ __device__ void __threadfence();
 __device__ int atomicAdd(int*, int);
 __device__ float __ldcg(const float*);
 __device__ double __ldcg(const double*);
+__device__ double sqrt(double);
+__device__ void sincos(double, double*, double*);
+__device__ unsigned __umulhi(unsigned, unsigned);
