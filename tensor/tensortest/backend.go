@@ -59,6 +59,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Argmax", testArgmax},
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
+		{"Random", testRandom},
 	}
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
