@@ -60,6 +60,10 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
 		{"Random", testRandom},
+		{"BatchNorm", testBatchNorm},
+		{"BatchNormBackward", testBatchNormBackward},
+		{"LayerNorm", testLayerNorm},
+		{"LayerNormBackward", testLayerNormBackward},
 	}
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
