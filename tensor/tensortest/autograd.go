@@ -772,6 +772,7 @@ func autogradCases() []agCase {
 		fanoutCase(),
 	)
 	cases = append(cases, randomCases()...)
+	cases = append(cases, normCases()...)
 	return cases
 }
 
