@@ -113,8 +113,6 @@ func refAffineGrads(x, dy []float32, groups [][]int, mean, inv []float64, nParam
 	return dw, db, bw, bb
 }
 
-func ones(n int) []float32 { return fill(n, 1) }
-
 // accumulated adds d0 to want and |d0| to bound when acc.
 func accumulated(want, bound []float64, d0 []float32, acc bool) ([]float64, []float64) {
 	if !acc {
