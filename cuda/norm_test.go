@@ -25,6 +25,12 @@ func TestRecordedNormRandom(t *testing.T) {
 		b.Random(f(1), d, 0, 0, 0.5, 1)
 	}
 	b.Random(f(0), tensor.Uniform, 0, 0, 0, 1)
+	state, err := b.Alloc(4, tensor.Int32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.RandomAt(f(4099), tensor.Normal, state, 0, 1)
+	b.RandomAt(f(0), tensor.Uniform, state, 0, 1)
 	for _, s := range [][3]int{{2, 3, 35}, {2, 3, 1}, {8, 5000, 1}} {
 		n, c, inner := s[0], s[1], s[2]
 		total := n * c * inner
@@ -59,7 +65,7 @@ func TestRecordedNormRandom(t *testing.T) {
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)
 	}
-	for _, k := range []string{"ember_random", "ember_batch_norm_stats", "ember_batch_norm_apply", "ember_batch_norm_backward_reduce",
+	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_stats", "ember_batch_norm_apply", "ember_batch_norm_backward_reduce",
 		"ember_batch_norm_backward_dx", "ember_layer_norm", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_params"} {
 		if rec.launches[k] == 0 {
 			t.Errorf("%s was never launched", k)

@@ -20,3 +20,22 @@ func (b *Backend) Random(dst tensor.Buffer, dist tensor.Distribution, seed, offs
 	b.launch(op, b.kernel("ember_random"), (n+3)/4, b.f32(op, dst), int64(n), int32(dist),
 		int64(seed), int64(offset), lo, hi)
 }
+
+// RandomAt is Random with the seed and offset in device memory
+// (tensor.RandomStateBackend): the draw reads them, then a one-thread
+// kernel, ordered after it on the stream, advances the offset, so that a
+// captured graph draws new numbers on every replay.
+func (b *Backend) RandomAt(dst tensor.Buffer, dist tensor.Distribution, state tensor.Buffer, lo, hi float32) {
+	const op = "random_at"
+	if dist > tensor.Bernoulli {
+		panic(fmt.Sprintf("cuda: %s: unknown distribution %d", op, dist))
+	}
+	need(op, "state", state, 4)
+	n := dst.Len
+	if n == 0 {
+		return
+	}
+	ps := b.i32(op, state)
+	b.launch(op, b.kernel("ember_random_state"), (n+3)/4, b.f32(op, dst), int64(n), int32(dist), ps, lo, hi)
+	b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((n+3)/4))
+}

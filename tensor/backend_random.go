@@ -38,14 +38,26 @@ const (
 //     and the second r·sin θ (Box–Muller), computed in float64, and the
 //     value is float32(a + b·z) rounded once.
 //
-// Offsets live on the host: a CUDA graph captured around a draw freezes the
-// (seed, offset) of the capture, so a replayed graph repeats the same
-// numbers. A model captured into a graph must draw outside it (or a future
-// variant must read the offset from device memory).
+// Random's seed and offset are host values: a CUDA graph captured around a
+// draw freezes the (seed, offset) of the capture, so a replayed graph
+// repeats the same numbers. RandomStateBackend keeps them in device memory
+// instead.
 type Random interface {
 	// Random fills dst (float32) with draws of dist. Element i uses the
 	// Philox counter (offset + i/4) under key seed and takes output word
 	// i%4 of that block; the caller advances offset by (dst.Len+3)/4 for
 	// the next draw.
 	Random(dst Buffer, dist Distribution, seed, offset uint64, a, b float32)
+}
+
+// RandomStateBackend is implemented by backends that can read a draw's seed
+// and offset from device memory and advance the offset there, so that a
+// captured CUDA graph replays fresh numbers on every launch (the CPU and
+// CUDA backends).
+type RandomStateBackend interface {
+	// RandomAt is Random with (seed, offset) read from state, an int32
+	// buffer of four words (seed low, seed high, offset low, offset high
+	// 32 bits); after the draw it adds (dst.Len+3)/4 to the offset in
+	// state. The values are those of Random at the same seed and offset.
+	RandomAt(dst Buffer, dist Distribution, state Buffer, a, b float32)
 }

@@ -48,6 +48,16 @@ func boxMuller(w0, w1 uint32) (float64, float64) {
 	return r * c, r * s
 }
 
+// RandomAt draws at the state's seed and offset and advances the offset.
+func (c *cpuBackend) RandomAt(dst Buffer, dist Distribution, state Buffer, a, b float32) {
+	st := i32(state.Slice(0, 4))
+	seed := uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32
+	offset := uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+	c.Random(dst, dist, seed, offset, a, b)
+	offset += uint64(dst.Len+3) / 4
+	st[2], st[3] = int32(uint32(offset)), int32(uint32(offset>>32))
+}
+
 func (*cpuBackend) Random(dst Buffer, dist Distribution, seed, offset uint64, a, b float32) {
 	d := f32(dst)
 	span := b - a

@@ -37,9 +37,8 @@ __device__ __forceinline__ void ember_box_muller(unsigned int w0, unsigned int w
 // dst[i] for i in [0, n): one thread per Philox block of four elements,
 // block j = offset + i/4. dist: 0 uniform [a, b), 1 normal (mean a, std
 // b), 2 Bernoulli (probability a).
-extern "C" __global__ void ember_random(float* dst, long long n, int dist, long long seed, long long offset, float a,
-                                        float b) {
-    const unsigned long long s = (unsigned long long)seed, off = (unsigned long long)offset;
+__device__ __forceinline__ void ember_random_body(float* dst, long long n, int dist, unsigned long long s,
+                                                  unsigned long long off, float a, float b) {
     const long long blocks = (n + 3) / 4;
     const float span = b - a;
     EMBER_LOOP(long long, j, blocks) {
@@ -66,4 +65,31 @@ extern "C" __global__ void ember_random(float* dst, long long n, int dist, long 
             dst[base + k] = v;
         }
     }
+}
+
+extern "C" __global__ void ember_random(float* dst, long long n, int dist, long long seed, long long offset, float a,
+                                        float b) {
+    ember_random_body(dst, n, dist, (unsigned long long)seed, (unsigned long long)offset, a, b);
+}
+
+// ember_random with (seed, offset) read from state (four 32-bit words:
+// seed low, high, offset low, high), for draws inside a captured graph.
+extern "C" __global__ void ember_random_state(float* dst, long long n, int dist, const int* state, float a, float b) {
+    const unsigned long long seed = (unsigned long long)(unsigned int)state[0] |
+                                    ((unsigned long long)(unsigned int)state[1] << 32);
+    const unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                      ((unsigned long long)(unsigned int)state[3] << 32);
+    ember_random_body(dst, n, dist, seed, offset, a, b);
+}
+
+// Adds blocks to the offset words of state: launched (one thread) after
+// ember_random_state on the same stream, so that every block of the draw
+// has read the old offset.
+extern "C" __global__ void ember_random_advance(int* state, long long blocks) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                ((unsigned long long)(unsigned int)state[3] << 32);
+    offset += (unsigned long long)blocks;
+    state[2] = (int)(unsigned int)offset;
+    state[3] = (int)(unsigned int)(offset >> 32);
 }

@@ -60,6 +60,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
 		{"Random", testRandom},
+		{"RandomAt", testRandomAt},
 		{"BatchNorm", testBatchNorm},
 		{"BatchNormBackward", testBatchNormBackward},
 		{"LayerNorm", testLayerNorm},

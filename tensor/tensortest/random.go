@@ -164,3 +164,49 @@ func testRandom(e *env) {
 		})
 	}
 }
+
+// testRandomAt checks RandomStateBackend.RandomAt: three successive draws
+// from one device state equal Random at the offsets the state holds (bit
+// for bit for uniform and Bernoulli, tolNormal for normal draws), and the
+// state's offset advances by the blocks drawn, carrying into its high word,
+// with the seed words untouched.
+func testRandomAt(e *env) {
+	rb, ok := e.b.(tensor.RandomStateBackend)
+	if !ok {
+		e.t.Skipf("SKIP: backend %s does not implement tensor.RandomStateBackend", e.b.Name())
+	}
+	for _, dist := range []tensor.Distribution{tensor.Uniform, tensor.Bernoulli, tensor.Normal} {
+		seed := e.rng.Uint64()
+		offset := uint64(1<<32 - 5) // the second draw carries into the high word
+		e.tcase("dist=%d seed=%d", dist, seed)(func() {
+			words := func(off uint64) []int32 {
+				return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
+			}
+			state := e.i32("state", words(offset), false)
+			a, b := float32(-1), float32(2)
+			if dist == tensor.Bernoulli {
+				a = 0.6
+			}
+			for _, n := range []int{17, 1000, 3} {
+				dst := e.nanOut("dst", n)
+				rb.RandomAt(dst.win, dist, state.win, a, b)
+				want := refRandom(dist, seed, offset, n, a, b)
+				if dist == tensor.Normal {
+					bound := make([]float64, n)
+					for i, v := range want {
+						bound[i] = math.Abs(float64(a)) + math.Abs(v-float64(a))
+					}
+					e.near("RandomAt normal", dims(n), e.getF(dst), want, bound, 2.4e-7) // tolNormal of testRandom
+				} else {
+					w32 := make([]float32, n)
+					for i, v := range want {
+						w32[i] = float32(v)
+					}
+					e.exactF("RandomAt", dims(n), e.getF(dst), w32)
+				}
+				offset += uint64(n+3) / 4
+				exactI(e, "RandomAt state after the draw", dims(4), e.getI(state), words(offset))
+			}
+		})
+	}
+}
