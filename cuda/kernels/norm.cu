@@ -24,6 +24,23 @@ __device__ __forceinline__ long long ember_bn_at(long long k, long long ch, long
     return (o * c + ch) * inner + (k - o * inner);
 }
 
+// ember_bn_each calls f(at) for the flat index of every element of channel
+// ch of [n, c, inner], this thread's share of them: along the rows of inner
+// elements when they are at least a block wide (coalesced, no division),
+// else over the channel's elements flattened (so that [N, C] inputs keep
+// every thread busy).
+template <typename F>
+__device__ __forceinline__ void ember_bn_each(long long n, long long c, long long inner, long long ch, F f) {
+    if (inner >= (long long)blockDim.x) {
+        for (long long o = 0; o < n; o++) {
+            const long long base = (o * c + ch) * inner;
+            for (long long i = threadIdx.x; i < inner; i += blockDim.x) f(base + i);
+        }
+        return;
+    }
+    for (long long k = threadIdx.x; k < n * inner; k += blockDim.x) f(ember_bn_at(k, ch, c, inner));
+}
+
 // x̂ = (x - mean)·inv, then x̂·w + b, each rounded, as normalized in cpu_norm.go.
 __device__ __forceinline__ float ember_normalized(float x, float mean, float inv, float w, float b) {
     const float xh = (x - mean) * inv;
@@ -46,13 +63,13 @@ extern "C" __global__ void ember_batch_norm_stats(float* saveMean, float* saveIn
             continue;
         }
         double s = 0.0;
-        for (long long k = threadIdx.x; k < m; k += blockDim.x) s += (double)x[ember_bn_at(k, ch, c, inner)];
+        ember_bn_each(n, c, inner, ch, [&](long long at) { s += (double)x[at]; });
         const double mean = ember_block_sum_all(s) / (double)m;
         double q = 0.0;
-        for (long long k = threadIdx.x; k < m; k += blockDim.x) {
-            const double d = (double)x[ember_bn_at(k, ch, c, inner)] - mean;
+        ember_bn_each(n, c, inner, ch, [&](long long at) {
+            const double d = (double)x[at] - mean;
             q += d * d;
-        }
+        });
         const double var = ember_block_sum_all(q) / (double)m;
         if (threadIdx.x == 0) {
             saveMean[ch] = (float)mean;
@@ -93,16 +110,14 @@ extern "C" __global__ void ember_batch_norm_backward_reduce(double* sumsOrNull, 
                                                             const float* saveMean, const float* saveInvStd,
                                                             long long n, long long c, long long inner, int accW,
                                                             int accB) {
-    const long long m = n * inner;
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
         const double mean = (double)saveMean[ch], inv = (double)saveInvStd[ch];
         double sdy = 0.0, sdyx = 0.0;
-        for (long long k = threadIdx.x; k < m; k += blockDim.x) {
-            const long long at = ember_bn_at(k, ch, c, inner);
+        ember_bn_each(n, c, inner, ch, [&](long long at) {
             const double g = (double)dy[at];
             sdy += g;
             sdyx += g * (((double)x[at] - mean) * inv);
-        }
+        });
         sdy = ember_block_sum_d(sdy);
         sdyx = ember_block_sum_d(sdyx);
         if (threadIdx.x == 0) {
