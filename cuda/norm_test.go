@@ -90,3 +90,22 @@ func TestRecordedNormAutograd(t *testing.T) {
 		t.Errorf("backward kernels not launched: %v", rec.launches)
 	}
 }
+
+// TestRecordedDeviceGenerator draws through a DeviceGenerator on the
+// recording backend: the draw and the advance are kernels (no host round
+// trip, so they can be captured).
+func TestRecordedDeviceGenerator(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	s := tensor.NewScope()
+	defer s.Release()
+	g := tensor.NewDeviceGenerator(b, 5)
+	defer g.Release()
+	copies := rec.copies
+	tensor.Dropout(tensor.Zeros(b, s, 33, 7), 0.5, true, g)
+	if rec.launches["ember_random_state"] != 1 || rec.launches["ember_random_advance"] != 1 || rec.launches["ember_random"] != 0 {
+		t.Errorf("launches %v; want one ember_random_state and one ember_random_advance", rec.launches)
+	}
+	if rec.copies != copies {
+		t.Errorf("%d host copies during a device-generator draw", rec.copies-copies)
+	}
+}

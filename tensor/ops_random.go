@@ -13,7 +13,7 @@ import (
 // concurrent draws then take offsets in an unspecified order.
 //
 // The offset is host state: a CUDA graph captured around a draw replays the
-// numbers of the capture.
+// numbers of the capture (DeviceGenerator does not).
 type Generator struct {
 	mu     sync.Mutex
 	seed   uint64
@@ -49,32 +49,82 @@ func (g *Generator) take(n int) uint64 {
 	return off
 }
 
-func randomTensor(b Backend, s *Scope, gen *Generator, dist Distribution, lo, hi float32, shape []int) *Tensor {
+// RandomSource is where the random tensors draw from: a Generator (offset
+// on the host) or a DeviceGenerator (offset on the device).
+type RandomSource interface {
+	// fill draws dst on b and advances the source past it.
+	fill(b Backend, dst Buffer, dist Distribution, lo, hi float32)
+}
+
+func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
+	b.Random(dst, dist, g.seed, g.take(dst.Len), lo, hi)
+}
+
+// DeviceGenerator is a Generator whose seed and offset live in four int32
+// words of device memory that every draw advances there
+// (RandomStateBackend), so that draws inside a captured CUDA graph are new
+// on every replay. The numbers are those of a Generator of the same seed.
+// On a backend without RandomStateBackend each draw reads and writes the
+// state through the host (correct, but not capturable).
+type DeviceGenerator struct {
+	state *Tensor // int32 [4]: seed low, high; offset low, high
+}
+
+// NewDeviceGenerator returns a generator on b at offset 0 of seed's stream.
+// Its memory is the caller's: Release it.
+func NewDeviceGenerator(b Backend, seed uint64) *DeviceGenerator {
+	return &DeviceGenerator{state: FromInt32(b, nil, stateWords(seed, 0), 4)}
+}
+
+func stateWords(seed, offset uint64) []int32 {
+	return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(offset)), int32(uint32(offset >> 32))}
+}
+
+// SeedOffset downloads the state (waiting for queued draws).
+func (g *DeviceGenerator) SeedOffset() (seed, offset uint64) {
+	w := g.state.Int32s()
+	return uint64(uint32(w[0])) | uint64(uint32(w[1]))<<32, uint64(uint32(w[2])) | uint64(uint32(w[3]))<<32
+}
+
+// Release frees the state.
+func (g *DeviceGenerator) Release() { g.state.Release() }
+
+func (g *DeviceGenerator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
+	if rb, ok := b.(RandomStateBackend); ok {
+		rb.RandomAt(dst, dist, g.state.buffer(), lo, hi)
+		return
+	}
+	seed, off := g.SeedOffset()
+	b.Random(dst, dist, seed, off, lo, hi)
+	b.Upload(g.state.buffer(), stateWords(seed, off+uint64(dst.Len+3)/4))
+}
+
+func randomTensor(b Backend, s *Scope, gen RandomSource, dist Distribution, lo, hi float32, shape []int) *Tensor {
 	out := Empty(b, s, shape...)
-	if n := out.Len(); n > 0 {
-		b.Random(out.buffer(), dist, gen.seed, gen.take(n), lo, hi)
+	if out.Len() > 0 {
+		gen.fill(b, out.buffer(), dist, lo, hi)
 	}
 	return out
 }
 
 // Rand returns values uniform in [0, 1) (torch.rand).
-func Rand(b Backend, s *Scope, gen *Generator, shape ...int) *Tensor {
+func Rand(b Backend, s *Scope, gen RandomSource, shape ...int) *Tensor {
 	return randomTensor(b, s, gen, Uniform, 0, 1, shape)
 }
 
 // RandUniform returns values uniform in [lo, hi) (Tensor.uniform_).
-func RandUniform(b Backend, s *Scope, gen *Generator, lo, hi float32, shape ...int) *Tensor {
+func RandUniform(b Backend, s *Scope, gen RandomSource, lo, hi float32, shape ...int) *Tensor {
 	return randomTensor(b, s, gen, Uniform, lo, hi, shape)
 }
 
 // RandN returns standard normal values (torch.randn).
-func RandN(b Backend, s *Scope, gen *Generator, shape ...int) *Tensor {
+func RandN(b Backend, s *Scope, gen RandomSource, shape ...int) *Tensor {
 	return randomTensor(b, s, gen, Normal, 0, 1, shape)
 }
 
 // RandBernoulli returns 1 with probability p, else 0 (torch.bernoulli of a
 // constant p). (Bernoulli is the name of the Distribution.)
-func RandBernoulli(b Backend, s *Scope, gen *Generator, p float32, shape ...int) *Tensor {
+func RandBernoulli(b Backend, s *Scope, gen RandomSource, p float32, shape ...int) *Tensor {
 	return randomTensor(b, s, gen, Bernoulli, p, 0, shape)
 }
 
@@ -83,7 +133,7 @@ func RandBernoulli(b Backend, s *Scope, gen *Generator, p float32, shape ...int)
 // With p = 0 or in evaluation mode it returns x itself, and with p = 1
 // zeros (no draw). The mask (0 or 1/(1-p)) is kept for the backward pass,
 // dx = dy·mask.
-func Dropout(x *Tensor, p float32, train bool, gen *Generator) *Tensor {
+func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
 	if !(p >= 0 && p <= 1) {
 		panic(fmt.Sprintf("tensor: Dropout probability %v outside [0, 1]", p))
 	}

@@ -79,7 +79,8 @@ func randomCases() []agCase {
 		dropoutCase([]int{7, 33}, 0, true, false),
 		dropoutCase([]int{7, 33}, 0.5, false, false),
 		dropoutCase([]int{3, 11}, 1, true, false),
-		generatorCase(),
+		generatorCase(false),
+		generatorCase(true),
 	}
 }
 
@@ -88,23 +89,38 @@ func randomCases() []agCase {
 // streams at offsets 0 and 2, and Rand, RandUniform, RandN and
 // RandBernoulli map as tensor.Random does. The output is x times the draws
 // side by side (x [36], so that the case has a gradient: dx = g·draws).
-func generatorCase() agCase {
+//
+// With device set the draws come from a DeviceGenerator instead, whose
+// offset lives (and advances) in device memory: the same numbers.
+func generatorCase(device bool) agCase {
 	const seed = 12345
+	name := "Generator/Rand RandUniform RandN RandBernoulli"
+	if device {
+		name = "DeviceGenerator/Rand RandUniform RandN RandBernoulli"
+	}
 	return agCase{
 		// Normal draws within 2 ulp (see testRandom); the rest are exact but
 		// share the normwise test.
-		name: "Generator/Rand RandUniform RandN RandBernoulli", inputs: []agInput{in(true, 36)}, tol: 2.4e-7,
+		name: name, inputs: []agInput{in(true, 36)}, tol: 2.4e-7,
 		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
 			b, s := t[0].Backend(), t[0].Scope()
-			gen := tensor.NewGenerator(seed)
+			var gen tensor.RandomSource
+			offset := func() uint64 { return gen.(*tensor.Generator).Offset() }
+			if device {
+				dg := tensor.NewDeviceGenerator(b, seed)
+				defer dg.Release()
+				gen, offset = dg, func() uint64 { _, off := dg.SeedOffset(); return off }
+			} else {
+				gen = tensor.NewGenerator(seed)
+			}
 			parts := []*tensor.Tensor{
 				tensor.Rand(b, s, gen, 7), tensor.Rand(b, s, gen, 7),
 				tensor.RandUniform(b, s, gen, -3, 5, 9),
 				tensor.RandN(b, s, gen, 8),
 				tensor.RandBernoulli(b, s, gen, 0.4, 5),
 			}
-			if gen.Offset() != 2+2+3+2+2 {
-				panic(fmt.Sprintf("generator offset %d after draws of 7, 7, 9, 8, 5; want 11", gen.Offset()))
+			if off := offset(); off != 2+2+3+2+2 {
+				panic(fmt.Sprintf("generator offset %d after draws of 7, 7, 9, 8, 5; want 11", off))
 			}
 			var all []float32
 			for _, p := range parts {
