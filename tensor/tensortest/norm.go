@@ -271,6 +271,17 @@ func batchNormTorchNumbers(e *env, nb tensor.NormBackend) {
 	want := []float64{(1 - 0.38) / math.Sqrt(1.19), (2 - 0.76) / math.Sqrt(2.33), (3 - 0.38) / math.Sqrt(1.19), (6 - 0.76) / math.Sqrt(2.33)}
 	e.near("evaluation y", dims(2, 2), e.getF(y), want, nil, 4*tolElem) // the running statistics carry float32 rounding of three steps
 	e.near("evaluation running mean unchanged", dims(2), e.getF(rm), []float64{0.38, 0.76}, nil, tolElem)
+
+	// torch's momentum=None, the cumulative average: momentum 1/k on the
+	// k-th batch (num_batches_tracked = k). Batch 1 is x (means [2, 4],
+	// unbiased vars [2, 8]), batch 2 is x + 2 (means [4, 6], the same
+	// vars): after both, running mean = ([2, 4] + [4, 6])/2 = [3, 5] and
+	// running var = [2, 8], whatever the initial values.
+	x2 := e.in("x + 2", []float32{3, 4, 5, 8})
+	nb.BatchNorm(y.win, sm.win, si.win, rm.win, rv.win, xb, tensor.Buffer{}, tensor.Buffer{}, 2, 2, 1, true, 1, 0)
+	nb.BatchNorm(y.win, sm.win, si.win, rm.win, rv.win, x2, tensor.Buffer{}, tensor.Buffer{}, 2, 2, 1, true, 0.5, 0)
+	e.near("cumulative running mean", dims(2), e.getF(rm), []float64{3, 5}, nil, tolElem)
+	e.near("cumulative running var", dims(2), e.getF(rv), []float64{2, 8}, nil, tolElem)
 }
 
 func testBatchNormBackward(e *env) {
