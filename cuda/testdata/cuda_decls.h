@@ -30,3 +30,6 @@ __device__ float atomicAdd(float*, float);
 __device__ void __trap();
 __device__ float __ldcg(const float*);
 __device__ double __ldcg(const double*);
+__device__ double sqrt(double);
+__device__ void sincos(double, double*, double*);
+__device__ unsigned __umulhi(unsigned, unsigned);

@@ -784,6 +784,8 @@ func autogradCases() []agCase {
 	cases = append(cases, matmulAutogradCases()...)
 	cases = append(cases, convGeneralAutogradCases()...)
 	cases = append(cases, poolAutogradCases()...)
+	cases = append(cases, randomCases()...)
+	cases = append(cases, normCases()...)
 	return cases
 }
 

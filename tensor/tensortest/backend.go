@@ -64,6 +64,12 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward},
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 		{"Optim", testOptim},
+		{"Random", testRandom},
+		{"RandomAt", testRandomAt},
+		{"BatchNorm", testBatchNorm},
+		{"BatchNormBackward", testBatchNormBackward},
+		{"LayerNorm", testLayerNorm},
+		{"LayerNormBackward", testLayerNormBackward},
 	}
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
