@@ -88,8 +88,22 @@ func TestKernelTableMatchesSources(t *testing.T) {
 		}
 		seen[e.name] = true
 	}
+	// The general operators' kernels are looked up by name (Backend.kernel)
+	// and need no table entry.
+	named := map[string]bool{}
+	for _, u := range kernelUnits {
+		if slices.Contains(u.files, "kernels/strided.cu") {
+			src, err := concatKernels(u.files[1:]) // common.cu defines no kernels
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range kernelDeclRE.FindAllStringSubmatch(src, -1) {
+				named[m[1]] = true
+			}
+		}
+	}
 	for name := range sigs {
-		if !seen[name] {
+		if !seen[name] && !named[name] {
 			t.Errorf("kernel %s is defined but not in the table", name)
 		}
 	}
