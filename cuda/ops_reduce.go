@@ -1,7 +1,63 @@
 package cuda
 
-import "github.com/ember-ml/ember/tensor"
+import (
+	"fmt"
 
+	"github.com/ember-ml/ember/tensor"
+)
+
+// rowBlockMin is the row length from which a row is reduced by a whole
+// block (256 threads) rather than a warp: below it a warp's 32 lanes have
+// few elements each and a block would leave most threads idle.
+const rowBlockMin = 2048
+
+// Reduce runs kernels/reduce_axis.cu: rows (inner == 1) a warp or a block
+// each, columns (inner > 1) coalesced over adjacent outputs.
 func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inner int, accumulate bool) {
-	panic("cuda: Reduce not implemented yet")
+	const name = "reduce"
+	if op >= tensor.NumReduceOps {
+		panic(fmt.Sprintf("cuda: %s: unknown op %d", name, op))
+	}
+	if outer < 0 || n < 0 || inner < 0 {
+		panic(fmt.Sprintf("cuda: %s of [%d, %d, %d]", name, outer, n, inner))
+	}
+	if n == 0 && op != tensor.ReduceSum {
+		panic(fmt.Sprintf("cuda: %s: op %d over an empty axis ([%d, 0, %d])", name, op, outer, inner))
+	}
+	if accumulate && op != tensor.ReduceSum {
+		panic(fmt.Sprintf("cuda: %s: op %d cannot accumulate (sums only)", name, op))
+	}
+	m := outer * inner
+	need(name, "x", x, outer*n*inner)
+	need(name, "dst", dst, m)
+	px := b.f32(name, x)
+	var pf, pi uintptr
+	if op == tensor.ReduceArgmax || op == tensor.ReduceArgmin {
+		pi = b.i32(name, dst)
+	} else {
+		pf = b.f32(name, dst)
+	}
+	if m == 0 {
+		return
+	}
+	if n == 0 { // an empty sum
+		if !accumulate {
+			devCheck(name, b.x.memset32(pf, 0, m))
+		}
+		return
+	}
+	args := []any{pf, pi, px}
+	switch {
+	case inner == 1 && n >= rowBlockMin:
+		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
+		b.launchGrid(name, b.kernel("ember_reduce_rows_block"), min(outer, maxGrid), blockSize, args...)
+	case inner == 1:
+		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
+		warps := blockSize / 32
+		b.launchGrid(name, b.kernel("ember_reduce_rows_warp"), min((outer+warps-1)/warps, maxGrid), blockSize, args...)
+	default:
+		args = append(args, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate))
+		grid := Dim3{X: min((m+31)/32, maxGrid), Y: 1, Z: 1}
+		devCheck(name, b.x.launch(b.kernel("ember_reduce_cols"), grid, Dim3{X: 32, Y: 8, Z: 1}, args))
+	}
 }
