@@ -387,7 +387,9 @@ func Sigmoid(x *Tensor) *Tensor { return unary("sigmoid", OpSigmoid, x, 0, 0) }
 
 // LeakyReLU returns x where x > 0, else slope·x (nn.LeakyReLU; torch's
 // default slope is 0.01).
-func LeakyReLU(x *Tensor, slope float32) *Tensor { return unary("leaky_relu", OpLeakyReLU, x, slope, 0) }
+func LeakyReLU(x *Tensor, slope float32) *Tensor {
+	return unary("leaky_relu", OpLeakyReLU, x, slope, 0)
+}
 
 // GELU returns x·Φ(x) (Φ the standard normal CDF, by erf), or its tanh
 // approximation when approximateTanh (nn.GELU(approximate="tanh")).

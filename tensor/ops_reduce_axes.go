@@ -121,10 +121,14 @@ func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 // split evenly among the maxima of each output, as torch.amax's (torch.max
 // over one dim gives it all to the first maximum; the two agree without
 // ties); where the maximum is NaN it is 0.
-func MaxAxes(x *Tensor, axes []int, keepdim bool) *Tensor { return extremeAxes("MaxAxes", ReduceMax, x, axes, keepdim) }
+func MaxAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	return extremeAxes("MaxAxes", ReduceMax, x, axes, keepdim)
+}
 
 // MinAxes is the minimum over axes, as MaxAxes.
-func MinAxes(x *Tensor, axes []int, keepdim bool) *Tensor { return extremeAxes("MinAxes", ReduceMin, x, axes, keepdim) }
+func MinAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	return extremeAxes("MinAxes", ReduceMin, x, axes, keepdim)
+}
 
 func extremeAxes(name string, op ReduceOp, x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes(name, x.shape, axes)
