@@ -771,6 +771,7 @@ func autogradCases() []agCase {
 		mlpCase(),
 		fanoutCase(),
 	)
+	cases = append(cases, elementwiseAutogradCases()...)
 	return cases
 }
 
