@@ -313,6 +313,9 @@ type pairCase struct {
 }
 
 var binaryPairs = []pairCase{
+	{"same [1]", []int{1}, dense(1), dense(1)},
+	{"same [7]", []int{7}, dense(7), dense(7)},
+	{"same [33]", []int{33}, dense(33), dense(33)},
 	{"same [1025]", []int{1025}, dense(1025), dense(1025)},
 	{"same [3,5,7]", []int{3, 5, 7}, dense(3, 5, 7), dense(3, 5, 7)},
 	{"same [65537]", []int{65537}, dense(65537), dense(65537)},
