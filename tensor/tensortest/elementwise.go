@@ -465,7 +465,8 @@ func testCopyView(e *env) {
 // ties (grid values). Sums: tolAcc relative to Σ|x|; extremes and indices
 // exactly.
 func testReduce(e *env) {
-	shapes := [][3]int{{1, 1, 1}, {3, 7, 1}, {2, 1025, 1}, {5, 33, 7}, {1, 4099, 3}, {7, 1, 33}, {1, 65537, 1}, {2, 3, 1025}, {4, 0, 3}}
+	shapes := [][3]int{{1, 1, 1}, {3, 7, 1}, {2, 1025, 1}, {1000, 5, 1}, {3, 4099, 1}, {5, 33, 7}, {1, 4099, 3}, {7, 1, 33},
+		{1, 65537, 1}, {2, 3, 1025}, {4, 0, 3}}
 	ops := []struct {
 		op   tensor.ReduceOp
 		name string
@@ -556,6 +557,77 @@ func testReduce(e *env) {
 	}
 }
 
+// alignedAt returns the n elements of d's window from the first element
+// whose offset is ≡ shift (mod 4): 16-byte aligned for shift 0 when the
+// allocation is (a device may take a four-at-a-time path there, and
+// another for shift 1). d's window must hold n+3 elements.
+func alignedAt(d *dbuf, n, shift int) (tensor.Buffer, int) {
+	s := ((shift-d.win.Off)%4 + 4) % 4
+	return d.win.Slice(s, n), s
+}
+
+// testDenseAlignment: dense Unary and Binary (also with a scalar operand)
+// on windows that start 16-byte aligned and on ones that do not, with
+// lengths that leave a tail of 1 to 3; elements of dst's window outside
+// the result must stay NaN. Tolerances as testUnary and testBinary.
+func testDenseAlignment(e *env) {
+	for _, n := range []int{4, 1025, 4099} {
+		for _, shift := range []int{0, 1} {
+			for _, c := range unaryCases {
+				e.tcase("%s n=%d shift %d", c.name, n, shift)(func() {
+					src := e.domain(c.dom, n+3)
+					xb, xs := alignedAt(e.f32("x", src, true), n, shift)
+					d := e.nanOut("dst", n+3)
+					db, ds := alignedAt(d, n, shift)
+					want, bound := fill64(n+3, math.NaN()), make([]float64, n+3)
+					for i := range n {
+						x := float64(src[xs+i])
+						want[ds+i] = c.f(x, float64(c.a), float64(c.b))
+						bound[ds+i] = math.Abs(want[ds+i]) + math.Abs(x)
+					}
+					e.b.Unary(c.op, db, tensor.Dense(xb, []int{n}), []int{n}, c.a, c.b)
+					e.nearNaN(c.name, dims(n+3), e.getF(d), want, bound, tolTrans)
+				})
+			}
+			for _, c := range binaryCases {
+				for _, scalar := range []bool{false, true} {
+					e.tcase("%s n=%d shift %d scalar y %v", c.name, n, shift, scalar)(func() {
+						xsrc, ysrc := e.uniform(n+3, 0.5, 2), e.normal(n+3, 1)
+						xb, xo := alignedAt(e.f32("x", xsrc, true), n, shift)
+						yb, yo := alignedAt(e.f32("y", ysrc, true), n, shift)
+						yv := tensor.Dense(yb, []int{n})
+						if scalar {
+							yv.Strides = []int{0}
+						}
+						d := e.nanOut("dst", n+3)
+						db, ds := alignedAt(d, n, shift)
+						want, bound := fill64(n+3, math.NaN()), make([]float64, n+3)
+						for i := range n {
+							j := yo + i
+							if scalar {
+								j = yo
+							}
+							x, y := float64(xsrc[xo+i]), float64(ysrc[j])
+							want[ds+i] = c.f(x, y)
+							bound[ds+i] = math.Abs(x) + math.Abs(y) + math.Abs(want[ds+i])
+						}
+						e.b.Binary(c.op, db, tensor.Dense(xb, []int{n}), yv, []int{n})
+						e.nearNaN(c.name, dims(n+3), e.getF(d), want, bound, tolTrans)
+					})
+				}
+			}
+		}
+	}
+}
+
+func fill64(n int, v float64) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
 // elementwiseTests are the RunBackend subtests of this file.
 var elementwiseTests = []struct {
 	name string
@@ -564,6 +636,7 @@ var elementwiseTests = []struct {
 	{"Unary", testUnary},
 	{"UnaryBackward", testUnaryBackward},
 	{"Binary", testBinary},
+	{"DenseAlignment", testDenseAlignment},
 	{"Where", testWhere},
 	{"CopyView", testCopyView},
 	{"Reduce", testReduce},
