@@ -3,6 +3,7 @@ package cuda
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -38,6 +39,22 @@ func TestStridedOpCodes(t *testing.T) {
 	}
 	if len(want) != int(tensor.NumUnaryOps)+int(tensor.NumBinaryOps)+int(tensor.NumReduceOps) {
 		t.Fatalf("the table lists %d codes; tensor has %d unary, %d binary and %d reduce ops: update it", len(want), tensor.NumUnaryOps, tensor.NumBinaryOps, tensor.NumReduceOps)
+	}
+	// The dense kernels instantiate one body per code: all of them.
+	for _, l := range []struct {
+		macro string
+		n     int
+	}{{"EMBER_UNARY_OPS", int(tensor.NumUnaryOps)}, {"EMBER_BINARY_OPS", int(tensor.NumBinaryOps)}} {
+		m := regexp.MustCompile(`#define ` + l.macro + `\(X\)[ \\\n]*([^\n]*)\n`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("the kernels do not #define %s", l.macro)
+			continue
+		}
+		for k := range l.n {
+			if !strings.Contains(m[1]+" ", "X("+strconv.Itoa(k)+") ") {
+				t.Errorf("%s does not list code %d: %q", l.macro, k, m[1])
+			}
+		}
 	}
 	for name, v := range want {
 		got, ok := defs[name]

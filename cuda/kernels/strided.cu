@@ -184,22 +184,39 @@ __device__ __forceinline__ float ember_binary(int op, float x, float y) {
 // ember_aligned4 says whether a device address is 16-byte aligned.
 __device__ __forceinline__ bool ember_aligned4(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
 
-// Dense unary: dst[i] = f(x[i]), four at a time where both are aligned.
-extern "C" __global__ void ember_unary_dense(float* dst, const float* x, long long n, int op, float a, float b) {
+// The dense kernels are instantiated per op code (OP a template
+// constant, dispatched once per launch), so that the per-element switch
+// folds away and the loop is only loads, the function and stores.
+#define EMBER_UNARY_OPS(X) \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22)
+#define EMBER_BINARY_OPS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12)
+
+template <int OP>
+__device__ __forceinline__ void unary_dense_body(float* dst, const float* x, long long n, float a, float b) {
     if (ember_aligned4(dst) && ember_aligned4(x)) {
         const long long n4 = n >> 2;
         EMBER_LOOP(long long, i, n4) {
             ember_f4 v = reinterpret_cast<const ember_f4*>(x)[i];
-            v.x = ember_unary(op, v.x, a, b);
-            v.y = ember_unary(op, v.y, a, b);
-            v.z = ember_unary(op, v.z, a, b);
-            v.w = ember_unary(op, v.w, a, b);
+            v.x = ember_unary(OP, v.x, a, b);
+            v.y = ember_unary(OP, v.y, a, b);
+            v.z = ember_unary(OP, v.z, a, b);
+            v.w = ember_unary(OP, v.w, a, b);
             reinterpret_cast<ember_f4*>(dst)[i] = v;
         }
-        EMBER_LOOP(long long, i, n - 4 * n4) dst[4 * n4 + i] = ember_unary(op, x[4 * n4 + i], a, b);
+        EMBER_LOOP(long long, i, n - 4 * n4) dst[4 * n4 + i] = ember_unary(OP, x[4 * n4 + i], a, b);
         return;
     }
-    EMBER_LOOP(long long, i, n) dst[i] = ember_unary(op, x[i], a, b);
+    EMBER_LOOP(long long, i, n) dst[i] = ember_unary(OP, x[i], a, b);
+}
+
+// Dense unary: dst[i] = f(x[i]), four at a time where both are aligned.
+extern "C" __global__ void ember_unary_dense(float* dst, const float* x, long long n, int op, float a, float b) {
+    switch (op) {
+#define EMBER_UNARY_CASE(K) \
+    case K: unary_dense_body<K>(dst, x, n, a, b); break;
+        EMBER_UNARY_OPS(EMBER_UNARY_CASE)
+#undef EMBER_UNARY_CASE
+    }
 }
 
 // dx = dy * f'(x) (+ dx), dense.
@@ -215,11 +232,9 @@ extern "C" __global__ void ember_unary_backward(float* dx, const float* dy, cons
     }
 }
 
-// Dense binary with optional scalar operands: x[i*xs], y[i*ys], xs and ys
-// 0 (a broadcast scalar) or 1. Four at a time where every array read with
-// stride 1 and dst are aligned.
-extern "C" __global__ void ember_binary_dense(float* dst, const float* x, const float* y, long long n, int op, int xs,
-                                              int ys) {
+template <int OP>
+__device__ __forceinline__ void binary_dense_body(float* dst, const float* x, const float* y, long long n, int xs,
+                                                  int ys) {
     if (ember_aligned4(dst) && (xs == 0 || ember_aligned4(x)) && (ys == 0 || ember_aligned4(y))) {
         const long long n4 = n >> 2;
         const float x0 = x[0], y0 = y[0];
@@ -227,19 +242,32 @@ extern "C" __global__ void ember_binary_dense(float* dst, const float* x, const 
             ember_f4 u = {x0, x0, x0, x0}, v = {y0, y0, y0, y0};
             if (xs) u = reinterpret_cast<const ember_f4*>(x)[i];
             if (ys) v = reinterpret_cast<const ember_f4*>(y)[i];
-            u.x = ember_binary(op, u.x, v.x);
-            u.y = ember_binary(op, u.y, v.y);
-            u.z = ember_binary(op, u.z, v.z);
-            u.w = ember_binary(op, u.w, v.w);
+            u.x = ember_binary(OP, u.x, v.x);
+            u.y = ember_binary(OP, u.y, v.y);
+            u.z = ember_binary(OP, u.z, v.z);
+            u.w = ember_binary(OP, u.w, v.w);
             reinterpret_cast<ember_f4*>(dst)[i] = u;
         }
         EMBER_LOOP(long long, i, n - 4 * n4) {
             const long long j = 4 * n4 + i;
-            dst[j] = ember_binary(op, x[j * xs], y[j * ys]);
+            dst[j] = ember_binary(OP, x[j * xs], y[j * ys]);
         }
         return;
     }
-    EMBER_LOOP(long long, i, n) dst[i] = ember_binary(op, x[i * xs], y[i * ys]);
+    EMBER_LOOP(long long, i, n) dst[i] = ember_binary(OP, x[i * xs], y[i * ys]);
+}
+
+// Dense binary with optional scalar operands: x[i*xs], y[i*ys], xs and ys
+// 0 (a broadcast scalar) or 1. Four at a time where every array read with
+// stride 1 and dst are aligned.
+extern "C" __global__ void ember_binary_dense(float* dst, const float* x, const float* y, long long n, int op, int xs,
+                                              int ys) {
+    switch (op) {
+#define EMBER_BINARY_CASE(K) \
+    case K: binary_dense_body<K>(dst, x, y, n, xs, ys); break;
+        EMBER_BINARY_OPS(EMBER_BINARY_CASE)
+#undef EMBER_BINARY_CASE
+    }
 }
 
 // ember_offsets turns the flat index i of the (padded, six-dimensional)
