@@ -59,6 +59,14 @@ func reduceRaw(x *Tensor, axes []int, op ReduceOp, dt DType, s *Scope) *Tensor {
 	be := x.st.b
 	kept := reducedShape(x.shape, axes, false)
 	out := newTensor(be, dt, s, kept...)
+	if len(axes) == 0 { // a rank-0 tensor: each output is its one input
+		src := x.Detach().Contiguous()
+		be.Reduce(op, out.buffer(), src.buffer(), x.Len(), 1, 1, false)
+		if src.st != x.st {
+			src.Release()
+		}
+		return out
+	}
 	adjacent := axes[len(axes)-1]-axes[0] == len(axes)-1
 	if adjacent && x.IsContiguous() {
 		i, j := axes[0], axes[len(axes)-1]+1
