@@ -11,6 +11,33 @@ import (
 // few elements each and a block would leave most threads idle.
 const rowBlockMin = 2048
 
+// Rows are split into chunks of splitChunk elements, reduced by separate
+// blocks and joined in a second pass, when there are fewer than
+// splitRowsMax rows of at least splitRowMin elements: a block per row
+// would leave most of the GPU idle (one row: one SM of 132). The chunking
+// depends on n alone, so results do not depend on the device.
+const (
+	splitRowsMax = 128
+	splitRowMin  = 16384
+	splitChunk   = 8192
+)
+
+// reduceSplitRows is Reduce of few long rows in two passes (partials in a
+// workspace: a double sum, an extreme and its index per chunk).
+func (b *Backend) reduceSplitRows(name string, op tensor.ReduceOp, pf, pi, px uintptr, rows, n int, accumulate bool) {
+	chunks := (n + splitChunk - 1) / splitChunk
+	cnt := rows * chunks
+	ws := b.workspace(name, cnt*(8+8+4))
+	defer b.release(ws)
+	psum, pat := ws.Ptr(), ws.Ptr()+uintptr(8*cnt)
+	pv := pat + uintptr(8*cnt)
+	devCheck(name, b.x.launch(b.kernel("ember_reduce_rows_part"), Dim3{X: chunks, Y: rows, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{psum, pv, pat, px, int64(n), int64(splitChunk), int32(op)}))
+	warps := blockSize / 32
+	b.launchGrid(name, b.kernel("ember_reduce_rows_join"), (rows+warps-1)/warps, blockSize,
+		pf, pi, psum, pv, pat, int64(rows), i32arg(name, chunks), int32(op), flag(accumulate))
+}
+
 // Reduce runs kernels/reduce_axis.cu: rows (inner == 1) a warp or a block
 // each, columns (inner > 1) coalesced over adjacent outputs.
 func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inner int, accumulate bool) {
@@ -48,6 +75,8 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 	}
 	args := []any{pf, pi, px}
 	switch {
+	case inner == 1 && outer < splitRowsMax && n >= splitRowMin:
+		b.reduceSplitRows(name, op, pf, pi, px, outer, n, accumulate)
 	case inner == 1 && n >= rowBlockMin:
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		b.launchGrid(name, b.kernel("ember_reduce_rows_block"), min(outer, maxGrid), blockSize, args...)

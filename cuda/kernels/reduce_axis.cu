@@ -184,3 +184,97 @@ extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull,
         __syncthreads();
     }
 }
+
+// ember_block_reduce reduces row[lo, hi) over the block (blockDim.x a
+// multiple of 32, at most 1024; every thread must call it): each thread
+// strides over the range, warps combine by shuffles, warp 0 combines the
+// warps in order. The result is valid in thread 0.
+__device__ __forceinline__ void ember_block_reduce(const float* row, long long lo, long long hi, int op, float sign,
+                                                   double& sumOut, ember_best& bestOut) {
+    __shared__ double bsum[32];
+    __shared__ float bv[32];
+    __shared__ long long bat[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    double sum = 0.0;
+    ember_best best = {0.0f, -1};
+    for (long long k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+        const float v = row[k];
+        if (op == EMBER_R_SUM) {
+            sum += (double)v;
+        } else {
+            const ember_best c = {sign * v, k};
+            if (ember_better(c, best)) best = c;
+        }
+    }
+    if (op == EMBER_R_SUM) {
+        sum = ember_warp_sum_d(sum);
+    } else {
+        best = ember_warp_best(best);
+    }
+    if (lane == 0) {
+        bsum[warp] = sum;
+        bv[warp] = best.v;
+        bat[warp] = best.at;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        double s = lane < nw ? bsum[lane] : 0.0;
+        ember_best b = {0.0f, -1};
+        if (lane < nw) {
+            b.v = bv[lane];
+            b.at = bat[lane];
+        }
+        if (op == EMBER_R_SUM) {
+            s = ember_warp_sum_d(s);
+        } else {
+            b = ember_warp_best(b);
+        }
+        sumOut = s;
+        bestOut = b;
+    }
+    __syncthreads();
+}
+
+// Few long rows, pass 1: block (c, r) reduces chunk c (chunk elements) of
+// row r into partial r*gridDim.x + c, so that a handful of rows still
+// fills the GPU.
+extern "C" __global__ void ember_reduce_rows_part(double* psum, float* pv, long long* pat, const float* x, long long n,
+                                                  long long chunk, int op) {
+    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
+    const long long r = blockIdx.y, c = blockIdx.x;
+    const long long lo = c * chunk;
+    const long long hi = lo + chunk < n ? lo + chunk : n;
+    double s = 0.0;
+    ember_best b = {0.0f, -1};
+    ember_block_reduce(x + r * n, lo, hi, op, sign, s, b);
+    if (threadIdx.x == 0) {
+        const long long p = r * gridDim.x + c;
+        psum[p] = s;
+        pv[p] = b.v;
+        pat[p] = b.at;
+    }
+}
+
+// Pass 2: a warp per row combines the row's chunks partials (lanes stride
+// over them, then a butterfly: a fixed tree).
+extern "C" __global__ void ember_reduce_rows_join(float* dstfOrNull, int* dstiOrNull, const double* psum, const float* pv,
+                                                  const long long* pat, long long rows, int chunks, int op, int acc) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+        double sum = 0.0;
+        ember_best best = {0.0f, -1};
+        for (int c = lane; c < chunks; c += 32) {
+            const long long p = r * chunks + c;
+            sum += psum[p];
+            const ember_best u = {pv[p], pat[p]};
+            if (ember_better(u, best)) best = u;
+        }
+        if (op == EMBER_R_SUM) {
+            sum = ember_warp_sum_d(sum);
+        } else {
+            best = ember_warp_best(best);
+        }
+        if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best);
+    }
+}
