@@ -108,12 +108,13 @@ func TestRecordedElementwise(t *testing.T) {
 		b.Reduce(op, dst(2), f(2*4099), 2, 4099, 1, false)
 		b.Reduce(op, dst(35), f(5*33*7), 5, 33, 7, false)
 		b.Reduce(op, dst(3), f(3*40000), 3, 40000, 1, false)
+		b.Reduce(op, dst(6), f(2*5000*3), 2, 5000, 3, false)
 	}
 	b.Reduce(tensor.ReduceSum, f(12), f(0), 4, 0, 3, false)
 	b.Reduce(tensor.ReduceSum, f(12), f(4*5*3), 4, 5, 3, true)
 	for _, k := range []string{"ember_unary_dense", "ember_unary_strided", "ember_unary_backward", "ember_binary_dense", "ember_binary_strided",
 		"ember_where_strided", "ember_copy_view", "ember_reduce_rows_warp", "ember_reduce_rows_block", "ember_reduce_cols",
-		"ember_reduce_rows_part", "ember_reduce_rows_join"} {
+		"ember_reduce_rows_part", "ember_reduce_rows_join", "ember_reduce_cols_part", "ember_reduce_cols_join"} {
 		if rec.launches[k] == 0 {
 			t.Errorf("%s was not launched", k)
 		}

@@ -38,6 +38,32 @@ func (b *Backend) reduceSplitRows(name string, op tensor.ReduceOp, pf, pi, px ui
 		pf, pi, psum, pv, pat, int64(rows), i32arg(name, chunks), int32(op), flag(accumulate))
 }
 
+// Columns are split along the axis as rows are when there are fewer than
+// splitColGroups groups of 32 columns: the axis is cut into chunks (at
+// least splitColChunkMin long) so that there are about splitColBlocks
+// blocks, a function of the shape alone.
+const (
+	splitColGroups   = 256
+	splitColChunkMin = 64
+	splitColBlocks   = 1024
+)
+
+func (b *Backend) reduceSplitCols(name string, op tensor.ReduceOp, pf, pi, px uintptr, outer, n, inner int, accumulate bool) {
+	m := outer * inner
+	groups := (m + 31) / 32
+	chunks := min(max(splitColBlocks/groups, 1), n/splitColChunkMin, 65535)
+	chunk := (n + chunks - 1) / chunks
+	chunks = (n + chunk - 1) / chunk
+	cnt := m * chunks
+	ws := b.workspace(name, cnt*(8+8+4))
+	defer b.release(ws)
+	psum, pat := ws.Ptr(), ws.Ptr()+uintptr(8*cnt)
+	pv := pat + uintptr(8*cnt)
+	devCheck(name, b.x.launch(b.kernel("ember_reduce_cols_part"), Dim3{X: groups, Y: chunks, Z: 1}, Dim3{X: 32, Y: 8, Z: 1},
+		[]any{psum, pv, pat, px, int64(outer), int64(n), int64(inner), int64(chunk), int32(op)}))
+	b.launch(name, b.kernel("ember_reduce_cols_join"), m, pf, pi, psum, pv, pat, int64(m), i32arg(name, chunks), int32(op), flag(accumulate))
+}
+
 // Reduce runs kernels/reduce_axis.cu: rows (inner == 1) a warp or a block
 // each, columns (inner > 1) coalesced over adjacent outputs.
 func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inner int, accumulate bool) {
@@ -84,6 +110,8 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		warps := blockSize / 32
 		b.launchGrid(name, b.kernel("ember_reduce_rows_warp"), min((outer+warps-1)/warps, maxGrid), blockSize, args...)
+	case (m+31)/32 < splitColGroups && n >= 2*splitColChunkMin:
+		b.reduceSplitCols(name, op, pf, pi, px, outer, n, inner, accumulate)
 	default:
 		args = append(args, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate))
 		grid := Dim3{X: min((m+31)/32, maxGrid), Y: 1, Z: 1}

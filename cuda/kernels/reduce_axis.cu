@@ -278,3 +278,66 @@ extern "C" __global__ void ember_reduce_rows_join(float* dstfOrNull, int* dstiOr
         if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best);
     }
 }
+
+// Few columns along a long axis, pass 1: block (g, c) of (32, 8) threads
+// reduces chunk c (chunk elements of the axis) of the 32 columns of group
+// g, as ember_reduce_cols does a whole axis, into partial c*cols + j.
+extern "C" __global__ void ember_reduce_cols_part(double* psum, float* pv, long long* pat, const float* x,
+                                                  long long outer, long long n, long long inner, long long chunk,
+                                                  int op) {
+    __shared__ double ssum[8][32];
+    __shared__ float sv[8][32];
+    __shared__ long long sat[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long cols = outer * inner;
+    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
+    const long long j = (long long)blockIdx.x * 32 + tx, c = blockIdx.y;
+    const long long lo = c * chunk;
+    const long long hi = lo + chunk < n ? lo + chunk : n;
+    double sum = 0.0;
+    ember_best best = {0.0f, -1};
+    if (j < cols) {
+        const long long o = j / inner, i = j - o * inner;
+        const float* col = x + o * n * inner + i;
+        for (long long k = lo + ty; k < hi; k += 8) {
+            const float v = col[k * inner];
+            if (op == EMBER_R_SUM) {
+                sum += (double)v;
+            } else {
+                const ember_best u = {sign * v, k};
+                if (ember_better(u, best)) best = u;
+            }
+        }
+    }
+    ssum[ty][tx] = sum;
+    sv[ty][tx] = best.v;
+    sat[ty][tx] = best.at;
+    __syncthreads();
+    if (ty == 0 && j < cols) {
+        for (int p = 1; p < 8; p++) {
+            sum += ssum[p][tx];
+            const ember_best u = {sv[p][tx], sat[p][tx]};
+            if (ember_better(u, best)) best = u;
+        }
+        const long long q = c * cols + j;
+        psum[q] = sum;
+        pv[q] = best.v;
+        pat[q] = best.at;
+    }
+}
+
+// Pass 2: a thread per column adds its chunks' partials in order.
+extern "C" __global__ void ember_reduce_cols_join(float* dstfOrNull, int* dstiOrNull, const double* psum, const float* pv,
+                                                  const long long* pat, long long cols, int chunks, int op, int acc) {
+    EMBER_LOOP(long long, j, cols) {
+        double sum = 0.0;
+        ember_best best = {0.0f, -1};
+        for (int c = 0; c < chunks; c++) {
+            const long long q = (long long)c * cols + j;
+            sum += psum[q];
+            const ember_best u = {pv[q], pat[q]};
+            if (ember_better(u, best)) best = u;
+        }
+        ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best);
+    }
+}
