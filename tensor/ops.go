@@ -5,9 +5,14 @@ import "fmt"
 // Operations with autograd. Each forward function is followed by the
 // backward closure it records; the backend does the arithmetic.
 
-// Add returns a + b (same shape).
+// Add returns a + b, broadcast as NumPy does. Dense operands of one shape
+// take the backend's Add (the path LeNet's results depend on); others the
+// strided core, with the gradient of a broadcast operand summed back to
+// its shape.
 func Add(a, b *Tensor) *Tensor {
-	mustSameShape("Add", a, b)
+	if !plainOperands(a, b) {
+		return addBroadcast(a, b)
+	}
 	sameBackend(a, b)
 	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
 	a.st.b.Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
@@ -18,9 +23,12 @@ func Add(a, b *Tensor) *Tensor {
 	return out
 }
 
-// Mul returns a * b elementwise (same shape).
+// Mul returns a * b elementwise, broadcast as NumPy does (dense operands
+// of one shape take the backend's Mul, as Add).
 func Mul(a, b *Tensor) *Tensor {
-	mustSameShape("Mul", a, b)
+	if !plainOperands(a, b) {
+		return mulBroadcast(a, b)
+	}
 	sameBackend(a, b)
 	a, b = a.Contiguous(), b.Contiguous()
 	be := a.st.b

@@ -71,6 +71,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"LayerNorm", testLayerNorm},
 		{"LayerNormBackward", testLayerNormBackward},
 	}
+	tests = append(tests, elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
 			subtest(t, b, seed, tc.name, tc.f)
