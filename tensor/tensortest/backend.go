@@ -61,6 +61,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"GatherNormalize", testGatherNormalize},
 		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward},
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
+		{"ClassLoss", testClassLoss},
 	}
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
