@@ -63,14 +63,14 @@ func (*cpuBackend) ClassLoss(loss, dlogits, logits, labels Buffer, s ClassLossSp
 			for c := 0; c < classes; c++ {
 				se += math.Exp(float64(x[base+c*inner] - m))
 			}
-			lse := float64(m) + math.Log(se)
+			lse, inv := float64(m)+math.Log(se), 1/se
 			perTarget[i] = lse - (1-eps)*float64(x[base+int(t)*inner]) - eps*sx/cf
 			for c := 0; dx != nil && c < classes; c++ {
 				w := eps / cf
 				if c == int(t) {
 					w += 1 - eps
 				}
-				dx[base+c*inner] = float32(scale * (math.Exp(float64(x[base+c*inner]-m))/se - w))
+				dx[base+c*inner] = float32(scale * (math.Exp(float64(x[base+c*inner]-m))*inv - w))
 			}
 		}
 	})

@@ -11,7 +11,7 @@
 //   2. ember_class_loss_rows / _cols: per target, m = max x (NaN
 //      propagates), s = Σ expf(x - m) in double, lse = m + log s, the loss
 //      lse - (1-ε)·x_t - ε·Σx/C, added per block into partial[block]; and,
-//      when dlogits is wanted, scale·(expf(x_c - m)/s - w_c) with w_c =
+//      when dlogits is wanted, scale·(expf(x_c - m)·(1/s) - w_c) with w_c =
 //      ε/C + (1-ε)·[c = t], scale = 1 (sum) or 1/count (mean; each block
 //      adds the few counts of step 1 itself). Ignored targets cost 0 and
 //      get a zero gradient. The gradient is made here, in the pass that
@@ -94,8 +94,9 @@ ember_class_loss_rows(double* partial, float* dlogits, const float* logits, cons
         acc += lse - (1.0 - eps) * (double)x[t] - eps * sx / cf;
         if (dlogits != 0) {
             float* d = dlogits + r * classes;
+            const double inv = 1.0 / s;  // one division a row, not one an element
             for (int c = lane; c < classes; c += 32)
-                d[c] = (float)(scale * ((double)expf(x[c] - m) / s - ember_xent_weight(c, t, eps, cf)));
+                d[c] = (float)(scale * ((double)expf(x[c] - m) * inv - ember_xent_weight(c, t, eps, cf)));
         }
     }
     __shared__ double ws[EMBER_XENT_WARPS];
@@ -137,10 +138,12 @@ ember_class_loss_cols(double* partial, float* dlogits, const float* logits, cons
         for (int c = 0; c < classes; c++) s += (double)expf(x[c * inner] - m);
         const double lse = (double)m + log(s);
         acc += lse - (1.0 - eps) * (double)x[(long long)t * inner] - eps * sx / cf;
-        if (dlogits != 0)
+        if (dlogits != 0) {
+            const double inv = 1.0 / s;
             for (int c = 0; c < classes; c++)
                 dlogits[base + c * inner] =
-                    (float)(scale * ((double)expf(x[c * inner] - m) / s - ember_xent_weight(c, t, eps, cf)));
+                    (float)(scale * ((double)expf(x[c * inner] - m) * inv - ember_xent_weight(c, t, eps, cf)));
+        }
     }
     acc = ember_block_sum_d(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;

@@ -773,6 +773,7 @@ func autogradCases() []agCase {
 	)
 	cases = append(cases, softmaxAutogradCases()...)
 	cases = append(cases, indexAutogradCases()...)
+	cases = append(cases, lossAutogradCases()...)
 	cases = append(cases, matmulAutogradCases()...)
 	return cases
 }
