@@ -71,8 +71,9 @@ type CrossEntropyOptions struct {
 // index) is CrossEntropy, one backend operation; the others are one
 // ClassLoss on a backend that has it (no synchronization: it can run in a
 // captured CUDA graph), else they read the labels to the host to weight
-// the log-probabilities of LogSoftmax over axis 1. Ignored targets get a
-// zero gradient, also when the mean is NaN.
+// the log-probabilities of LogSoftmax over axis 1. With ClassLoss an
+// ignored target's gradient is zero even when the mean is NaN, as torch's
+// (the composed path makes it NaN).
 func CrossEntropyLoss(logits, labels *Tensor, opt CrossEntropyOptions) *Tensor {
 	ls := logits.shape
 	bad := len(ls) < 2 || labels.DType() != Int32 || len(labels.shape) != len(ls)-1 || labels.shape[0] != ls[0] ||
