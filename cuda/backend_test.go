@@ -259,6 +259,7 @@ var blockSized = map[string]bool{
 	"ember_sum_partial": true, "ember_sum_final": true, "ember_bias_grad_rows": true,
 	"ember_bias_grad_cols": true, "ember_bias_grad_finish": true,
 	"ember_cross_entropy": true, "ember_argmax": true,
+	"ember_class_loss_count": true, "ember_class_loss_rows": true, "ember_class_loss_cols": true, "ember_class_loss_final": true,
 	"ember_gemm_small": true, "ember_gemm_small_t": true, "ember_unpool_t_bias": true,
 	"ember_conv_pool_dw_direct": true, "ember_conv_pool_dw_finish": true,
 	"ember_conv_pool_dw_5x5": true, "ember_conv_pool_dw_3x3": true,

@@ -37,6 +37,7 @@ var kernelFiles = []string{
 	"kernels/norm.cu",
 	"kernels/pool.cu",
 	"kernels/optim.cu",
+	"kernels/xent.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -60,7 +61,7 @@ var kernelUnits = []kernelUnit{
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

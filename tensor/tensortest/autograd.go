@@ -781,6 +781,7 @@ func autogradCases() []agCase {
 	)
 	cases = append(cases, softmaxAutogradCases()...)
 	cases = append(cases, indexAutogradCases()...)
+	cases = append(cases, lossAutogradCases()...)
 	cases = append(cases, matmulAutogradCases()...)
 	cases = append(cases, convGeneralAutogradCases()...)
 	cases = append(cases, poolAutogradCases()...)

@@ -70,6 +70,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"BatchNormBackward", testBatchNormBackward},
 		{"LayerNorm", testLayerNorm},
 		{"LayerNormBackward", testLayerNormBackward},
+		{"ClassLoss", testClassLoss},
 	}
 	tests = append(tests, elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
