@@ -280,7 +280,7 @@ func buildBatch(ds *Dataset, opt *LoaderOptions, order []int32, i int) Batch {
 		b.Labels[j] = int32(ds.Labels[k])
 	}
 	if opt.Normalize {
-		sz := ds.Rows * ds.Cols
+		sz := ds.ImageSize() // channels included
 		b.Images = make([]float32, len(idx)*sz)
 		for j, k := range idx {
 			Normalize(b.Images[j*sz:(j+1)*sz], ds.Images[int(k)*sz:(int(k)+1)*sz])

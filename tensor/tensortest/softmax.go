@@ -32,7 +32,10 @@ func refSoftmax(x []float32, outer, n, inner int, log bool) (y, bound []float64)
 				d := float64(x[at(i)]) - m
 				if log {
 					y[at(i)] = d - math.Log(s)
-					bound[at(i)] = math.Abs(d) + math.Abs(math.Log(s)) + 1e-30
+					// log s carries the sum's relative rounding error as an
+					// absolute one (δs/s), however small log s is: hence
+					// the 1 (when the maximum dominates, log s is tiny).
+					bound[at(i)] = math.Abs(d) + math.Abs(math.Log(s)) + 1
 				} else {
 					y[at(i)] = math.Exp(d) / s
 					bound[at(i)] = y[at(i)]*(1+math.Abs(d)) + underflowBound
