@@ -97,7 +97,7 @@ func NewLoader(ds *Dataset, opt LoaderOptions) (*Loader, error) {
 		return nil, fmt.Errorf("data: NewLoader: batch size %d, want at least 1", opt.BatchSize)
 	case opt.Prefetch < 0:
 		return nil, fmt.Errorf("data: NewLoader: prefetch %d, want 0 or more", opt.Prefetch)
-	case ds.N < 0 || ds.Rows < 0 || ds.Cols < 0 || len(ds.Labels) < ds.N || len(ds.Images) < ds.N*ds.Rows*ds.Cols:
+	case ds.N < 0 || ds.Rows < 0 || ds.Cols < 0 || len(ds.Labels) < ds.N || len(ds.Images) < ds.N*ds.ImageSize():
 		return nil, fmt.Errorf("data: NewLoader: data set of %d images of %dx%d holds %d pixels and %d labels", ds.N, ds.Rows, ds.Cols, len(ds.Images), len(ds.Labels))
 	}
 	return &Loader{ds: ds, opt: opt, workers: make(map[*prefetcher]struct{})}, nil
