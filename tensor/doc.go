@@ -9,19 +9,33 @@
 //     frees it (nil for long-lived tensors such as parameters).
 //   - scope.go: Scope, which frees all the tensors of a training step at once,
 //     so that device memory never waits for Go's garbage collector.
-//   - ops.go, ops_shape.go: the operations (MatMul, Linear, Conv2d,
-//     MaxPool2d, ReLU, CrossEntropy, Reshape, ...), each forward followed by
-//     the backward closure it records.
+//   - The operations, each forward followed by the backward closure it
+//     records, one file per family: ops_elementwise.go (broadcasting
+//     arithmetic, comparisons, Where, activations), ops_reduce_axes.go
+//     (sums, means, extrema, variance, log-sum-exp over any axes),
+//     ops_shape.go (views: Reshape, Permute, Transpose, Slice, Expand;
+//     copies: Concat, Stack, Pad), ops_softmax.go (Softmax, LogSoftmax,
+//     CrossEntropyLoss), ops_index.go (IndexSelect, Embedding, OneHot),
+//     ops_matmul.go (BatchMatMul, Linear over [..., in], attention),
+//     ops_conv.go and ops_pool.go (convolutions with strides, padding,
+//     dilation and groups; max, average and adaptive pooling), ops_norm.go
+//     (BatchNorm, LayerNorm), ops_random.go (Philox generators, Dropout),
+//     and ops.go (LeNet's fused operations and the classic MatMul/Linear).
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad.
-//   - backend.go: the Backend interface. cpu.go and cpu_conv.go implement it
-//     on the host; package cuda implements it on NVIDIA GPUs; package
-//     tensortest is the conformance suite both run. A backend may also
-//     implement ConvPoolBackend, BiasReLUBackend, LinearBackend and
-//     LinearCrossEntropyBackend, which fuse Conv2dReLUMaxPool, LinearReLU
-//     and LinearCrossEntropy (a classifier's last layer with its loss) into
-//     fewer passes; without them those operations run as their parts. One
-//     that implements ClassLossBackend (backend_loss.go) runs
-//     CrossEntropyLoss with torch's options without waiting for the host.
+//   - backend.go: the Backend interface. Its core is small: memory and
+//     copies, strided elementwise operations by op code
+//     (backend_elementwise.go), reductions and softmax over an axis
+//     (backend_reduce.go), gathers and batched products (backend_index.go),
+//     convolution, and counter-based random numbers (backend_random.go).
+//     Layer-level and fused operations are optional interfaces a backend
+//     may add, each with a fallback: NormBackend, PoolBackend,
+//     ClassLossBackend (the class losses without waiting for the host),
+//     OptimBackend (fused optimiser updates), RandomStateBackend (random
+//     numbers whose counter lives on the device), and LeNet's fused
+//     ConvPoolBackend, BiasReLUBackend, LinearBackend and
+//     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
+//     package cuda implements it on NVIDIA GPUs; package tensortest is the
+//     conformance suite both run.
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)
