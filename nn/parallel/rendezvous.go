@@ -268,9 +268,9 @@ func readString16(r io.Reader) (string, error) {
 	return string(b), err
 }
 
-func joinRendezvous(ctx context.Context, env Environment, opt RendezvousOptions) ([]byte, error) {
+func joinRendezvous(outer context.Context, env Environment, opt RendezvousOptions) ([]byte, error) {
 	deadline := time.Now().Add(opt.Timeout)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(outer, deadline)
 	defer cancel()
 	var d net.Dialer
 	var conn net.Conn
@@ -300,8 +300,9 @@ func joinRendezvous(ctx context.Context, env Environment, opt RendezvousOptions)
 		return nil, fmt.Errorf("parallel: rendezvous: rank 0 at %s %s within %v (rank 0 never arrived; last error: %v)", env.Address(), why, opt.Timeout, lastErr)
 	}
 	defer conn.Close()
-	stopWatch := context.AfterFunc(ctx, func() {
-		// Cancelled from outside: unblock the read below.
+	// Rank 0's verdict may come a little after this rank's own deadline
+	// (answerGrace): only a cancellation from outside cuts the wait short.
+	stopWatch := context.AfterFunc(outer, func() {
 		conn.SetDeadline(time.Now())
 	})
 	defer stopWatch()
