@@ -82,3 +82,23 @@ func LoadCheckpoint(dp *DataParallel, modelPath string, m nn.Module) (*nn.Traini
 	}
 	return st, nil
 }
+
+// AgreeToStop tells every rank whether any rank wants to stop (a SIGINT
+// that reached only some ranks, or reached them during different steps):
+// each passes its own wish and all get the same answer, so that all stop
+// after the same step and save once (SaveCheckpoint) instead of waiting in
+// different collectives. It is a collective with a host round trip: call
+// it between steps, every step or every few.
+func AgreeToStop(c Communicator, stop bool) (bool, error) {
+	if c == nil {
+		return stop, nil
+	}
+	v := []float32{0}
+	if stop {
+		v[0] = 1
+	}
+	if err := c.AllReduceValues(v, Sum); err != nil {
+		return true, err
+	}
+	return v[0] > 0, nil
+}

@@ -100,3 +100,30 @@ func TestCheckpointRank0AndResumeElsewhere(t *testing.T) {
 		}
 	}
 }
+
+func TestAgreeToStop(t *testing.T) {
+	got := make([]bool, 3)
+	errs := onRanks(3, 10*time.Second, func(c *FakeComm) error {
+		var err error
+		// Only rank 2 was interrupted; everyone stops.
+		got[c.Rank()], err = AgreeToStop(c, c.Rank() == 2)
+		return err
+	})
+	for r := range 3 {
+		if errs[r] != nil || !got[r] {
+			t.Errorf("rank %d: stop %v, %v; want true", r, got[r], errs[r])
+		}
+	}
+	errs = onRanks(2, 10*time.Second, func(c *FakeComm) error {
+		stop, err := AgreeToStop(c, false)
+		if stop {
+			t.Errorf("rank %d stops though no rank asked", c.Rank())
+		}
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

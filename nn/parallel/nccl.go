@@ -26,9 +26,8 @@ var _ Communicator = (*NCCL)(nil)
 // id, the rendezvous hands it to every rank, and all create the
 // communicator together. b must be the GPU of this rank (ordinal
 // env.LocalRank, or 0 when the launcher gives each process one visible GPU
-// with CUDA_VISIBLE_DEVICES). A rank 0 that cannot load NCCL fails at
-// once; the other ranks then fail at the rendezvous deadline, naming
-// rank 0.
+// with CUDA_VISIBLE_DEVICES). A rank 0 that cannot make the NCCL id tells
+// the others (RefuseRendezvous), so that every rank fails with its reason.
 func NewNCCL(ctx context.Context, env Environment, b *cuda.Backend, opt RendezvousOptions) (*NCCL, error) {
 	if err := cuda.NCCLAvailable(); err != nil {
 		return nil, &RankError{Rank: env.Rank, Err: err}
@@ -38,7 +37,7 @@ func NewNCCL(ctx context.Context, env Environment, b *cuda.Backend, opt Rendezvo
 	if env.Rank == 0 {
 		var err error
 		if id, err = cuda.NewNCCLUniqueID(); err != nil {
-			return nil, &RankError{Rank: env.Rank, Err: err}
+			return nil, RefuseRendezvous(ctx, env, err, opt)
 		}
 		payload = id.Internal[:]
 	}

@@ -75,9 +75,30 @@ func Rendezvous(ctx context.Context, env Environment, payload []byte, opt Rendez
 			return nil, fmt.Errorf("parallel: rendezvous: rank 0 cannot listen on %s: %v (set EMBER_RENDEZVOUS_PORT to a free port)", env.Address(), err)
 		}
 		defer ln.Close()
-		return serveRendezvous(ctx, ln, env, payload, opt)
+		return serveRendezvous(ctx, ln, env, payload, nil, opt)
 	}
 	return joinRendezvous(ctx, env, opt)
+}
+
+// RefuseRendezvous is rank 0's side when it cannot start the job (NCCL
+// failed to make an id, say): every rank that arrives before the deadline
+// is told cause at once, so that all fail with rank 0's reason instead of
+// waiting for a rank 0 that never answers. It returns cause as rank 0's
+// error once every other rank has been told, or at the deadline.
+func RefuseRendezvous(ctx context.Context, env Environment, cause error, opt RendezvousOptions) error {
+	if cause == nil {
+		cause = errors.New("refused")
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 5 * time.Minute
+	}
+	if env.WorldSize > 1 && env.Rank == 0 {
+		if ln, err := net.Listen("tcp", env.Address()); err == nil {
+			serveRendezvous(ctx, ln, env, nil, cause, opt)
+			ln.Close()
+		}
+	}
+	return &RankError{Rank: env.Rank, Err: cause}
 }
 
 // ServeRendezvous runs rank 0's side on a listener the caller opened (a
@@ -89,7 +110,7 @@ func ServeRendezvous(ctx context.Context, ln net.Listener, env Environment, payl
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
 	}
-	return serveRendezvous(ctx, ln, env, payload, opt)
+	return serveRendezvous(ctx, ln, env, payload, nil, opt)
 }
 
 type arrival struct {
@@ -100,7 +121,9 @@ type arrival struct {
 	err   error // a connection that did not say hello properly
 }
 
-func serveRendezvous(ctx context.Context, ln net.Listener, env Environment, payload []byte, opt RendezvousOptions) ([]byte, error) {
+// serveRendezvous is rank 0's side; with refuse set, every rank is told
+// refuse instead of being given the payload.
+func serveRendezvous(ctx context.Context, ln net.Listener, env Environment, payload []byte, refuse error, opt RendezvousOptions) ([]byte, error) {
 	start := time.Now()
 	deadline := start.Add(opt.Timeout)
 	arrivals := make(chan arrival)
@@ -126,6 +149,7 @@ func serveRendezvous(ctx context.Context, ln net.Listener, env Environment, payl
 	defer ln.Close()
 
 	conns := map[int]net.Conn{}
+	told := map[int]bool{} // ranks given the refusal
 	defer func() {
 		for _, c := range conns {
 			c.Close()
@@ -144,6 +168,9 @@ func serveRendezvous(ctx context.Context, ln net.Listener, env Environment, payl
 		case <-ctx.Done():
 			return fail(fmt.Errorf("parallel: rendezvous at %s: %v with %s", env.Address(), ctx.Err(), missingRanks(conns, env.WorldSize)))
 		case <-timer.C:
+			if refuse != nil {
+				return nil, refuse
+			}
 			return fail(fmt.Errorf("parallel: rendezvous at %s: %s within %v", env.Address(), missingRanks(conns, env.WorldSize), opt.Timeout))
 		case a := <-arrivals:
 			if a.err != nil {
@@ -158,6 +185,14 @@ func serveRendezvous(ctx context.Context, ln net.Listener, env Environment, payl
 				bad = fmt.Errorf("parallel: rendezvous at %s: rank %d has world size %d, rank 0 has %d", env.Address(), a.rank, a.world, env.WorldSize)
 			case a.rank <= 0 || a.rank >= env.WorldSize:
 				bad = fmt.Errorf("parallel: rendezvous at %s: a process says it is rank %d of world size %d", env.Address(), a.rank, env.WorldSize)
+			}
+			if bad == nil && refuse != nil {
+				writeAnswerError(a.conn, fmt.Sprintf("parallel: rank 0 cannot start the job: %v", refuse))
+				a.conn.Close()
+				if told[a.rank] = true; len(told) == env.WorldSize-1 {
+					return nil, refuse
+				}
+				continue
 			}
 			if bad != nil {
 				writeAnswerError(a.conn, bad.Error())

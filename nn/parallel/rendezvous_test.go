@@ -3,6 +3,7 @@ package parallel
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -188,4 +189,32 @@ func TestRendezvousCancelled(t *testing.T) {
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Errorf("cancelled rendezvous: %v after %v", err, time.Since(start))
 	}
+}
+
+// A rank 0 that cannot start the job (no NCCL, say) tells every rank why,
+// at once, instead of leaving them to wait for the deadline.
+func TestRendezvousRefused(t *testing.T) {
+	ln, port := listenLocal(t)
+	ln.Close()
+	cause := errors.New("NCCL not found: tried libnccl.so.2")
+	envs := []Environment{localEnv(0, 3, port, ""), localEnv(1, 3, port, ""), localEnv(2, 3, port, "")}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	start := time.Now()
+	opt := RendezvousOptions{Timeout: 5 * time.Second, RetryInterval: 20 * time.Millisecond}
+	for i, e := range envs {
+		wg.Go(func() {
+			if e.Rank == 0 {
+				errs[i] = RefuseRendezvous(context.Background(), e, cause, opt)
+			} else {
+				_, errs[i] = Rendezvous(context.Background(), e, nil, opt)
+			}
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the refusal took %v", d)
+	}
+	checkOneLine(t, errs, envs, "NCCL not found: tried libnccl.so.2")
+	checkOneLine(t, errs[1:], envs[1:], "rank 0 cannot start the job")
 }
