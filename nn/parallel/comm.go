@@ -1,6 +1,7 @@
 package parallel
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ember-ml/ember/tensor"
@@ -103,6 +104,15 @@ func checkTensor(c Communicator, t *tensor.Tensor) error {
 type RankError struct {
 	Rank int
 	Err  error
+}
+
+// rankError names rank in err, unless err already names a rank.
+func rankError(rank int, err error) error {
+	var re *RankError
+	if err == nil || errors.As(err, &re) {
+		return err
+	}
+	return &RankError{Rank: rank, Err: err}
 }
 
 func (e *RankError) Error() string { return fmt.Sprintf("parallel: rank %d: %v", e.Rank, e.Err) }

@@ -33,6 +33,8 @@
 //   - Checkpoints (checkpoint.go): written by rank 0 only; the others wait
 //     for it and fail with it. A checkpoint holds no world size, so a
 //     resume works at another one.
+//   - Launch (launch.go): starts and supervises the processes of one
+//     machine, as torchrun does.
 //   - Watchdog (watchdog.go): polls the communicator's asynchronous error
 //     and the current step's age; on a fault it aborts the communicator,
 //     which unblocks this rank, and reports one line naming the rank.
@@ -78,9 +80,11 @@
 //
 // With --gpus-per-task each task sees its GPU as device 0 (open ordinal 0
 // then, not LOCAL_RANK). Planned: train --nproc-per-node N, which starts
-// the N local processes itself with these variables, supervises them and
-// ends them all when one fails; across machines it is the same code with
-// other addresses.
+// the N local processes itself; Launch (launch.go) is that launcher as a
+// function: it sets the same variables, supervises the processes, ends
+// them all with one line naming the rank when one fails, and forwards an
+// interrupt to all. Across machines it is the same code with other
+// addresses (NNodes, NodeRank, MasterAddr, MasterPort).
 //
 // # Faults
 //
@@ -93,5 +97,6 @@
 // Not yet here: overlapping the all-reduce with the backward pass on a
 // second stream (a per-parameter "gradient ready" hook in tensor's
 // backward is needed; see DataParallel), synchronised BatchNorm statistics
-// (per-rank statistics, DDP's default, need nothing), and the launcher.
+// (per-rank statistics, DDP's default, need nothing), and the train
+// command's --nproc-per-node flag over Launch.
 package parallel

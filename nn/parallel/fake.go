@@ -124,7 +124,7 @@ func (g *FakeGroup) collective(rank, seq int, kind string, vals []float32, combi
 		g.rounds[seq] = r
 	}
 	if r.kind != kind || r.n != len(vals) {
-		err := fmt.Errorf("parallel: collective #%d: rank %d called %s of %d values where another rank called %s of %d", seq, rank, kind, len(vals), r.kind, r.n)
+		err := fmt.Errorf("collective #%d: rank %d called %s of %d values where another rank called %s of %d", seq, rank, kind, len(vals), r.kind, r.n)
 		g.abortLocked(err)
 		g.mu.Unlock()
 		return nil, err
@@ -153,7 +153,7 @@ func (g *FakeGroup) collective(rank, seq int, kind string, vals []float32, combi
 				missing = append(missing, i)
 			}
 		}
-		err := fmt.Errorf("parallel: collective #%d (%s): rank %d waited %v for rank(s) %v", seq, kind, rank, g.timeout, missing)
+		err := fmt.Errorf("collective #%d (%s): rank %d waited %v for rank(s) %v", seq, kind, rank, g.timeout, missing)
 		g.abortLocked(err)
 		g.mu.Unlock()
 		return nil, g.abortErr()
@@ -231,7 +231,7 @@ func (c *FakeComm) AllReduce(buf tensor.Buffer, op Op) error {
 	c.b.Download(host, buf)
 	out, err := c.g.collective(c.rank, c.next(), "allreduce/"+op.String(), host, combineFor(op, c.g.n))
 	if err != nil {
-		return &RankError{Rank: c.rank, Err: err}
+		return rankError(c.rank, err)
 	}
 	c.b.Upload(buf, out)
 	return nil
@@ -246,7 +246,7 @@ func (c *FakeComm) Broadcast(buf tensor.Buffer, root int) error {
 	c.b.Download(host, buf)
 	out, err := c.g.collective(c.rank, c.next(), fmt.Sprintf("broadcast/%d", root), host, func(v [][]float32) []float32 { return v[root] })
 	if err != nil {
-		return &RankError{Rank: c.rank, Err: err}
+		return rankError(c.rank, err)
 	}
 	c.b.Upload(buf, out)
 	return nil
@@ -256,7 +256,7 @@ func (c *FakeComm) Broadcast(buf tensor.Buffer, root int) error {
 func (c *FakeComm) AllReduceValues(vals []float32, op Op) error {
 	out, err := c.g.collective(c.rank, c.next(), "values/"+op.String(), vals, combineFor(op, c.g.n))
 	if err != nil {
-		return &RankError{Rank: c.rank, Err: err}
+		return rankError(c.rank, err)
 	}
 	copy(vals, out)
 	return nil
@@ -268,7 +268,7 @@ func (c *FakeComm) Barrier() error {
 		return err
 	}
 	if _, err := c.g.collective(c.rank, c.next(), "barrier", nil, func([][]float32) []float32 { return nil }); err != nil {
-		return &RankError{Rank: c.rank, Err: err}
+		return rankError(c.rank, err)
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func TestFakeMissingRankTimesOut(t *testing.T) {
 		t.Errorf("took %v with a 200 ms timeout", d)
 	}
 	for _, r := range []int{0, 2} {
-		if errs[r] == nil || !strings.Contains(errs[r].Error(), "for rank(s) [1]") {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), "for rank(s) [1]") || strings.Count(errs[r].Error(), "parallel:") != 1 {
 			t.Errorf("rank %d: %v, want a timeout naming rank 1", r, errs[r])
 		}
 	}

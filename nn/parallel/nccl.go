@@ -75,7 +75,7 @@ func (n *NCCL) wrap(err error) error {
 	if c := n.cause.Load(); c != nil {
 		err = fmt.Errorf("%w (after an abort: %v)", err, *c)
 	}
-	return &RankError{Rank: n.Rank(), Err: err}
+	return rankError(n.Rank(), err)
 }
 
 func ncclOp(op Op) (cuda.NCCLRedOp, error) {
