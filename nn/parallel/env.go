@@ -29,7 +29,7 @@ type Environment struct {
 	// the same port is refused: EMBER_RUN_TOKEN, else torchrun's
 	// TORCHELASTIC_RUN_ID, else Slurm's SLURM_JOB_ID.SLURM_STEP_ID.
 	RunToken string
-	Launcher string // "torchrun", "slurm" or "none"
+	Launcher string // "torchrun", "ember" (Launch), "slurm" or "none"
 }
 
 // DefaultMasterPort is torch.distributed's default, used under Slurm when
@@ -63,6 +63,9 @@ func EnvironmentFrom(getenv func(string) string) (Environment, error) {
 	switch {
 	case getenv("RANK") != "" || getenv("WORLD_SIZE") != "":
 		e.Launcher = "torchrun"
+		if getenv("EMBER_LAUNCHER") == "ember" {
+			e.Launcher = "ember" // Launch: the same variables, no torch agent
+		}
 		e.Rank = r.int("RANK", -1)
 		e.WorldSize = r.int("WORLD_SIZE", -1)
 		e.LocalRank = r.int("LOCAL_RANK", 0)

@@ -22,6 +22,8 @@ func TestEnvironment(t *testing.T) {
 			Environment{Rank: 5, WorldSize: 6, LocalRank: 2, LocalWorldSize: 3, MasterAddr: "n1", MasterPort: 29500, RendezvousPort: 29500, RunToken: "99.0", Launcher: "slurm"}},
 		{"slurm, uneven nodes", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "7", "SLURM_NTASKS_PER_NODE": "4(x1),3", "MASTER_ADDR": "n1"},
 			Environment{WorldSize: 7, MasterAddr: "n1", MasterPort: 29500, RendezvousPort: 29500, RunToken: "", Launcher: "slurm"}},
+		{"Launch", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5000", "EMBER_RENDEZVOUS_PORT": "5000", "EMBER_LAUNCHER": "ember", "EMBER_RUN_TOKEN": "ab"},
+			Environment{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 5000, RendezvousPort: 5000, RunToken: "ab", Launcher: "ember"}},
 		// torchrun inside srun: torchrun's ranks are the processes'.
 		{"torchrun under srun", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "MASTER_ADDR": "a", "MASTER_PORT": "10"},
 			Environment{Rank: 1, WorldSize: 2, MasterAddr: "a", MasterPort: 10, RendezvousPort: 11, Launcher: "torchrun"}},

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -68,6 +69,11 @@ func Launch(ctx context.Context, argv []string, opt LaunchOptions) error {
 	if opt.Stderr == nil {
 		opt.Stderr = os.Stderr
 	}
+	// The processes write at the same time: a writer that is not a file
+	// (whose writes the kernel orders) gets one lock for all of them. Files
+	// are passed as they are, so that a terminal stays a terminal.
+	var mu sync.Mutex
+	opt.Stdout, opt.Stderr = serialized(opt.Stdout, &mu), serialized(opt.Stderr, &mu)
 	if opt.MasterAddr == "" {
 		if opt.NNodes > 1 {
 			return errors.New("parallel: Launch on several nodes needs the master's address")
@@ -102,7 +108,7 @@ func Launch(ctx context.Context, argv []string, opt LaunchOptions) error {
 			"LOCAL_RANK="+strconv.Itoa(local), "LOCAL_WORLD_SIZE="+strconv.Itoa(opt.NProcPerNode),
 			"MASTER_ADDR="+opt.MasterAddr, "MASTER_PORT="+strconv.Itoa(opt.MasterPort),
 			"EMBER_RENDEZVOUS_PORT="+strconv.Itoa(opt.MasterPort),
-			"EMBER_RUN_TOKEN="+hex.EncodeToString(token),
+			"EMBER_RUN_TOKEN="+hex.EncodeToString(token), "EMBER_LAUNCHER=ember",
 		)
 		if err := cmd.Start(); err != nil {
 			for _, p := range procs {
@@ -158,6 +164,24 @@ func Launch(ctx context.Context, argv []string, opt LaunchOptions) error {
 		return ErrInterrupted
 	}
 	return nil
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func serialized(w io.Writer, mu *sync.Mutex) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return lockedWriter{mu, w}
 }
 
 func exitCode(err error) int {
