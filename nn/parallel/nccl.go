@@ -16,8 +16,9 @@ import (
 // not wait for them, except in AllReduceValues and Barrier.
 type NCCL struct {
 	b     *cuda.Backend
-	comm  *cuda.NCCLComm
-	cause atomic.Pointer[error] // why Abort was called
+	comm   *cuda.NCCLComm
+	cause  atomic.Pointer[error] // why Abort was called
+	closed atomic.Bool           // Close or Abort: no more faults to report
 }
 
 var _ Communicator = (*NCCL)(nil)
@@ -128,10 +129,10 @@ func (n *NCCL) Barrier() error { return n.AllReduceValues([]float32{0}, Sum) }
 
 // AsyncError is ncclCommGetAsyncError's fault, if any.
 func (n *NCCL) AsyncError() error {
-	if err := n.comm.AsyncError(); err != nil {
-		return err
+	if n.closed.Load() {
+		return nil
 	}
-	return nil
+	return n.comm.AsyncError()
 }
 
 // Abort aborts the NCCL communicator (ncclCommAbort), from any goroutine.
@@ -140,10 +141,12 @@ func (n *NCCL) Abort(cause error) {
 		cause = errors.New("aborted")
 	}
 	n.cause.CompareAndSwap(nil, &cause)
+	n.closed.Store(true)
 	n.comm.Abort()
 }
 
 // Close waits for the backend's queued work and destroys the communicator.
 func (n *NCCL) Close() error {
+	n.closed.Store(true)
 	return errors.Join(n.b.Synchronize(), n.comm.Destroy())
 }

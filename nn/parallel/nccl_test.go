@@ -133,8 +133,13 @@ func TestNCCLTwoRanks(t *testing.T) {
 			"NCCL_HOSTID=ember-test-rank-"+strconv.Itoa(r),
 			"EMBER_NCCL_OUT="+filepath.Join(dir, fmt.Sprintf("rank%d.txt", r)),
 		)
+		// Stay on the loopback interface, through sockets: the two "hosts"
+		// are one.
 		if os.Getenv("NCCL_SOCKET_IFNAME") == "" {
-			cmd.Env = append(cmd.Env, "NCCL_SOCKET_IFNAME=lo") // stay on the loopback interface
+			cmd.Env = append(cmd.Env, "NCCL_SOCKET_IFNAME=lo")
+		}
+		if os.Getenv("NCCL_IB_DISABLE") == "" {
+			cmd.Env = append(cmd.Env, "NCCL_IB_DISABLE=1")
 		}
 		outs[r] = &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
