@@ -15,7 +15,7 @@ import (
 // before them (so they can sit inside a captured step) and the host does
 // not wait for them, except in AllReduceValues and Barrier.
 type NCCL struct {
-	b     *cuda.Backend
+	b      *cuda.Backend
 	comm   *cuda.NCCLComm
 	cause  atomic.Pointer[error] // why Abort was called
 	closed atomic.Bool           // Close or Abort: no more faults to report
