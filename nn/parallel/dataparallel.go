@@ -18,6 +18,11 @@ type DataParallelOptions struct {
 	// DefaultBucketBytes). A parameter larger than the cap is a bucket of
 	// its own.
 	BucketBytes int
+	// Buffers are state tensors that are not learnt (BatchNorm's running
+	// statistics, nn.Buffers): BroadcastParameters sends rank 0's too, so
+	// that every replica starts the same; afterwards each rank keeps its
+	// own statistics, DDP's default.
+	Buffers []nn.Parameter
 }
 
 // DataParallel gives a model PyTorch DDP's semantics over a Communicator:
@@ -43,7 +48,7 @@ type DataParallel struct {
 	c       Communicator
 	params  []nn.Parameter
 	grads   []tensor.Buffer // the gradient windows seen at New, to detect a repack
-	pruns   []tensor.Buffer // contiguous runs of parameters, for the broadcast
+	pruns   []tensor.Buffer // contiguous runs of parameters and buffers, for the broadcast
 	buckets []Bucket
 }
 
@@ -82,6 +87,12 @@ func NewDataParallel(c Communicator, params []nn.Parameter, opt DataParallelOpti
 		}
 		pbufs = append(pbufs, t.Buffer())
 		d.grads = append(d.grads, g.Buffer())
+	}
+	for _, b := range opt.Buffers {
+		if t := b.Tensor; t.Backend() != c.Backend() || t.DType() != tensor.Float32 || !t.IsContiguous() {
+			return nil, fmt.Errorf("parallel: buffer %s is not a contiguous float32 tensor on %s", b.Name, c.Backend().Name())
+		}
+		pbufs = append(pbufs, b.Tensor.Buffer())
 	}
 	d.pruns = contiguousRuns(pbufs)
 	d.buckets = makeBuckets(d.grads, opt.BucketBytes/4)
@@ -172,8 +183,9 @@ func (d *DataParallel) checkSameModel() error {
 	return nil
 }
 
-// BroadcastParameters overwrites every rank's parameters with rank 0's, in
-// one broadcast per contiguous run of parameters (one, after NewSGD). Call
+// BroadcastParameters overwrites every rank's parameters (and the Buffers
+// of the options) with rank 0's, in one broadcast per contiguous run of
+// them (the parameters are one, after NewSGD). Call
 // it once before training, after loading a checkpoint on rank 0 if any.
 func (d *DataParallel) BroadcastParameters() error {
 	for _, run := range d.pruns {

@@ -258,3 +258,29 @@ func TestDataParallelModelMismatch(t *testing.T) {
 		}
 	}
 }
+
+func TestDataParallelBroadcastsBuffers(t *testing.T) {
+	errs := onRanks(2, 10*time.Second, func(c *FakeComm) error {
+		m := &mlp{Hidden: nn.NewLinear(tensor.CPU, nil, 2, 2), Out: nn.NewLinear(tensor.CPU, nil, 2, 2)}
+		if _, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.1}); err != nil {
+			return err
+		}
+		stats := tensor.Full(tensor.CPU, nil, float32(c.Rank()+5), 3) // a running mean, say
+		dp, err := NewDataParallel(c, nn.Parameters(m), DataParallelOptions{Buffers: []nn.Parameter{{Name: "bn.running_mean", Tensor: stats}}})
+		if err != nil {
+			return err
+		}
+		if err := dp.BroadcastParameters(); err != nil {
+			return err
+		}
+		if got := stats.Float32s(); fmt.Sprint(got) != "[5 5 5]" {
+			return fmt.Errorf("buffer after the broadcast: %v, want rank 0's [5 5 5]", got)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
