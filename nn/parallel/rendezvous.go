@@ -102,7 +102,7 @@ func RefuseRendezvous(ctx context.Context, env Environment, cause error, opt Ren
 }
 
 // ServeRendezvous runs rank 0's side on a listener the caller opened (a
-// test's port 0, say); env.Rank must be 0.
+// test's port 0, say) and closes it when done; env.Rank must be 0.
 func ServeRendezvous(ctx context.Context, ln net.Listener, env Environment, payload []byte, opt RendezvousOptions) ([]byte, error) {
 	if env.Rank != 0 {
 		return nil, fmt.Errorf("parallel: rendezvous: ServeRendezvous on rank %d", env.Rank)
