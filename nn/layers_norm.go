@@ -90,8 +90,11 @@ func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
 	if training && n.NumBatchesTracked != nil {
 		// One more step, counted on the device: no host synchronisation,
 		// and replayed by a captured graph.
-		next := tensor.AddScalar(n.NumBatchesTracked, 1)
-		tensor.CopyTensor(n.NumBatchesTracked, next)
+		// Seen as [1], so that backends take their dense one-dimensional
+		// path rather than a rank-0 one.
+		count := n.NumBatchesTracked.Reshape(1)
+		next := tensor.AddScalar(count, 1)
+		tensor.CopyTensor(count, next)
 		if next.Scope() == nil {
 			next.Release()
 		}
