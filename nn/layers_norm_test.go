@@ -2,6 +2,7 @@ package nn_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -230,4 +231,43 @@ func TestLayerNormLayer(t *testing.T) {
 		t.Errorf("elementwise_affine=False: state %v", got)
 	}
 	sameValues(t, "LayerNorm without affine", plain.Forward(x).Float32s(), tensor.LayerNorm(x, []int{5}, nil, nil, 1e-3).Float32s(), 0)
+}
+
+// A BatchNorm2d state dict laid out as safetensors.torch writes it (keys
+// sorted, num_batches_tracked an I64 of shape []), built byte by byte here
+// rather than by this package's writer, loads into the layer.
+func TestBatchNormLoadsTorchLayout(t *testing.T) {
+	header := `{"bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},` +
+		`"num_batches_tracked":{"dtype":"I64","shape":[],"data_offsets":[8,16]},` +
+		`"running_mean":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},` +
+		`"running_var":{"dtype":"F32","shape":[2],"data_offsets":[24,32]},` +
+		`"weight":{"dtype":"F32","shape":[2],"data_offsets":[32,40]}}`
+	for len(header)%8 != 0 {
+		header += " "
+	}
+	var file []byte
+	file = binary.LittleEndian.AppendUint64(file, uint64(len(header)))
+	file = append(file, header...)
+	for _, v := range []float32{0.5, -0.5} { // bias
+		file = binary.LittleEndian.AppendUint32(file, math.Float32bits(v))
+	}
+	file = binary.LittleEndian.AppendUint64(file, 1234) // num_batches_tracked
+	for _, v := range []float32{0.1, 0.2, 1.5, 2.5, 3, 4} { // running_mean, running_var, weight
+		file = binary.LittleEndian.AppendUint32(file, math.Float32bits(v))
+	}
+	f, err := nn.ReadSafetensors("torch.safetensors", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn := nn.NewBatchNorm2d(tensor.CPU, 2)
+	defer releaseState(bn)
+	if err := nn.LoadStateDict(f, bn); err != nil {
+		t.Fatal(err)
+	}
+	if got := bn.NumBatchesTracked.Item(); got != 1234 {
+		t.Errorf("num_batches_tracked %v, want 1234", got)
+	}
+	sameValues(t, "bias", bn.Bias.Float32s(), []float32{0.5, -0.5}, 0)
+	sameValues(t, "running_var", bn.RunningVar.Float32s(), []float32{1.5, 2.5}, 0)
+	sameValues(t, "weight", bn.Weight.Float32s(), []float32{3, 4}, 0)
 }
