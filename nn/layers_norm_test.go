@@ -251,7 +251,7 @@ func TestBatchNormLoadsTorchLayout(t *testing.T) {
 	for _, v := range []float32{0.5, -0.5} { // bias
 		file = binary.LittleEndian.AppendUint32(file, math.Float32bits(v))
 	}
-	file = binary.LittleEndian.AppendUint64(file, 1234) // num_batches_tracked
+	file = binary.LittleEndian.AppendUint64(file, 1234)     // num_batches_tracked
 	for _, v := range []float32{0.1, 0.2, 1.5, 2.5, 3, 4} { // running_mean, running_var, weight
 		file = binary.LittleEndian.AppendUint32(file, math.Float32bits(v))
 	}
