@@ -1,12 +1,32 @@
 // Package nn holds the layers of a network and their checkpoints.
 //
-// A model is any type with Forward and Parameters (Module). The layers here
-// (Conv2d, MaxPool2d, Linear, ReLU, Flatten, Sequential) are initialised as
-// PyTorch's and name their parameters as a PyTorch state_dict does, so that
-// SaveFile writes a safetensors file that torch's load_state_dict accepts
-// with strict=True, and LoadFile reads one written by PyTorch.
+// A model is any type with Forward (Module); its parameters and buffers
+// are found in its struct fields (tree.go) and named as a PyTorch
+// state_dict names them. The layers here are initialised and named as
+// torch.nn's, so that SaveFile writes a safetensors file that torch's
+// load_state_dict accepts with strict=True, and LoadFile reads one written
+// by PyTorch:
 //
-// Where to start: module.go (Module, Parameter), one file per layer, then
-// safetensors.go (the file format, validated before anything is loaded) and
-// state.go (the training state saved beside a model for resuming).
+//   - Conv2d (rectangular kernels, strides, paddings and dilations per
+//     axis, groups, no bias: NewConv2dWith), Linear (over [..., in], with
+//     or without bias), Embedding;
+//   - BatchNorm1d, BatchNorm2d (running statistics and
+//     num_batches_tracked, counted on the device), LayerNorm, Dropout;
+//   - MaxPool2d, AvgPool2d (padding, ceil mode), AdaptiveAvgPool2d,
+//     AdaptiveMaxPool2d;
+//   - ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU, Identity, Flatten;
+//   - Sequential, Residual, MultiheadSelfAttention and TransformerBlock
+//     (the GPT block, its keys ln1, qkv, proj, mlp.0, ...).
+//
+// SetTraining switches every BatchNorm and Dropout of a model between
+// training and evaluation, as torch's model.train(on); SetRandomSource
+// gives its dropout layers a generator (a tensor.DeviceGenerator for a
+// step captured in a CUDA graph).
+//
+// Where to start: module.go (Module, Parameter), tree.go (how fields
+// become state_dict names), one file per layer (conv2d.go, linear.go,
+// layers.go, layers_*.go), then safetensors.go (the file format, validated
+// before anything is loaded) and state.go (the training state saved beside
+// a model for resuming). Package nntest runs the layers on another backend
+// against the CPU.
 package nn

@@ -7,15 +7,31 @@ import (
 )
 
 // MaxPool2d takes the maximum over Kernel×Kernel windows moved by Stride, as
-// nn.MaxPool2d (no padding).
-type MaxPool2d struct{ Kernel, Stride int }
+// nn.MaxPool2d. NewMaxPool2d makes LeNet's form (no padding);
+// NewMaxPool2dWith takes per-axis windows, strides, padding and ceil mode.
+type MaxPool2d struct {
+	// Kernel and Stride apply to both axes; they are used when Options is
+	// nil.
+	Kernel, Stride int
+	// Options, when not nil (NewMaxPool2dWith's layers), holds the
+	// per-axis settings, and Kernel and Stride are not used.
+	Options *tensor.PoolOptions
+}
 
 // NewMaxPool2d returns a pooling layer whose stride equals its window, the
 // PyTorch default.
 func NewMaxPool2d(k int) *MaxPool2d { return &MaxPool2d{Kernel: k, Stride: k} }
 
+// NewMaxPool2dWith returns a pooling layer with the options o (a zero
+// stride is the window, as torch's default; padding, -inf, at most half
+// the window; CeilMode rounds the output size up).
+func NewMaxPool2dWith(o tensor.PoolOptions) *MaxPool2d { return &MaxPool2d{Options: &o} }
+
 // Forward applies the pooling.
 func (m *MaxPool2d) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if m.Options != nil {
+		return tensor.MaxPool2dWith(x, *m.Options)
+	}
 	return tensor.MaxPool2d(x, m.Kernel, m.Stride)
 }
 
@@ -81,6 +97,14 @@ func (s *Sequential) Buffers() []Parameter {
 func (s *Sequential) SetTraining(on bool) {
 	for _, l := range s.Layers {
 		SetTraining(l.Module, on)
+	}
+}
+
+// SetRandomSource gives src to every layer that draws random numbers
+// (see the package's SetRandomSource).
+func (s *Sequential) SetRandomSource(src tensor.RandomSource) {
+	for _, l := range s.Layers {
+		SetRandomSource(l.Module, src)
 	}
 }
 

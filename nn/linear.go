@@ -6,8 +6,12 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// Linear is y = x·Wᵀ + b for x [N, In], W [Out, In], b [Out], as nn.Linear.
+// Linear is y = x·Wᵀ + b for x [..., In], W [Out, In], b [Out], as
+// nn.Linear: the leading dimensions of x are kept (a batch of sequences
+// [B, T, In] gives [B, T, Out]).
 type Linear struct {
+	// Bias is nil for a layer without bias (NewLinearNoBias); it is then
+	// not in the state dict, as torch's bias=False.
 	Weight, Bias *tensor.Tensor
 }
 
@@ -23,14 +27,24 @@ func NewLinear(b tensor.Backend, rng *rand.Rand, in, out int) *Linear {
 	}
 }
 
+// NewLinearNoBias makes a Linear layer without bias (torch's bias=False),
+// its weight drawn as NewLinear's.
+func NewLinearNoBias(b tensor.Backend, rng *rand.Rand, in, out int) *Linear {
+	return &Linear{Weight: newParameter(b, orDefault(rng), kaimingBound(in), out, in)}
+}
+
 // Forward applies the layer.
 func (l *Linear) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Linear(x, l.Weight, l.Bias)
 }
 
 // ForwardReLU applies the layer followed by ReLU; backends that fuse the
-// bias with the activation (the CUDA backend) make it one pass.
+// bias with the activation (the CUDA backend) make it one pass. Input of
+// other than two dimensions takes Forward and ReLU.
 func (l *Linear) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
+	if len(x.Shape()) != 2 {
+		return tensor.ReLU(l.Forward(x))
+	}
 	return tensor.LinearReLU(x, l.Weight, l.Bias)
 }
 
@@ -42,10 +56,9 @@ func (l *Linear) CrossEntropyLoss(x, labels *tensor.Tensor) *tensor.Tensor {
 	return tensor.LinearCrossEntropy(x, l.Weight, l.Bias, labels)
 }
 
-// Parameters returns weight and bias.
-func (l *Linear) Parameters() []Parameter {
-	return []Parameter{{"weight", l.Weight}, {"bias", l.Bias}}
-}
+// Parameters returns weight and bias (weight alone for a layer without
+// bias).
+func (l *Linear) Parameters() []Parameter { return weightAndBias(l.Weight, l.Bias) }
 
 func orDefault(rng *rand.Rand) *rand.Rand {
 	if rng == nil {

@@ -10,8 +10,9 @@ package nn
 //	the rest     tensor data, little-endian, row-major; offsets count from
 //	             the first byte after the header
 //
-// This file writes only F32 tensors but reads and checks files holding any
-// of the format's dtypes, with the rules of the reference implementation:
+// This file writes F32 tensors, and I64 for the step counts of BatchNorm
+// (num_batches_tracked, an int64 scalar in torch: see countTensor), and
+// reads and checks files holding any of the format's dtypes, with the rules of the reference implementation:
 // the tensors' byte ranges must tile the data exactly (no gaps, no overlap,
 // nothing after the last tensor), each range must be as long as its shape
 // and dtype need, and the header must be a JSON object of at most 100 MB.
@@ -110,10 +111,11 @@ func StateDict(m Module) []NamedTensor {
 	return out
 }
 
-// WriteSafetensors writes tensors (as F32, in the order given) and metadata
+// WriteSafetensors writes tensors (as F32, in the order given; a count
+// named num_batches_tracked as I64, see countTensor) and metadata
 // (omitted when empty) in the safetensors format. Names must be unique, not
-// empty and not "__metadata__", and each Data must have as many values as
-// its Shape.
+// empty and not "__metadata__", each Data must have as many values as
+// its Shape, and a count's values must be whole numbers >= 0.
 func WriteSafetensors(w io.Writer, tensors []NamedTensor, metadata map[string]string) error {
 	header, err := safetensorsHeader(tensors, metadata)
 	if err != nil {
@@ -124,6 +126,16 @@ func WriteSafetensors(w io.Writer, tensors []NamedTensor, metadata map[string]st
 	}
 	buf := make([]byte, 0, 64<<10)
 	for _, t := range tensors {
+		if countTensor(t.Name) {
+			buf = buf[:0]
+			for _, v := range t.Data {
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(int64(v)))
+			}
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			continue
+		}
 		for i := 0; i < len(t.Data); {
 			buf = buf[:0]
 			for ; i < len(t.Data) && len(buf) < cap(buf); i++ {
@@ -189,18 +201,27 @@ func safetensorsHeader(tensors []NamedTensor, metadata map[string]string) ([]byt
 		if n != len(t.Data) {
 			return nil, writeProblem(fmt.Sprintf("tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape))
 		}
+		dtype, width := "F32", uint64(4)
+		if countTensor(t.Name) {
+			dtype, width = "I64", 8
+			for _, v := range t.Data {
+				if !(v >= 0 && v <= maxCount && v == float32(math.Trunc(float64(v)))) {
+					return nil, writeProblem(fmt.Sprintf("tensor %q holds %v, want a whole count from 0 to 2^24", t.Name, v))
+				}
+			}
+		}
 		if i > 0 || len(metadata) > 0 {
 			h.WriteByte(',')
 		}
 		writeJSONString(&h, t.Name)
-		h.WriteString(`:{"dtype":"F32","shape":[`)
+		fmt.Fprintf(&h, `:{"dtype":%q,"shape":[`, dtype)
 		for j, d := range t.Shape {
 			if j > 0 {
 				h.WriteByte(',')
 			}
 			h.WriteString(strconv.Itoa(d))
 		}
-		end := off + 4*uint64(len(t.Data))
+		end := off + width*uint64(len(t.Data))
 		fmt.Fprintf(&h, `],"data_offsets":[%d,%d]}`, off, end)
 		off = end
 	}
@@ -210,6 +231,43 @@ func safetensorsHeader(tensors []NamedTensor, metadata map[string]string) ([]byt
 	}
 	out := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+h.Len()), uint64(h.Len()))
 	return append(out, h.Bytes()...), nil
+}
+
+// countTensor says whether the tensor of a state dict named name is a
+// count that torch keeps as int64 (BatchNorm's num_batches_tracked, a
+// tensor of shape []): it is written as I64 and read back from I64 (or
+// F32) into the model's float32 tensor, so that files go both ways
+// between ember and torch with strict loading.
+func countTensor(name string) bool {
+	return name == "num_batches_tracked" || strings.HasSuffix(name, ".num_batches_tracked")
+}
+
+// maxCount is the largest count a float32 holds exactly.
+const maxCount = 1 << 24
+
+// decodeValues returns the values of t, from its bytes raw, as float32s:
+// F32 as they are, and I64 for counts (countTensor), which must lie in
+// [0, 2^24] to be exact. dtypes other than these are refused by the
+// checks of checkStateDict before.
+func decodeValues(file string, t SafetensorsTensor, raw []byte) ([]float32, error) {
+	if t.DType != "I64" {
+		return decodeF32(raw), nil
+	}
+	out := make([]float32, len(raw)/8)
+	for i := range out {
+		v := int64(binary.LittleEndian.Uint64(raw[8*i:]))
+		if v < 0 || v > maxCount {
+			return nil, ckErrorf(file, nil, "tensor %q holds the count %d, want 0 to 2^24", t.Name, v)
+		}
+		out[i] = float32(v)
+	}
+	return out, nil
+}
+
+// stateDType says whether a tensor of dtype is accepted for the state
+// dict entry name: F32, or for a count also I64.
+func stateDType(name, dtype string) bool {
+	return dtype == "F32" || (dtype == "I64" && countTensor(name))
 }
 
 // writeProblem is an error in the tensors given to WriteSafetensors.
@@ -658,8 +716,12 @@ func checkStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string
 			missing = append(missing, strconv.Quote(name))
 			continue
 		}
-		if t.DType != "F32" {
-			problems = append(problems, fmt.Sprintf("tensor %q has dtype %s, want F32", name, t.DType))
+		if !stateDType(name, t.DType) {
+			want := "F32"
+			if countTensor(name) {
+				want = "I64 or F32"
+			}
+			problems = append(problems, fmt.Sprintf("tensor %q has dtype %s, want %s", name, t.DType, want))
 		}
 		if ms := p.Tensor.Shape(); !slices.Equal(ms, t.Shape) {
 			problems = append(problems, fmt.Sprintf("tensor %q has shape %v in the file but %v in the model", name, t.Shape, ms))
@@ -687,7 +749,8 @@ func checkStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string
 }
 
 // decodeStateDict checks f as checkStateDict does and decodes the values of
-// m's parameters in m's order (nil for a nil parameter). Values that are
+// m's parameters and buffers in m's order (nil for a nil parameter), I64
+// counts as float32s. Values that are
 // not finite are refused (ErrNonFinite): no healthy model holds them, and
 // loading them would give NaN predictions without a word.
 func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string) ([][]float32, error) {
@@ -701,7 +764,10 @@ func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...strin
 			continue
 		}
 		t, _ := f.Lookup(prefix + p.Name)
-		vals[i] = decodeF32(f.data[t.Begin:t.End])
+		var err error
+		if vals[i], err = decodeValues(f.Name, t, f.data[t.Begin:t.End]); err != nil {
+			return nil, err
+		}
 		if err := CheckFinite(f.Name, t.Name, vals[i]); err != nil {
 			return nil, err
 		}

@@ -163,10 +163,18 @@ func fileFingerprint(path string, m Module) string {
 	}
 	es := make([]fpEntry, len(f.Tensors))
 	for i, t := range f.Tensors {
-		if t.DType != "F32" {
+		switch {
+		case t.DType == "F32":
+			es[i] = fpEntry{name: t.Name, shape: t.Shape, raw: f.data[t.Begin:t.End]}
+		case stateDType(t.Name, t.DType): // a count, fingerprinted as the float32 it loads as
+			vals, err := decodeValues(path, t, f.data[t.Begin:t.End])
+			if err != nil {
+				return ""
+			}
+			es[i] = fpEntry{name: t.Name, shape: t.Shape, f32: vals}
+		default:
 			return ""
 		}
-		es[i] = fpEntry{name: t.Name, shape: t.Shape, raw: f.data[t.Begin:t.End]}
 	}
 	return fingerprint(es)
 }
@@ -395,8 +403,11 @@ func short(fp string) string {
 	return fp
 }
 
+// fingerprintOf is the Fingerprint of m's state dict (parameters and
+// buffers, as SaveCheckpoint fingerprints it) with the values vals, in
+// StateTensors' order.
 func fingerprintOf(m Module, vals [][]float32) string {
-	ps := Parameters(m)
+	ps := StateTensors(m)
 	ts := make([]NamedTensor, 0, len(ps))
 	for i, p := range ps {
 		if p.Tensor != nil {

@@ -1,0 +1,114 @@
+package nn
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// MultiheadSelfAttention is self-attention over a sequence x [B, T, C]
+// with Heads heads of C/Heads channels: one Linear QKV [3C, C] makes the
+// queries, keys and values (in that order along its output), each head
+// attends with tensor.ScaledDotProductAttention (scale 1/√(C/Heads),
+// causal when Causal), and Proj [C, C] mixes the heads' outputs. Its
+// parameters are qkv.weight, qkv.bias, proj.weight, proj.bias, as the
+// attention of a GPT block written in PyTorch as
+//
+//	self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+//	q, k, v = self.qkv(x).split(C, 2)  # each viewed [B, T, H, C/H], transposed to [B, H, T, C/H]
+//	y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+//	return self.proj(y.transpose(1, 2).reshape(B, T, C))
+//
+// There is no dropout on the attention weights (torch's dropout_p):
+// ScaledDotProductAttention has none.
+//
+// It has no Parameters method, so that a struct embedding it (as
+// TransformerBlock does) lists qkv and proj beside its own fields.
+type MultiheadSelfAttention struct {
+	QKV, Proj *Linear
+	Heads     int
+	Causal    bool
+}
+
+// NewMultiheadSelfAttention returns attention over channels C split into
+// heads heads (C must be a multiple of heads), its linear layers
+// initialised as torch's.
+func NewMultiheadSelfAttention(b tensor.Backend, rng *rand.Rand, channels, heads int, causal bool) *MultiheadSelfAttention {
+	if channels < 1 || heads < 1 || channels%heads != 0 {
+		panic(fmt.Sprintf("nn: MultiheadSelfAttention of %d channels in %d heads; want channels a positive multiple of heads", channels, heads))
+	}
+	rng = orDefault(rng)
+	return &MultiheadSelfAttention{
+		QKV:    NewLinear(b, rng, channels, 3*channels),
+		Proj:   NewLinear(b, rng, channels, channels),
+		Heads:  heads,
+		Causal: causal,
+	}
+}
+
+// Forward attends x [B, T, C] to itself and returns [B, T, C].
+func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
+	s := x.Shape()
+	c := a.Proj.Weight.Dim(0)
+	if len(s) != 3 || s[2] != c {
+		panic(fmt.Sprintf("nn: MultiheadSelfAttention of %d channels given %v; want [B, T, %d]", c, s, c))
+	}
+	bsz, t, h := s[0], s[1], a.Heads
+	// [B, T, 3C] → [B, T, 3, H, D] → [3, B, H, T, D], one copy; q, k and v
+	// are then dense slices of it.
+	qkv := a.QKV.Forward(x).Reshape(bsz, t, 3, h, c/h).Permute(2, 0, 3, 1, 4).Contiguous()
+	head := func(i int) *tensor.Tensor { return qkv.Narrow(0, i, 1).Squeeze(0) }
+	y := tensor.ScaledDotProductAttention(head(0), head(1), head(2), a.Causal, 0)
+	return a.Proj.Forward(y.Permute(0, 2, 1, 3).Reshape(bsz, t, c))
+}
+
+// TransformerBlock is a pre-norm transformer block, exactly the Block of
+// the GPT benchmark model written in PyTorch as
+//
+//	self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+//	self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+//	self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C), nn.Dropout(p))
+//	self.drop = nn.Dropout(p)
+//	def forward(self, x):
+//	    x = x + self.drop(self.proj(attention(self.ln1(x))))
+//	    return x + self.mlp(self.ln2(x))
+//
+// with the same state dict keys: ln1.weight, ln1.bias, ln2.weight,
+// ln2.bias, qkv.weight, qkv.bias, proj.weight, proj.bias, mlp.0.weight,
+// mlp.0.bias, mlp.2.weight, mlp.2.bias. The attention's qkv and proj
+// are the block's own entries because MultiheadSelfAttention is embedded.
+// Unlike that Block, the attention weights have no dropout (see
+// MultiheadSelfAttention).
+type TransformerBlock struct {
+	LN1, LN2 *LayerNorm
+	MultiheadSelfAttention
+	MLP  *Sequential
+	Drop *Dropout
+}
+
+// NewTransformerBlock returns a causal block over channels C in heads
+// heads with dropout probability dropout, initialised as torch's (Linear
+// and LayerNorm defaults).
+func NewTransformerBlock(b tensor.Backend, rng *rand.Rand, channels, heads int, dropout float32) *TransformerBlock {
+	rng = orDefault(rng)
+	attn := NewMultiheadSelfAttention(b, rng, channels, heads, true)
+	return &TransformerBlock{
+		LN1:                    NewLayerNorm(b, channels),
+		LN2:                    NewLayerNorm(b, channels),
+		MultiheadSelfAttention: *attn,
+		MLP: NewSequential(
+			NewLinear(b, rng, channels, 4*channels),
+			GELU{},
+			NewLinear(b, rng, 4*channels, channels),
+			NewDropout(dropout),
+		),
+		Drop: NewDropout(dropout),
+	}
+}
+
+// Forward applies the block to x [B, T, C].
+func (blk *TransformerBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
+	x = tensor.Add(x, blk.Drop.Forward(blk.MultiheadSelfAttention.Forward(blk.LN1.Forward(x))))
+	return tensor.Add(x, blk.MLP.Forward(blk.LN2.Forward(x)))
+}

@@ -1,0 +1,270 @@
+// Package nntest checks the layers of package nn on a backend against the
+// CPU backend: RunLayers builds every layer twice from the same seed, once
+// on the CPU and once on the backend, runs training steps and an
+// evaluation step on the same inputs, and compares outputs, the gradients
+// of the input and of every parameter, and the buffers (running
+// statistics, step counts). The layers' arithmetic is checked against
+// float64 references in package nn's tests on the CPU; this suite carries
+// those checks to another backend (the CUDA backend's tests call it).
+package nntest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Tolerance of every comparison: |got - want| ≤ Tolerance·(|want| +
+// max|want|), per tensor. The two backends sum in different orders
+// (float32 products over at most a few hundred terms here, no TF32); 1e-4
+// is a hundred times the error such sums show, and far below that of a
+// wrong index or a missing term.
+const Tolerance = 1e-4
+
+// seedEnv replays a run: NNTEST_SEED=<seed>.
+const seedEnv = "NNTEST_SEED"
+
+// reporter is the part of testing.T the suite reports to (a recorder in
+// the suite's own tests).
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// RunLayers runs every layer case on b against the CPU backend. Inputs
+// are drawn from a seed taken from the clock (printed with every failure;
+// NNTEST_SEED replays it).
+func RunLayers(t *testing.T, b tensor.Backend) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(seedEnv); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("nntest: bad %s=%q: %v", seedEnv, s, err)
+		}
+		seed = v
+	}
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) { c.run(t, b, seed) })
+	}
+}
+
+// Case is one layer to check: Build makes it on a backend from rng, Input
+// is the shape of its float32 input (or of its int32 ids below IDs, when
+// IDs > 0), Steps training steps run before one evaluation step.
+type Case struct {
+	Name  string
+	Build func(b tensor.Backend, rng *rand.Rand) nn.Module
+	Input []int
+	IDs   int
+	Steps int
+}
+
+// Cases are the layers RunLayers checks.
+var Cases = []Case{
+	{"Conv2dWith/groups,dilation,no bias", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewConv2dWith(b, rng, 4, 6, nn.Conv2dOptions{Kernel: [2]int{3, 2}, Stride: [2]int{2, 1}, Padding: [2]int{1, 0}, Dilation: [2]int{1, 2}, Groups: 2, NoBias: true})
+	}, []int{2, 4, 9, 8}, 0, 1},
+	{"Conv2dWith/depthwise", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewConv2dWith(b, rng, 4, 4, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Groups: 4})
+	}, []int{2, 4, 6, 6}, 0, 1},
+	{"LinearNoBias/[B,T,In]", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewLinearNoBias(b, rng, 8, 5)
+	}, []int{2, 3, 8}, 0, 1},
+	{"MaxPool2dWith", func(tensor.Backend, *rand.Rand) nn.Module {
+		return nn.NewMaxPool2dWith(tensor.PoolOptions{Kernel: [2]int{3, 2}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, CeilMode: true})
+	}, []int{2, 3, 8, 9}, 0, 1},
+	{"AvgPool2dWith", func(tensor.Backend, *rand.Rand) nn.Module {
+		return nn.NewAvgPool2dWith(tensor.AvgPoolOptions{PoolOptions: tensor.PoolOptions{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, CeilMode: true}, ExcludePad: true})
+	}, []int{2, 3, 8, 9}, 0, 1},
+	{"AdaptivePools", func(tensor.Backend, *rand.Rand) nn.Module {
+		return nn.NewSequential(nn.NewAdaptiveAvgPool2d(5, 4), nn.NewAdaptiveMaxPool2d(2, 3))
+	}, []int{2, 3, 7, 9}, 0, 1},
+	{"Activations", func(tensor.Backend, *rand.Rand) nn.Module {
+		return nn.NewSequential(nn.GELU{}, nn.GELU{Tanh: true}, nn.SiLU{}, nn.Tanh{}, nn.Sigmoid{}, nn.NewLeakyReLU(0.1), nn.Identity{})
+	}, []int{4, 16}, 0, 1},
+	{"BatchNorm2d", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm2d(b, 3) }, []int{4, 3, 5, 5}, 0, 2},
+	{"BatchNorm1d/[N,C,L]", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm1d(b, 4) }, []int{6, 4, 3}, 0, 2},
+	{"LayerNorm", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewLayerNorm(b, 3, 8) }, []int{2, 3, 8}, 0, 1},
+	{"Embedding", func(b tensor.Backend, rng *rand.Rand) nn.Module { return nn.NewEmbedding(b, rng, 11, 6) }, []int{2, 5}, 11, 1},
+	{"Dropout", func(tensor.Backend, *rand.Rand) nn.Module { return nn.NewDropout(0.3) }, []int{64, 64}, 0, 2},
+	{"Residual", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewResidual(nn.NewSequential(nn.NewLinear(b, rng, 8, 8), nn.GELU{}))
+	}, []int{3, 8}, 0, 1},
+	{"MultiheadSelfAttention/causal", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewMultiheadSelfAttention(b, rng, 8, 2, true)
+	}, []int{2, 5, 8}, 0, 1},
+	{"TransformerBlock", func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewTransformerBlock(b, rng, 16, 4, 0.25)
+	}, []int{2, 6, 16}, 0, 2},
+}
+
+// model is one side of a comparison: a layer on a backend and where its
+// dropout masks come from.
+type model struct {
+	b   tensor.Backend
+	m   nn.Module
+	gen *tensor.DeviceGenerator
+}
+
+func (c Case) build(b tensor.Backend, seed uint64) model {
+	rng := rand.New(rand.NewPCG(seed, 0x6e6e))
+	md := model{b: b, m: c.Build(b, rng), gen: tensor.NewDeviceGenerator(b, seed)}
+	// The same seed gives the same masks on every backend (the device
+	// generator's numbers are a host generator's).
+	nn.SetRandomSource(md.m, md.gen)
+	return md
+}
+
+func (md model) release() {
+	for _, p := range nn.StateTensors(md.m) {
+		if g := p.Tensor.Grad(); g != nil {
+			g.Release()
+		}
+		p.Tensor.Release()
+	}
+	md.gen.Release()
+}
+
+// step runs one forward pass on in (or ids) and, in training, the
+// backward pass of Σ out·r, r drawn from weightSeed, and returns the
+// output and the gradients: of the input first (when it is float32), then
+// of the parameters in order (nil where a parameter got none).
+func (md model) step(c Case, in []float32, ids []int32, weightSeed uint64, training bool) (out []float32, grads [][]float32) {
+	s := tensor.NewScope()
+	defer s.Release()
+	var x *tensor.Tensor
+	if c.IDs > 0 {
+		x = tensor.FromInt32(md.b, s, ids, c.Input...)
+	} else {
+		x = tensor.FromFloat32(md.b, s, in, c.Input...).SetRequiresGrad(training)
+	}
+	y := md.m.Forward(x)
+	out = y.Float32s()
+	if !training {
+		return out, nil
+	}
+	wr := rand.New(rand.NewPCG(weightSeed, 2))
+	weights := make([]float32, len(out))
+	for j := range weights {
+		weights[j] = float32(wr.NormFloat64())
+	}
+	ps := nn.Parameters(md.m)
+	for _, p := range ps {
+		p.Tensor.ZeroGrad()
+	}
+	tensor.Sum(tensor.Mul(y, tensor.FromFloat32(md.b, s, weights, y.Shape()...))).Backward()
+	if c.IDs == 0 {
+		grads = append(grads, x.Grad().Float32s())
+	}
+	for _, p := range ps {
+		var g []float32
+		if p.Tensor.Grad() != nil {
+			g = p.Tensor.Grad().Float32s()
+		}
+		grads = append(grads, g)
+	}
+	return out, grads
+}
+
+func (c Case) run(r reporter, b tensor.Backend, seed uint64) {
+	r.Helper()
+	seed ^= hashName(c.Name)
+	fail := func(format string, args ...any) {
+		r.Helper()
+		r.Errorf("%s on %s: %s (rerun with %s=%d)", c.Name, b.Name(), fmt.Sprintf(format, args...), seedEnv, seed)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			fail("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	ref, got := c.build(tensor.CPU, seed), c.build(b, seed)
+	defer ref.release()
+	defer got.release()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	n := 1
+	for _, d := range c.Input {
+		n *= d
+	}
+	var names []string
+	if c.IDs == 0 {
+		names = append(names, "input")
+	}
+	for _, p := range nn.Parameters(ref.m) {
+		names = append(names, p.Name)
+	}
+	for i := 0; i <= c.Steps; i++ {
+		training := i < c.Steps
+		step := fmt.Sprintf("training step %d", i+1)
+		if !training {
+			step = "evaluation"
+			nn.SetTraining(ref.m, false)
+			nn.SetTraining(got.m, false)
+		}
+		in, ids := make([]float32, n), make([]int32, n)
+		for j := range in {
+			in[j] = float32(rng.NormFloat64())
+			ids[j] = int32(rng.IntN(max(c.IDs, 1)))
+		}
+		weightSeed := rng.Uint64()
+		w, wg := ref.step(c, in, ids, weightSeed, training)
+		g, gg := got.step(c, in, ids, weightSeed, training)
+		compare(fail, step+": output", g, w)
+		for k := range wg {
+			switch {
+			case wg[k] == nil:
+				fail("%s: no gradient of %s on the CPU", step, names[k])
+			case gg[k] == nil:
+				fail("%s: no gradient of %s", step, names[k])
+			default:
+				compare(fail, step+": gradient of "+names[k], gg[k], wg[k])
+			}
+		}
+	}
+	rb, gb := nn.Buffers(ref.m), nn.Buffers(got.m)
+	for k := range rb {
+		compare(fail, "buffer "+rb[k].Name, gb[k].Tensor.Float32s(), rb[k].Tensor.Float32s())
+		if strings.HasSuffix(rb[k].Name, "num_batches_tracked") {
+			if v := gb[k].Tensor.Float32s(); len(v) != 1 || v[0] != float32(c.Steps) {
+				fail("%s = %v after %d training steps and an evaluation step, want %d", gb[k].Name, v, c.Steps, c.Steps)
+			}
+		}
+	}
+}
+
+// compare reports the first element of got out of Tolerance of want.
+func compare(fail func(string, ...any), what string, got, want []float32) {
+	if len(got) != len(want) {
+		fail("%s: %d values, want %d", what, len(got), len(want))
+		return
+	}
+	scale := 0.0
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(float64(v)))
+	}
+	for i := range want {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		if !(d <= Tolerance*(math.Abs(float64(want[i]))+scale)) {
+			fail("%s: [%d] = %v, want %v (of %d values)", what, i, got[i], want[i], len(want))
+			return
+		}
+	}
+}
+
+func hashName(s string) uint64 {
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}
