@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ember-ml/ember/tensor"
+	"github.com/ember-ml/ember/tensor/tensortest"
 )
 
 // GPU tests of the cuDNN convolutions: the same convolutions through cuDNN
@@ -211,4 +212,10 @@ func TestGPUConvCuDNNBench(t *testing.T) {
 			t.Logf("    %s", dnn.dnn.describe(dg))
 		}
 	}
+}
+
+// TestGPUBackendConformanceNoCuDNN runs the conformance suite with the
+// convolutions on im2col + cuBLAS, the fallback where cuDNN is missing.
+func TestGPUBackendConformanceNoCuDNN(t *testing.T) {
+	tensortest.RunBackend(t, newGPUBackend(t, BackendOptions{NoCuDNN: true}))
 }
