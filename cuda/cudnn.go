@@ -520,16 +520,23 @@ func (n *DNN) maxWorkspace(dir convDirection, p convDescs, limit int) int {
 
 // pickAlgo returns the first usable result of a search (cuDNN sorts them
 // fastest first): it ran, it is deterministic when that is asked for, and
-// its math type is allowed (FMA only, unless TF32 is on).
+// its math type is allowed. Without TF32 a tensor-op result is not, and
+// the algorithm runs with CUDNN_FMA_MATH on its descriptor whatever its
+// result says (a search on an FMA descriptor may label FMA kernels
+// CUDNN_DEFAULT_MATH, which on its own would permit TF32).
 func (n *DNN) pickAlgo(perf []cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
 	for _, r := range perf {
 		if r.Status != 0 || (deterministic && r.Determinism != cudnnDeterministic) || int(r.Memory) > wsLimit {
 			continue
 		}
-		if !n.tf32 && r.MathType != cudnnFMAMath {
-			continue
+		math := int(r.MathType)
+		if !n.tf32 {
+			if math == cudnnTensorOpMath || math == cudnnTensorOpAllowConversion {
+				continue
+			}
+			math = cudnnFMAMath
 		}
-		return convAlgo{algo: int(r.Algo), workspace: int(r.Memory), mathType: int(r.MathType), ms: r.Time, measured: measured}, true
+		return convAlgo{algo: int(r.Algo), workspace: int(r.Memory), mathType: math, ms: r.Time, measured: measured}, true
 	}
 	return convAlgo{}, false
 }
@@ -552,6 +559,16 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 	if !ok {
 		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
 	}
+	// A heuristic result's size is an estimate: ask for the workspace
+	// with the math type it will run with.
+	if err := n.setMath(p.conv[dir], a.mathType); err != nil {
+		return convAlgo{}, err
+	}
+	ws, err := n.workspaceSize(dir, p, a.algo)
+	if err != nil {
+		return convAlgo{}, err
+	}
+	a.workspace = ws
 	return a, nil
 }
 

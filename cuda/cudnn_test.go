@@ -298,6 +298,16 @@ func TestCuDNNDescriptorArguments(t *testing.T) {
 func TestCuDNNPickAlgo(t *testing.T) {
 	f := newFakeDNN(t, nil)
 	res := f.perf["fwdFind"]
+	// A default-math result counts without TF32, and runs as FMA.
+	dflt := append([]cudnnAlgoPerf{{Algo: 5, Time: 0.05, Memory: fakeWorkspace(5), Determinism: 1, MathType: cudnnDefaultMath}}, res...)
+	n := &DNN{}
+	if a, ok := n.pickAlgo(dflt, true, 1<<20, true); !ok || a.algo != 5 || a.mathType != cudnnFMAMath {
+		t.Errorf("a CUDNN_DEFAULT_MATH result without TF32: picked %+v (%v), want algo 5 with FMA math", a, ok)
+	}
+	n.tf32 = true
+	if a, _ := n.pickAlgo(res, true, 1<<20, true); a.mathType != cudnnTensorOpAllowConversion {
+		t.Errorf("with TF32: math type %d, want the result's %d", a.mathType, cudnnTensorOpAllowConversion)
+	}
 	for _, c := range []struct {
 		tf32, deterministic bool
 		limit               int
