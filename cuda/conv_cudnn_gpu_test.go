@@ -129,7 +129,8 @@ func TestGPUConvCuDNNMatchesIm2col(t *testing.T) {
 			got := runConv(t, dnn, g, x, w, bias, dy, dw0, db0, mask)
 			want := runConv(t, plain, g, x, w, bias, dy, dw0, db0, mask)
 			// Both in FP32 with different summation orders: a normwise
-			// relative error of a few 1e-6 is expected (sums of up to
+			// relative error of about 1e-6 is expected (Winograd and FFT
+			// algorithms a few times more) (sums of up to
 			// C·R·S = 4608 terms for y and dx, N·P = 401,408 for dw);
 			// TF32 would give about 3e-4, a wrong index O(1).
 			for _, c := range []struct {
@@ -137,7 +138,7 @@ func TestGPUConvCuDNNMatchesIm2col(t *testing.T) {
 				got, want []float32
 				tol       float64
 			}{
-				{"y", got.y, want.y, 2e-5}, {"dx", got.dx, want.dx, 2e-5},
+				{"y", got.y, want.y, 5e-5}, {"dx", got.dx, want.dx, 5e-5},
 				{"dw", got.dw, want.dw, 1e-4}, {"db", got.db, want.db, 1e-5},
 			} {
 				e := normRelErr(c.got, c.want)
