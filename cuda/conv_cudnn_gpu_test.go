@@ -128,11 +128,11 @@ func TestGPUConvCuDNNMatchesIm2col(t *testing.T) {
 			}
 			got := runConv(t, dnn, g, x, w, bias, dy, dw0, db0, mask)
 			want := runConv(t, plain, g, x, w, bias, dy, dw0, db0, mask)
-			// Both in FP32 with different summation orders: a normwise
-			// relative error of about 1e-6 is expected (Winograd and FFT
-			// algorithms a few times more) (sums of up to
-			// C·R·S = 4608 terms for y and dx, N·P = 401,408 for dw);
-			// TF32 would give about 3e-4, a wrong index O(1).
+			// Both in FP32 with different summation orders (sums of up
+			// to C·R·S = 4608 terms for y and dx, N·P = 401,408 for
+			// dw): a normwise relative error of about 1e-6 is expected,
+			// a few times more for Winograd and FFT algorithms; TF32
+			// would give about 2e-4, a wrong index O(1).
 			for _, c := range []struct {
 				what      string
 				got, want []float32
