@@ -208,11 +208,11 @@ func newDNN(d *Device, syms *cudnnSyms, fake dnnCaller, s Stream, tf32 bool) (*D
 	n := &DNN{d: d, syms: syms, fake: fake, tf32: tf32, scal: new([2]float32)}
 	n.version = int(dnnInvoke(fake, syms.getVersion))
 	if n.version/10000 != 9 {
-		return nil, fmt.Errorf("cuda: cuDNN version %d is not 9.x (this binding is for cuDNN 9's legacy convolution API)", n.version)
+		return nil, fmt.Errorf("cuda: cuDNN %s is not 9.x (this binding is for cuDNN 9's legacy convolution API; install cuDNN 9)", versionString(n.version))
 	}
 	if syms.cnnVersionCheck != 0 {
 		if err := n.check("cudnnCnnVersionCheck", dnnInvoke(fake, syms.cnnVersionCheck)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cuda: cuDNN %s is not usable for convolutions: %w", versionString(n.version), err)
 		}
 	}
 	var h uintptr
@@ -238,7 +238,12 @@ func newDNN(d *Device, syms *cudnnSyms, fake dnnCaller, s Stream, tf32 bool) (*D
 	return n, nil
 }
 
+// versionString formats cudnnGetVersion's number: major·10000 + minor·100
+// + patch since cuDNN 9, major·1000 + minor·100 + patch before.
 func versionString(v int) string {
+	if v < 10000 {
+		return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100)
+	}
 	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100)
 }
 

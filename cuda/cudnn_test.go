@@ -213,7 +213,7 @@ func TestCuDNNOptionsFromEnv(t *testing.T) {
 func TestCuDNNNewDNNFailures(t *testing.T) {
 	f := newFakeDNN(t, nil)
 	f.version = 8907
-	if _, err := newDNN(nil, f.syms, f, 0, false); err == nil || !strings.Contains(err.Error(), "not 9.x") {
+	if _, err := newDNN(nil, f.syms, f, 0, false); err == nil || !strings.Contains(err.Error(), "cuDNN 8.9.7 is not 9.x") {
 		t.Errorf("cuDNN 8.9.7: err %v, want a version error", err)
 	}
 
@@ -233,6 +233,12 @@ func TestCuDNNNewDNNFailures(t *testing.T) {
 	destroyed := f.count("destroyTensor") + f.count("destroyFilter") + f.count("destroyConv")
 	if created == 0 || created != destroyed {
 		t.Errorf("%d descriptors created, %d destroyed", created, destroyed)
+	}
+
+	f = newFakeDNN(t, nil)
+	f.fail["cnnVersionCheck"] = 1002
+	if _, err := newDNN(nil, f.syms, f, 0, false); err == nil || !strings.Contains(err.Error(), "cudnnCnnVersionCheck: CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH") {
+		t.Errorf("sub-library of another version: err %v", err)
 	}
 
 	f = newFakeDNN(t, nil)
