@@ -174,17 +174,27 @@ func TestCuDNNLibraryMissing(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	// A backend without it: CuDNN says why, and convolutions take im2col.
+}
+
+// TestCuDNNAbsentRecorder: a backend without cuDNN says why, and its
+// convolutions take the im2col path.
+func TestCuDNNAbsentRecorder(t *testing.T) {
 	b, rec := newRecordingBackend(t)
-	b.dnnErr = err
-	if _, got := b.CuDNN(); got != err {
-		t.Errorf("CuDNN() = %v, want the loader's error", got)
+	b.opt.NoCuDNN = true
+	b.openCuDNN()
+	if _, got := b.CuDNN(); got != errCuDNNOff {
+		t.Errorf("CuDNN() = %v, want the reason it is not used", got)
 	}
-	g := tensor.ConvGeom{N: 2, C: 64, H: 14, W: 14, K: 64, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
-	y, x, w := recBuf(t, b, 2*64*14*14), recBuf(t, b, 2*64*14*14), recBuf(t, b, g.WeightLen())
+	g := resnetGeom(false)
+	xLen, yLen := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW()
+	y, x, w := recBuf(t, b, yLen), recBuf(t, b, xLen), recBuf(t, b, g.WeightLen())
 	b.Conv2d(y, x, w, tensor.Buffer{}, g)
-	if rec.gemms == 0 || rec.launches["ember_im2col"] != 1 {
-		t.Errorf("without cuDNN: %d GEMMs, %d im2col launches; want the im2col path", rec.gemms, rec.launches["ember_im2col"])
+	if rec.gemms != 1 || rec.launches["ember_im2col"] != 1 {
+		t.Errorf("forward without cuDNN: %d GEMMs, %d im2col; want 1, 1", rec.gemms, rec.launches["ember_im2col"])
+	}
+	b.Conv2dBackward(recBuf(t, b, xLen), recBuf(t, b, g.WeightLen()), tensor.Buffer{}, recBuf(t, b, yLen), x, w, tensor.Buffer{}, g)
+	if rec.gemms != 3 || rec.launches["ember_col2im"] != 1 {
+		t.Errorf("backward without cuDNN: %d GEMMs in all, %d col2im; want 3, 1", rec.gemms, rec.launches["ember_col2im"])
 	}
 }
 
