@@ -120,8 +120,9 @@ func (b *Backend) descGeom(c convShape) (g convDescGeom, ok bool) {
 		dilH: dh, dilW: dw, groups: c.groups, oh: c.oh, ow: c.ow}, true
 }
 
-// plan returns g's plan, creating its descriptors on first use; nil when
-// cuDNN rejects them (then im2col runs). s.mu is held.
+// plan returns g's plan, creating its descriptors on first use. When
+// cuDNN rejects them every direction of the plan is marked failed, so that
+// g takes im2col from then on. s.mu is held.
 func (s *dnnConvs) plan(g convDescGeom) *convPlan {
 	if p, ok := s.plans[g]; ok {
 		return p

@@ -553,6 +553,11 @@ var errNoAlgo = errors.New("no deterministic algorithm of the allowed math type 
 // while a graph is captured) for an algorithm of dir on p.
 func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, wsLimit int) (convAlgo, error) {
 	_, get, _, _, names := n.dirSyms(dir)
+	// Search with the descriptor's own math type, whatever an earlier
+	// run left on it.
+	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+		return convAlgo{}, err
+	}
 	d1, d2, d3 := p.descOrder(dir)
 	var perf [cudnnMaxAlgoCount]cudnnAlgoPerf
 	var got int32
@@ -583,6 +588,11 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 // workspace [ws, ws+wsBytes).
 func (n *DNN) findAlgo(dir convDirection, p convDescs, p1, p2, p3, ws uintptr, wsBytes int, deterministic bool) (convAlgo, error) {
 	_, _, find, _, names := n.dirSyms(dir)
+	// Search with the descriptor's own math type, whatever an earlier
+	// run left on it.
+	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+		return convAlgo{}, err
+	}
 	d1, d2, d3 := p.descOrder(dir)
 	var perf [cudnnMaxAlgoCount]cudnnAlgoPerf
 	var got int32
