@@ -7,6 +7,7 @@ package cuda
 //     the caching allocator), copies, and the elementwise, reduction, loss and
 //     optimiser operations;
 //   - conv.go: Conv2d, Conv2dBackward, MaxPool2d and its backward;
+//   - conv_cudnn.go, cudnn.go: convolutions through cuDNN, when present;
 //   - kernels.go: the embedded CUDA sources (kernels/*.cu) and the table of
 //     kernel names;
 //   - kernels/*.cu: the kernels, each file with a note on what it holds.
@@ -75,6 +76,9 @@ type BackendOptions struct {
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
+	// NoCuDNN runs convolutions through im2col + cuBLAS even where cuDNN
+	// is installed (conv_cudnn.go).
+	NoCuDNN bool
 	// NoSideStream keeps every operation on one stream: a captured step
 	// then has no parallel branches (side.go).
 	NoSideStream bool
@@ -90,7 +94,7 @@ type BackendOptions struct {
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
-// sets: EMBER_CONV_RT=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
+// sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
 // feature off, and EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
 // "cublas". The library itself reads no variable: commands and tests call
@@ -98,6 +102,7 @@ type BackendOptions struct {
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
+	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
@@ -145,6 +150,9 @@ type Backend struct {
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
+	dnn           *dnnConvs // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
+	dnnErr        error     // why dnn is nil
+	capturing     atomic.Bool
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
@@ -183,6 +191,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.blas.SetTF32(opt.TF32); err != nil {
 		return nil, err
 	}
+	b.openCuDNN()
 	if !opt.NoSideStream {
 		if err = b.openSideLane(); err != nil {
 			return nil, err
@@ -244,6 +253,7 @@ func (b *Backend) Close() error {
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
+	errs = append(errs, b.dnn.close())
 	errs = append(errs, b.closeSideLane()...)
 	for _, blk := range []Block{b.blasWorkspace, b.tileCounters} {
 		if blk.owner() != 0 {

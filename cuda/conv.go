@@ -33,6 +33,10 @@ package cuda
 // dilation, one group, no pooling padding): see the guards in
 // convBackwardRT and convPoolShapeOf.
 //
+// Where cuDNN is installed, Conv2d and Conv2dBackward hand every geometry
+// but LeNet's (which the register-tiled kernels take) to it instead:
+// conv_cudnn.go; this path remains the fallback.
+//
 // Launches: forward 3 (im2col, GEMM, swap01); backward 6 or 7 with dx
 // (bias_grad_rows, [bias_grad_finish,] im2col, 2 GEMMs, col2im), 4 or 5
 // without; without db, swap01 replaces bias_grad_rows.
@@ -166,6 +170,9 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 		}
 		return
 	}
+	if b.conv2dCuDNN(op, py, px, pw, pbias, c) {
+		return
+	}
 	col := b.workspace(op, 4*c.colLen)
 	defer b.release(col)
 	yt := b.workspace(op, 4*c.yLen)
@@ -220,6 +227,9 @@ func (b *Backend) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor
 	if !wantDX && !wantDW {
 		// Only the bias: reduce dy [N, K, P] over N and P directly.
 		b.biasGrad(op, pdb, pdy, 0, pmask, g.N, g.K, c.p, true)
+		return
+	}
+	if b.conv2dBackwardCuDNN(op, pdx, pdw, pdb, pdy, px, pw, pmask, c) {
 		return
 	}
 	dyt := b.workspace(op, 4*c.yLen)

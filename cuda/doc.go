@@ -1,5 +1,6 @@
 // Package cuda is ember's interface to NVIDIA GPUs: the CUDA driver API,
-// the NVRTC runtime compiler and cuBLAS, called without cgo.
+// the NVRTC runtime compiler, cuBLAS and (optionally) cuDNN, called
+// without cgo.
 //
 // The package builds with CGO_ENABLED=0 on any machine. The NVIDIA
 // libraries are opened at run time with purego (github.com/ebitengine/purego)
@@ -107,6 +108,15 @@
 // beta*C, C is m x n with leading dimension ldc >= n) and map them onto
 // column-major cuBLAS by swapping the operands; SetTF32 enables TF32 tensor
 // core math (off by default: full FP32).
+//
+// # cuDNN
+//
+// Where libcudnn.so.9 is installed the Backend's convolutions (all but
+// LeNet's, which have register-tiled kernels) run through cuDNN's legacy
+// convolution API (cudnn.go, conv_cudnn.go): algorithms searched once per
+// geometry and kept, deterministic ones only, full FP32 unless TF32 is on.
+// Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0), they run as
+// im2col + cuBLAS; Backend.CuDNN says which and why.
 //
 // # Testing
 //

@@ -57,6 +57,8 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 				}
 			}
 		}()
+		b.capturing.Store(true) // no cuDNN algorithm searches (conv_cudnn.go)
+		defer b.capturing.Store(false)
 		if b.side != nil {
 			b.side.capturing.Store(true)
 			defer b.side.capturing.Store(false)

@@ -1,0 +1,622 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// cuDNN bindings (libcudnn.so.9): the legacy convolution API, which cuDNN 9
+// keeps in libcudnn_cnn.so.9 and exports through the libcudnn.so.9 shim.
+// Only what the convolution path needs (conv_cudnn.go) is bound: the handle,
+// 4-D NCHW float32 tensor and filter descriptors, 2-D convolution
+// descriptors with groups, dilation and a math type, the three convolution
+// functions with their workspace sizes, and the Get_v7 (heuristic) and
+// FindEx (measured) algorithm searches.
+//
+// The shim loads its sub-libraries on first use, so a missing
+// libcudnn_cnn.so.9 shows only when a convolution function is called:
+// NewDNN makes one such call (a workspace query on a tiny convolution) so
+// that cuDNN is known usable, or not and why, before any tensor work.
+
+var cudnnLib = &sharedLib{
+	what:    "cuDNN",
+	names:   []string{"libcudnn.so.9"},
+	display: "libcudnn.so.9",
+	install: "cuDNN 9, e.g. the libcudnn9-cuda-12 package",
+	dirs:    extraLibDirs,
+}
+
+// cudnnSyms are the C functions of cuDNN. The loaded library's table is
+// cudnnReal; tests build tables of their own (see dnnCaller).
+type cudnnSyms struct {
+	create, destroy, setStream uintptr // cudnnCreate(cudnnHandle_t*), cudnnDestroy(h), cudnnSetStream(h, cudaStream_t)
+	getVersion                 uintptr // size_t cudnnGetVersion(void)
+	getErrorString             uintptr // const char *cudnnGetErrorString(cudnnStatus_t)
+	cnnVersionCheck            uintptr // cudnnStatus_t cudnnCnnVersionCheck(void); optional
+
+	createTensor, setTensor4d, destroyTensor uintptr // cudnnSetTensor4dDescriptor(desc, format, dataType, n, c, h, w)
+	createFilter, setFilter4d, destroyFilter uintptr // cudnnSetFilter4dDescriptor(desc, dataType, format, k, c, h, w)
+	createConv, setConv2d, destroyConv       uintptr // cudnnSetConvolution2dDescriptor(desc, padH, padW, u, v, dilH, dilW, mode, computeType)
+	setConvGroups, setConvMath               uintptr // cudnnSetConvolutionGroupCount(desc, n), cudnnSetConvolutionMathType(desc, mathType)
+
+	// Per direction: GetWorkspaceSize(h, d1, d2, conv, d3, algo, size_t*),
+	// Get_v7(h, d1, d2, conv, d3, requested, int *returned, perf*),
+	// FindEx(h, d1, p1, d2, p2, conv, d3, p3, requested, int *returned, perf*, ws, wsBytes)
+	// and the call itself (h, const float *alpha, d1, p1, d2, p2, conv,
+	// algo, ws, wsBytes, const float *beta, d3, p3), where (d1, d2, d3) is
+	// (x, w, y) forward, (w, dy, dx) for the data gradient and (x, dy, dw)
+	// for the filter gradient.
+	fwdWorkspace, fwdGet, fwdFind, fwd             uintptr
+	bwdDataWorkspace, bwdDataGet, bwdDataFind, bwd uintptr
+	bwdFilterWorkspace, bwdFilterGet, bwdFilterFind,
+	bwdFilter uintptr
+}
+
+var (
+	cudnnReal cudnnSyms
+	cudnnOnce sync.Once
+	cudnnErr  error
+)
+
+func loadCudnn() error {
+	cudnnOnce.Do(func() {
+		h, err := cudnnLib.open()
+		if err != nil {
+			cudnnErr = err
+			return
+		}
+		c := &cudnnReal
+		cudnnErr = cudnnLib.resolve(h, []libSymbol{
+			reqSym(&c.create, "cudnnCreate"),
+			reqSym(&c.destroy, "cudnnDestroy"),
+			reqSym(&c.setStream, "cudnnSetStream"),
+			reqSym(&c.getVersion, "cudnnGetVersion"),
+			reqSym(&c.getErrorString, "cudnnGetErrorString"),
+			optSym(&c.cnnVersionCheck, "cudnnCnnVersionCheck"),
+			reqSym(&c.createTensor, "cudnnCreateTensorDescriptor"),
+			reqSym(&c.setTensor4d, "cudnnSetTensor4dDescriptor"),
+			reqSym(&c.destroyTensor, "cudnnDestroyTensorDescriptor"),
+			reqSym(&c.createFilter, "cudnnCreateFilterDescriptor"),
+			reqSym(&c.setFilter4d, "cudnnSetFilter4dDescriptor"),
+			reqSym(&c.destroyFilter, "cudnnDestroyFilterDescriptor"),
+			reqSym(&c.createConv, "cudnnCreateConvolutionDescriptor"),
+			reqSym(&c.setConv2d, "cudnnSetConvolution2dDescriptor"),
+			reqSym(&c.destroyConv, "cudnnDestroyConvolutionDescriptor"),
+			reqSym(&c.setConvGroups, "cudnnSetConvolutionGroupCount"),
+			reqSym(&c.setConvMath, "cudnnSetConvolutionMathType"),
+			reqSym(&c.fwdWorkspace, "cudnnGetConvolutionForwardWorkspaceSize"),
+			reqSym(&c.fwdGet, "cudnnGetConvolutionForwardAlgorithm_v7"),
+			reqSym(&c.fwdFind, "cudnnFindConvolutionForwardAlgorithmEx"),
+			reqSym(&c.fwd, "cudnnConvolutionForward"),
+			reqSym(&c.bwdDataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize"),
+			reqSym(&c.bwdDataGet, "cudnnGetConvolutionBackwardDataAlgorithm_v7"),
+			reqSym(&c.bwdDataFind, "cudnnFindConvolutionBackwardDataAlgorithmEx"),
+			reqSym(&c.bwd, "cudnnConvolutionBackwardData"),
+			reqSym(&c.bwdFilterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize"),
+			reqSym(&c.bwdFilterGet, "cudnnGetConvolutionBackwardFilterAlgorithm_v7"),
+			reqSym(&c.bwdFilterFind, "cudnnFindConvolutionBackwardFilterAlgorithmEx"),
+			reqSym(&c.bwdFilter, "cudnnConvolutionBackwardFilter"),
+		})
+	})
+	return cudnnErr
+}
+
+// cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9).
+const (
+	cudnnTensorNCHW       = 0 // CUDNN_TENSOR_NCHW
+	cudnnDataFloat        = 0 // CUDNN_DATA_FLOAT
+	cudnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION: no kernel flip, as tensor.Conv2d
+
+	cudnnDefaultMath              = 0 // CUDNN_DEFAULT_MATH: lets cuDNN use TF32 on Ampere and later
+	cudnnTensorOpMath             = 1 // CUDNN_TENSOR_OP_MATH
+	cudnnTensorOpAllowConversion  = 2 // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+	cudnnFMAMath                  = 3 // CUDNN_FMA_MATH: FMA kernels only, full FP32
+	cudnnDeterministic            = 1 // CUDNN_DETERMINISTIC (cudnnDeterminism_t)
+	cudnnStatusNotSupported       = 3000
+	cudnnFwdAlgoCount             = 8 // CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+	cudnnBwdDataAlgoCount         = 6 // CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+	cudnnBwdFilterAlgoCount       = 7 // CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT
+	cudnnMaxAlgoCount             = cudnnFwdAlgoCount
+	cudnnStatusSublibraryNotFound = 1008 // CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED
+)
+
+// cudnnStatusNames are the names of the cudnnStatus_t values cuDNN 9
+// returns most (its codes are grouped by thousands: 1xxx initialisation,
+// 2xxx bad parameters, 3xxx not supported, 4xxx internal, 5xxx execution).
+var cudnnStatusNames = map[int]string{
+	0:    "CUDNN_STATUS_SUCCESS",
+	1001: "CUDNN_STATUS_NOT_INITIALIZED",
+	1002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+	1005: "CUDNN_STATUS_LICENSE_ERROR",
+	1008: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+	2000: "CUDNN_STATUS_BAD_PARAM",
+	2002: "CUDNN_STATUS_BAD_PARAM_NULL_POINTER",
+	3000: "CUDNN_STATUS_NOT_SUPPORTED",
+	4000: "CUDNN_STATUS_INTERNAL_ERROR",
+	4001: "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED",
+	4003: "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+	4004: "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+	5000: "CUDNN_STATUS_EXECUTION_FAILED",
+}
+
+// cudnnStatusName names a cudnnStatus_t: cuDNN's own cudnnGetErrorString
+// when syms has it, else the table.
+func cudnnStatusName(syms *cudnnSyms, code int) string {
+	if syms != nil && syms.getErrorString != 0 && syms == &cudnnReal {
+		if s := goString(cCall(syms.getErrorString, uintptr(code))); s != "" {
+			return s
+		}
+	}
+	if n, ok := cudnnStatusNames[code]; ok {
+		return n
+	}
+	return fmt.Sprintf("CUDNN_STATUS_%d", code)
+}
+
+// dnnCaller stands in for cuDNN in tests without a GPU: it receives every
+// call the binding makes, with the function's address in the table the
+// DNN was made with, and returns its status.
+type dnnCaller interface {
+	call(fn uintptr, args []uintptr) uintptr
+}
+
+// dnnInvoke calls the C function fn, or hands the call to fake when it is
+// not nil. As with cCall, pointers to Go memory converted to uintptr in the
+// call expression stay alive and in place for the call.
+//
+//go:uintptrescapes
+func dnnInvoke(fake dnnCaller, fn uintptr, args ...uintptr) uintptr {
+	if fake != nil {
+		return fake.call(fn, args)
+	}
+	return cCall(fn, args...)
+}
+
+// DNN is a cuDNN handle on one device, bound to one stream. Its methods
+// are not safe for concurrent use; the Backend serializes them.
+type DNN struct {
+	d       *Device // nil with a fake
+	syms    *cudnnSyms
+	fake    dnnCaller
+	h       uintptr
+	version int
+	tf32    bool
+	scal    *[2]float32 // alpha, beta: stable heap storage for the by-pointer scalars
+}
+
+// NewDNN opens cuDNN (libcudnn.so.9) and creates a handle on d bound to
+// stream s. tf32 lets convolutions round their inputs to TF32 on tensor
+// cores (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION); without it they run in
+// full FP32 (CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH would allow TF32 on Ampere
+// and later). It fails with a *LibraryError when cuDNN is missing or too
+// old, and with an *Error when the handle or a probe convolution fails
+// (the cuDNN sub-library for convolutions missing, say).
+func (d *Device) NewDNN(s Stream, tf32 bool) (*DNN, error) {
+	if err := loadCudnn(); err != nil {
+		return nil, err
+	}
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	return newDNN(d, &cudnnReal, nil, s, tf32)
+}
+
+func newDNN(d *Device, syms *cudnnSyms, fake dnnCaller, s Stream, tf32 bool) (*DNN, error) {
+	n := &DNN{d: d, syms: syms, fake: fake, tf32: tf32, scal: new([2]float32)}
+	n.version = int(dnnInvoke(fake, syms.getVersion))
+	if n.version/10000 != 9 {
+		return nil, fmt.Errorf("cuda: cuDNN %s is not 9.x (this binding is for cuDNN 9's legacy convolution API; install cuDNN 9)", versionString(n.version))
+	}
+	if syms.cnnVersionCheck != 0 {
+		if err := n.check("cudnnCnnVersionCheck", dnnInvoke(fake, syms.cnnVersionCheck)); err != nil {
+			return nil, fmt.Errorf("cuda: cuDNN %s is not usable for convolutions: %w", versionString(n.version), err)
+		}
+	}
+	var h uintptr
+	if err := n.check("cudnnCreate", dnnInvoke(fake, syms.create, uintptr(unsafe.Pointer(&h)))); err != nil {
+		return nil, err
+	}
+	n.h = h
+	if err := n.check("cudnnSetStream", dnnInvoke(fake, syms.setStream, h, uintptr(s))); err != nil {
+		n.destroy()
+		return nil, err
+	}
+	// Probe: a 1x1x3x3 input, one 3x3 filter. Its workspace query is the
+	// first call into libcudnn_cnn, which the shim loads then.
+	p, err := n.newConvDescs(convDescGeom{n: 1, c: 1, h: 3, w: 3, k: 1, r: 3, s: 3, strideH: 1, strideW: 1, dilH: 1, dilW: 1, groups: 1, oh: 1, ow: 1})
+	if err == nil {
+		_, err = n.workspaceSize(dirForward, p, 0)
+		n.destroyDescs(p)
+	}
+	if err != nil {
+		n.destroy()
+		return nil, fmt.Errorf("cuda: cuDNN %s is not usable for convolutions: %w", versionString(n.version), err)
+	}
+	return n, nil
+}
+
+// versionString formats cudnnGetVersion's number: major·10000 + minor·100
+// + patch since cuDNN 9, major·1000 + minor·100 + patch before.
+func versionString(v int) string {
+	if v < 10000 {
+		return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100)
+}
+
+// Version is cuDNN's version, e.g. 91400 for 9.14.0.
+func (n *DNN) Version() int { return n.version }
+
+// TF32 reports whether convolutions may round inputs to TF32.
+func (n *DNN) TF32() bool { return n.tf32 }
+
+// SetStream binds the handle to stream s (cudnnSetStream).
+func (n *DNN) SetStream(s Stream) error {
+	return n.do("cudnnSetStream", func() uintptr { return dnnInvoke(n.fake, n.syms.setStream, n.h, uintptr(s)) })
+}
+
+// Close destroys the handle (cudnnDestroy). Idempotent.
+func (n *DNN) Close() error {
+	if n == nil || n.h == 0 {
+		return nil
+	}
+	err := n.do("cudnnDestroy", func() uintptr { return dnnInvoke(n.fake, n.syms.destroy, n.h) })
+	n.h = 0
+	return err
+}
+
+func (n *DNN) destroy() {
+	dnnInvoke(n.fake, n.syms.destroy, n.h)
+	n.h = 0
+}
+
+// with runs fn with the device's context current (a fake has no device).
+func (n *DNN) with(fn func() error) error {
+	if n.d != nil {
+		if err := n.d.enter(); err != nil {
+			return err
+		}
+		defer n.d.leave()
+	}
+	return fn()
+}
+
+// do runs one call with the device's context current.
+func (n *DNN) do(name string, fn func() uintptr) error {
+	if n.h == 0 {
+		return errors.New("cuda: cuDNN handle is closed")
+	}
+	return n.with(func() error { return n.check(name, fn()) })
+}
+
+func (n *DNN) check(name string, r uintptr) error {
+	code := int(int32(uint32(r)))
+	if code == 0 {
+		return nil
+	}
+	return &Error{Call: name, Code: code, Name: cudnnStatusName(n.syms, code)}
+}
+
+// ---- descriptors ----
+
+// convDescGeom is a convolution as cuDNN's descriptors take it: int
+// dimensions, groups and dilation at least 1.
+type convDescGeom struct {
+	n, c, h, w       int
+	k, r, s          int
+	strideH, strideW int
+	padH, padW       int
+	dilH, dilW       int
+	groups           int
+	oh, ow           int
+}
+
+// convDescs are the descriptors of one convolution geometry: one
+// convolution descriptor per direction, since each carries the math type
+// of the algorithm chosen for it.
+type convDescs struct {
+	x, y, w uintptr
+	conv    [dirCount]uintptr
+}
+
+// convDirection is one of the three convolution functions.
+type convDirection int
+
+const (
+	dirForward convDirection = iota
+	dirBackwardData
+	dirBackwardFilter
+	dirCount
+)
+
+func (d convDirection) String() string {
+	return [...]string{"forward", "backward data", "backward filter"}[d]
+}
+
+// tensor4dArgs are cudnnSetTensor4dDescriptor's arguments after the
+// descriptor: NCHW, float32, then the sizes.
+func tensor4dArgs(n, c, h, w int) []uintptr {
+	return []uintptr{cudnnTensorNCHW, cudnnDataFloat, uintptr(n), uintptr(c), uintptr(h), uintptr(w)}
+}
+
+// filter4dArgs are cudnnSetFilter4dDescriptor's: the data type comes
+// before the format here. A grouped filter is [K, C/G, R, S].
+func filter4dArgs(g convDescGeom) []uintptr {
+	return []uintptr{cudnnDataFloat, cudnnTensorNCHW, uintptr(g.k), uintptr(g.c / g.groups), uintptr(g.r), uintptr(g.s)}
+}
+
+// conv2dArgs are cudnnSetConvolution2dDescriptor's: padding, strides,
+// dilation, cross-correlation (no flip, as tensor.Conv2d), float32
+// accumulation.
+func conv2dArgs(g convDescGeom) []uintptr {
+	return []uintptr{uintptr(g.padH), uintptr(g.padW), uintptr(g.strideH), uintptr(g.strideW),
+		uintptr(g.dilH), uintptr(g.dilW), cudnnCrossCorrelation, cudnnDataFloat}
+}
+
+// mathType is the math type convolutions are described with: FMA only
+// (full FP32) unless TF32 is allowed.
+func (n *DNN) mathType() int {
+	if n.tf32 {
+		return cudnnTensorOpAllowConversion
+	}
+	return cudnnFMAMath
+}
+
+// newConvDescs creates and sets the descriptors of g.
+func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
+	s, f := n.syms, n.fake
+	defer func() {
+		if err != nil {
+			n.destroyDescs(p)
+			p = convDescs{}
+		}
+	}()
+	create := func(name string, fn uintptr, dst *uintptr) error {
+		return n.check(name, dnnInvoke(f, fn, uintptr(unsafe.Pointer(dst))))
+	}
+	if err = create("cudnnCreateTensorDescriptor", s.createTensor, &p.x); err != nil {
+		return
+	}
+	if err = create("cudnnCreateTensorDescriptor", s.createTensor, &p.y); err != nil {
+		return
+	}
+	if err = create("cudnnCreateFilterDescriptor", s.createFilter, &p.w); err != nil {
+		return
+	}
+	for i := range p.conv {
+		if err = create("cudnnCreateConvolutionDescriptor", s.createConv, &p.conv[i]); err != nil {
+			return
+		}
+	}
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.x}, tensor4dArgs(g.n, g.c, g.h, g.w)...)...)); err != nil {
+		return
+	}
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.y}, tensor4dArgs(g.n, g.k, g.oh, g.ow)...)...)); err != nil {
+		return
+	}
+	if err = n.check("cudnnSetFilter4dDescriptor", dnnInvoke(f, s.setFilter4d, append([]uintptr{p.w}, filter4dArgs(g)...)...)); err != nil {
+		return
+	}
+	for _, c := range p.conv {
+		if err = n.check("cudnnSetConvolution2dDescriptor", dnnInvoke(f, s.setConv2d, append([]uintptr{c}, conv2dArgs(g)...)...)); err != nil {
+			return
+		}
+		if err = n.check("cudnnSetConvolutionGroupCount", dnnInvoke(f, s.setConvGroups, c, uintptr(g.groups))); err != nil {
+			return
+		}
+		if err = n.setMath(c, n.mathType()); err != nil {
+			return
+		}
+	}
+	return p, nil
+}
+
+func (n *DNN) setMath(conv uintptr, math int) error {
+	return n.check("cudnnSetConvolutionMathType", dnnInvoke(n.fake, n.syms.setConvMath, conv, uintptr(math)))
+}
+
+// destroyDescs destroys the descriptors of p that were created.
+func (n *DNN) destroyDescs(p convDescs) {
+	s, f := n.syms, n.fake
+	for _, d := range []uintptr{p.x, p.y} {
+		if d != 0 {
+			dnnInvoke(f, s.destroyTensor, d)
+		}
+	}
+	if p.w != 0 {
+		dnnInvoke(f, s.destroyFilter, p.w)
+	}
+	for _, c := range p.conv {
+		if c != 0 {
+			dnnInvoke(f, s.destroyConv, c)
+		}
+	}
+}
+
+// descOrder is the (d1, d2, d3) descriptors of direction dir, in the order
+// its functions take them.
+func (p convDescs) descOrder(dir convDirection) (d1, d2, d3 uintptr) {
+	switch dir {
+	case dirForward:
+		return p.x, p.w, p.y
+	case dirBackwardData:
+		return p.w, p.y, p.x
+	default:
+		return p.x, p.y, p.w
+	}
+}
+
+// ---- algorithms ----
+
+// cudnnAlgoPerf is the layout of cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t
+// (all three are the same): algo, status, time in ms, workspace bytes,
+// determinism, math type, 3 reserved ints; 48 bytes on 64-bit Linux.
+type cudnnAlgoPerf struct {
+	Algo        int32
+	Status      int32
+	Time        float32
+	_           int32 // padding before the size_t
+	Memory      uint64
+	Determinism int32
+	MathType    int32
+	_           [3]int32
+	_           int32 // tail padding to 8-byte alignment
+}
+
+// convAlgo is an algorithm chosen for one direction of one geometry.
+type convAlgo struct {
+	algo      int
+	workspace int     // bytes
+	mathType  int     // the math type set on the direction's descriptor
+	ms        float32 // FindEx's time; 0 for a heuristic pick
+	measured  bool
+}
+
+func (a convAlgo) String() string {
+	how := "heuristic"
+	if a.measured {
+		how = fmt.Sprintf("%.3f ms", a.ms)
+	}
+	return fmt.Sprintf("algo %d, workspace %d B, math %d, %s", a.algo, a.workspace, a.mathType, how)
+}
+
+func algoCount(dir convDirection) int {
+	return [...]int{cudnnFwdAlgoCount, cudnnBwdDataAlgoCount, cudnnBwdFilterAlgoCount}[dir]
+}
+
+func (n *DNN) dirSyms(dir convDirection) (workspace, get, find, run uintptr, names [4]string) {
+	s := n.syms
+	switch dir {
+	case dirForward:
+		return s.fwdWorkspace, s.fwdGet, s.fwdFind, s.fwd, [4]string{"cudnnGetConvolutionForwardWorkspaceSize",
+			"cudnnGetConvolutionForwardAlgorithm_v7", "cudnnFindConvolutionForwardAlgorithmEx", "cudnnConvolutionForward"}
+	case dirBackwardData:
+		return s.bwdDataWorkspace, s.bwdDataGet, s.bwdDataFind, s.bwd, [4]string{"cudnnGetConvolutionBackwardDataWorkspaceSize",
+			"cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnFindConvolutionBackwardDataAlgorithmEx", "cudnnConvolutionBackwardData"}
+	default:
+		return s.bwdFilterWorkspace, s.bwdFilterGet, s.bwdFilterFind, s.bwdFilter, [4]string{"cudnnGetConvolutionBackwardFilterWorkspaceSize",
+			"cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnFindConvolutionBackwardFilterAlgorithmEx", "cudnnConvolutionBackwardFilter"}
+	}
+}
+
+// workspaceSize is the workspace algorithm algo of dir needs on p.
+func (n *DNN) workspaceSize(dir convDirection, p convDescs, algo int) (int, error) {
+	fn, _, _, _, names := n.dirSyms(dir)
+	d1, d2, d3 := p.descOrder(dir)
+	var size uint64
+	err := n.check(names[0], dnnInvoke(n.fake, fn, n.h, d1, d2, p.conv[dir], d3, uintptr(algo), uintptr(unsafe.Pointer(&size))))
+	return int(size), err
+}
+
+// maxWorkspace is the most workspace any algorithm of dir asks for on p,
+// capped at limit; algorithms that do not support p are left out.
+func (n *DNN) maxWorkspace(dir convDirection, p convDescs, limit int) int {
+	most := 0
+	for a := range algoCount(dir) {
+		if s, err := n.workspaceSize(dir, p, a); err == nil && s <= limit {
+			most = max(most, s)
+		}
+	}
+	return most
+}
+
+// pickAlgo returns the first usable result of a search (cuDNN sorts them
+// fastest first): it ran, it is deterministic when that is asked for, and
+// its math type is allowed. Without TF32 a tensor-op result is not, and
+// the algorithm runs with CUDNN_FMA_MATH on its descriptor whatever its
+// result says (a search on an FMA descriptor may label FMA kernels
+// CUDNN_DEFAULT_MATH, which on its own would permit TF32).
+func (n *DNN) pickAlgo(perf []cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
+	for _, r := range perf {
+		if r.Status != 0 || (deterministic && r.Determinism != cudnnDeterministic) || int(r.Memory) > wsLimit {
+			continue
+		}
+		math := int(r.MathType)
+		if !n.tf32 {
+			if math == cudnnTensorOpMath || math == cudnnTensorOpAllowConversion {
+				continue
+			}
+			math = cudnnFMAMath
+		}
+		return convAlgo{algo: int(r.Algo), workspace: int(r.Memory), mathType: math, ms: r.Time, measured: measured}, true
+	}
+	return convAlgo{}, false
+}
+
+// errNoAlgo: no algorithm of a search fits the constraints.
+var errNoAlgo = errors.New("no deterministic algorithm of the allowed math type fits")
+
+// heuristicAlgo asks cuDNN's heuristics (Get_v7, no device work: usable
+// while a graph is captured) for an algorithm of dir on p.
+func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, wsLimit int) (convAlgo, error) {
+	_, get, _, _, names := n.dirSyms(dir)
+	// Search with the descriptor's own math type, whatever an earlier
+	// run left on it.
+	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+		return convAlgo{}, err
+	}
+	d1, d2, d3 := p.descOrder(dir)
+	var perf [cudnnMaxAlgoCount]cudnnAlgoPerf
+	var got int32
+	if err := n.check(names[1], dnnInvoke(n.fake, get, n.h, d1, d2, p.conv[dir], d3, uintptr(algoCount(dir)),
+		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])))); err != nil {
+		return convAlgo{}, err
+	}
+	a, ok := n.pickAlgo(perf[:min(max(int(got), 0), len(perf))], deterministic, wsLimit, false)
+	if !ok {
+		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
+	}
+	// A heuristic result's size is an estimate: ask for the workspace
+	// with the math type it will run with.
+	if err := n.setMath(p.conv[dir], a.mathType); err != nil {
+		return convAlgo{}, err
+	}
+	ws, err := n.workspaceSize(dir, p, a.algo)
+	if err != nil {
+		return convAlgo{}, err
+	}
+	a.workspace = ws
+	return a, nil
+}
+
+// findAlgo times every algorithm of dir on p (FindEx, which runs them on
+// the stream and waits: not while a graph is captured) with the buffers
+// p1, p2, p3 (in the direction's order; p3 is overwritten) and the
+// workspace [ws, ws+wsBytes).
+func (n *DNN) findAlgo(dir convDirection, p convDescs, p1, p2, p3, ws uintptr, wsBytes int, deterministic bool) (convAlgo, error) {
+	_, _, find, _, names := n.dirSyms(dir)
+	// Search with the descriptor's own math type, whatever an earlier
+	// run left on it.
+	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+		return convAlgo{}, err
+	}
+	d1, d2, d3 := p.descOrder(dir)
+	var perf [cudnnMaxAlgoCount]cudnnAlgoPerf
+	var got int32
+	if err := n.check(names[2], dnnInvoke(n.fake, find, n.h, d1, p1, d2, p2, p.conv[dir], d3, p3, uintptr(algoCount(dir)),
+		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])), ws, uintptr(wsBytes))); err != nil {
+		return convAlgo{}, err
+	}
+	a, ok := n.pickAlgo(perf[:min(max(int(got), 0), len(perf))], deterministic, wsBytes, true)
+	if !ok {
+		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[2], errNoAlgo)
+	}
+	return a, nil
+}
+
+// run queues direction dir with algorithm a: p3 = alpha·op(p1, p2) +
+// beta·p3 (forward y from x, w; data gradient dx from w, dy; filter
+// gradient dw from x, dy), with the workspace [ws, ws+a.workspace).
+func (n *DNN) run(dir convDirection, p convDescs, a convAlgo, alpha float32, p1, p2 uintptr, beta float32, p3, ws uintptr) error {
+	if err := n.setMath(p.conv[dir], a.mathType); err != nil {
+		return err
+	}
+	_, _, _, fn, names := n.dirSyms(dir)
+	d1, d2, d3 := p.descOrder(dir)
+	n.scal[0], n.scal[1] = alpha, beta
+	return n.check(names[3], dnnInvoke(n.fake, fn, n.h, uintptr(unsafe.Pointer(&n.scal[0])), d1, p1, d2, p2, p.conv[dir],
+		uintptr(a.algo), ws, uintptr(a.workspace), uintptr(unsafe.Pointer(&n.scal[1])), d3, p3))
+}
