@@ -192,8 +192,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if b.mods, err = compileKernels(dev); err != nil {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
-	major, _ := dev.ComputeCapability()
-	if b.fns, err = lookupKernels(b.mods, major >= 9); err != nil {
+	if b.fns, err = lookupKernels(b.mods); err != nil {
 		return nil, err
 	}
 	if err = b.k.load(b.fns); err != nil {

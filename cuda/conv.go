@@ -24,6 +24,15 @@ package cuda
 // col precedes the GEMM that overwrites it). dx is skipped when its buffer is
 // empty (the first layer), dw and db when theirs are.
 //
+// Dilation only changes where im2col reads and col2im writes. With groups
+// the col is the same (all C·R·S rows); group gi's rows, weights [K/G,
+// C/G·R·S] and outputs are contiguous blocks, so each GEMM above becomes one
+// GEMM per group on those blocks (a loop of cuBLAS calls: a depthwise layer
+// of C channels costs C small GEMMs each way), the CPU's products. The
+// register-tiled and fused LeNet kernels take plain geometries only (no
+// dilation, one group, no pooling padding): see the guards in
+// convBackwardRT and convPoolShapeOf.
+//
 // Launches: forward 3 (im2col, GEMM, swap01); backward 6 or 7 with dx
 // (bias_grad_rows, [bias_grad_finish,] im2col, 2 GEMMs, col2im), 4 or 5
 // without; without db, swap01 replaces bias_grad_rows.
@@ -38,19 +47,25 @@ import (
 type convShape struct {
 	g             tensor.ConvGeom
 	oh, ow, p, np int
-	crs           int
+	crs           int // C·R·S: the rows of col
+	groups        int
+	kg, cgrs      int // per group: output channels, weight row length C/G·R·S
 	xLen, yLen    int
 	wLen, colLen  int
 	dims          [12]int32 // N, C, H, W, R, S, SH, SW, PH, PW, OH, OW
+	dil           [2]int32  // DH, DW
 }
 
 func convShapeOf(op string, g tensor.ConvGeom) convShape {
+	dh, dw := g.Dilation()
+	groups := g.GroupCount()
 	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.K < 0 || g.R < 1 || g.S < 1 ||
-		g.StrideH < 1 || g.StrideW < 1 || g.PadH < 0 || g.PadW < 0 {
+		g.StrideH < 1 || g.StrideW < 1 || g.PadH < 0 || g.PadW < 0 || g.DilationH < 0 || g.DilationW < 0 ||
+		g.Groups < 0 || g.C%groups != 0 || g.K%groups != 0 {
 		panic(fmt.Sprintf("cuda: %s: invalid geometry %+v", op, g))
 	}
-	c := convShape{g: g, oh: max(g.OutH(), 0), ow: max(g.OutW(), 0)}
-	if g.H+2*g.PadH < g.R || g.W+2*g.PadW < g.S {
+	c := convShape{g: g, oh: max(g.OutH(), 0), ow: max(g.OutW(), 0), groups: groups}
+	if g.H+2*g.PadH < dh*(g.R-1)+1 || g.W+2*g.PadW < dw*(g.S-1)+1 {
 		c.oh, c.ow = 0, 0
 	}
 	c.p = c.oh * c.ow
@@ -58,11 +73,13 @@ func convShapeOf(op string, g tensor.ConvGeom) convShape {
 	c.crs = g.C * g.R * g.S
 	c.xLen = g.N * g.C * g.H * g.W
 	c.yLen = g.N * g.K * c.p
-	c.wLen = g.K * c.crs
+	c.kg, c.cgrs = g.K/groups, g.C/groups*g.R*g.S
+	c.wLen = g.K * c.cgrs
 	c.colLen = c.crs * c.np
 	for i, v := range []int{g.N, g.C, g.H, g.W, g.R, g.S, g.StrideH, g.StrideW, g.PadH, g.PadW, c.oh, c.ow} {
 		c.dims[i] = i32arg(op, v)
 	}
+	c.dil = [2]int32{i32arg(op, dh), i32arg(op, dw)}
 	return c
 }
 
@@ -72,14 +89,14 @@ func (b *Backend) im2col(op string, col, x uintptr, c convShape) {
 	d := c.dims
 	grid := Dim3{X: min((c.np+blockSize-1)/blockSize, maxGrid), Y: min(c.g.C*c.g.R, maxGridY), Z: 1}
 	devCheck(op, b.x.launch(b.k.im2col, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
-		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], int64(c.np)}))
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], c.dil[0], c.dil[1], int64(c.np)}))
 }
 
 // col2im queues dx = the sum of col's patches (overwrite).
 func (b *Backend) col2im(op string, dx, col uintptr, c convShape) {
 	d := c.dims
 	b.launch(op, b.k.col2im, c.xLen, dx, col,
-		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], c.dil[0], c.dil[1],
 		int64(c.xLen), int64(c.colLen))
 }
 
@@ -107,6 +124,14 @@ func (b *Backend) swap01(op string, out, in, bias uintptr, A, B, P int, relu boo
 	}
 	grid, block := rowTiles(A*B, P)
 	devCheck(op, b.x.launch(b.k.swap01, grid, block, []any{out, in, bias, int64(A), int64(B), int64(P), flag(relu)}))
+}
+
+// groupGEMMs calls gemm once per channel group with the byte offsets of
+// the group's blocks of w [K, C/G·R·S], col [C·R·S, N·P] and yt [K, N·P].
+func groupGEMMs(c convShape, gemm func(wOff, colOff, yOff uintptr)) {
+	for gi := 0; gi < c.groups; gi++ {
+		gemm(uintptr(4*gi*c.kg*c.cgrs), uintptr(4*gi*c.cgrs*c.np), uintptr(4*gi*c.kg*c.np))
+	}
 }
 
 func (b *Backend) gemm(op string, transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, bm uintptr, ldb int, beta float32, c uintptr, ldc int) {
@@ -146,7 +171,9 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 	yt := b.workspace(op, 4*c.yLen)
 	defer b.release(yt)
 	b.im2col(op, col.Ptr(), px, c)
-	b.gemm(op, false, false, g.K, c.np, c.crs, 1, pw, c.crs, col.Ptr(), c.np, 0, yt.Ptr(), c.np)
+	groupGEMMs(c, func(wOff, colOff, yOff uintptr) {
+		b.gemm(op, false, false, c.kg, c.np, c.cgrs, 1, pw+wOff, c.cgrs, col.Ptr()+colOff, c.np, 0, yt.Ptr()+yOff, c.np)
+	})
 	b.swap01(op, py, yt.Ptr(), pbias, g.K, g.N, c.p, g.ReLU)
 }
 
@@ -227,12 +254,16 @@ func (b *Backend) convBackwardGEMMs(op string, pdx, pdw, px, pw, dyt uintptr, c 
 	defer b.release(col)
 	if pdw != 0 {
 		b.im2col(op, col.Ptr(), px, c)
-		// dw [K, CRS] += dyt [K, N·P] · colᵀ
-		b.gemm(op, false, true, c.g.K, c.crs, c.np, 1, dyt, c.np, col.Ptr(), c.np, 1, pdw, c.crs)
+		// dw [K, CRS] += dyt [K, N·P] · colᵀ, per group.
+		groupGEMMs(c, func(wOff, colOff, yOff uintptr) {
+			b.gemm(op, false, true, c.kg, c.cgrs, c.np, 1, dyt+yOff, c.np, col.Ptr()+colOff, c.np, 1, pdw+wOff, c.cgrs)
+		})
 	}
 	if pdx != 0 {
-		// dcol [CRS, N·P] = Wᵀ · dyt, into col's workspace.
-		b.gemm(op, true, false, c.crs, c.np, c.g.K, 1, pw, c.crs, dyt, c.np, 0, col.Ptr(), c.np)
+		// dcol [CRS, N·P] = Wᵀ · dyt, per group, into col's workspace.
+		groupGEMMs(c, func(wOff, colOff, yOff uintptr) {
+			b.gemm(op, true, false, c.cgrs, c.np, c.kg, 1, pw+wOff, c.cgrs, dyt+yOff, c.np, 0, col.Ptr()+colOff, c.np)
+		})
 		b.col2im(op, pdx, col.Ptr(), c)
 	}
 }
@@ -240,22 +271,25 @@ func (b *Backend) convBackwardGEMMs(op string, pdx, pdw, px, pw, dyt uintptr, c 
 // poolShape is a validated PoolGeom with its derived sizes.
 type poolShape struct {
 	xLen, yLen int
-	dims       [8]int32 // H, W, KH, KW, SH, SW, OH, OW
+	dims       [10]int32 // H, W, KH, KW, SH, SW, PH, PW, OH, OW
 }
 
 func poolShapeOf(op string, g tensor.PoolGeom) poolShape {
-	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.KH < 1 || g.KW < 1 || g.StrideH < 1 || g.StrideW < 1 {
+	// Padding of at most half the window (torch's rule) keeps an input
+	// element in every window, so that every argmax is a real position.
+	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.KH < 1 || g.KW < 1 || g.StrideH < 1 || g.StrideW < 1 ||
+		g.PadH < 0 || g.PadW < 0 || 2*g.PadH > g.KH || 2*g.PadW > g.KW {
 		panic(fmt.Sprintf("cuda: %s: invalid geometry %+v", op, g))
 	}
 	oh, ow := g.OutH(), g.OutW()
-	if g.H < g.KH || g.W < g.KW {
+	if g.H+2*g.PadH < g.KH || g.W+2*g.PadW < g.KW || g.H == 0 || g.W == 0 {
 		oh, ow = 0, 0
 	}
 	if g.H*g.W > 1<<31-1 {
 		panic(fmt.Sprintf("cuda: %s: a %dx%d plane does not fit int32 argmax indices", op, g.H, g.W))
 	}
 	s := poolShape{xLen: g.N * g.C * g.H * g.W, yLen: g.N * g.C * oh * ow}
-	for i, v := range []int{g.H, g.W, g.KH, g.KW, g.StrideH, g.StrideW, oh, ow} {
+	for i, v := range []int{g.H, g.W, g.KH, g.KW, g.StrideH, g.StrideW, g.PadH, g.PadW, oh, ow} {
 		s.dims[i] = i32arg(op, v)
 	}
 	return s
@@ -271,13 +305,13 @@ func (b *Backend) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
 	need(op, "x", x, s.xLen)
 	d := s.dims
 	b.launch(op, b.k.maxPool, s.yLen, b.f32(op, y), b.i32(op, argmax), b.f32(op, x),
-		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.yLen), int64(s.xLen))
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], int64(s.yLen), int64(s.xLen))
 }
 
 // MaxPool2dBackward routes dy to the argmax positions of dx (+ dx when
 // accumulating), deterministically and without atomics. Windows that do not
-// overlap (stride >= window, LeNet): one thread per output writes its stride
-// cell (ember_maxpool2d_backward_disjoint). Otherwise one thread per dx
+// overlap (stride >= window, no padding, LeNet): one thread per output
+// writes its stride cell (ember_maxpool2d_backward_disjoint). Otherwise one thread per dx
 // element gathers from the windows that cover it.
 func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolGeom, accumulate bool) {
 	const op = "maxpool2d_backward"
@@ -286,7 +320,7 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 	need(op, "dy", dy, s.yLen)
 	need(op, "argmax", argmax, s.yLen)
 	d := s.dims
-	if g.StrideH >= g.KH && g.StrideW >= g.KW {
+	if g.StrideH >= g.KH && g.StrideW >= g.KW && g.PadH == 0 && g.PadW == 0 {
 		if s.yLen == 0 {
 			// No windows: nothing routed; dx = 0 (+ dx).
 			if !accumulate && s.xLen > 0 {
@@ -295,9 +329,9 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 			return
 		}
 		b.launch(op, b.k.maxPoolBackwardDisjoint, s.yLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
-			d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.yLen), int64(s.xLen), flag(accumulate))
+			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(s.yLen), int64(s.xLen), flag(accumulate))
 		return
 	}
 	b.launch(op, b.k.maxPoolBackward, s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
-		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], int64(s.xLen), int64(s.yLen), flag(accumulate))
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], int64(s.xLen), int64(s.yLen), flag(accumulate))
 }

@@ -48,6 +48,11 @@ type convPoolShape struct {
 
 func convPoolShapeOf(op string, g tensor.ConvGeom, p tensor.PoolGeom) convPoolShape {
 	c := convShapeOf(op, g)
+	// The fused kernels take plain convolutions and unpadded floor-mode
+	// pooling only; the tensor layer builds no other (Conv2dReLUMaxPool).
+	if !g.Plain() || p.PadH != 0 || p.PadW != 0 || p.CeilMode {
+		panic(fmt.Sprintf("cuda: %s: the fused kernels take neither dilation, groups nor pooling padding or ceil mode: %+v, %+v", op, g, p))
+	}
 	if p.N != g.N || p.C != g.K || p.H != c.oh || p.W != c.ow || p.KH < 1 || p.KW < 1 ||
 		p.StrideH < p.KH || p.StrideW < p.KW || p.H < p.KH || p.W < p.KW {
 		panic(fmt.Sprintf("cuda: %s: pooling %+v does not pool the %dx%dx%dx%d output of %+v with disjoint windows",

@@ -203,7 +203,7 @@ func (r rtSource) args(op string) []any {
 // weight gradient and alsoDW run on the side stream (see sideLane) while
 // the input gradient runs on the main one; otherwise one after the other.
 func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSource, c convShape, alsoDW func(ex executor)) bool {
-	if c.g.N == 0 {
+	if c.g.N == 0 || !c.g.Plain() { // the kernels know neither dilation nor groups
 		return false
 	}
 	var fdw, fdx *Function

@@ -78,6 +78,11 @@ var cuDrv struct {
 	cuModuleLoadData    uintptr // CUresult cuModuleLoadData(CUmodule *module, const void *image)
 	cuModuleGetFunction uintptr // CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 	cuModuleUnload      uintptr // CUresult cuModuleUnload(CUmodule hmod)
+	// CUDA 12.4 and later: the kernels a module holds, so that nothing is
+	// looked up that is not there.
+	cuModuleGetFunctionCount   uintptr // CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule mod)
+	cuModuleEnumerateFunctions uintptr // CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned n, CUmodule mod)
+	cuFuncGetName              uintptr // CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 	cuFuncSetAttribute  uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 	cuFuncGetAttribute  uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 	// CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
@@ -157,6 +162,9 @@ func loadDriver() error {
 			optSym(&d.cuMemUnmap, "cuMemUnmap"),
 			optSym(&d.cuMemSetAccess, "cuMemSetAccess"),
 			optSym(&d.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+			optSym(&d.cuModuleGetFunctionCount, "cuModuleGetFunctionCount"),
+			optSym(&d.cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions"),
+			optSym(&d.cuFuncGetName, "cuFuncGetName"),
 			reqSym(&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
 			reqSym(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
 			reqSym(&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"),

@@ -37,6 +37,7 @@ var kernelFiles = []string{
 	"kernels/norm.cu",
 	"kernels/pool.cu",
 	"kernels/optim.cu",
+	"kernels/xent.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -60,7 +61,7 @@ var kernelUnits = []kernelUnit{
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu"}},
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false
@@ -249,21 +250,35 @@ func kernelNames(src string) []string {
 	return names
 }
 
-// lookupKernels finds every kernel the units define in the unit's own
-// module (mods[i] is unit i's), so that no look-up asks a module for a
-// kernel it lacks. The sm_90-only kernels are left out on older devices.
-func lookupKernels(mods []*Module, sm90 bool) (map[string]*Function, error) {
+// lookupKernels finds every kernel of every unit in the unit's own module.
+// Where the driver can list a module's kernels, exactly those are looked up
+// (a unit compiled with other definitions, or for an older device, holds
+// fewer than its source names); elsewhere each extern "C" name of the
+// source is tried, and the ones the preprocessor left out are skipped.
+func lookupKernels(mods []*Module) (map[string]*Function, error) {
 	fns := map[string]*Function{}
 	for i, u := range kernelUnits {
-		src, err := u.source()
+		names, err := mods[i].FunctionNames()
+		listed := err == nil
+		if errors.Is(err, errNoEnumeration) {
+			src, serr := u.source()
+			if serr != nil {
+				return nil, serr
+			}
+			names, err = kernelNames(src), nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		for _, name := range kernelNames(src) {
-			if _, dup := fns[name]; dup || (sm90Kernels[name] && !sm90) {
+		for _, name := range names {
+			if _, dup := fns[name]; dup {
 				continue
 			}
 			f, err := mods[i].Function(name)
+			var e *Error
+			if !listed && errors.As(err, &e) && e.Name == "CUDA_ERROR_NOT_FOUND" {
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}

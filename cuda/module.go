@@ -194,6 +194,47 @@ func (m *Module) Function(name string) (*Function, error) {
 	return f, nil
 }
 
+// errNoEnumeration is FunctionNames' error on drivers older than CUDA 12.4.
+var errNoEnumeration = errors.New("cuda: the driver cannot list a module's kernels (CUDA 12.4 or later can)")
+
+// FunctionNames lists the kernels the module holds, by the names Function
+// takes (cuModuleEnumerateFunctions, CUDA 12.4 and later; errNoEnumeration
+// on older drivers).
+func (m *Module) FunctionNames() ([]string, error) {
+	if cuDrv.cuModuleGetFunctionCount == 0 || cuDrv.cuModuleEnumerateFunctions == 0 || cuDrv.cuFuncGetName == 0 {
+		return nil, errNoEnumeration
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h == 0 {
+		return nil, errors.New("cuda: module is unloaded")
+	}
+	if err := m.d.enter(); err != nil {
+		return nil, err
+	}
+	defer m.d.leave()
+	var n uint32
+	if err := cuCheck("cuModuleGetFunctionCount", cCall(cuDrv.cuModuleGetFunctionCount, uintptr(unsafe.Pointer(&n)), m.h)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	hs := make([]uintptr, n)
+	if err := cuCheck("cuModuleEnumerateFunctions", cCall(cuDrv.cuModuleEnumerateFunctions, uintptr(unsafe.Pointer(&hs[0])), uintptr(n), m.h)); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, n)
+	for _, h := range hs {
+		var p uintptr
+		if err := cuCheck("cuFuncGetName", cCall(cuDrv.cuFuncGetName, uintptr(unsafe.Pointer(&p)), h)); err != nil {
+			return nil, err
+		}
+		names = append(names, goString(p))
+	}
+	return names, nil
+}
+
 // Unload unloads the module (cuModuleUnload); its Functions become invalid.
 // Idempotent.
 func (m *Module) Unload() error {

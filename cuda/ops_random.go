@@ -1,7 +1,41 @@
 package cuda
 
-import "github.com/ember-ml/ember/tensor"
+import (
+	"fmt"
 
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Random fills dst with Philox4x32-10 draws (tensor/backend_random.go pins
+// the layout): one thread per block of four elements, the same float
+// operations as the CPU backend, so uniform and Bernoulli draws are equal
+// bit for bit and normal ones agree to the rounding of float64 log, sqrt
+// and sincos.
 func (b *Backend) Random(dst tensor.Buffer, dist tensor.Distribution, seed, offset uint64, lo, hi float32) {
-	panic("cuda: Random not implemented yet")
+	const op = "random"
+	if dist > tensor.Bernoulli {
+		panic(fmt.Sprintf("cuda: %s: unknown distribution %d", op, dist))
+	}
+	n := dst.Len
+	b.launch(op, b.kernel("ember_random"), (n+3)/4, b.f32(op, dst), int64(n), int32(dist),
+		int64(seed), int64(offset), lo, hi)
+}
+
+// RandomAt is Random with the seed and offset in device memory
+// (tensor.RandomStateBackend): the draw reads them, then a one-thread
+// kernel, ordered after it on the stream, advances the offset, so that a
+// captured graph draws new numbers on every replay.
+func (b *Backend) RandomAt(dst tensor.Buffer, dist tensor.Distribution, state tensor.Buffer, lo, hi float32) {
+	const op = "random_at"
+	if dist > tensor.Bernoulli {
+		panic(fmt.Sprintf("cuda: %s: unknown distribution %d", op, dist))
+	}
+	need(op, "state", state, 4)
+	n := dst.Len
+	if n == 0 {
+		return
+	}
+	ps := b.i32(op, state)
+	b.launch(op, b.kernel("ember_random_state"), (n+3)/4, b.f32(op, dst), int64(n), int32(dist), ps, lo, hi)
+	b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((n+3)/4))
 }

@@ -17,7 +17,8 @@
 //	log.Print(src.Describe())          // says where the data came from and whether it is canonical MNIST
 //	train, test, err := data.LoadMNIST(src.Dir)
 //	if err != nil { ... }
-//	l := data.NewLoader(train, data.LoaderOptions{BatchSize: 64, Shuffle: true, Seed: 1, Prefetch: 2, Normalize: true})
+//	l, err := data.NewLoader(train, data.LoaderOptions{BatchSize: 64, Shuffle: true, Seed: 1, Prefetch: 2, Normalize: true})
+//	if err != nil { ... }
 //	defer l.Close()
 //	for epoch := range epochs {
 //		it := l.Epoch(epoch)

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ember-ml/ember/internal/safefile"
 )
 
 // DefaultMirrors are the MNIST mirrors that torchvision uses, tried in order.
@@ -93,12 +95,25 @@ func Download(ctx context.Context, dir string, opt DownloadOptions) error {
 	for _, name := range names {
 		want := strings.ToLower(sums[name])
 		dst := filepath.Join(dir, name)
-		if sum, err := fileMD5(dst); err == nil {
+		if st, err := os.Stat(dst); err == nil {
+			// Never rename over a directory, a device or a FIFO.
+			if !st.Mode().IsRegular() {
+				return errorf(dst, nil, "download: is %s, not a regular file; not replacing it", safefile.Kind(st.Mode()))
+			}
+			sum, err := fileMD5(dst)
+			if err != nil {
+				return err
+			}
 			if sum == want {
 				fmt.Fprintf(log, "data: %s: present, MD5 verified\n", dst)
 				continue
 			}
-			fmt.Fprintf(log, "data: %s: present but MD5 %s, want %s; downloading it again\n", dst, sum, want)
+			// A damaged copy (truncated, a broken stream) is fetched again;
+			// a sound file of another data set is the user's, and stays.
+			if _, err := ReadIDXFile(dst); err == nil {
+				return errorf(dst, nil, "download: present with MD5 %s, want %s: a sound IDX file of another data set; not replacing it (download into another directory)", sum, want)
+			}
+			fmt.Fprintf(log, "data: %s: present but damaged (MD5 %s, want %s); downloading it again\n", dst, sum, want)
 		}
 		var failures []string
 		ok := false

@@ -15,7 +15,10 @@ func ExampleNewLoader() {
 		Labels: []uint8{3, 1, 4, 1, 5},
 		N:      5, Rows: 1, Cols: 2,
 	}
-	l := data.NewLoader(ds, data.LoaderOptions{BatchSize: 2, Shuffle: true, Seed: 7, Normalize: true})
+	l, err := data.NewLoader(ds, data.LoaderOptions{BatchSize: 2, Shuffle: true, Seed: 7, Normalize: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 	fmt.Println("batches per epoch:", l.NumBatches())
 	it := l.Epoch(0)
@@ -47,7 +50,10 @@ func Example_mnist() {
 	}
 	fmt.Println(train.N, test.N, train.Rows, train.Cols)
 
-	l := data.NewLoader(train, data.LoaderOptions{BatchSize: 64, Shuffle: true, Seed: 1, Prefetch: 2, Normalize: true})
+	l, err := data.NewLoader(train, data.LoaderOptions{BatchSize: 64, Shuffle: true, Seed: 1, Prefetch: 2, Normalize: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer l.Close()
 	for epoch := range 2 {
 		it := l.Epoch(epoch)

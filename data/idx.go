@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ember-ml/ember/internal/safefile"
 )
 
 // Error is the error returned by everything in this package that reads,
@@ -61,18 +62,28 @@ type IDX struct {
 // name. It checks the header and that the file holds exactly as many bytes
 // as the header says, no fewer and no more. Every error is an *Error naming
 // path.
+//
+// Only regular files are read: a directory, a device such as /dev/zero or a
+// named pipe is refused by kind, without blocking, and so is a file larger
+// than any IDX file this package accepts (MaxIDXBytes of data).
 func ReadIDXFile(path string) (*IDX, error) {
-	f, err := os.Open(path)
+	f, st, err := safefile.Open(path, maxIDXFileBytes)
 	if err != nil {
 		return nil, openError(path, err)
 	}
 	defer f.Close()
-	var size int64 = -1
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-		size = st.Size()
-	}
-	return readIDX(f, path, size)
+	return readIDX(f, path, st.Size())
 }
+
+// maxIDXFileBytes bounds the size of an IDX file, raw or compressed: the
+// largest payload plus the largest header.
+const maxIDXFileBytes = MaxIDXBytes + 4 + 4*maxIDXDims
+
+// maxGzipFirstAlloc bounds the first allocation for the payload of a
+// compressed file, whose size says little about what it holds: a larger
+// payload grows from there as it arrives, so that a small corrupt file whose
+// header claims gigabytes cannot take them.
+const maxGzipFirstAlloc = 256 << 20
 
 // ReadIDX is ReadIDXFile for an open reader; name is used in error messages
 // only.
@@ -134,7 +145,7 @@ func readIDX(r io.Reader, name string, fileSize int64) (*IDX, error) {
 	}
 	var src io.Reader = br
 	gz := len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b
-	hint := fileSize // upper bound on payload bytes, or -1 if unknown
+	hint := fileSize // size of the first allocation (bounded by the payload's), or -1 if unknown
 	if gz {
 		// br is an io.ByteReader, so flate reads exactly the compressed
 		// bytes and leaves anything after the gzip member in br.
@@ -146,7 +157,7 @@ func readIDX(r io.Reader, name string, fileSize int64) (*IDX, error) {
 		src = zr
 		if fileSize >= 0 {
 			// DEFLATE cannot expand by more than about 1032:1.
-			hint = fileSize * 1032
+			hint = min(fileSize*1032, maxGzipFirstAlloc)
 		}
 	}
 	t := &trackingReader{r: src}
@@ -312,9 +323,9 @@ func parseIDXHeader(t *trackingReader, name string, gz bool) ([]int, int64, erro
 	return dims, total, nil
 }
 
-// parseIDX reads the header and payload from t. hint, when >= 0, is an upper
-// bound on how many bytes the stream can hold; it only sizes the first
-// allocation.
+// parseIDX reads the header and payload from t. hint, when >= 0, is how
+// many bytes to allocate first at most (for a raw file its size, which
+// bounds what it can hold); a larger payload grows as it arrives.
 func parseIDX(t *trackingReader, name string, gz bool, hint int64) (*IDX, error) {
 	dims, total, err := parseIDXHeader(t, name, gz)
 	if err != nil {

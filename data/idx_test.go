@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -216,5 +217,24 @@ func FuzzReadIDX(f *testing.F) {
 func TestReadIDXDirectory(t *testing.T) {
 	dir := t.TempDir()
 	_, err := ReadIDXFile(dir)
-	wantError(t, err, dir, "read: ")
+	wantError(t, err, dir, "is a directory, not a regular file")
+}
+
+// TestReadIDXSpecialFiles: devices and named pipes are refused by kind at
+// once; none is read (/dev/zero never ends) or waited on (a FIFO without a
+// writer blocks a plain open).
+func TestReadIDXSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skipf("no FIFOs: %v", err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "is a character device, not a regular file",
+		fifo:        "is a named pipe (FIFO), not a regular file",
+	} {
+		_, err := ReadIDXFile(path)
+		wantError(t, err, path, want)
+		_, err = readIDXHeader(path)
+		wantError(t, err, path, want)
+	}
 }

@@ -85,16 +85,22 @@ type Loader struct {
 	workers map[*prefetcher]struct{}
 }
 
-// NewLoader returns a Loader over ds. It panics if opt.BatchSize <= 0 or
-// opt.Prefetch < 0.
-func NewLoader(ds *Dataset, opt LoaderOptions) *Loader {
-	if opt.BatchSize <= 0 {
-		panic(fmt.Sprintf("data: NewLoader: BatchSize is %d, want > 0", opt.BatchSize))
+// NewLoader returns a Loader over ds. Options out of range (a batch size
+// below 1, a negative prefetch) and a data set whose sizes disagree are
+// errors, as everywhere else in this package: they usually come from a
+// flag.
+func NewLoader(ds *Dataset, opt LoaderOptions) (*Loader, error) {
+	switch {
+	case ds == nil:
+		return nil, fmt.Errorf("data: NewLoader: no data set")
+	case opt.BatchSize <= 0:
+		return nil, fmt.Errorf("data: NewLoader: batch size %d, want at least 1", opt.BatchSize)
+	case opt.Prefetch < 0:
+		return nil, fmt.Errorf("data: NewLoader: prefetch %d, want 0 or more", opt.Prefetch)
+	case ds.N < 0 || ds.Rows < 0 || ds.Cols < 0 || len(ds.Labels) < ds.N || len(ds.Images) < ds.N*ds.Rows*ds.Cols:
+		return nil, fmt.Errorf("data: NewLoader: data set of %d images of %dx%d holds %d pixels and %d labels", ds.N, ds.Rows, ds.Cols, len(ds.Images), len(ds.Labels))
 	}
-	if opt.Prefetch < 0 {
-		panic(fmt.Sprintf("data: NewLoader: Prefetch is %d, want >= 0", opt.Prefetch))
-	}
-	return &Loader{ds: ds, opt: opt, workers: make(map[*prefetcher]struct{})}
+	return &Loader{ds: ds, opt: opt, workers: make(map[*prefetcher]struct{})}, nil
 }
 
 // Options returns the options l was made with.

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,7 +73,7 @@ func TestLoaderBatchSizes(t *testing.T) {
 		{1, false, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 	} {
 		for _, prefetch := range []int{0, 2} {
-			l := NewLoader(ds, LoaderOptions{BatchSize: c.bs, DropLast: c.dropLast, Shuffle: true, Seed: 4, Prefetch: prefetch, Normalize: true})
+			l := mustLoader(t, ds, LoaderOptions{BatchSize: c.bs, DropLast: c.dropLast, Shuffle: true, Seed: 4, Prefetch: prefetch, Normalize: true})
 			var sizes []int
 			for i, b := range allBatches(l, 0) {
 				sizes = append(sizes, b.Size())
@@ -93,7 +94,7 @@ func TestLoaderBatchSizes(t *testing.T) {
 
 func TestLoaderEveryIndexOnce(t *testing.T) {
 	ds := testDataset(103, 3, 2)
-	l := NewLoader(ds, LoaderOptions{BatchSize: 8, Shuffle: true, Seed: 99, Normalize: true})
+	l := mustLoader(t, ds, LoaderOptions{BatchSize: 8, Shuffle: true, Seed: 99, Normalize: true})
 	for epoch := range 3 {
 		seen := make([]int, ds.N)
 		for _, b := range allBatches(l, epoch) {
@@ -118,7 +119,7 @@ func TestLoaderEveryIndexOnce(t *testing.T) {
 }
 
 func TestLoaderNoShuffle(t *testing.T) {
-	l := NewLoader(testDataset(7, 1, 1), LoaderOptions{BatchSize: 3})
+	l := mustLoader(t, testDataset(7, 1, 1), LoaderOptions{BatchSize: 3})
 	var got []int32
 	for _, b := range allBatches(l, 5) {
 		got = append(got, b.Indices...)
@@ -142,7 +143,7 @@ func order(l *Loader, epoch int) []int32 {
 func TestLoaderDeterminism(t *testing.T) {
 	ds := testDataset(50, 1, 1)
 	opt := LoaderOptions{BatchSize: 7, Shuffle: true, Seed: 1234}
-	a, b := NewLoader(ds, opt), NewLoader(ds, opt)
+	a, b := mustLoader(t, ds, opt), mustLoader(t, ds, opt)
 	// A "resumed" loader starting at epoch 2 sees what an uninterrupted
 	// one sees at epoch 2.
 	order(a, 0)
@@ -157,7 +158,7 @@ func TestLoaderDeterminism(t *testing.T) {
 		t.Error("epochs 2 and 3 have the same order")
 	}
 	opt.Seed = 1235
-	if slices.Equal(order(a, 2), order(NewLoader(ds, opt), 2)) {
+	if slices.Equal(order(a, 2), order(mustLoader(t, ds, opt), 2)) {
 		t.Error("seeds 1234 and 1235 give the same order")
 	}
 }
@@ -195,10 +196,10 @@ func TestPermutationUniform(t *testing.T) {
 func TestPrefetchEqualsSynchronous(t *testing.T) {
 	ds := testDataset(77, 4, 4)
 	opt := LoaderOptions{BatchSize: 10, Shuffle: true, Seed: 5, Normalize: true}
-	want := allBatches(NewLoader(ds, opt), 3)
+	want := allBatches(mustLoader(t, ds, opt), 3)
 	for _, p := range []int{1, 2, 16} {
 		opt.Prefetch = p
-		l := NewLoader(ds, opt)
+		l := mustLoader(t, ds, opt)
 		if got := allBatches(l, 3); !reflect.DeepEqual(got, want) {
 			t.Errorf("Prefetch %d: batches differ from synchronous ones", p)
 		}
@@ -226,7 +227,7 @@ func waitGoroutines(t *testing.T, n int) {
 func TestCloseStopsGoroutines(t *testing.T) {
 	ds := testDataset(100, 2, 2)
 	base := runtime.NumGoroutine()
-	l := NewLoader(ds, LoaderOptions{BatchSize: 3, Shuffle: true, Prefetch: 4})
+	l := mustLoader(t, ds, LoaderOptions{BatchSize: 3, Shuffle: true, Prefetch: 4})
 
 	// EpochIter.Close part-way through.
 	it := l.Epoch(0)
@@ -266,7 +267,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	waitGoroutines(t, base)
 
 	// An epoch read to the end needs no Close.
-	l = NewLoader(ds, LoaderOptions{BatchSize: 7, Prefetch: 2})
+	l = mustLoader(t, ds, LoaderOptions{BatchSize: 7, Prefetch: 2})
 	allBatchesNoClose(l, 0)
 	if n := liveWorkers.Load(); n != 0 {
 		t.Fatalf("%d workers after a full epoch", n)
@@ -281,7 +282,7 @@ func allBatchesNoClose(l *Loader, epoch int) {
 }
 
 func TestAbandonedIteratorIsCleanedUp(t *testing.T) {
-	l := NewLoader(testDataset(100, 2, 2), LoaderOptions{BatchSize: 3, Prefetch: 2})
+	l := mustLoader(t, testDataset(100, 2, 2), LoaderOptions{BatchSize: 3, Prefetch: 2})
 	func() {
 		it := l.Epoch(0)
 		it.Next()
@@ -296,22 +297,39 @@ func TestAbandonedIteratorIsCleanedUp(t *testing.T) {
 	}
 }
 
-func TestNewLoaderPanics(t *testing.T) {
-	for _, opt := range []LoaderOptions{{BatchSize: 0}, {BatchSize: 1, Prefetch: -1}} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("no panic for %+v", opt)
-				}
-			}()
-			NewLoader(testDataset(1, 1, 1), opt)
-		}()
+func TestNewLoaderErrors(t *testing.T) {
+	bad := &Dataset{Images: make([]uint8, 3), Labels: make([]uint8, 2), N: 2, Rows: 1, Cols: 2}
+	for _, c := range []struct {
+		ds   *Dataset
+		opt  LoaderOptions
+		want string
+	}{
+		{testDataset(1, 1, 1), LoaderOptions{BatchSize: 0}, "batch size 0, want at least 1"},
+		{testDataset(1, 1, 1), LoaderOptions{BatchSize: -3}, "batch size -3, want at least 1"},
+		{testDataset(1, 1, 1), LoaderOptions{BatchSize: 1, Prefetch: -1}, "prefetch -1, want 0 or more"},
+		{nil, LoaderOptions{BatchSize: 1}, "no data set"},
+		{bad, LoaderOptions{BatchSize: 1}, "2 images of 1x2 holds 3 pixels"},
+	} {
+		l, err := NewLoader(c.ds, c.opt)
+		if l != nil || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c.opt, err, c.want)
+		}
 	}
+}
+
+// mustLoader is NewLoader for options the test knows to be valid.
+func mustLoader(t testing.TB, ds *Dataset, opt LoaderOptions) *Loader {
+	t.Helper()
+	l, err := NewLoader(ds, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func BenchmarkEpoch(b *testing.B) {
 	ds := testDataset(60000, 28, 28)
-	l := NewLoader(ds, LoaderOptions{BatchSize: 64, Shuffle: true, Normalize: true, Prefetch: 2})
+	l := mustLoader(b, ds, LoaderOptions{BatchSize: 64, Shuffle: true, Normalize: true, Prefetch: 2})
 	defer l.Close()
 	for i := 0; b.Loop(); i++ {
 		allBatchesNoClose(l, i)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/ember-ml/ember/internal/safefile"
 )
 
 // Where a Source came from (Source.Origin).
@@ -61,6 +63,29 @@ type Source struct {
 	// canonical MNIST files. Always true for the module cache, which is
 	// refused otherwise; false for, say, Fashion-MNIST given with --data.
 	Canonical bool
+	// MD5 holds the MD5 sums (hex) of the four files as found, gzip or
+	// raw, in the order train images, train labels, test images, test
+	// labels.
+	MD5 [4]string
+	// Rows and Cols are the size of the training images, from the header
+	// of the training images file: a program can refuse a size it does not
+	// take before loading anything.
+	Rows, Cols int
+}
+
+// Identity names the content of the data set, not where it lies: "mnist"
+// for the canonical MNIST, gzip-compressed or raw, else "md5:" and a digest
+// of the four files' MD5 sums. A training run records it so that a resume
+// can tell that it is given other data.
+func (s Source) Identity() string {
+	if s.Canonical {
+		return "mnist"
+	}
+	h := md5.New()
+	for _, sum := range s.MD5 {
+		io.WriteString(h, sum+"\n")
+	}
+	return "md5:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Describe returns a one-line description of s for logs, such as
@@ -134,31 +159,33 @@ func checkDir(dir, origin string) (Source, error) {
 		}
 		paths[i] = p
 	}
-	if err := checkHeaders(paths); err != nil {
+	dims, err := checkHeaders(paths)
+	if err != nil {
 		return Source{}, err
 	}
 	canonical := true
-	for _, p := range paths {
+	var sums [4]string
+	for i, p := range paths {
 		sum, err := fileMD5(p)
 		if err != nil {
 			return Source{}, err
 		}
+		sums[i] = sum
 		if sum != canonicalMD5[filepath.Base(p)] {
 			canonical = false
-			break
 		}
 	}
-	return Source{Dir: dir, Origin: origin, Canonical: canonical}, nil
+	return Source{Dir: dir, Origin: origin, Canonical: canonical, MD5: sums, Rows: dims[1], Cols: dims[2]}, nil
 }
 
 // checkHeaders reads only the IDX headers of the four files and checks their
-// types and that counts match.
-func checkHeaders(paths [4]string) error {
+// types and that counts match; it returns the training images' dimensions.
+func checkHeaders(paths [4]string) ([]int, error) {
 	var dims [4][]int
 	for i, p := range paths {
 		d, err := readIDXHeader(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		want := 3 - 2*(i%2) // images, labels, images, labels
 		if len(d) != want {
@@ -166,22 +193,22 @@ func checkHeaders(paths [4]string) error {
 			if want == 1 {
 				kind = "labels (an IDX file of 1 dimension, magic 0x00000801)"
 			}
-			return errorf(p, nil, "holds %s, want %s", describeDims(d), kind)
+			return nil, errorf(p, nil, "holds %s, want %s", describeDims(d), kind)
 		}
 		dims[i] = d
 	}
 	for i := 0; i < 4; i += 2 {
 		if dims[i][0] != dims[i+1][0] {
-			return errorf(paths[i], nil, "has %d images but %s has %d labels", dims[i][0], paths[i+1], dims[i+1][0])
+			return nil, errorf(paths[i], nil, "has %d images but %s has %d labels", dims[i][0], paths[i+1], dims[i+1][0])
 		}
 	}
-	return nil
+	return dims[0], nil
 }
 
 // readIDXHeader returns the dimensions in the header of an IDX file of
 // unsigned bytes, gzip or raw, reading no further than the header.
 func readIDXHeader(path string) ([]int, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, maxIDXFileBytes)
 	if err != nil {
 		return nil, openError(path, err)
 	}
@@ -221,7 +248,8 @@ func locateModuleCache() (Source, error) {
 		}
 		dir = filepath.Join(d, "data")
 	}
-	for _, base := range mnistFiles {
+	var sums [4]string
+	for i, base := range mnistFiles {
 		p := filepath.Join(dir, base+".gz")
 		sum, err := fileMD5(p)
 		if err != nil {
@@ -230,8 +258,9 @@ func locateModuleCache() (Source, error) {
 		if want := canonicalMD5[base+".gz"]; sum != want {
 			return Source{}, errorf(p, nil, "MD5 %s, want %s: this module cache copy of %s is not the canonical MNIST; refusing to use it", sum, want, GoMNISTModule)
 		}
+		sums[i] = sum
 	}
-	return Source{Dir: dir, Origin: OriginModuleCache, Canonical: true}, nil
+	return Source{Dir: dir, Origin: OriginModuleCache, Canonical: true, MD5: sums, Rows: 28, Cols: 28}, nil
 }
 
 func haveGzFiles(dir string) bool {
@@ -312,7 +341,7 @@ func escapeModulePath(p string) string {
 }
 
 func fileMD5(path string) (string, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, maxIDXFileBytes)
 	if err != nil {
 		return "", openError(path, err)
 	}

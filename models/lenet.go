@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/ember-ml/ember/nn"
@@ -38,7 +39,37 @@ func NewLeNet(b tensor.Backend, seed uint64) *LeNet {
 	}
 }
 
-// Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10].
+// InputShape is the shape of one input image, [1, 28, 28]: LeNet's layers
+// fit 28×28 images only (fc1 takes the 50×4×4 features they leave).
+func (m *LeNet) InputShape() []int { return []int{1, Side, Side} }
+
+// Side is the width and height of the images LeNet takes.
+const Side = 28
+
+// CheckInput returns an error saying what was expected when x is not a
+// batch of float32 images [N, 1, 28, 28] with N >= 1.
+func (m *LeNet) CheckInput(x *tensor.Tensor) error {
+	s := x.Shape()
+	if len(s) != 4 || s[0] < 1 || s[1] != 1 || s[2] != Side || s[3] != Side {
+		return fmt.Errorf("models: LeNet takes images [N, 1, %d, %d] (N >= 1, one channel, %dx%d pixels), not %v", Side, Side, Side, Side, s)
+	}
+	if x.DType() != tensor.Float32 {
+		return fmt.Errorf("models: LeNet takes normalised float32 images, not %s", x.DType())
+	}
+	return nil
+}
+
+// mustFit panics with CheckInput's message: a batch of the wrong shape is a
+// mistake of the calling program (as a shape mismatch in package tensor
+// is), and without the check it would be reshaped into wrong answers.
+func (m *LeNet) mustFit(x *tensor.Tensor) {
+	if err := m.CheckInput(x); err != nil {
+		panic(err.Error())
+	}
+}
+
+// Forward maps a batch of images [N, 1, 28, 28] to logits [N, 10]. It
+// panics, saying what it expects, for a batch of any other shape.
 func (m *LeNet) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return m.FC2.Forward(m.Features(x))
 }
@@ -60,6 +91,7 @@ func (m *LeNet) LossSum(x, labels, sum *tensor.Tensor) *tensor.Tensor {
 // Features maps a batch of images to the input of the last layer, fc1's
 // activations [N, 500].
 func (m *LeNet) Features(x *tensor.Tensor) *tensor.Tensor {
+	m.mustFit(x)
 	x = m.convPool(m.Conv1, x)
 	x = m.convPool(m.Conv2, x)
 	return m.FC1.ForwardReLU(x.Reshape(-1, 800))

@@ -32,20 +32,40 @@ func release(m nn.Module) {
 	}
 }
 
+// InputChecker is implemented by models that can say whether they fit a
+// batch (LeNet.CheckInput); Predict and Evaluate ask them first.
+type InputChecker interface {
+	CheckInput(x *tensor.Tensor) error
+}
+
 // Predict runs m on a batch of normalised images (float32 [N, 1, 28, 28] for
 // LeNet, on m's backend) without recording a graph, and returns for each
 // image the class of the largest logit and the softmax probabilities of all
-// classes. The intermediate tensors live in a no-grad scope released before
-// Predict returns; images itself is left alone.
-func Predict(m nn.Module, images *tensor.Tensor) (classes []int, probs [][]float32) {
+// classes. A batch the model does not take (wrong dtype, or a shape an
+// InputChecker refuses) is an error saying what was expected, and so is a
+// model that gives other than one row of logits per image. The
+// intermediate tensors live in a no-grad scope released before Predict
+// returns; images itself is left alone.
+func Predict(m nn.Module, images *tensor.Tensor) (classes []int, probs [][]float32, err error) {
 	if images.DType() != tensor.Float32 {
-		panic(fmt.Sprintf("models: Predict of %s images; want normalised float32 (see data.Normalize)", images.DType()))
+		return nil, nil, fmt.Errorf("models: Predict of %s images; want normalised float32 (see data.Normalize)", images.DType())
+	}
+	if c, ok := m.(InputChecker); ok {
+		if err := c.CheckInput(images); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(images.Shape()) == 0 || images.Dim(0) < 1 {
+		return nil, nil, fmt.Errorf("models: Predict of images %v; want a batch of at least one", images.Shape())
 	}
 	s := tensor.NewNoGradScope()
 	defer s.Release()
 	x := tensor.Empty(images.Backend(), s, images.Shape()...)
 	tensor.CopyTensor(x, images)
 	logits := m.Forward(x)
+	if len(logits.Shape()) != 2 || logits.Dim(0) != images.Dim(0) {
+		return nil, nil, fmt.Errorf("models: the model gave logits %v for %d images; want one row per image", logits.Shape(), images.Dim(0))
+	}
 	n, k := logits.Dim(0), logits.Dim(1)
 	vals := logits.Float32s()
 	classes = make([]int, n)
@@ -53,7 +73,7 @@ func Predict(m nn.Module, images *tensor.Tensor) (classes []int, probs [][]float
 	for i := range n {
 		classes[i], probs[i] = softmax(vals[i*k : (i+1)*k])
 	}
-	return classes, probs
+	return classes, probs, nil
 }
 
 // softmax returns the index of the largest value (the first of equal ones,
@@ -84,15 +104,17 @@ func softmax(row []float32) (int, []float32) {
 // of batch images (1000 if batch <= 0), and returns the fraction classified
 // correctly and the mean cross-entropy loss. Pixels are normalised with
 // data.Normalize, as in training. Each batch runs in a no-grad scope that
-// is reset before the next one, so memory stays that of one batch.
-func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, batch int) (accuracy float64, meanLoss float64) {
+// is reset before the next one, so memory stays that of one batch. Sizes
+// that disagree, and images the model does not take (an InputChecker's
+// word), are an error saying what was expected.
+func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, batch int) (accuracy, meanLoss float64, err error) {
 	if n <= 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
 	size := len(images) / n
 	side := int(math.Round(math.Sqrt(float64(size))))
 	if size*n != len(images) || side*side != size || len(labels) < n {
-		panic(fmt.Sprintf("models: Evaluate of %d images in %d bytes with %d labels; want n square images and n labels", n, len(images), len(labels)))
+		return 0, 0, fmt.Errorf("models: Evaluate of %d images in %d bytes with %d labels; want n square images and n labels", n, len(images), len(labels))
 	}
 	if batch <= 0 {
 		batch = 1000
@@ -112,8 +134,16 @@ func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, 
 			y[i] = int32(labels[lo+i])
 		}
 		xt := tensor.FromFloat32(b, s, x[:bs*size], bs, 1, side, side)
+		if c, ok := m.(InputChecker); ok {
+			if err := c.CheckInput(xt); err != nil {
+				return 0, 0, err
+			}
+		}
 		yt := tensor.FromInt32(b, s, y[:bs], bs)
 		logits := m.Forward(xt)
+		if len(logits.Shape()) != 2 || logits.Dim(0) != bs {
+			return 0, 0, fmt.Errorf("models: the model gave logits %v for %d images; want one row per image", logits.Shape(), bs)
+		}
 		loss += float64(tensor.CrossEntropy(logits, yt).Item()) * float64(bs)
 		for i, c := range tensor.Argmax(logits).Int32s() {
 			if c == y[i] {
@@ -122,5 +152,5 @@ func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, 
 		}
 		s.Reset()
 	}
-	return float64(correct) / float64(n), loss / float64(n)
+	return float64(correct) / float64(n), loss / float64(n), nil
 }

@@ -41,8 +41,14 @@ func ExamplePredict() {
 	img := tensor.FromFloat32(tensor.CPU, nil, x, 1, 1, 28, 28)
 	defer img.Release()
 
-	classes, probs := models.Predict(loaded, img)
-	before, probsBefore := models.Predict(m, img)
+	classes, probs, err := models.Predict(loaded, img)
+	if err != nil {
+		panic(err)
+	}
+	before, probsBefore, err := models.Predict(m, img)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Printf("predicted %d with probability %.2f\n", classes[0], probs[0][classes[0]])
 	fmt.Println("same as before saving:", classes[0] == before[0] && slices.Equal(probs[0], probsBefore[0]))
 	// Output:

@@ -49,8 +49,14 @@ func TestLoadLeNetPredict(t *testing.T) {
 	imgs, _ := syntheticDigits(5)
 	x := tensor.FromFloat32(tensor.CPU, nil, normalised(imgs), 5, 1, 28, 28)
 	defer x.Release()
-	ca, pa := Predict(a, x)
-	cb, pb := Predict(b, x)
+	ca, pa, err := Predict(a, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, pb, err := Predict(b, x)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !slices.Equal(ca, cb) || len(pa) != 5 {
 		t.Fatalf("classes %v vs %v", ca, cb)
 	}
@@ -97,15 +103,24 @@ func TestEvaluate(t *testing.T) {
 	m := NewLeNet(tensor.CPU, 3)
 	const n = 23
 	imgs, labels := syntheticDigits(n)
-	acc, loss := Evaluate(m, tensor.CPU, imgs, labels, n, 5)
-	acc2, loss2 := Evaluate(m, tensor.CPU, imgs, labels, n, 0)
+	acc, loss, err := Evaluate(m, tensor.CPU, imgs, labels, n, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc2, loss2, err := Evaluate(m, tensor.CPU, imgs, labels, n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if acc != acc2 || math.Abs(loss-loss2) > 1e-5 {
 		t.Errorf("batch 5: %g, %g; one batch: %g, %g", acc, loss, acc2, loss2)
 	}
 	// Against Predict.
 	x := tensor.FromFloat32(tensor.CPU, nil, normalised(imgs), n, 1, 28, 28)
 	defer x.Release()
-	classes, probs := Predict(m, x)
+	classes, probs, err := Predict(m, x)
+	if err != nil {
+		t.Fatal(err)
+	}
 	correct := 0
 	var want float64
 	for i, c := range classes {
@@ -118,7 +133,33 @@ func TestEvaluate(t *testing.T) {
 	if acc != float64(correct)/n || math.Abs(loss-want) > 1e-4 {
 		t.Errorf("Evaluate: accuracy %g, loss %g; from Predict %g, %g", acc, loss, float64(correct)/n, want)
 	}
-	if a, l := Evaluate(m, tensor.CPU, nil, nil, 0, 10); a != 0 || l != 0 {
+	if a, l, err := Evaluate(m, tensor.CPU, nil, nil, 0, 10); a != 0 || l != 0 || err != nil {
 		t.Error("empty evaluation")
 	}
+}
+
+// TestWrongInputSize: LeNet on 32x32 images is an error saying what it
+// takes, not 100 predictions for 64 images (a reshape to rows of 800).
+func TestWrongInputSize(t *testing.T) {
+	m := NewLeNet(tensor.CPU, 3)
+	x := tensor.FromFloat32(tensor.CPU, nil, make([]float32, 64*32*32), 64, 1, 32, 32)
+	defer x.Release()
+	const want = "models: LeNet takes images [N, 1, 28, 28] (N >= 1, one channel, 28x28 pixels), not [64 1 32 32]"
+	if c, _, err := Predict(m, x); err == nil || err.Error() != want || c != nil {
+		t.Errorf("Predict: %d classes, %v", len(c), err)
+	}
+	if _, _, err := Evaluate(m, tensor.CPU, make([]uint8, 64*32*32), make([]uint8, 64), 64, 16); err == nil || err.Error() != want[:len(want)-len("[64 1 32 32]")]+"[16 1 32 32]" {
+		t.Errorf("Evaluate: %v", err)
+	}
+	if _, _, err := Evaluate(m, tensor.CPU, make([]uint8, 100), make([]uint8, 3), 3, 16); err == nil || !strings.Contains(err.Error(), "want n square images") {
+		t.Errorf("Evaluate of bad sizes: %v", err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil || r != want {
+				t.Errorf("Forward: panic %v, want %q", r, want)
+			}
+		}()
+		m.Forward(x)
+	}()
 }

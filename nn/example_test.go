@@ -42,6 +42,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// The optimiser's gradients and momentum, and the model's parameters,
+	// are freed when done, not left to the garbage collector.
+	defer opt.Release()
+	defer func() {
+		for _, p := range nn.Parameters(m) {
+			p.Tensor.Release()
+		}
+	}()
 	var first, last float32
 	for step := 0; step < 50; step++ {
 		s := tensor.NewScope()

@@ -34,7 +34,6 @@ import (
 	"io/fs"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -42,6 +41,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ember-ml/ember/internal/atomicfile"
+	"github.com/ember-ml/ember/internal/safefile"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -96,12 +96,16 @@ type NamedTensor struct {
 }
 
 // StateDict copies the parameters and buffers of m to the host, in m's order, named as
-// in a PyTorch state_dict. It works for any backend (Float32s downloads).
+// in a PyTorch state_dict. It works for any backend (Float32s downloads). A
+// parameter whose tensor is nil (a layer without bias) is left out, as
+// PyTorch leaves out a bias of None.
 func StateDict(m Module) []NamedTensor {
 	ps := StateTensors(m)
-	out := make([]NamedTensor, len(ps))
-	for i, p := range ps {
-		out[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: p.Tensor.Float32s()}
+	out := make([]NamedTensor, 0, len(ps))
+	for _, p := range ps {
+		if p.Tensor != nil {
+			out = append(out, NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: p.Tensor.Float32s()})
+		}
 	}
 	return out
 }
@@ -246,15 +250,107 @@ type SafetensorsFile struct {
 	Tensors []SafetensorsTensor
 	index   map[string]int
 	data    []byte
+	dataLen int64 // bytes after the header, known before data is read
 }
 
-// ReadSafetensorsFile reads and checks the safetensors file at path.
+// MaxSafetensorsData bounds the tensor data of a file that
+// ReadSafetensorsFile reads (16 GiB), so that no header can make it
+// allocate more. Loading into a model (LoadFile, LoadCheckpoint) is bounded
+// more tightly: by the model's own size.
+const MaxSafetensorsData = 16 << 30
+
+// ReadSafetensorsFile reads and checks the safetensors file at path. Only a
+// regular file is read (a directory, a device or a named pipe is refused by
+// kind, without blocking), its header is checked against the file's size
+// before the data is read, and no more than MaxSafetensorsData bytes of
+// data are.
 func ReadSafetensorsFile(path string) (*SafetensorsFile, error) {
-	b, err := os.ReadFile(path)
+	return readSafetensorsFile(path, nil)
+}
+
+// ReadSafetensorsMetadata reads only the header of the safetensors file at
+// path, checked as ReadSafetensorsFile checks it, and returns its metadata
+// (nil when there is none): enough to tell what wrote a file without reading
+// its tensors.
+func ReadSafetensorsMetadata(path string) (map[string]string, error) {
+	var meta map[string]string
+	_, err := readSafetensorsFile(path, func(f *SafetensorsFile) error {
+		meta = f.Metadata
+		return errHeaderOnly
+	})
+	if err == errHeaderOnly {
+		err = nil
+	}
+	return meta, err
+}
+
+var errHeaderOnly = errors.New("header only")
+
+// readSafetensorsFile reads the header of the file at path, checks it
+// against the file's size, lets accept refuse the file by its header alone
+// (say, because it does not fit a model), and only then reads the data, of
+// the size the header and the file agree on.
+func readSafetensorsFile(path string, accept func(*SafetensorsFile) error) (*SafetensorsFile, error) {
+	fh, st, err := safefile.Open(path, 8+MaxSafetensorsHeader+MaxSafetensorsData)
 	if err != nil {
 		return nil, fileError(path, err)
 	}
-	return ReadSafetensors(path, b)
+	defer fh.Close()
+	size := st.Size()
+	var lenBuf [8]byte
+	k, err := io.ReadFull(fh, lenBuf[:min(8, int(size))])
+	if err != nil {
+		return nil, fileError(path, err)
+	}
+	header, err := readHeader(path, lenBuf[:k], size, func(n int64) ([]byte, error) {
+		h := make([]byte, n)
+		_, err := io.ReadFull(fh, h)
+		return h, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	dataLen := size - 8 - int64(len(header))
+	f, err := parseSafetensors(path, header, dataLen)
+	if err != nil {
+		return nil, err
+	}
+	if accept != nil {
+		if err := accept(f); err != nil {
+			return nil, err
+		}
+	}
+	f.data = make([]byte, dataLen)
+	if _, err := io.ReadFull(fh, f.data); err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, ckErrorf(path, err, "truncated while being read (another process writing it?)")
+		}
+		return nil, fileError(path, err)
+	}
+	return f, nil
+}
+
+// readHeader checks the 8-byte length prefix against the size of the whole
+// file and the limit, then returns the header that read gives for it.
+func readHeader(name string, prefix []byte, size int64, read func(n int64) ([]byte, error)) ([]byte, error) {
+	if len(prefix) < 8 {
+		return nil, ckErrorf(name, nil, "truncated: %d bytes, but a safetensors file starts with an 8-byte header length", size)
+	}
+	n := binary.LittleEndian.Uint64(prefix)
+	if n > uint64(size-8) {
+		return nil, ckErrorf(name, nil, "header length %d is larger than the file (%d bytes): truncated, or not a safetensors file", n, size)
+	}
+	if n > MaxSafetensorsHeader {
+		return nil, ckErrorf(name, nil, "header length %d exceeds the limit of %d bytes", n, MaxSafetensorsHeader)
+	}
+	h, err := read(int64(n))
+	if err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, ckErrorf(name, err, "truncated while being read (another process writing it?)")
+		}
+		return nil, fileError(name, err)
+	}
+	return h, nil
 }
 
 // ReadSafetensors parses and checks a safetensors file held in b; name is
@@ -262,24 +358,26 @@ func ReadSafetensorsFile(path string) (*SafetensorsFile, error) {
 // returns a *CheckpointError naming the file and the first problem found.
 // The result shares memory with b.
 func ReadSafetensors(name string, b []byte) (*SafetensorsFile, error) {
-	fail := func(format string, args ...any) (*SafetensorsFile, error) {
-		return nil, ckErrorf(name, nil, format, args...)
+	header, err := readHeader(name, b[:min(8, len(b))], int64(len(b)), func(n int64) ([]byte, error) { return b[8 : 8+n], nil })
+	if err != nil {
+		return nil, err
 	}
-	if len(b) < 8 {
-		return fail("truncated: %d bytes, but a safetensors file starts with an 8-byte header length", len(b))
+	data := b[8+len(header):]
+	f, err := parseSafetensors(name, header, int64(len(data)))
+	if err != nil {
+		return nil, err
 	}
-	n := binary.LittleEndian.Uint64(b)
-	if n > uint64(len(b)-8) {
-		return fail("header length %d is larger than the file (%d bytes): truncated, or not a safetensors file", n, len(b))
-	}
-	if n > MaxSafetensorsHeader {
-		return fail("header length %d exceeds the limit of %d bytes", n, MaxSafetensorsHeader)
-	}
-	header, data := b[8:8+n], b[8+n:]
+	f.data = data
+	return f, nil
+}
+
+// parseSafetensors checks the header and that the tensors it describes tile
+// dataLen bytes of data exactly.
+func parseSafetensors(name string, header []byte, dataLen int64) (*SafetensorsFile, error) {
 	if !utf8.Valid(header) {
-		return fail("header is not valid UTF-8: not a safetensors file")
+		return nil, ckErrorf(name, nil, "header is not valid UTF-8: not a safetensors file")
 	}
-	f := &SafetensorsFile{Name: name, index: map[string]int{}, data: data}
+	f := &SafetensorsFile{Name: name, index: map[string]int{}, dataLen: dataLen}
 	if err := f.parseHeader(header); err != nil {
 		return nil, err
 	}
@@ -470,15 +568,15 @@ func (f *SafetensorsFile) checkLayout() error {
 			}
 			return fail("data bytes [%d, %d) between tensors %q and %q belong to no tensor", pos, t.Begin, prev, t.Name)
 		}
-		if t.End > int64(len(f.data)) {
+		if t.End > f.dataLen {
 			return fail("truncated: tensor %q data_offsets [%d, %d] run past the end of the data (%d bytes after the header; the header describes %d)",
-				t.Name, t.Begin, t.End, len(f.data), f.Tensors[len(f.Tensors)-1].End)
+				t.Name, t.Begin, t.End, f.dataLen, f.Tensors[len(f.Tensors)-1].End)
 		}
 		if t.End > t.Begin || prev == "" {
 			pos, prev = t.End, t.Name
 		}
 	}
-	if extra := int64(len(f.data)) - pos; extra > 0 {
+	if extra := f.dataLen - pos; extra > 0 {
 		return fail("%d bytes after the end of the last tensor's data", extra)
 	}
 	return nil
@@ -536,19 +634,23 @@ func decodeF32(b []byte) []float32 {
 // maxListed bounds the names listed in one error message.
 const maxListed = 6
 
-// decodeStateDict checks that f holds exactly the parameters of m (each
-// name prefixed by prefix), as F32 tensors of the parameters' shapes,
-// allowing only the extra tensors named in allow, and decodes their values
-// in m's order. It reports every problem in one error, as PyTorch's
-// load_state_dict(strict=True) does.
-func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string) ([][]float32, error) {
+// checkStateDict checks, from the header alone, that f holds exactly the
+// parameters of m (each name prefixed by prefix), as F32 tensors of the
+// parameters' shapes, allowing only the extra tensors named in allow. It
+// reports every problem in one error, as PyTorch's
+// load_state_dict(strict=True) does. A parameter whose tensor is nil (a
+// layer without bias) is not part of the state dict, as in PyTorch.
+func checkStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string) error {
 	ps := StateTensors(m)
 	var missing, problems []string
 	want := make(map[string]bool, len(ps))
 	for _, p := range ps {
+		if p.Tensor == nil {
+			continue
+		}
 		name := prefix + p.Name
 		if want[name] {
-			return nil, ckErrorf(f.Name, nil, "the model has two parameters named %q", p.Name)
+			return ckErrorf(f.Name, nil, "the model has two parameters named %q", p.Name)
 		}
 		want[name] = true
 		t, ok := f.Lookup(name)
@@ -579,14 +681,60 @@ func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...strin
 		if len(problems) > maxListed {
 			problems = append(problems[:maxListed], fmt.Sprintf("and %d more problems", len(problems)-maxListed))
 		}
-		return nil, ckErrorf(f.Name, nil, "does not fit the model: %s", strings.Join(problems, "; "))
+		return ckErrorf(f.Name, nil, "does not fit the model: %s", strings.Join(problems, "; "))
 	}
+	return nil
+}
+
+// decodeStateDict checks f as checkStateDict does and decodes the values of
+// m's parameters in m's order (nil for a nil parameter). Values that are
+// not finite are refused (ErrNonFinite): no healthy model holds them, and
+// loading them would give NaN predictions without a word.
+func decodeStateDict(f *SafetensorsFile, m Module, prefix string, allow ...string) ([][]float32, error) {
+	if err := checkStateDict(f, m, prefix, allow...); err != nil {
+		return nil, err
+	}
+	ps := StateTensors(m)
 	vals := make([][]float32, len(ps))
 	for i, p := range ps {
+		if p.Tensor == nil {
+			continue
+		}
 		t, _ := f.Lookup(prefix + p.Name)
 		vals[i] = decodeF32(f.data[t.Begin:t.End])
+		if err := CheckFinite(f.Name, t.Name, vals[i]); err != nil {
+			return nil, err
+		}
 	}
 	return vals, nil
+}
+
+// ErrNonFinite is wrapped by the errors of CheckFinite, and so of the
+// loaders, for a tensor holding NaN or an infinity.
+var ErrNonFinite = errors.New("non-finite value")
+
+// CheckFinite returns a *CheckpointError wrapping ErrNonFinite, naming file,
+// the tensor and the first bad value and its index, when vals holds NaN or
+// ±Inf; nil otherwise.
+func CheckFinite(file, tensorName string, vals []float32) error {
+	first, count := -1, 0
+	for i, v := range vals {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			if first < 0 {
+				first = i
+			}
+			count++
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	more := ""
+	if count > 1 {
+		more = fmt.Sprintf(" and %d more non-finite values", count-1)
+	}
+	return ckErrorf(file, ErrNonFinite, "tensor %q holds %v at index %d%s (of %d): the values are broken, say by a diverged training run",
+		tensorName, vals[first], first, more, len(vals))
 }
 
 func listed(what string, names []string) string {
@@ -603,20 +751,25 @@ func listed(what string, names []string) string {
 // setParameters copies vals (from decodeStateDict) into m's parameters. A
 // device error is returned, not panicked.
 func setParameters(file string, m Module, vals [][]float32) error {
+	backend := ""
 	err := tensor.Guard(func() {
 		for i, p := range StateTensors(m) {
-			p.Tensor.CopyFrom(vals[i])
+			if p.Tensor != nil {
+				backend = p.Tensor.Backend().Name()
+				p.Tensor.CopyFrom(vals[i])
+			}
 		}
 	})
 	if err != nil {
-		return ckErrorf(file, err, "copying the parameters to %s: %v", StateTensors(m)[0].Tensor.Backend().Name(), err)
+		return ckErrorf(file, err, "copying the parameters to %s: %v", backend, err)
 	}
 	return nil
 }
 
 // LoadStateDict loads the parameters of m from f, strictly: f must hold
-// exactly m's parameters, by name, as F32 tensors of the same shapes.
-// Everything is checked before any parameter is changed.
+// exactly m's parameters, by name, as F32 tensors of the same shapes, all
+// finite (ErrNonFinite otherwise). Everything is checked before any
+// parameter is changed.
 func LoadStateDict(f *SafetensorsFile, m Module) error {
 	vals, err := decodeStateDict(f, m, "")
 	if err != nil {
@@ -669,8 +822,12 @@ func writeError(path string, err error) error {
 // LoadFile loads the parameters of m from the safetensors file at path,
 // strictly (see LoadStateDict). Errors are *CheckpointError, one line,
 // naming the file; m is unchanged unless LoadFile succeeds.
+//
+// The file is checked against m from its header before its data is read,
+// so that memory is bounded by the model's size whatever the file claims,
+// and values that are not finite are refused (ErrNonFinite).
 func LoadFile(path string, m Module) error {
-	f, err := ReadSafetensorsFile(path)
+	f, err := readSafetensorsFile(path, func(f *SafetensorsFile) error { return checkStateDict(f, m, "") })
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,9 @@ package nn
 // X.state.safetensors, which is self-sufficient for resuming:
 //
 //	tensors    "model.<name>" for every parameter (a copy of the weights),
-//	           "optimizer.momentum" (the flat momentum buffer, if any)
+//	           "optimizer.momentum" (the flat momentum buffer, if any),
+//	           "optimizer.<name>" (the optimiser's other buffers, if any:
+//	           Adam's exp_avg, exp_avg_sq)
 //	metadata   format=ember.training_state, ember.state_version=1, epoch,
 //	           step, global_step, optimizer_steps, seed, rng (base64, if
 //	           any), model_file, model_sha256 (Fingerprint of the weights),
@@ -43,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -74,6 +77,10 @@ type TrainingState struct {
 	Momentum []float32
 	// OptimizerSteps is the optimiser's update count (optim.SGD.Steps).
 	OptimizerSteps int
+	// OptimizerBuffers are the optimiser's other flat buffers by name (say,
+	// Adam's "exp_avg" and "exp_avg_sq"; see optim.SaveTraining), one value
+	// per parameter each, stored as tensors "optimizer.<name>".
+	OptimizerBuffers map[string][]float32
 	// RNG is an optional opaque generator state (say, from
 	// rand.PCG.MarshalBinary) for randomness that is not a function of
 	// Seed; nil when there is none.
@@ -90,7 +97,9 @@ const (
 	stateVersion      = "1"
 	stateModelPrefix  = "model."
 	stateMomentumName = "optimizer.momentum"
-	stateFlagPrefix   = "flag."
+	// stateOptimizerPrefix starts the names of the optimiser's buffers.
+	stateOptimizerPrefix = "optimizer."
+	stateFlagPrefix      = "flag."
 )
 
 // StatePath returns the path of the training state saved beside the model
@@ -145,9 +154,10 @@ func fingerprint(es []fpEntry) string {
 }
 
 // fileFingerprint is the Fingerprint of the F32 tensors of the safetensors
-// file at path, "" if it cannot be read or holds other dtypes.
-func fileFingerprint(path string) string {
-	f, err := ReadSafetensorsFile(path)
+// file at path, "" if it cannot be read or does not hold m's parameters
+// (then it is not read past its header).
+func fileFingerprint(path string, m Module) string {
+	f, err := readSafetensorsFile(path, func(f *SafetensorsFile) error { return checkStateDict(f, m, "") })
 	if err != nil {
 		return ""
 	}
@@ -165,7 +175,8 @@ func fileFingerprint(path string) string {
 // with the epoch and global step in the metadata) and the training state to
 // StatePath(modelPath), each atomically and in the order that keeps a
 // resumable checkpoint after a crash at any moment (see the comment at the
-// top of this file). The directory must exist.
+// top of this file). The directory must exist. Weights or momentum that are
+// not finite are refused (ErrNonFinite) and nothing is written.
 func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	statePath := StatePath(modelPath)
 	if st == nil {
@@ -175,12 +186,30 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		return ckErrorf(statePath, nil, "negative counter in the training state (epoch %d, step %d, global step %d, optimizer steps %d)",
 			st.Epoch, st.Step, st.GlobalStep, st.OptimizerSteps)
 	}
-	if n := NumParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
+	if n := numParameters(m); len(st.Momentum) != 0 && len(st.Momentum) != n {
 		return ckErrorf(statePath, nil, "the training state has %d momentum values but the model has %d parameters", len(st.Momentum), n)
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.OptimizerBuffers)) {
+		if name == "" || stateOptimizerPrefix+name == stateMomentumName {
+			return ckErrorf(statePath, nil, "optimizer buffer named %q (the momentum goes in Momentum)", name)
+		}
+		if n := numParameters(m); len(st.OptimizerBuffers[name]) != n {
+			return ckErrorf(statePath, nil, "the training state's optimizer buffer %q has %d values but the model has %d parameters", name, len(st.OptimizerBuffers[name]), n)
+		}
 	}
 	var weights []NamedTensor
 	if err := tensor.Guard(func() { weights = StateDict(m) }); err != nil {
 		return ckErrorf(modelPath, err, "copying the parameters from the device: %v", err)
+	}
+	// A checkpoint of NaN weights would only be refused at load: refuse it
+	// now, so that the previous (good) one stays in place.
+	for _, w := range weights {
+		if err := CheckFinite(modelPath, w.Name, w.Data); err != nil {
+			return err
+		}
+	}
+	if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+		return err
 	}
 	fp := Fingerprint(weights)
 
@@ -195,7 +224,7 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		"model_file":          filepath.Base(modelPath),
 		"model_sha256":        fp,
 	}
-	if prev := fileFingerprint(modelPath); prev != "" {
+	if prev := fileFingerprint(modelPath, m); prev != "" {
 		meta["previous_model_sha256"] = prev
 	}
 	if st.RNG != nil {
@@ -210,6 +239,10 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 	}
 	if len(st.Momentum) > 0 {
 		stateTensors = append(stateTensors, NamedTensor{Name: stateMomentumName, Shape: []int{len(st.Momentum)}, Data: st.Momentum})
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.OptimizerBuffers)) {
+		b := st.OptimizerBuffers[name]
+		stateTensors = append(stateTensors, NamedTensor{Name: stateOptimizerPrefix + name, Shape: []int{len(b)}, Data: b})
 	}
 	modelMeta := map[string]string{
 		"format":            "pt",
@@ -244,10 +277,40 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 // and only then sets m's parameters to the weights saved with the state.
 // Errors are *CheckpointError naming the file at fault; a model file and
 // state that do not belong together give one that wraps ErrStateMismatch,
-// and a missing state file one that wraps fs.ErrNotExist.
+// a missing state file one that wraps fs.ErrNotExist, and weights or
+// momentum holding NaN or an infinity one that wraps ErrNonFinite. Only
+// regular files are read, each header is checked against m before any
+// data is read, and so memory stays bounded by m's size.
 func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	statePath := StatePath(modelPath)
-	sf, err := ReadSafetensorsFile(statePath)
+	n := numParameters(m)
+	var st *TrainingState
+	var allow []string
+	// Everything the header says is checked before the data is read: the
+	// memory taken is bounded by the model's size.
+	sf, err := readSafetensorsFile(statePath, func(sf *SafetensorsFile) error {
+		var err error
+		if st, err = parseStateMetadata(sf); err != nil {
+			return err
+		}
+		// Optimiser buffers (Adam's moments, ...) are one value per
+		// parameter, as the momentum.
+		allow = []string{stateMomentumName}
+		for _, t := range sf.Tensors {
+			if strings.HasPrefix(t.Name, stateOptimizerPrefix) && t.Name != stateMomentumName {
+				allow = append(allow, t.Name)
+			}
+		}
+		if err := checkStateDict(sf, m, stateModelPrefix, allow...); err != nil {
+			return err
+		}
+		for _, name := range allow {
+			if t, ok := sf.Lookup(name); ok && (t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n) {
+				return ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", name, t.DType, t.Shape, n)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if _, merr := os.Stat(modelPath); merr == nil {
@@ -256,27 +319,32 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 		}
 		return nil, err
 	}
-	st, err := parseStateMetadata(sf)
-	if err != nil {
-		return nil, err
-	}
-	vals, err := decodeStateDict(sf, m, stateModelPrefix, stateMomentumName)
-	if err != nil {
-		return nil, err
-	}
-	if t, ok := sf.Lookup(stateMomentumName); ok {
-		n := NumParameters(m)
-		if t.DType != "F32" || len(t.Shape) != 1 || t.Shape[0] != n {
-			return nil, ckErrorf(statePath, nil, "tensor %q is %s %v, want F32 [%d] (one value per parameter of the model)", stateMomentumName, t.DType, t.Shape, n)
+	for _, name := range allow[1:] {
+		if st.OptimizerBuffers == nil {
+			st.OptimizerBuffers = map[string][]float32{}
 		}
+		vals, _ := sf.Float32s(name)
+		if err := CheckFinite(statePath, name, vals); err != nil {
+			return nil, err
+		}
+		st.OptimizerBuffers[strings.TrimPrefix(name, stateOptimizerPrefix)] = vals
+	}
+	vals, err := decodeStateDict(sf, m, stateModelPrefix, allow...)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := sf.Lookup(stateMomentumName); ok {
 		st.Momentum, _ = sf.Float32s(stateMomentumName)
+		if err := CheckFinite(statePath, stateMomentumName, st.Momentum); err != nil {
+			return nil, err
+		}
 	}
 	stateFP := fingerprintOf(m, vals)
 	if want := sf.Metadata["model_sha256"]; stateFP != want {
 		return nil, ckErrorf(statePath, nil, "its weights have fingerprint %s but its metadata records model_sha256 %s: the file is corrupt", short(stateFP), short(want))
 	}
 
-	mf, err := ReadSafetensorsFile(modelPath)
+	mf, err := readSafetensorsFile(modelPath, func(mf *SafetensorsFile) error { return checkStateDict(mf, m, "") })
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +363,31 @@ func LoadCheckpoint(modelPath string, m Module) (*TrainingState, error) {
 	return st, nil
 }
 
+// IsCheckpointFile reports whether path holds a file that SaveCheckpoint
+// wrote, a model file (its metadata has ember.global_step) or a training
+// state, judging by the header only. A program about to save a checkpoint
+// over path can tell this way that it replaces only its own files.
+func IsCheckpointFile(path string) bool {
+	meta, err := ReadSafetensorsMetadata(path)
+	if err != nil {
+		return false
+	}
+	_, model := meta["ember.global_step"]
+	return model || meta["format"] == stateFormat
+}
+
+// numParameters counts the learnable scalars of m, leaving out nil
+// parameters (a layer without bias).
+func numParameters(m Module) int {
+	n := 0
+	for _, p := range Parameters(m) {
+		if p.Tensor != nil {
+			n += p.Tensor.Len()
+		}
+	}
+	return n
+}
+
 func short(fp string) string {
 	if len(fp) > 12 {
 		return fp[:12]
@@ -304,9 +397,11 @@ func short(fp string) string {
 
 func fingerprintOf(m Module, vals [][]float32) string {
 	ps := Parameters(m)
-	ts := make([]NamedTensor, len(ps))
+	ts := make([]NamedTensor, 0, len(ps))
 	for i, p := range ps {
-		ts[i] = NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]}
+		if p.Tensor != nil {
+			ts = append(ts, NamedTensor{Name: p.Name, Shape: p.Tensor.Shape(), Data: vals[i]})
+		}
 	}
 	return Fingerprint(ts)
 }

@@ -36,38 +36,76 @@ type SGD struct {
 	flatG    *tensor.Tensor
 	momentum *tensor.Tensor
 	steps    int
+	lrDev    *deviceLR // nil: the learning rate goes with each launch (sgd_device.go)
 }
 
-// NewSGD prepares an optimiser for the parameters (all on one device).
+// NewSGD prepares an optimiser for the parameters (all on one device). A
+// parameter whose tensor is nil (a layer built without bias) has nothing to
+// learn and is left out. Hyper-parameters must be finite and in range; the
+// error names the one that is not.
 func NewSGD(params []nn.Parameter, cfg SGDConfig) (*SGD, error) {
-	if len(params) == 0 {
-		return nil, fmt.Errorf("optim: SGD with no parameters")
-	}
-	if cfg.LR < 0 || cfg.Momentum < 0 || cfg.WeightDecay < 0 || math.IsNaN(cfg.LR) {
-		return nil, fmt.Errorf("optim: SGD: invalid lr %g, momentum %g or weight decay %g", cfg.LR, cfg.Momentum, cfg.WeightDecay)
-	}
-	if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !finite(cfg.LR) || cfg.LR < 0:
+		return nil, fmt.Errorf("optim: SGD: learning rate %g, want a finite value >= 0", cfg.LR)
+	case !finite(cfg.Momentum) || cfg.Momentum < 0:
+		return nil, fmt.Errorf("optim: SGD: momentum %g, want a finite value >= 0", cfg.Momentum)
+	case !finite(cfg.Dampening):
+		return nil, fmt.Errorf("optim: SGD: dampening %g, want a finite value", cfg.Dampening)
+	case !finite(cfg.WeightDecay) || cfg.WeightDecay < 0:
+		return nil, fmt.Errorf("optim: SGD: weight decay %g, want a finite value >= 0", cfg.WeightDecay)
+	case cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0):
 		return nil, fmt.Errorf("optim: SGD: nesterov needs momentum > 0 and zero dampening")
 	}
-	ts := make([]*tensor.Tensor, len(params))
-	grads := make([]*tensor.Tensor, len(params))
-	for i, p := range params {
+	var live []nn.Parameter
+	for _, p := range params {
+		if p.Tensor != nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return nil, fmt.Errorf("optim: SGD with no parameters")
+	}
+	ts := make([]*tensor.Tensor, len(live))
+	grads := make([]*tensor.Tensor, len(live))
+	for i, p := range live {
 		ts[i] = p.Tensor
 		grads[i] = tensor.Zeros(p.Tensor.Backend(), nil, p.Tensor.Shape()...)
 		if g := p.Tensor.Grad(); g != nil {
 			tensor.CopyTensor(grads[i], g)
 		}
 	}
-	s := &SGD{SGDConfig: cfg, params: params}
+	s := &SGD{SGDConfig: cfg, params: live}
 	s.flatP = tensor.Pack(ts)
 	s.flatG = tensor.Pack(grads)
-	for i, p := range params {
+	for i, p := range live {
 		p.Tensor.SetGrad(grads[i])
 	}
 	if cfg.Momentum != 0 {
 		s.momentum = tensor.Zeros(s.flatP.Backend(), nil, s.flatP.Len())
 	}
 	return s, nil
+}
+
+// Release frees the optimiser's own memory, the gradients and the momentum
+// buffer, now rather than when the garbage collector finds them (device
+// memory is not the collector's to manage); the parameters' gradients are
+// unset. The parameters themselves belong to the model and stay: release
+// them with the model. The optimiser must not be used afterwards. Release
+// may be called more than once.
+func (s *SGD) Release() {
+	if s.flatG == nil {
+		return
+	}
+	for _, p := range s.params {
+		p.Tensor.SetGrad(nil)
+	}
+	s.flatG.Release()
+	s.flatG = nil
+	if s.momentum != nil {
+		s.momentum.Release()
+		s.momentum = nil
+	}
 }
 
 // ZeroGrad zeroes all gradients in one backend call.
@@ -89,10 +127,15 @@ func (s *SGD) step(zeroGrad bool) {
 	if s.momentum != nil {
 		v = s.momentum.Buffer()
 	}
-	s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, tensor.SGDStep{
+	h := tensor.SGDStep{
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
 		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(), ZeroGrad: zeroGrad,
-	})
+	}
+	if s.lrDev != nil {
+		s.stepDeviceLR(v, h)
+	} else {
+		s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+	}
 	s.steps++
 }
 

@@ -59,22 +59,51 @@ func (b Buffer) Slice(off, n int) Buffer {
 	return Buffer{Mem: b.Mem, Off: b.Off + off, Len: n, DType: b.DType}
 }
 
-// ConvGeom describes a 2-D convolution over NCHW input with an OIHW weight.
+// ConvGeom describes a 2-D convolution over NCHW input with an OIHW weight
+// [K, C/Groups, R, S]. Dilation and groups take their zero values as 1, so
+// that geometries written before they existed keep their meaning.
 type ConvGeom struct {
 	N, C, H, W       int // input batch, channels, height, width
 	K, R, S          int // output channels, kernel height, kernel width
 	StrideH, StrideW int
 	PadH, PadW       int
+	// DilationH and DilationW space the kernel's taps (0 or 1: adjacent).
+	DilationH, DilationW int
+	// Groups splits the channels into groups convolved separately (0 or
+	// 1: one group; C: depthwise). C and K are multiples of it.
+	Groups int
 	// ReLU asks Conv2d for max(conv + bias, 0), saving a pass over the
 	// output and the memory of the pre-activation (Conv2dReLU).
 	ReLU bool
 }
 
+// Dilation is the spacing of the kernel's taps along each axis (at least 1).
+func (g ConvGeom) Dilation() (h, w int) { return max(g.DilationH, 1), max(g.DilationW, 1) }
+
+// GroupCount is the number of channel groups (at least 1).
+func (g ConvGeom) GroupCount() int { return max(g.Groups, 1) }
+
+// Plain reports whether g has no dilation and one group: the geometries
+// the fused and register-tiled fast paths were written for.
+func (g ConvGeom) Plain() bool {
+	dh, dw := g.Dilation()
+	return dh == 1 && dw == 1 && g.GroupCount() == 1
+}
+
+// WeightLen is the number of weight elements, K·(C/Groups)·R·S.
+func (g ConvGeom) WeightLen() int { return g.K * g.C / g.GroupCount() * g.R * g.S }
+
 // OutH is the output height.
-func (g ConvGeom) OutH() int { return (g.H+2*g.PadH-g.R)/g.StrideH + 1 }
+func (g ConvGeom) OutH() int {
+	dh, _ := g.Dilation()
+	return (g.H+2*g.PadH-dh*(g.R-1)-1)/g.StrideH + 1
+}
 
 // OutW is the output width.
-func (g ConvGeom) OutW() int { return (g.W+2*g.PadW-g.S)/g.StrideW + 1 }
+func (g ConvGeom) OutW() int {
+	_, dw := g.Dilation()
+	return (g.W+2*g.PadW-dw*(g.S-1)-1)/g.StrideW + 1
+}
 
 // ConvPoolBackend is implemented by backends that fuse a convolution, its
 // bias, ReLU and a max pooling over disjoint windows into one operation
@@ -145,18 +174,39 @@ type LinearCrossEntropyBackend interface {
 	LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int) bool
 }
 
-// PoolGeom describes a 2-D max pooling over NCHW input (no padding).
+// PoolGeom describes a 2-D max pooling over NCHW input. Padding is
+// implicit: -inf for the maximum (it never wins), and for average pooling
+// zeros that AvgPoolGeom decides whether to count. The zero values (no
+// padding, floor mode) are the geometry of LeNet's pooling.
 type PoolGeom struct {
 	N, C, H, W       int
 	KH, KW           int
 	StrideH, StrideW int
+	PadH, PadW       int
+	// CeilMode rounds the output size up, as torch's ceil_mode: a last
+	// window that hangs off the far edge is kept when it starts inside the
+	// input or its left padding.
+	CeilMode bool
 }
 
 // OutH is the output height.
-func (g PoolGeom) OutH() int { return (g.H-g.KH)/g.StrideH + 1 }
+func (g PoolGeom) OutH() int { return poolOut(g.H, g.KH, g.StrideH, g.PadH, g.CeilMode) }
 
 // OutW is the output width.
-func (g PoolGeom) OutW() int { return (g.W-g.KW)/g.StrideW + 1 }
+func (g PoolGeom) OutW() int { return poolOut(g.W, g.KW, g.StrideW, g.PadW, g.CeilMode) }
+
+// poolOut is torch's pooling output size along one axis.
+func poolOut(in, k, stride, pad int, ceil bool) int {
+	span := in + 2*pad - k
+	if !ceil || span < 0 {
+		return span/stride + 1
+	}
+	out := (span+stride-1)/stride + 1
+	if (out-1)*stride >= in+pad { // the last window would start in the right padding
+		out--
+	}
+	return out
+}
 
 // SGDStep holds the hyper-parameters of one torch.optim.SGD update.
 // FirstStep is true on the first update of a parameter, when PyTorch

@@ -277,17 +277,25 @@ func (*cpuBackend) MaxPool2d(y, argmax, x Buffer, g PoolGeom) {
 	parallelFor(g.N*g.C, func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			plane := in[p*g.H*g.W : (p+1)*g.H*g.W]
-			if g.KH == 2 && g.KW == 2 && g.StrideH == 2 && g.StrideW == 2 {
+			if g.KH == 2 && g.KW == 2 && g.StrideH == 2 && g.StrideW == 2 && g.PadH == 0 && g.PadW == 0 && !g.CeilMode {
 				maxPool2x2(out[p*oh*ow:(p+1)*oh*ow], idx[p*oh*ow:(p+1)*oh*ow], plane, g.W, oh, ow)
 				continue
 			}
 			for i := 0; i < oh; i++ {
 				for j := 0; j < ow; j++ {
 					best, at := float32(math.Inf(-1)), -1
+					// Padding and the part of a ceil-mode window past the
+					// edge are -inf: skipped, they never win.
 					for r := 0; r < g.KH; r++ {
-						h := i*g.StrideH + r
+						h := i*g.StrideH - g.PadH + r
+						if h < 0 || h >= g.H {
+							continue
+						}
 						for s := 0; s < g.KW; s++ {
-							w := j*g.StrideW + s
+							w := j*g.StrideW - g.PadW + s
+							if w < 0 || w >= g.W {
+								continue
+							}
 							// A NaN wins, as in PyTorch, so that it propagates.
 							if v := plane[h*g.W+w]; at < 0 || v > best || v != v {
 								best, at = v, h*g.W+w

@@ -11,6 +11,11 @@ import (
 // under the kernel, so that W [K, C·R·S] · col [C·R·S, N·P] gives the output
 // for all images at once (P = OutH·OutW). One large GEMM keeps gonum's
 // parallel SGEMM busy where per-image products would be too small.
+//
+// Dilation only moves where im2col reads. Groups need no other col: the
+// rows of group gi's channels are one contiguous block of col, and its
+// weights one contiguous block of w, so each group is one GEMM on those
+// blocks (the CUDA backend does the same products).
 
 var scratchPool sync.Pool // *[]float32, reused across steps
 
@@ -29,6 +34,7 @@ func putScratch(p *[]float32) { scratchPool.Put(p) }
 func im2col(col, x []float32, g ConvGeom) {
 	oh, ow := g.OutH(), g.OutW()
 	np := g.N * oh * ow
+	dh, dw := g.Dilation()
 	parallelFor(g.C*g.R*g.S, func(lo, hi int) {
 		for row := lo; row < hi; row++ {
 			c, r, s := row/(g.R*g.S), row/g.S%g.R, row%g.S
@@ -37,7 +43,7 @@ func im2col(col, x []float32, g ConvGeom) {
 			for n := 0; n < g.N; n++ {
 				plane := x[(n*g.C+c)*g.H*g.W:]
 				for i := 0; i < oh; i++ {
-					h := i*g.StrideH + r - g.PadH
+					h := i*g.StrideH + r*dh - g.PadH
 					out := dst[(n*oh+i)*ow : (n*oh+i+1)*ow]
 					if h < 0 || h >= g.H {
 						clear(out)
@@ -47,11 +53,11 @@ func im2col(col, x []float32, g ConvGeom) {
 					clear(out[j1:])
 					row := plane[h*g.W:]
 					if g.StrideW == 1 { // a contiguous run of the input row
-						copy(out[j0:j1], row[j0+s-g.PadW:])
+						copy(out[j0:j1], row[j0+s*dw-g.PadW:])
 						continue
 					}
 					for j := j0; j < j1; j++ {
-						out[j] = row[j*g.StrideW+s-g.PadW]
+						out[j] = row[j*g.StrideW+s*dw-g.PadW]
 					}
 				}
 			}
@@ -60,8 +66,11 @@ func im2col(col, x []float32, g ConvGeom) {
 }
 
 // validCols is the range [j0, j1) of output columns whose input column
-// j*StrideW + s - PadW falls inside the image (the rest read padding).
+// j*StrideW + s*DilationW - PadW falls inside the image (the rest read
+// padding).
 func validCols(g ConvGeom, s, ow int) (j0, j1 int) {
+	_, dw := g.Dilation()
+	s *= dw
 	// smallest j with j*StrideW >= PadW - s
 	if d := g.PadW - s; d > 0 {
 		j0 = (d + g.StrideW - 1) / g.StrideW
@@ -79,6 +88,7 @@ func validCols(g ConvGeom, s, ow int) (j0, j1 int) {
 func col2im(dx, col []float32, g ConvGeom) {
 	oh, ow := g.OutH(), g.OutW()
 	np := g.N * oh * ow
+	dh, dw := g.Dilation()
 	// Parallel over channels: rows of one channel only touch that channel.
 	parallelFor(g.C, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
@@ -89,14 +99,14 @@ func col2im(dx, col []float32, g ConvGeom) {
 				for n := 0; n < g.N; n++ {
 					plane := dx[(n*g.C+c)*g.H*g.W:]
 					for i := 0; i < oh; i++ {
-						h := i*g.StrideH + r - g.PadH
+						h := i*g.StrideH + r*dh - g.PadH
 						if h < 0 || h >= g.H {
 							continue
 						}
 						in := src[(n*oh+i)*ow : (n*oh+i+1)*ow]
 						row := plane[h*g.W:]
 						for j := j0; j < j1; j++ {
-							row[j*g.StrideW+s-g.PadW] += in[j]
+							row[j*g.StrideW+s*dw-g.PadW] += in[j]
 						}
 					}
 				}
@@ -113,7 +123,9 @@ func (c *cpuBackend) Conv2d(y, x, w, bias Buffer, g ConvGeom) {
 	im2col(*col, f32(x), g)
 	yt := getScratch(g.K * np)
 	defer putScratch(yt)
-	sgemm.Sgemm(false, false, g.K, np, crs, 1, f32(w), crs, *col, np, 0, *yt, np)
+	groupGEMMs(g, np, func(kg, cg, wOff, colOff, yOff int) {
+		sgemm.Sgemm(false, false, kg, np, cg, 1, f32(w)[wOff:], cg, (*col)[colOff:], np, 0, (*yt)[yOff:], np)
+	})
 	// [K, N, P] -> [N, K, P], adding the bias on the way.
 	out := f32(y)
 	var b []float32
@@ -179,15 +191,30 @@ func (c *cpuBackend) Conv2dBackward(dx, dw, db, dy, x, w, y Buffer, g ConvGeom) 
 	if !dw.Empty() {
 		col := getScratch(crs * np)
 		im2col(*col, f32(x), g)
-		sgemm.Sgemm(false, true, g.K, crs, np, 1, *dyt, np, *col, np, 1, f32(dw), crs)
+		groupGEMMs(g, np, func(kg, cg, wOff, colOff, yOff int) {
+			sgemm.Sgemm(false, true, kg, cg, np, 1, (*dyt)[yOff:], np, (*col)[colOff:], np, 1, f32(dw)[wOff:], cg)
+		})
 		putScratch(col)
 	}
 	if !dx.Empty() {
 		dcol := getScratch(crs * np)
 		defer putScratch(dcol)
-		sgemm.Sgemm(true, false, crs, np, g.K, 1, f32(w), crs, *dyt, np, 0, *dcol, np)
+		groupGEMMs(g, np, func(kg, cg, wOff, colOff, yOff int) {
+			sgemm.Sgemm(true, false, cg, np, kg, 1, f32(w)[wOff:], cg, (*dyt)[yOff:], np, 0, (*dcol)[colOff:], np)
+		})
 		d := f32(dx)
 		clear(d)
 		col2im(d, *dcol, g)
+	}
+}
+
+// groupGEMMs calls gemm once per channel group with the group's sizes (kg
+// output channels, cg = C/Groups·R·S rows of col) and the offsets of its
+// blocks of w [K, cg], col [C·R·S, N·P] and yt [K, N·P].
+func groupGEMMs(g ConvGeom, np int, gemm func(kg, cg, wOff, colOff, yOff int)) {
+	groups := g.GroupCount()
+	kg, cg := g.K/groups, g.C/groups*g.R*g.S
+	for gi := 0; gi < groups; gi++ {
+		gemm(kg, cg, gi*kg*cg, gi*cg*np, gi*kg*np)
 	}
 }

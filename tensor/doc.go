@@ -19,7 +19,9 @@
 //     implement ConvPoolBackend, BiasReLUBackend, LinearBackend and
 //     LinearCrossEntropyBackend, which fuse Conv2dReLUMaxPool, LinearReLU
 //     and LinearCrossEntropy (a classifier's last layer with its loss) into
-//     fewer passes; without them those operations run as their parts.
+//     fewer passes; without them those operations run as their parts. One
+//     that implements ClassLossBackend (backend_loss.go) runs
+//     CrossEntropyLoss with torch's options without waiting for the host.
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)

@@ -701,3 +701,11 @@ func TestGradSmallConvNet(t *testing.T) {
 		ref: forward64,
 	}, rng)
 }
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}

@@ -5,9 +5,14 @@ import "fmt"
 // Operations with autograd. Each forward function is followed by the
 // backward closure it records; the backend does the arithmetic.
 
-// Add returns a + b (same shape).
+// Add returns a + b, broadcast as NumPy does. Dense operands of one shape
+// take the backend's Add (the path LeNet's results depend on); others the
+// strided core, with the gradient of a broadcast operand summed back to
+// its shape.
 func Add(a, b *Tensor) *Tensor {
-	mustSameShape("Add", a, b)
+	if !plainOperands(a, b) {
+		return addBroadcast(a, b)
+	}
 	sameBackend(a, b)
 	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
 	a.st.b.Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
@@ -18,9 +23,12 @@ func Add(a, b *Tensor) *Tensor {
 	return out
 }
 
-// Mul returns a * b elementwise (same shape).
+// Mul returns a * b elementwise, broadcast as NumPy does (dense operands
+// of one shape take the backend's Mul, as Add).
 func Mul(a, b *Tensor) *Tensor {
-	mustSameShape("Mul", a, b)
+	if !plainOperands(a, b) {
+		return mulBroadcast(a, b)
+	}
 	sameBackend(a, b)
 	a, b = a.Contiguous(), b.Contiguous()
 	be := a.st.b
@@ -214,137 +222,6 @@ func linearGrads(g, x, w *Tensor, dx, dw Buffer, accX, accW bool) {
 	if !dw.Empty() {
 		be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
 	}
-}
-
-// Conv2d convolves x [N,C,H,W] with w [K,C,R,S] and adds b [K] (may be nil),
-// as nn.Conv2d with the given stride and zero padding.
-func Conv2d(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, false) }
-
-// Conv2dReLU is ReLU(Conv2d(x, w, b, stride, pad)) computed in one pass:
-// the backend applies the activation as it writes the convolution's output,
-// so the pre-activation is never stored.
-func Conv2dReLU(x, w, b *Tensor, stride, pad int) *Tensor { return conv2d(x, w, b, stride, pad, true) }
-
-func conv2d(x, w, b *Tensor, stride, pad int, relu bool) *Tensor {
-	x, w, g := convGeomOf(x, w, b, stride, pad, relu)
-	be := x.st.b
-	out := Empty(be, scopeOf(x, w, b), g.N, g.K, g.OutH(), g.OutW())
-	var bias Buffer
-	if b != nil {
-		bias = b.buffer()
-	}
-	be.Conv2d(out.buffer(), x.buffer(), w.buffer(), bias, g)
-	record(out, "conv2d", func(dy *Tensor, e *engine) {
-		var y Buffer
-		if relu { // the backend masks dy by the output itself
-			y = out.buffer()
-		}
-		dxBuf, dx := convInputSink(e, x)
-		var db Buffer
-		if b != nil {
-			db = e.sinkZeroed(b)
-		}
-		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
-		if dx != nil {
-			e.pass(x, dx)
-		}
-	}, x, w, b)
-	return out
-}
-
-// convInputSink is where a convolution's backward writes the input
-// gradient: x's own gradient buffer, or, when that one accumulates (the
-// backends overwrite dx), a fresh tensor dx to pass on afterwards.
-func convInputSink(e *engine, x *Tensor) (Buffer, *Tensor) {
-	dxBuf, acc := e.sink(x)
-	if !acc {
-		return dxBuf, nil
-	}
-	dx := Empty(x.st.b, e.scopeFor(x), x.shape...)
-	return dx.buffer(), dx
-}
-
-// Conv2dReLUMaxPool is MaxPool2d(Conv2dReLU(x, w, b, stride, pad), k, k):
-// convolution, bias, ReLU and max pooling over disjoint k×k windows. On a
-// backend that implements ConvPoolBackend it is one operation that stores
-// only the pooled output and the positions of the maxima; elsewhere it is
-// the two operations.
-func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
-	fb, ok := x.st.b.(ConvPoolBackend)
-	if !ok {
-		return MaxPool2d(Conv2dReLU(x, w, b, stride, pad), k, k)
-	}
-	x, w, g := convGeomOf(x, w, b, stride, pad, true)
-	p := PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: k, KW: k, StrideH: k, StrideW: k}
-	if k < 1 || p.OutH() < 1 || p.OutW() < 1 {
-		panic(fmt.Sprintf("tensor: MaxPool2d window %d stride %d on %v", k, k, []int{p.N, p.C, p.H, p.W}))
-	}
-	be := x.st.b
-	s := scopeOf(x, w, b)
-	out := Empty(be, s, p.N, p.C, p.OutH(), p.OutW())
-	argmax := EmptyOf(be, s, Int32, out.shape...)
-	var bias Buffer
-	if b != nil {
-		bias = b.buffer()
-	}
-	fb.Conv2dReLUMaxPool(out.buffer(), argmax.buffer(), x.buffer(), w.buffer(), bias, g, p)
-	record(out, "conv2d_relu_maxpool", func(dy *Tensor, e *engine) {
-		dxBuf, dx := convInputSink(e, x)
-		var db Buffer
-		if b != nil {
-			db = e.sinkZeroed(b)
-		}
-		fb.Conv2dReLUMaxPoolBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), out.buffer(), argmax.buffer(), g, p)
-		if dx != nil {
-			e.pass(x, dx)
-		}
-	}, x, w, b)
-	return out
-}
-
-// convGeomOf checks the operands of a convolution and returns them
-// contiguous with the geometry.
-func convGeomOf(x, w, b *Tensor, stride, pad int, relu bool) (*Tensor, *Tensor, ConvGeom) {
-	if len(x.shape) != 4 || len(w.shape) != 4 || x.shape[1] != w.shape[1] {
-		panic(fmt.Sprintf("tensor: Conv2d of input %v with weight %v", x.shape, w.shape))
-	}
-	if b != nil && (len(b.shape) != 1 || b.shape[0] != w.shape[0]) {
-		panic(fmt.Sprintf("tensor: Conv2d bias %v for weight %v", b.shape, w.shape))
-	}
-	if stride < 1 || pad < 0 {
-		panic(fmt.Sprintf("tensor: Conv2d stride %d, padding %d", stride, pad))
-	}
-	sameBackend(nonNil(x, w, b)...)
-	x, w = x.Contiguous(), w.Contiguous()
-	g := ConvGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3],
-		K: w.shape[0], R: w.shape[2], S: w.shape[3], StrideH: stride, StrideW: stride, PadH: pad, PadW: pad, ReLU: relu}
-	if g.OutH() < 1 || g.OutW() < 1 {
-		panic(fmt.Sprintf("tensor: Conv2d kernel %dx%d larger than padded input %dx%d", g.R, g.S, g.H+2*pad, g.W+2*pad))
-	}
-	return x, w, g
-}
-
-// MaxPool2d takes the maximum over k×k windows moved by stride, as
-// nn.MaxPool2d without padding. The positions of the maxima are kept for
-// the backward pass.
-func MaxPool2d(x *Tensor, k, stride int) *Tensor {
-	if len(x.shape) != 4 {
-		panic(fmt.Sprintf("tensor: MaxPool2d of %v; want [N,C,H,W]", x.shape))
-	}
-	x = x.Contiguous()
-	g := PoolGeom{N: x.shape[0], C: x.shape[1], H: x.shape[2], W: x.shape[3], KH: k, KW: k, StrideH: stride, StrideW: stride}
-	if k < 1 || stride < 1 || g.OutH() < 1 || g.OutW() < 1 {
-		panic(fmt.Sprintf("tensor: MaxPool2d window %d stride %d on %v", k, stride, x.shape))
-	}
-	be := x.st.b
-	out := Empty(be, x.scope, g.N, g.C, g.OutH(), g.OutW())
-	argmax := EmptyOf(be, x.scope, Int32, out.shape...)
-	be.MaxPool2d(out.buffer(), argmax.buffer(), x.buffer(), g)
-	record(out, "maxpool2d", func(dy *Tensor, e *engine) {
-		dx, acc := e.sink(x)
-		be.MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
-	}, x)
-	return out
 }
 
 // ReLU returns max(x, 0).

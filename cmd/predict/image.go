@@ -9,9 +9,12 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
+
+	"github.com/ember-ml/ember/internal/safefile"
 )
 
 // Side is the width and height of an MNIST image; box is the side of the
@@ -21,9 +24,11 @@ const (
 	box  = 20
 )
 
-// maxPixels bounds the images predict decodes (a decompression bomb in a
-// small PNG would otherwise take gigabytes).
-const maxPixels = 100 << 20
+// maxPixels bounds the images predict decodes: a decompression bomb in a
+// small PNG would otherwise take gigabytes. Decoding takes up to 8 bytes a
+// pixel (16-bit RGBA) and the grey levels 8 more, so 32 Mi pixels stay
+// near half a GiB; a photo of a digit needs far fewer.
+const maxPixels = 32 << 20
 
 // prepOptions says how to turn a picture into an MNIST-like image.
 type prepOptions struct {
@@ -39,10 +44,13 @@ type prepOptions struct {
 // loadImage decodes a PNG, JPEG or GIF file and prepares it as a 28×28
 // MNIST-like image (light ink on a dark background, 0-255). Errors name
 // the file and are one line.
+//
+// Only regular files are read: a directory, a device or a named pipe is
+// refused by kind at once, and so is a file of more than maxImageFileBytes.
 func loadImage(path string, o prepOptions) ([]uint8, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, maxImageFileBytes)
 	if err != nil {
-		var pe *os.PathError
+		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
@@ -52,13 +60,13 @@ func loadImage(path string, o prepOptions) ([]uint8, error) {
 	r := bufio.NewReader(f)
 	cfg, format, err := image.DecodeConfig(r)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", path, decodeProblem(err, sniff(path)))
+		return nil, fmt.Errorf("%s: %s", path, decodeProblem(err, sniff(f)))
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return nil, fmt.Errorf("%s: the %s image is empty (%dx%d)", path, strings.ToUpper(format), cfg.Width, cfg.Height)
 	}
 	if int64(cfg.Width)*int64(cfg.Height) > maxPixels {
-		return nil, fmt.Errorf("%s: the %s image is %dx%d, more than the limit of %d megapixels", path, strings.ToUpper(format), cfg.Width, cfg.Height, maxPixels>>20)
+		return nil, fmt.Errorf("%s: the %s image is %dx%d, more than the limit of %d megapixels (scale it down)", path, strings.ToUpper(format), cfg.Width, cfg.Height, maxPixels>>20)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -70,15 +78,14 @@ func loadImage(path string, o prepOptions) ([]uint8, error) {
 	return prepare(img, o), nil
 }
 
+// maxImageFileBytes bounds the size of an image file (far above any photo
+// of a digit; the decoded size is bounded by maxPixels).
+const maxImageFileBytes = 256 << 20
+
 // sniff names the image format by the file's first bytes, "" if unknown.
-func sniff(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
+func sniff(f *os.File) string {
 	var b [8]byte
-	n, _ := io.ReadFull(f, b[:])
+	n, _ := f.ReadAt(b[:], 0)
 	s := string(b[:n])
 	switch {
 	case strings.HasPrefix(s, "\x89PNG"):

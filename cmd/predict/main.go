@@ -11,6 +11,9 @@
 //
 //	img1.png: 7 (99.12%)
 //
+// A file that cannot be read or decoded gets an error line instead; the
+// others are still classified.
+//
 // Flags:
 //
 //	--model PATH      checkpoint (default lenet.safetensors)
@@ -22,8 +25,9 @@
 //	--no-center       resize the whole picture instead of centring the digit
 //
 // Exit status: 0 on success, 2 for bad usage or an unusable input (missing
-// or broken checkpoint, data or image file; the message names it), 1 for a
-// failure while computing. Errors are one line on standard error.
+// or broken checkpoint, data or image file, a special file such as a
+// directory, a device or a FIFO; the message names it), 1 for a failure
+// while computing. Each error is one line on standard error.
 package main
 
 import (
@@ -169,10 +173,14 @@ func evaluate(o *options, m *models.LeNet, b tensor.Backend, desc string, stdout
 	}
 	start := time.Now()
 	var acc, loss float64
+	var eerr error
 	if err := tensor.Guard(func() {
-		acc, loss = models.Evaluate(m, b, test.Images, test.Labels, test.N, o.batch)
+		acc, loss, eerr = models.Evaluate(m, b, test.Images, test.Labels, test.N, o.batch)
 	}); err != nil {
 		return fail(exitFailure, "evaluating on %s: %v", desc, err)
+	}
+	if eerr != nil {
+		return fail(exitUsage, "%s: %v", src.Dir, eerr)
 	}
 	if o.json {
 		return writeJSON(stdout, stderr, evalResult{Model: o.model, Data: src.Dir, Images: test.N, TestAccuracy: acc, MeanLoss: loss})
@@ -182,40 +190,42 @@ func evaluate(o *options, m *models.LeNet, b tensor.Backend, desc string, stdout
 	return exitOK
 }
 
-// classify prints the prediction for each image file. Every file is
-// decoded before anything is predicted: if any cannot be, each such file is
-// reported and nothing is printed on stdout.
+// classify prints the prediction for each image file, in the order given.
+// A file that cannot be read or decoded gets an error line on stderr and
+// the exit status 2; the others are classified and printed all the same.
 func classify(o *options, m *models.LeNet, b tensor.Backend, stdout, stderr io.Writer, fail func(int, string, ...any) int) int {
 	prep := prepOptions{invert: o.invert, center: !o.noCenter}
-	pixels := make([]uint8, 0, len(o.files)*side*side)
-	bad := 0
+	var files []string
+	pixels := make([]uint8, 0, min(len(o.files), o.batch)*side*side)
+	code := exitOK
 	for _, f := range o.files {
 		px, err := loadImage(f, prep)
 		if err != nil {
-			fail(exitUsage, "%v", err)
-			bad++
+			code = fail(exitUsage, "%v", err)
 			continue
 		}
+		files = append(files, f)
 		pixels = append(pixels, px...)
-	}
-	if bad > 0 {
-		return exitUsage
 	}
 	x := make([]float32, len(pixels))
 	data.Normalize(x, pixels)
-	for lo := 0; lo < len(o.files); lo += o.batch {
-		hi := min(lo+o.batch, len(o.files))
+	for lo := 0; lo < len(files); lo += o.batch {
+		hi := min(lo+o.batch, len(files))
 		var classes []int
 		var probs [][]float32
+		var perr error
 		if err := tensor.Guard(func() {
 			t := tensor.FromFloat32(b, nil, x[lo*side*side:hi*side*side], hi-lo, 1, side, side)
 			defer t.Release()
-			classes, probs = models.Predict(m, t)
+			classes, probs, perr = models.Predict(m, t)
 		}); err != nil {
 			return fail(exitFailure, "predicting: %v", err)
 		}
+		if perr != nil {
+			return fail(exitFailure, "predicting: %v", perr)
+		}
 		for i, c := range classes {
-			file := o.files[lo+i]
+			file := files[lo+i]
 			if o.json {
 				if code := writeJSON(stdout, stderr, imageResult{File: file, Digit: c, Probability: probs[i][c], Probabilities: probs[i]}); code != exitOK {
 					return code
@@ -227,7 +237,7 @@ func classify(o *options, m *models.LeNet, b tensor.Backend, stdout, stderr io.W
 			}
 		}
 	}
-	return exitOK
+	return code
 }
 
 // evalResult is the --json output of an evaluation.

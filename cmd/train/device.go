@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -30,15 +31,17 @@ type device struct {
 // openDevice picks the backend --device asks for. auto takes the GPU when
 // one is usable and says why not otherwise.
 func openDevice(o *options) (*device, error) {
-	limit, err := parseBytes(o.memoryLimit)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--memory-limit %q: %v", o.memoryLimit, err)}
-	}
+	limit := o.memoryLimitBytes
 	if o.device == "cpu" {
 		return &device{backend: tensor.CPU, description: "cpu (--device cpu)"}, nil
 	}
 	reason := cuda.Available()
 	if reason == nil {
+		// An ordinal out of range is the user's mistake, not a reason to
+		// fall back to the CPU.
+		if n, err := cuda.DeviceCount(); err == nil && o.gpu >= n {
+			return nil, usageError{fmt.Errorf("--gpu %d: out of range, %d GPU(s) visible (ordinals 0 to %d)", o.gpu, n, n-1)}
+		}
 		opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{MemoryLimit: limit, TF32: o.tf32})
 		if err != nil {
 			return nil, usageError{err}
@@ -60,7 +63,21 @@ func openDevice(o *options) (*device, error) {
 	if o.device == "cuda" {
 		return nil, usageError{fmt.Errorf("--device cuda: %v", oneLine(reason))}
 	}
-	return &device{backend: tensor.CPU, description: "cpu (auto: no usable GPU: " + oneLine(reason) + ")"}, nil
+	desc := "cpu (auto: no usable GPU: " + oneLine(reason) + ")"
+	var unused []string
+	if o.set["gpu"] {
+		unused = append(unused, fmt.Sprintf("--gpu %d", o.gpu))
+	}
+	if o.memoryLimit != "" {
+		unused = append(unused, "--memory-limit "+o.memoryLimit)
+	}
+	switch len(unused) {
+	case 1:
+		desc += "; " + unused[0] + " does not apply on the CPU"
+	case 2:
+		desc += "; " + strings.Join(unused, " and ") + " do not apply on the CPU"
+	}
+	return &device{backend: tensor.CPU, description: desc}, nil
 }
 
 func (d *device) close() {
@@ -165,7 +182,8 @@ func parseBytes(s string) (int, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v <= 0 {
+	// 1 PiB is far above any GPU's memory and keeps the product an int.
+	if err != nil || math.IsNaN(v) || v*mult < 1 || v*mult > 1<<50 {
 		return 0, fmt.Errorf("want a positive size such as 64MiB or 1GiB")
 	}
 	return int(v * mult), nil

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -59,12 +60,20 @@ type options struct {
 	tf32        bool
 	bench       bool
 	noGraph     bool
+
+	overwrite      bool // --save and --metrics may replace files train did not write
+	allowOtherData bool // a resume may continue on other data than it was trained on
+
+	memoryLimitBytes int             // --memory-limit parsed
+	set              map[string]bool // the flags given on the command line
 }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Errors are one line, printed by run; -h prints the usage on stdout.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.IntVar(&o.epochs, "epochs", 2, "number of passes over the training set")
 	fs.IntVar(&o.batchSize, "batch-size", 64, "images per step")
 	fs.Float64Var(&o.lr, "lr", 0.01, "learning rate")
@@ -84,33 +93,63 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.tf32, "tf32", false, "allow TF32 tensor cores for matrix products (faster, ~1e-3 relative error)")
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
+	fs.BoolVar(&o.overwrite, "overwrite", false, "let --save and --metrics replace an existing file that train did not write")
+	fs.BoolVar(&o.allowOtherData, "allow-other-data", false, "let --resume continue on a data set other than the checkpoint's")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: train [flags]   train LeNet on MNIST and save a checkpoint")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (train takes flags only)", fs.Arg(0))
 	}
-	switch {
-	case o.epochs < 1:
-		return nil, fmt.Errorf("--epochs %d: want at least 1", o.epochs)
-	case o.batchSize < 1:
-		return nil, fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
-	case o.lr <= 0:
-		return nil, fmt.Errorf("--lr %g: want a positive learning rate", o.lr)
-	case o.momentum < 0 || o.momentum >= 1:
-		return nil, fmt.Errorf("--momentum %g: want 0 <= momentum < 1", o.momentum)
-	case o.limit < 0:
-		return nil, fmt.Errorf("--limit %d: want 0 (all) or a positive count", o.limit)
-	case o.testLimit < 0:
-		return nil, fmt.Errorf("--test-limit %d: want 0 (all) or a positive count", o.testLimit)
-	case o.logInterval < 1:
-		return nil, fmt.Errorf("--log-interval %d: want at least 1", o.logInterval)
-	case o.device != "auto" && o.device != "cpu" && o.device != "cuda":
-		return nil, fmt.Errorf("--device %q: want auto, cpu or cuda", o.device)
-	case o.save == "":
-		return nil, fmt.Errorf("--save: want a file path")
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	return o, nil
+}
+
+// check validates the values of the flags, the ones a resume takes from
+// the checkpoint included.
+func (o *options) check() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case o.epochs < 1:
+		return fmt.Errorf("--epochs %d: want at least 1", o.epochs)
+	case o.batchSize < 1:
+		return fmt.Errorf("--batch-size %d: want at least 1", o.batchSize)
+	case !finite(o.lr) || o.lr <= 0:
+		return fmt.Errorf("--lr %g: want a finite, positive learning rate", o.lr)
+	case !finite(o.momentum) || o.momentum < 0 || o.momentum >= 1:
+		return fmt.Errorf("--momentum %g: want 0 <= momentum < 1", o.momentum)
+	case o.limit < 0:
+		return fmt.Errorf("--limit %d: want 0 (all) or a positive count", o.limit)
+	case o.testLimit < 0:
+		return fmt.Errorf("--test-limit %d: want 0 (all) or a positive count", o.testLimit)
+	case o.logInterval < 1:
+		return fmt.Errorf("--log-interval %d: want at least 1", o.logInterval)
+	case o.device != "auto" && o.device != "cpu" && o.device != "cuda":
+		return fmt.Errorf("--device %q: want auto, cpu or cuda", o.device)
+	case o.gpu < 0:
+		return fmt.Errorf("--gpu %d: want a GPU ordinal, 0 or more", o.gpu)
+	case o.save == "":
+		return fmt.Errorf("--save: want a file path")
+	case o.device == "cpu" && o.set["gpu"]:
+		return fmt.Errorf("--gpu %d does not apply with --device cpu (it picks a GPU)", o.gpu)
+	case o.device == "cpu" && o.memoryLimit != "":
+		return fmt.Errorf("--memory-limit %s does not apply with --device cpu (it caps GPU memory)", o.memoryLimit)
+	}
+	limit, err := parseBytes(o.memoryLimit)
+	if err != nil {
+		return fmt.Errorf("--memory-limit %q: %v", o.memoryLimit, err)
+	}
+	o.memoryLimitBytes = limit
+	return nil
 }
 
 // usageError marks errors that exit with status 2.
@@ -119,13 +158,21 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	// Every failure is one line: a panic here is a bug, but even then the
+	// user gets a line, not a stack trace.
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "train: internal error: %s\n", oneLine(fmt.Errorf("%v", r)))
+			code = exitFailure
+		}
+	}()
+	o, err := parseFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "train: %v\n", err)
+		fmt.Fprintf(stderr, "train: %s\n", oneLine(err))
 		return exitUsage
 	}
 	t := &trainer{opt: o, out: stdout, errOut: stderr}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ember-ml/ember/cuda"
@@ -28,8 +29,16 @@ type trainer struct {
 	model *models.LeNet
 	sgd   *optim.SGD
 
+	src                 data.Source
 	train, test         *data.Dataset
 	trainImgs, testImgs *tensor.Tensor // whole sets on the device, as bytes
+
+	resumed     *models.TrainingState // from --resume, or nil
+	resumeModel *models.LeNet         // its weights, on the CPU until the device model exists
+	lastSaved   string                // the newest complete checkpoint of this run (or --resume), "" if none
+
+	dataFromCheckpoint bool // --data is the one the checkpoint recorded
+	savedThisRun       bool
 
 	startEpoch, startStep int
 	globalStep            int
@@ -61,7 +70,9 @@ func (t *trainer) main(ctx context.Context) (code int) {
 	}
 	switch {
 	case err == nil:
-		t.logf("done in %.1f s; model saved to %s", time.Since(start).Seconds(), t.opt.save)
+		if t.savedThisRun {
+			t.logf("done in %.1f s; model saved to %s", time.Since(start).Seconds(), t.opt.save)
+		}
 		if t.opt.bench {
 			t.printBench()
 		}
@@ -87,6 +98,17 @@ var errInterrupted = errors.New("interrupted")
 
 func (t *trainer) setup(ctx context.Context) error {
 	o := t.opt
+	// Everything the flags name is checked before the data is loaded and
+	// long before the first step: the checkpoint to resume (whose settings
+	// then apply), where to save, the metrics file.
+	if o.resume != "" {
+		if err := t.loadResume(); err != nil {
+			return err
+		}
+	}
+	if err := t.checkOutputs(); err != nil {
+		return err
+	}
 	if o.download {
 		dir := o.dataDir
 		if dir == "" {
@@ -102,9 +124,20 @@ func (t *trainer) setup(ctx context.Context) error {
 	}
 	src, err := data.Locate(o.dataDir)
 	if err != nil {
+		if t.dataFromCheckpoint {
+			return usageError{fmt.Errorf("%v (the data set %s was trained on; give --data to use another)", err, o.resume)}
+		}
 		return usageError{err}
 	}
+	t.src = src
 	t.logf("data: %s", src.Describe())
+	if err := t.checkResumeData(src); err != nil {
+		return err
+	}
+	// The size from the headers, before the files are read.
+	if src.Rows != models.Side || src.Cols != models.Side {
+		return usageError{fmt.Errorf("%s: the images are %dx%d; LeNet takes %dx%d images (MNIST's size)", src.Dir, src.Rows, src.Cols, models.Side, models.Side)}
+	}
 	t.train, t.test, err = data.LoadMNIST(src.Dir)
 	if err != nil {
 		return usageError{err}
@@ -139,10 +172,10 @@ func (t *trainer) setup(ctx context.Context) error {
 		t.model = models.NewLeNet(b, o.seed)
 		t.sgd, err = optim.NewSGD(nn.Parameters(t.model), optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
 		if err != nil {
-			return err
+			return usageError{err}
 		}
-		if o.resume != "" {
-			if err := t.restore(); err != nil {
+		if t.resumed != nil {
+			if err := t.applyResume(); err != nil {
 				return err
 			}
 		}
@@ -165,27 +198,6 @@ func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(floa
 
 func firstN(d *data.Dataset, n int) *data.Dataset {
 	return &data.Dataset{Images: d.Images[:n*d.Rows*d.Cols], Labels: d.Labels[:n], N: n, Rows: d.Rows, Cols: d.Cols}
-}
-
-// restore loads the model and training state saved by an earlier run.
-func (t *trainer) restore() error {
-	st, err := models.LoadCheckpoint(t.opt.resume, t.model)
-	if err != nil {
-		return usageError{err}
-	}
-	if err := t.sgd.SetState(st.OptimizerSteps, st.Momentum); err != nil {
-		return usageError{fmt.Errorf("%s: %w", t.opt.resume, err)}
-	}
-	if bs := st.Flags["batch-size"]; bs != "" && bs != fmt.Sprint(t.opt.batchSize) {
-		t.logf("resume: note: the checkpoint was trained with --batch-size %s, continuing with %d", bs, t.opt.batchSize)
-	}
-	if st.Seed != t.opt.seed {
-		t.logf("resume: using the checkpoint's seed %d for the data order", st.Seed)
-		t.opt.seed = st.Seed
-	}
-	t.startEpoch, t.startStep, t.globalStep = st.Epoch, st.Step, st.GlobalStep
-	t.logf("resume: %s at epoch %d, step %d", t.opt.resume, st.Epoch+1, st.Step)
-	return nil
 }
 
 func (t *trainer) loop(ctx context.Context) error {
@@ -270,7 +282,11 @@ func (t *trainer) loop(ctx context.Context) error {
 					if step > lastCheck+1 {
 						where = fmt.Sprintf("a step from %d to %d", lastCheck+2, step+1)
 					}
-					return fmt.Errorf("loss is %v at epoch %d, %s; stopped, the last good checkpoint is %s", bad, epoch+1, where, t.opt.save)
+					last := "no checkpoint was saved"
+					if t.lastSaved != "" {
+						last = "the last good checkpoint is " + t.lastSaved
+					}
+					return fmt.Errorf("loss is %v at epoch %d, %s; stopped, %s (try a smaller --lr, now %g)", bad, epoch+1, where, last, o.lr)
 				}
 				lastCheck = step
 				imgs := float64((step+1-first)*o.batchSize) / now.Sub(epochStart).Seconds()
@@ -417,16 +433,41 @@ func (t *trainer) save(epoch, step int) error {
 		momentum = m.Float32s()
 	}
 	o := t.opt
+	flags := map[string]string{
+		dataIdentityKey: t.src.Identity(),
+		"device":        t.dev.backend.Name(),
+	}
+	for _, s := range settings {
+		flags[s.name] = s.get(o)
+	}
+	if t.src.Origin == data.OriginModuleCache {
+		flags["data"] = "" // found again by the default search, wherever the cache is
+	}
 	st := &models.TrainingState{
 		Epoch: epoch, Step: step, GlobalStep: t.globalStep, Seed: o.seed,
-		Momentum: momentum, OptimizerSteps: t.sgd.Steps(),
-		Flags: map[string]string{
-			"epochs": fmt.Sprint(o.epochs), "batch-size": fmt.Sprint(o.batchSize), "lr": fmt.Sprint(o.lr),
-			"momentum": fmt.Sprint(o.momentum), "seed": fmt.Sprint(o.seed), "limit": fmt.Sprint(o.limit),
-			"device": t.dev.backend.Name(),
-		},
+		Momentum: momentum, OptimizerSteps: t.sgd.Steps(), Flags: flags,
 	}
-	return models.SaveCheckpoint(o.save, t.model, st)
+	if err := models.SaveCheckpoint(o.save, t.model, st); err != nil {
+		if errors.Is(err, nn.ErrNonFinite) {
+			last := "no checkpoint was saved"
+			if t.lastSaved != "" {
+				last = "the last good checkpoint is " + t.lastSaved
+			}
+			where := fmt.Sprintf("after epoch %d", epoch)
+			if step > 0 {
+				where = fmt.Sprintf("at epoch %d, step %d", epoch+1, step)
+			}
+			what := oneLine(err)
+			var ce *nn.CheckpointError
+			if errors.As(err, &ce) {
+				what, _, _ = strings.Cut(ce.Problem, ": the values are broken")
+			}
+			return fmt.Errorf("the weights are not finite %s (%s); stopped without saving them, %s (try a smaller --lr, now %g)", where, what, last, o.lr)
+		}
+		return err
+	}
+	t.lastSaved, t.savedThisRun = o.save, true
+	return nil
 }
 
 // interrupted saves where training stopped and says how to continue.
@@ -436,7 +477,18 @@ func (t *trainer) interrupted(epoch, step int) error {
 		return errInterrupted
 	}
 	fmt.Fprintf(t.errOut, "train: interrupted at epoch %d, step %d; saved %s\n", epoch+1, step, t.opt.save)
-	fmt.Fprintf(t.errOut, "resume with: train --resume %s --epochs %d\n", t.opt.save, t.opt.epochs)
+	// The state records the settings; only the per-run flags need saying.
+	hint := "train --resume " + t.opt.save
+	for _, f := range []string{"device", "metrics"} {
+		if t.opt.set[f] {
+			v := t.opt.device
+			if f == "metrics" {
+				v = t.opt.metrics
+			}
+			hint += " --" + f + " " + v
+		}
+	}
+	fmt.Fprintf(t.errOut, "resume with: %s\n", hint)
 	return errInterrupted
 }
 

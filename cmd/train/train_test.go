@@ -302,3 +302,73 @@ func TestDeviceCUDAWithoutGPU(t *testing.T) {
 		t.Errorf("auto: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestResumeKeepsSettings: a resume takes back every recorded setting (the
+// data set, --limit, --lr, --momentum, ...) unless the command line gives
+// it again, says so, and refuses other data unless --allow-other-data.
+func TestResumeKeepsSettings(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	os.Mkdir(small, 0o755)
+	fakeMNIST(t, small, 256, 20)
+	save := filepath.Join(dir, "l.safetensors")
+	code, out, errOut := train(t, "--device", "cpu", "--data", small, "--limit", "128", "--lr", "0.05", "--momentum", "0.5",
+		"--epochs", "1", "--log-interval", "1000", "--save", save)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = train(t, "--device", "cpu", "--resume", save, "--epochs", "2", "--log-interval", "1000")
+	if code != 0 {
+		t.Fatalf("resume: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"--batch-size 64", "--lr 0.05", "--momentum 0.5", "--limit 128", "--data " + small} {
+		if !strings.Contains(out, want) {
+			t.Errorf("resume does not say it uses %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "resume: --epochs 2 from the command line (the checkpoint has 1)") {
+		t.Errorf("the override is not reported:\n%s", out)
+	}
+	st, err := nn.ReadSafetensorsMetadata(nn.StatePath(save))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["flag.lr"] != "0.05" || st["flag.momentum"] != "0.5" || st["flag.limit"] != "128" || st["epoch"] != "2" {
+		t.Errorf("the resumed run recorded %v", st)
+	}
+	// Other data is refused, and taken with --allow-other-data.
+	other := filepath.Join(dir, "other")
+	os.Mkdir(other, 0o755)
+	fakeMNIST(t, other, 300, 20)
+	args := []string{"--device", "cpu", "--resume", save, "--epochs", "3", "--log-interval", "1000", "--data", other}
+	code, out, errOut = train(t, args...)
+	if code != exitUsage || !strings.Contains(errOut, "--allow-other-data") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("other data: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = train(t, append(args, "--allow-other-data")...)
+	if code != 0 || !strings.Contains(out, "as --allow-other-data says") {
+		t.Errorf("--allow-other-data: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestOverwrite: --save refuses a file train did not write unless
+// --overwrite, and replaces its own checkpoints without being asked.
+func TestOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	fakeMNIST(t, dir, 64, 20)
+	save := filepath.Join(dir, "notes.safetensors")
+	os.WriteFile(save, []byte("mine"), 0o644)
+	args := []string{"--device", "cpu", "--data", dir, "--epochs", "1", "--log-interval", "1000", "--save", save}
+	if code, _, errOut := train(t, args...); code != exitUsage || !strings.Contains(errOut, "not replacing it") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if b, _ := os.ReadFile(save); string(b) != "mine" {
+		t.Fatal("the file was replaced")
+	}
+	if code, out, errOut := train(t, append(args, "--overwrite")...); code != 0 {
+		t.Fatalf("--overwrite: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := train(t, args...); code != 0 {
+		t.Fatalf("over its own checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+}

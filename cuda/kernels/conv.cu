@@ -16,8 +16,11 @@
 // and adds dy where the saved argmax points at it, in increasing window
 // order, the order the CPU adds them in.
 
+// DH, DW: the dilation (1: adjacent taps). Groups need nothing here: the
+// rows of one group's channels are a contiguous block of col, and the Go
+// side runs one GEMM per group on those blocks.
 struct ConvDims {
-    int N, C, H, W, R, S, SH, SW, PH, PW, OH, OW;
+    int N, C, H, W, R, S, SH, SW, PH, PW, OH, OW, DH, DW;
 };
 
 // im2col: col [C*R*S, N*P] from x [N, C, H, W]. 2-D grid: blockIdx.y
@@ -43,13 +46,13 @@ __device__ __forceinline__ void im2col_body(float* col, const float* x, const Co
             const I pq = q - n * P;
             const int i = (int)(pq / d.OW);
             const int j = (int)(pq - (I)i * d.OW);
-            const int h = i * d.SH + r - d.PH;
+            const int h = i * d.SH + r * d.DH - d.PH;
             const int w0 = j * d.SW - d.PW;
             const bool hok = h >= 0 && h < d.H;
             const float* xrow = x + (((long long)n * d.C + c) * d.H + (hok ? h : 0)) * d.W;
             float* o = rows + q;
             for (int s = 0; s < d.S; s++) {
-                const int w = w0 + s;
+                const int w = w0 + s * d.DW;
                 *o = (hok && w >= 0 && w < d.W) ? xrow[w] : 0.0f;
                 o += NP;
             }
@@ -60,8 +63,8 @@ __device__ __forceinline__ void im2col_body(float* col, const float* x, const Co
 // Launch (Go: Backend.im2col): grid (ceil(N*P/256) capped, min(C*R, 65535)),
 // block 256. np = N*P selects the 32-bit instantiation.
 extern "C" __global__ void ember_im2col(float* col, const float* x, int N, int C, int H, int W, int R, int S, int SH,
-                                        int SW, int PH, int PW, int OH, int OW, long long np) {
-    const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW};
+                                        int SW, int PH, int PW, int OH, int OW, int DH, int DW, long long np) {
+    const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW, DH, DW};
     if (EMBER_SMALL_INDEX(np)) {
         im2col_body<int>(col, x, d);
     } else {
@@ -97,12 +100,29 @@ __device__ __forceinline__ void col2im_body(float* dx, const float* col, const C
         const I n = plane / d.C;
         const I c = plane - n * d.C;
         const int hp = h + d.PH, wp = w + d.PW;
+        const float* base = col + c * RSNP + n * P;
+        float sum = 0.0f;
+        if (d.DH != 1 || d.DW != 1) {
+            // Dilated: tap r reaches this pixel from output row i when
+            // hp - r*DH = i*SH. r and s ascend, the CPU's order again.
+            for (int r = 0; r < d.R && hp - r * d.DH >= 0; r++) {
+                const int ti = hp - r * d.DH;
+                const int i = ember_div(ti, d.SH);
+                if (i * d.SH != ti || i >= d.OH) continue;
+                for (int s = 0; s < d.S && wp - s * d.DW >= 0; s++) {
+                    const int tj = wp - s * d.DW;
+                    const int j = ember_div(tj, d.SW);
+                    if (j * d.SW != tj || j >= d.OW) continue;
+                    sum += base[(I)(r * d.S + s) * NP + (I)i * d.OW + j];
+                }
+            }
+            dx[idx] = sum;
+            continue;
+        }
         const int i1 = ember_imin(ember_div(hp, d.SH), d.OH - 1);
         const int i0 = hp < d.R ? 0 : ember_div(hp - d.R, d.SH) + 1;
         const int j1 = ember_imin(ember_div(wp, d.SW), d.OW - 1);
         const int j0 = wp < d.S ? 0 : ember_div(wp - d.S, d.SW) + 1;
-        const float* base = col + c * RSNP + n * P;
-        float sum = 0.0f;
         for (int i = i1; i >= i0; i--) {
             const int r = hp - i * d.SH;
             const float* rowp = base + (I)(r * d.S) * NP + (I)i * d.OW;
@@ -116,8 +136,9 @@ __device__ __forceinline__ void col2im_body(float* dx, const float* col, const C
 }
 
 extern "C" __global__ void ember_col2im(float* dx, const float* col, int N, int C, int H, int W, int R, int S, int SH,
-                                        int SW, int PH, int PW, int OH, int OW, long long total, long long colTotal) {
-    const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW};
+                                        int SW, int PH, int PW, int OH, int OW, int DH, int DW, long long total,
+                                        long long colTotal) {
+    const ConvDims d = {N, C, H, W, R, S, SH, SW, PH, PW, OH, OW, DH, DW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(colTotal)) {
         col2im_body<int>(dx, col, d, (int)total);
     } else {
@@ -163,8 +184,10 @@ extern "C" __global__ void ember_swap01(float* out, const float* in, const float
     }
 }
 
+// PH, PW: implicit -inf padding (it never wins); rows and columns of a
+// window outside the input, padding or a ceil-mode overhang, are skipped.
 struct PoolDims {
-    int H, W, KH, KW, SH, SW, OH, OW;
+    int H, W, KH, KW, SH, SW, PH, PW, OH, OW;
 };
 
 template <typename I>
@@ -180,9 +203,12 @@ __device__ __forceinline__ void maxpool_body(float* y, int* argmax, const float*
         float best = ember_neg_inf();
         int at = -1;
         for (int r = 0; r < d.KH; r++) {
-            const int h = i * d.SH + r;
+            const int h = i * d.SH - d.PH + r;
+            if (h < 0 || h >= d.H) continue;
             for (int s = 0; s < d.KW; s++) {
-                const int hw = h * d.W + j * d.SW + s;
+                const int w = j * d.SW - d.PW + s;
+                if (w < 0 || w >= d.W) continue;
+                const int hw = h * d.W + w;
                 const float v = plane[hw];
                 // First maximum wins; a NaN always wins, so that it propagates.
                 if (at < 0 || v > best || v != v) {
@@ -197,8 +223,8 @@ __device__ __forceinline__ void maxpool_body(float* y, int* argmax, const float*
 }
 
 extern "C" __global__ void ember_maxpool2d(float* y, int* argmax, const float* x, int H, int W, int KH, int KW, int SH,
-                                           int SW, int OH, int OW, long long total, long long xTotal) {
-    const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
+                                           int SW, int PH, int PW, int OH, int OW, long long total, long long xTotal) {
+    const PoolDims d = {H, W, KH, KW, SH, SW, PH, PW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
         maxpool_body<int>(y, argmax, x, d, (int)total);
     } else {
@@ -208,7 +234,7 @@ extern "C" __global__ void ember_maxpool2d(float* y, int* argmax, const float* x
 
 // dx[p, h, w] = sum of dy[p, i, j] over the windows (i, j) covering (h, w)
 // whose argmax is h*W + w (+ dx when acc). Windows covering row h are
-// i in [ceil((h-KH+1)/SH), floor(h/SH)] intersected with [0, OH).
+// i in [ceil((h+PH-KH+1)/SH), floor((h+PH)/SH)] intersected with [0, OH).
 template <typename I>
 __device__ __forceinline__ void maxpool_backward_body(float* dx, const float* dy, const int* argmax, const PoolDims d,
                                                       I total, int acc) {
@@ -219,10 +245,11 @@ __device__ __forceinline__ void maxpool_backward_body(float* dx, const float* dy
         const int hw = (int)(idx - p * IP);
         const int h = hw / d.W;
         const int w = hw - h * d.W;
-        const int i0 = h < d.KH ? 0 : (h - d.KH) / d.SH + 1;
-        const int i1 = ember_imin(h / d.SH, d.OH - 1);
-        const int j0 = w < d.KW ? 0 : (w - d.KW) / d.SW + 1;
-        const int j1 = ember_imin(w / d.SW, d.OW - 1);
+        const int hp = h + d.PH, wp = w + d.PW;
+        const int i0 = hp < d.KH ? 0 : (hp - d.KH) / d.SH + 1;
+        const int i1 = ember_imin(hp / d.SH, d.OH - 1);
+        const int j0 = wp < d.KW ? 0 : (wp - d.KW) / d.SW + 1;
+        const int j1 = ember_imin(wp / d.SW, d.OW - 1);
         const int* am = argmax + p * OP;
         const float* g = dy + p * OP;
         float sum = acc ? dx[idx] : 0.0f;
@@ -237,9 +264,9 @@ __device__ __forceinline__ void maxpool_backward_body(float* dx, const float* dy
 }
 
 extern "C" __global__ void ember_maxpool2d_backward(float* dx, const float* dy, const int* argmax, int H, int W, int KH,
-                                                    int KW, int SH, int SW, int OH, int OW, long long total,
-                                                    long long yTotal, int acc) {
-    const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
+                                                    int KW, int SH, int SW, int PH, int PW, int OH, int OW,
+                                                    long long total, long long yTotal, int acc) {
+    const PoolDims d = {H, W, KH, KW, SH, SW, PH, PW, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(yTotal)) {
         maxpool_backward_body<int>(dx, dy, argmax, d, (int)total, acc);
     } else {
@@ -248,7 +275,9 @@ extern "C" __global__ void ember_maxpool2d_backward(float* dx, const float* dy, 
 }
 
 // maxpool2d_backward_disjoint: the same result when windows do not overlap
-// (KH <= SH and KW <= SW, LeNet's 2x2 stride 2), in scatter form: one thread
+// (KH <= SH and KW <= SW, LeNet's 2x2 stride 2) and there is no padding
+// (ceil mode is fine: the last cell still starts inside the input), in
+// scatter form: one thread
 // per output (p, i, j) owns the stride cell rows [i*SH, (i+1)*SH) x cols
 // [j*SW, (j+1)*SW) of plane p (the last row / column of cells also owns the
 // input rows / columns beyond it that no window covers), so every dx element
@@ -293,7 +322,7 @@ __device__ __forceinline__ void maxpool_backward_disjoint_body(float* dx, const 
 extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const float* dy, const int* argmax, int H,
                                                              int W, int KH, int KW, int SH, int SW, int OH, int OW,
                                                              long long total, long long xTotal, int acc) {
-    const PoolDims d = {H, W, KH, KW, SH, SW, OH, OW};
+    const PoolDims d = {H, W, KH, KW, SH, SW, 0, 0, OH, OW};
     if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
         maxpool_backward_disjoint_body<int>(dx, dy, argmax, d, (int)total, acc);
     } else {

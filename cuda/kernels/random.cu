@@ -1,2 +1,95 @@
 // random.cu: Philox4x32-10 counter-based random numbers, mirroring
-// tensor/cpu_random.go bit for bit.
+// tensor/cpu_random.go bit for bit (the layout is pinned in
+// tensor/backend_random.go).
+
+// One ten-round Philox4x32 block of counter (c0, c1, c2, c3) under key (k0, k1).
+__device__ __forceinline__ void ember_philox(unsigned int c[4], unsigned int k0, unsigned int k1) {
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const unsigned int lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
+        const unsigned int lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
+        const unsigned int n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = lo1;
+        c[2] = n2;
+        c[3] = lo0;
+    }
+}
+
+// 24 random bits as a float in [0, 1), exactly as unit24 on the CPU.
+__device__ __forceinline__ float ember_unit24(unsigned int w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
+
+// Box-Muller in double precision, as boxMuller on the CPU.
+__device__ __forceinline__ void ember_box_muller(unsigned int w0, unsigned int w1, double& z0, double& z1) {
+    const double u1 = (double)((w0 >> 8) + 1u) * (1.0 / 16777216.0);
+    const double u2 = (double)(w1 >> 8) * (1.0 / 16777216.0);
+    const double r = sqrt(-2.0 * log(u1));
+    double s, c;
+    sincos(2.0 * 3.14159265358979323846 * u2, &s, &c);
+    z0 = r * c;
+    z1 = r * s;
+}
+
+// dst[i] for i in [0, n): one thread per Philox block of four elements,
+// block j = offset + i/4. dist: 0 uniform [a, b), 1 normal (mean a, std
+// b), 2 Bernoulli (probability a).
+__device__ __forceinline__ void ember_random_body(float* dst, long long n, int dist, unsigned long long s,
+                                                  unsigned long long off, float a, float b) {
+    const long long blocks = (n + 3) / 4;
+    const float span = b - a;
+    EMBER_LOOP(long long, j, blocks) {
+        const unsigned long long ctr = off + (unsigned long long)j;
+        unsigned int w[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 0u, 0u};
+        ember_philox(w, (unsigned int)s, (unsigned int)(s >> 32));
+        double z[4] = {0.0, 0.0, 0.0, 0.0};
+        if (dist == 1) {
+            ember_box_muller(w[0], w[1], z[0], z[1]);
+            ember_box_muller(w[2], w[3], z[2], z[3]);
+        }
+        const long long base = 4 * j;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (base + k >= n) break;
+            float v;
+            if (dist == 0) {
+                v = a + span * ember_unit24(w[k]);
+            } else if (dist == 2) {
+                v = ember_unit24(w[k]) < a ? 1.0f : 0.0f;
+            } else {
+                v = (float)((double)a + (double)b * z[k]);
+            }
+            dst[base + k] = v;
+        }
+    }
+}
+
+extern "C" __global__ void ember_random(float* dst, long long n, int dist, long long seed, long long offset, float a,
+                                        float b) {
+    ember_random_body(dst, n, dist, (unsigned long long)seed, (unsigned long long)offset, a, b);
+}
+
+// ember_random with (seed, offset) read from state (four 32-bit words:
+// seed low, high, offset low, high), for draws inside a captured graph.
+extern "C" __global__ void ember_random_state(float* dst, long long n, int dist, const int* state, float a, float b) {
+    const unsigned long long seed = (unsigned long long)(unsigned int)state[0] |
+                                    ((unsigned long long)(unsigned int)state[1] << 32);
+    const unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                      ((unsigned long long)(unsigned int)state[3] << 32);
+    ember_random_body(dst, n, dist, seed, offset, a, b);
+}
+
+// Adds blocks to the offset words of state: launched (one thread) after
+// ember_random_state on the same stream, so that every block of the draw
+// has read the old offset.
+extern "C" __global__ void ember_random_advance(int* state, long long blocks) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                ((unsigned long long)(unsigned int)state[3] << 32);
+    offset += (unsigned long long)blocks;
+    state[2] = (int)(unsigned int)offset;
+    state[3] = (int)(unsigned int)(offset >> 32);
+}

@@ -55,13 +55,24 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Conv2dBackward", testConv2dBackward},
 		{"MaxPool2d", testMaxPool2d},
 		{"MaxPool2dBackward", testMaxPool2dBackward},
+		{"Conv2dGeneral", testConvGeneral},
+		{"Pooling", testPooling},
 		{"CrossEntropy", testCrossEntropy},
 		{"Argmax", testArgmax},
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
 		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward},
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
+		{"Optim", testOptim},
+		{"Random", testRandom},
+		{"RandomAt", testRandomAt},
+		{"BatchNorm", testBatchNorm},
+		{"BatchNormBackward", testBatchNormBackward},
+		{"LayerNorm", testLayerNorm},
+		{"LayerNormBackward", testLayerNormBackward},
+		{"ClassLoss", testClassLoss},
 	}
+	tests = append(tests, elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
 			subtest(t, b, seed, tc.name, tc.f)

@@ -1,0 +1,111 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// TestRecordedNormRandom runs the normalisation and random-number
+// operations on the recording backend in every mode (argument checks
+// against the kernels' signatures, pointers inside allocated memory; values are not computed: the conformance suite checks those on a
+// GPU).
+func TestRecordedNormRandom(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	f := func(n int) tensor.Buffer {
+		buf, err := b.Alloc(n, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	var none tensor.Buffer
+	for _, d := range []tensor.Distribution{tensor.Uniform, tensor.Normal, tensor.Bernoulli} {
+		b.Random(f(4099), d, 1, 1<<32-3, 0, 1)
+		b.Random(f(1), d, 0, 0, 0.5, 1)
+	}
+	b.Random(f(0), tensor.Uniform, 0, 0, 0, 1)
+	state, err := b.Alloc(4, tensor.Int32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.RandomAt(f(4099), tensor.Normal, state, 0, 1)
+	b.RandomAt(f(0), tensor.Uniform, state, 0, 1)
+	for _, s := range [][3]int{{2, 3, 35}, {2, 3, 1}, {8, 5000, 1}} {
+		n, c, inner := s[0], s[1], s[2]
+		total := n * c * inner
+		for _, affine := range []bool{true, false} {
+			w, bias := none, none
+			if affine {
+				w, bias = f(c), f(c)
+			}
+			b.BatchNorm(f(total), f(c), f(c), f(c), f(c), f(total), w, bias, n, c, inner, true, 0.1, 1e-5)
+			b.BatchNorm(f(total), f(c), f(c), none, none, f(total), w, bias, n, c, inner, true, 0.1, 1e-5)
+			b.BatchNorm(f(total), f(c), f(c), f(c), f(c), f(total), w, bias, n, c, inner, false, 0.1, 1e-5)
+			for _, training := range []bool{true, false} {
+				b.BatchNormBackward(f(total), f(c), f(c), f(total), f(total), w, f(c), f(c), n, c, inner, training, true, false, true)
+				b.BatchNormBackward(f(total), none, none, f(total), f(total), w, f(c), f(c), n, c, inner, training, false, false, false)
+				b.BatchNormBackward(none, f(c), none, f(total), f(total), w, f(c), f(c), n, c, inner, training, false, true, false)
+			}
+		}
+	}
+	for _, s := range [][2]int{{1, 35}, {257, 3}, {5000, 7}, {3, 4099}} {
+		rows, cols := s[0], s[1]
+		for _, affine := range []bool{true, false} {
+			w, bias := none, none
+			if affine {
+				w, bias = f(cols), f(cols)
+			}
+			b.LayerNorm(f(rows*cols), f(rows), f(rows), f(rows*cols), w, bias, rows, cols, 1e-5)
+			b.LayerNormBackward(f(rows*cols), f(cols), f(cols), f(rows*cols), f(rows*cols), w, f(rows), f(rows), rows, cols, true, true, false)
+			b.LayerNormBackward(f(rows*cols), none, none, f(rows*cols), f(rows*cols), w, f(rows), f(rows), rows, cols, false, false, false)
+			b.LayerNormBackward(none, none, f(cols), f(rows*cols), f(rows*cols), w, f(rows), f(rows), rows, cols, false, false, false)
+		}
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
+	}
+	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_stats", "ember_batch_norm_apply", "ember_batch_norm_backward_reduce",
+		"ember_batch_norm_backward_dx", "ember_layer_norm", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_params"} {
+		if rec.launches[k] == 0 {
+			t.Errorf("%s was never launched", k)
+		}
+	}
+}
+
+// TestRecordedNormAutograd runs the tensor-level BatchNorm, LayerNorm and
+// Dropout forward and backward on the recording backend.
+func TestRecordedNormAutograd(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	s := tensor.NewScope()
+	defer s.Release()
+	x := tensor.Zeros(b, s, 2, 3, 7, 5).SetRequiresGrad(true)
+	w, bias := tensor.Full(b, s, 1, 3).SetRequiresGrad(true), tensor.Zeros(b, s, 3).SetRequiresGrad(true)
+	rm, rv := tensor.Zeros(b, s, 3), tensor.Full(b, s, 1, 3)
+	y := tensor.BatchNorm(x, w, bias, rm, rv, true, 0.1, 1e-5)
+	y = tensor.LayerNorm(y, []int{7, 5}, tensor.Full(b, s, 1, 7, 5), nil, 1e-5)
+	y = tensor.Dropout(y, 0.25, true, tensor.NewGenerator(3))
+	tensor.Sum(y).Backward()
+	if rec.launches["ember_batch_norm_backward_dx"] == 0 || rec.launches["ember_layer_norm_backward_dx"] == 0 || rec.launches["ember_random"] == 0 {
+		t.Errorf("backward kernels not launched: %v", rec.launches)
+	}
+}
+
+// TestRecordedDeviceGenerator draws through a DeviceGenerator on the
+// recording backend: the draw and the advance are kernels (no host round
+// trip, so they can be captured).
+func TestRecordedDeviceGenerator(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	s := tensor.NewScope()
+	defer s.Release()
+	g := tensor.NewDeviceGenerator(b, 5)
+	defer g.Release()
+	copies := rec.copies
+	tensor.Dropout(tensor.Zeros(b, s, 33, 7), 0.5, true, g)
+	if rec.launches["ember_random_state"] != 1 || rec.launches["ember_random_advance"] != 1 || rec.launches["ember_random"] != 0 {
+		t.Errorf("launches %v; want one ember_random_state and one ember_random_advance", rec.launches)
+	}
+	if rec.copies != copies {
+		t.Errorf("%d host copies during a device-generator draw", rec.copies-copies)
+	}
+}

@@ -1,0 +1,196 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// BatchNorm normalises x [N, C, ...] (BatchNorm1d on [N, C] or [N, C, L],
+// BatchNorm2d on [N, C, H, W]) per channel, as torch's functional
+// batch_norm. weight and bias [C] are the optional affine transform (nil
+// for none). In training it normalises by the batch's statistics (biased
+// variance) and, when runningMean and runningVar [C] are given, updates
+// them in place: running = (1-momentum)·running + momentum·batch, the
+// variance unbiased. torch's momentum=None (a cumulative average) is
+// momentum = 1/k on the k-th batch. Out of training it normalises by the
+// running statistics, which must be given. The backward pass is one
+// operation (the fused formula of NormBackend.BatchNormBackward).
+func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32) *Tensor {
+	if len(x.shape) < 2 {
+		panic(fmt.Sprintf("tensor: BatchNorm of %v; want [N, C, ...]", x.shape))
+	}
+	n, c := x.shape[0], x.shape[1]
+	inner := numel(x.shape[2:])
+	for _, p := range []struct {
+		name string
+		t    *Tensor
+	}{{"weight", weight}, {"bias", bias}, {"running mean", runningMean}, {"running var", runningVar}} {
+		if p.t != nil && (len(p.t.shape) != 1 || p.t.shape[0] != c) {
+			panic(fmt.Sprintf("tensor: BatchNorm %s %v for input %v; want [%d]", p.name, p.t.shape, x.shape, c))
+		}
+	}
+	if (runningMean == nil) != (runningVar == nil) {
+		panic("tensor: BatchNorm needs both running statistics or neither")
+	}
+	if !training && runningMean == nil {
+		panic(fmt.Sprintf("tensor: BatchNorm of %v in evaluation mode without running statistics", x.shape))
+	}
+	if training && n*inner < 2 {
+		panic(fmt.Sprintf("tensor: BatchNorm in training of %v: more than one value per channel needed", x.shape))
+	}
+	sameBackend(nonNil(x, weight, bias, runningMean, runningVar)...)
+	for _, r := range nonNil(runningMean, runningVar) {
+		if !r.IsContiguous() {
+			panic("tensor: BatchNorm running statistics must be contiguous (they are updated in place)")
+		}
+	}
+	x = x.Contiguous()
+	if weight != nil {
+		weight = weight.Contiguous()
+	}
+	if bias != nil {
+		bias = bias.Contiguous()
+	}
+	be := x.st.b
+	nb := normOf(be)
+	s := scopeOf(x, weight, bias)
+	out := Empty(be, s, x.shape...)
+	mean, inv := Empty(be, s, c), Empty(be, s, c)
+	nb.BatchNorm(out.buffer(), mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
+		x.buffer(), optBuffer(weight), optBuffer(bias), n, c, inner, training, momentum, eps)
+	record(out, "batch_norm", func(g *Tensor, e *engine) {
+		dx, accX := e.sink(x)
+		var dw, db Buffer
+		var accW, accB bool
+		if weight != nil {
+			dw, accW = e.sink(weight)
+		}
+		if bias != nil {
+			db, accB = e.sink(bias)
+		}
+		nb.BatchNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
+			n, c, inner, training, accX, accW, accB)
+	}, x, weight, bias)
+	if out.node == nil {
+		mean.Release()
+		inv.Release()
+	}
+	return out
+}
+
+// LayerNorm normalises x over its last len(normalizedShape) dimensions,
+// which must equal normalizedShape, as torch's layer_norm: each of the
+// outer rows by its own mean and biased variance. weight and bias (shape
+// normalizedShape, either may be nil) are the elementwise affine
+// transform. The backward pass is one operation.
+func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float32) *Tensor {
+	k := len(normalizedShape)
+	if k == 0 || k > len(x.shape) || !slices.Equal(x.shape[len(x.shape)-k:], normalizedShape) || numel(normalizedShape) == 0 {
+		panic(fmt.Sprintf("tensor: LayerNorm of %v over %v", x.shape, normalizedShape))
+	}
+	for _, p := range []struct {
+		name string
+		t    *Tensor
+	}{{"weight", weight}, {"bias", bias}} {
+		if p.t != nil && !slices.Equal(p.t.shape, normalizedShape) {
+			panic(fmt.Sprintf("tensor: LayerNorm %s %v for normalized shape %v", p.name, p.t.shape, normalizedShape))
+		}
+	}
+	sameBackend(nonNil(x, weight, bias)...)
+	x = x.Contiguous()
+	if weight != nil {
+		weight = weight.Contiguous()
+	}
+	if bias != nil {
+		bias = bias.Contiguous()
+	}
+	cols := numel(normalizedShape)
+	rows := x.Len() / cols
+	be := x.st.b
+	nb := normOf(be)
+	s := scopeOf(x, weight, bias)
+	out := Empty(be, s, x.shape...)
+	mean, inv := Empty(be, s, rows), Empty(be, s, rows)
+	nb.LayerNorm(out.buffer(), mean.buffer(), inv.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), rows, cols, eps)
+	record(out, "layer_norm", func(g *Tensor, e *engine) {
+		dx, accX := e.sink(x)
+		var dw, db Buffer
+		var accW, accB bool
+		if weight != nil {
+			dw, accW = e.sink(weight)
+		}
+		if bias != nil {
+			db, accB = e.sink(bias)
+		}
+		nb.LayerNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
+			rows, cols, accX, accW, accB)
+	}, x, weight, bias)
+	if out.node == nil {
+		mean.Release()
+		inv.Release()
+	}
+	return out
+}
+
+// optBuffer is t's buffer, or the empty Buffer for nil.
+func optBuffer(t *Tensor) Buffer {
+	if t == nil {
+		return Buffer{}
+	}
+	return t.buffer()
+}
+
+// normOf is b's NormBackend, or the host fallback.
+func normOf(b Backend) NormBackend {
+	if nb, ok := b.(NormBackend); ok {
+		return nb
+	}
+	return hostNorm{b}
+}
+
+// hostNorm runs the CPU's normalisation on host copies of a backend's
+// buffers: every operand is downloaded, the outputs uploaded back.
+type hostNorm struct{ b Backend }
+
+// host returns a CPU copy of buf (empty for empty).
+func (h hostNorm) host(buf Buffer) Buffer {
+	if buf.Empty() {
+		return Buffer{}
+	}
+	c, _ := CPU.Alloc(buf.Len, Float32)
+	h.b.Download(f32(c), buf)
+	return c
+}
+
+// back uploads the CPU copies of the outputs.
+func (h hostNorm) back(pairs ...Buffer) {
+	for i := 0; i < len(pairs); i += 2 {
+		if !pairs[i].Empty() {
+			h.b.Upload(pairs[i], f32(pairs[i+1]))
+		}
+	}
+}
+
+func (h hostNorm) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias Buffer, n, c, inner int, training bool, momentum, eps float32) {
+	hy, hm, hi, hrm, hrv := h.host(y), h.host(saveMean), h.host(saveInvStd), h.host(runMean), h.host(runVar)
+	CPU.(NormBackend).BatchNorm(hy, hm, hi, hrm, hrv, h.host(x), h.host(weight), h.host(bias), n, c, inner, training, momentum, eps)
+	h.back(y, hy, saveMean, hm, saveInvStd, hi, runMean, hrm, runVar, hrv)
+}
+
+func (h hostNorm) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd Buffer, n, c, inner int, training, accX, accW, accB bool) {
+	hdx, hdw, hdb := h.host(dx), h.host(dweight), h.host(dbias)
+	CPU.(NormBackend).BatchNormBackward(hdx, hdw, hdb, h.host(dy), h.host(x), h.host(weight), h.host(saveMean), h.host(saveInvStd), n, c, inner, training, accX, accW, accB)
+	h.back(dx, hdx, dweight, hdw, dbias, hdb)
+}
+
+func (h hostNorm) LayerNorm(y, saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32) {
+	hy, hm, hi := h.host(y), h.host(saveMean), h.host(saveInvStd)
+	CPU.(NormBackend).LayerNorm(hy, hm, hi, h.host(x), h.host(weight), h.host(bias), rows, cols, eps)
+	h.back(y, hy, saveMean, hm, saveInvStd, hi)
+}
+
+func (h hostNorm) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd Buffer, rows, cols int, accX, accW, accB bool) {
+	hdx, hdw, hdb := h.host(dx), h.host(dweight), h.host(dbias)
+	CPU.(NormBackend).LayerNormBackward(hdx, hdw, hdb, h.host(dy), h.host(x), h.host(weight), h.host(saveMean), h.host(saveInvStd), rows, cols, accX, accW, accB)
+	h.back(dx, hdx, dweight, hdw, dbias, hdb)
+}

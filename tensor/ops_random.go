@@ -1,0 +1,172 @@
+package tensor
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Generator is a stream of counter-based random numbers: a seed and the
+// offset (in Philox blocks of four values) of the next draw. Each draw of n
+// values advances the offset by (n+3)/4, so successive draws never reuse a
+// counter and a run is reproduced by the same seed and order of draws, on
+// any backend (see Random for the layout). Safe for concurrent use, though
+// concurrent draws then take offsets in an unspecified order.
+//
+// The offset is host state: a CUDA graph captured around a draw replays the
+// numbers of the capture (DeviceGenerator does not).
+type Generator struct {
+	mu     sync.Mutex
+	seed   uint64
+	offset uint64
+}
+
+// NewGenerator returns a generator at offset 0 of seed's stream.
+func NewGenerator(seed uint64) *Generator { return &Generator{seed: seed} }
+
+// Seed is the generator's seed.
+func (g *Generator) Seed() uint64 { return g.seed }
+
+// Offset is the Philox block the next draw starts at.
+func (g *Generator) Offset() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.offset
+}
+
+// SetOffset moves the stream, to resume a run from a checkpoint.
+func (g *Generator) SetOffset(off uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.offset = off
+}
+
+// take reserves the blocks of a draw of n values and returns its offset.
+func (g *Generator) take(n int) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	off := g.offset
+	g.offset += uint64(n+3) / 4
+	return off
+}
+
+// RandomSource is where the random tensors draw from: a Generator (offset
+// on the host) or a DeviceGenerator (offset on the device).
+type RandomSource interface {
+	// fill draws dst on b and advances the source past it.
+	fill(b Backend, dst Buffer, dist Distribution, lo, hi float32)
+}
+
+func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
+	b.Random(dst, dist, g.seed, g.take(dst.Len), lo, hi)
+}
+
+// DeviceGenerator is a Generator whose seed and offset live in four int32
+// words of device memory that every draw advances there
+// (RandomStateBackend), so that draws inside a captured CUDA graph are new
+// on every replay. The numbers are those of a Generator of the same seed.
+// On a backend without RandomStateBackend each draw reads and writes the
+// state through the host (correct, but not capturable).
+type DeviceGenerator struct {
+	state *Tensor // int32 [4]: seed low, high; offset low, high
+}
+
+// NewDeviceGenerator returns a generator on b at offset 0 of seed's stream.
+// Its memory is the caller's: Release it.
+func NewDeviceGenerator(b Backend, seed uint64) *DeviceGenerator {
+	return &DeviceGenerator{state: FromInt32(b, nil, stateWords(seed, 0), 4)}
+}
+
+func stateWords(seed, offset uint64) []int32 {
+	return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(offset)), int32(uint32(offset >> 32))}
+}
+
+// SeedOffset downloads the state (waiting for queued draws).
+func (g *DeviceGenerator) SeedOffset() (seed, offset uint64) {
+	w := g.state.Int32s()
+	return uint64(uint32(w[0])) | uint64(uint32(w[1]))<<32, uint64(uint32(w[2])) | uint64(uint32(w[3]))<<32
+}
+
+// Release frees the state.
+func (g *DeviceGenerator) Release() { g.state.Release() }
+
+func (g *DeviceGenerator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
+	if rb, ok := b.(RandomStateBackend); ok {
+		rb.RandomAt(dst, dist, g.state.buffer(), lo, hi)
+		return
+	}
+	seed, off := g.SeedOffset()
+	b.Random(dst, dist, seed, off, lo, hi)
+	b.Upload(g.state.buffer(), stateWords(seed, off+uint64(dst.Len+3)/4))
+}
+
+func randomTensor(b Backend, s *Scope, gen RandomSource, dist Distribution, lo, hi float32, shape []int) *Tensor {
+	out := Empty(b, s, shape...)
+	if out.Len() > 0 {
+		gen.fill(b, out.buffer(), dist, lo, hi)
+	}
+	return out
+}
+
+// Rand returns values uniform in [0, 1) (torch.rand).
+func Rand(b Backend, s *Scope, gen RandomSource, shape ...int) *Tensor {
+	return randomTensor(b, s, gen, Uniform, 0, 1, shape)
+}
+
+// RandUniform returns values uniform in [lo, hi) (Tensor.uniform_).
+func RandUniform(b Backend, s *Scope, gen RandomSource, lo, hi float32, shape ...int) *Tensor {
+	return randomTensor(b, s, gen, Uniform, lo, hi, shape)
+}
+
+// RandN returns standard normal values (torch.randn).
+func RandN(b Backend, s *Scope, gen RandomSource, shape ...int) *Tensor {
+	return randomTensor(b, s, gen, Normal, 0, 1, shape)
+}
+
+// RandBernoulli returns 1 with probability p, else 0 (torch.bernoulli of a
+// constant p). (Bernoulli is the name of the Distribution.)
+func RandBernoulli(b Backend, s *Scope, gen RandomSource, p float32, shape ...int) *Tensor {
+	return randomTensor(b, s, gen, Bernoulli, p, 0, shape)
+}
+
+// Dropout zeroes each element of x with probability p and scales the others
+// by 1/(1-p) when train is set, as nn.Dropout: the expected value is kept.
+// With p = 0 or in evaluation mode it returns x itself, and with p = 1
+// zeros (no draw). The mask (0 or 1/(1-p)) is kept for the backward pass,
+// dx = dy·mask.
+func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
+	if !(p >= 0 && p <= 1) {
+		panic(fmt.Sprintf("tensor: Dropout probability %v outside [0, 1]", p))
+	}
+	if !train || p == 0 {
+		return x
+	}
+	be := x.st.b
+	if p == 1 {
+		// Multiplying by zero keeps the graph (and NaN·0 = NaN, as torch's
+		// x * mask gives).
+		mask := Zeros(be, x.scope, x.shape...)
+		return dropoutApply(x, mask)
+	}
+	mask := RandBernoulli(be, x.scope, gen, 1-p, x.shape...)
+	scale := Full(be, x.scope, 1/(1-p), 1)
+	be.ScaleBy(mask.buffer(), mask.buffer(), scale.buffer(), false)
+	scale.Release()
+	return dropoutApply(x, mask)
+}
+
+// dropoutApply returns x·mask with the backward pass dy·mask.
+func dropoutApply(x, mask *Tensor) *Tensor {
+	x = x.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, x.shape...)
+	be.Mul(out.buffer(), x.buffer(), mask.buffer())
+	record(out, "dropout", func(g *Tensor, e *engine) {
+		dx := Empty(be, e.scopeFor(x), x.shape...)
+		be.Mul(dx.buffer(), g.buffer(), mask.buffer())
+		e.give(x, dx)
+	}, x)
+	if out.node == nil { // no backward pass will read the mask
+		mask.Release()
+	}
+	return out
+}

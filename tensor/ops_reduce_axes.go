@@ -1,0 +1,208 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Reductions over any set of axes, with torch's keepdim. Each is one
+// Backend.Reduce over [outer, n, inner]: directly when the axes are
+// adjacent and the input is dense, else after a copy that moves the
+// reduced axes last. Sum(x), the sum of all elements, is in ops.go.
+
+// normAxes returns the sorted distinct axes of a rank-r tensor (negative
+// axes count from the end); none means all.
+func normAxes(op string, shape []int, axes []int) []int {
+	r := len(shape)
+	if len(axes) == 0 {
+		all := make([]int, r)
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	}
+	out := make([]int, 0, len(axes))
+	for _, a := range axes {
+		k := a
+		if k < 0 {
+			k += r
+		}
+		if k < 0 || k >= r {
+			panic(fmt.Sprintf("tensor: %s of %v over axis %d: out of range", op, shape, a))
+		}
+		if slices.Contains(out, k) {
+			panic(fmt.Sprintf("tensor: %s of %v: axis %d given twice in %v", op, shape, a, axes))
+		}
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reducedShape is x's shape with the axes removed, or set to 1 when keep.
+func reducedShape(shape, axes []int, keep bool) []int {
+	var out []int
+	for k, d := range shape {
+		switch {
+		case !slices.Contains(axes, k):
+			out = append(out, d)
+		case keep:
+			out = append(out, 1)
+		}
+	}
+	return out
+}
+
+// reduceRaw reduces x over the sorted axes with op into a new tensor of
+// dtype dt shaped [kept dims...] (no gradient recorded).
+func reduceRaw(x *Tensor, axes []int, op ReduceOp, dt DType, s *Scope) *Tensor {
+	be := x.st.b
+	kept := reducedShape(x.shape, axes, false)
+	out := newTensor(be, dt, s, kept...)
+	if len(axes) == 0 { // a rank-0 tensor: each output is its one input
+		src := x.Detach().Contiguous()
+		be.Reduce(op, out.buffer(), src.buffer(), x.Len(), 1, 1, false)
+		if src.st != x.st {
+			src.Release()
+		}
+		return out
+	}
+	adjacent := axes[len(axes)-1]-axes[0] == len(axes)-1
+	if adjacent && x.IsContiguous() {
+		i, j := axes[0], axes[len(axes)-1]+1
+		be.Reduce(op, out.buffer(), x.buffer(), numel(x.shape[:i]), numel(x.shape[i:j]), numel(x.shape[j:]), false)
+		return out
+	}
+	var perm []int
+	for k := range x.shape {
+		if !slices.Contains(axes, k) {
+			perm = append(perm, k)
+		}
+	}
+	perm = append(perm, axes...)
+	p := x.Detach().Permute(perm...).copyDense(s)
+	defer p.Release()
+	n := 1
+	for _, a := range axes {
+		n *= x.shape[a]
+	}
+	be.Reduce(op, out.buffer(), p.buffer(), numel(kept), n, 1, false)
+	return out
+}
+
+func reshapedView(t *Tensor, shape []int) *Tensor {
+	return t.view(t.off, slices.Clone(shape), contiguousStrides(shape))
+}
+
+// SumAxes sums x over axes (all when none), keeping them as size 1 when
+// keepdim, as torch.sum(x, dim, keepdim). Sums are in float64 on every
+// backend.
+func SumAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	ax := normAxes("SumAxes", x.shape, axes)
+	out := reshapedView(reduceRaw(x, ax, ReduceSum, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
+	keepShape := reducedShape(x.shape, ax, true)
+	record(out, "sum_axes", func(g *Tensor, e *engine) {
+		dst, acc := e.sink(x)
+		gk := reshapedView(g, keepShape)
+		x.st.b.CopyView(Dense(dst, x.shape), viewOf(gk, x.shape), x.shape, acc)
+	}, x)
+	return out
+}
+
+// axesCount is the number of elements each output of a reduction over
+// axes takes in.
+func axesCount(shape, axes []int) int {
+	n := 1
+	for _, a := range axes {
+		n *= shape[a]
+	}
+	return n
+}
+
+// MeanAxes is SumAxes divided by the number of elements reduced.
+func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	ax := normAxes("MeanAxes", x.shape, axes)
+	return MulScalar(SumAxes(x, ax, keepdim), 1/float32(axesCount(x.shape, ax)))
+}
+
+// MaxAxes is the maximum over axes (NaN if any is NaN). Its gradient is
+// split evenly among the maxima of each output, as torch.amax's (torch.max
+// over one dim gives it all to the first maximum; the two agree without
+// ties); where the maximum is NaN it is 0.
+func MaxAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	return extremeAxes("MaxAxes", ReduceMax, x, axes, keepdim)
+}
+
+// MinAxes is the minimum over axes, as MaxAxes.
+func MinAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
+	return extremeAxes("MinAxes", ReduceMin, x, axes, keepdim)
+}
+
+func extremeAxes(name string, op ReduceOp, x *Tensor, axes []int, keepdim bool) *Tensor {
+	ax := normAxes(name, x.shape, axes)
+	out := reshapedView(reduceRaw(x, ax, op, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
+	keepShape := reducedShape(x.shape, ax, true)
+	record(out, name, func(g *Tensor, e *engine) {
+		be := x.st.b
+		s := e.scopeFor(x)
+		mask := rawBinary(s, be, OpEq, denseView(x), viewOf(reshapedView(out, keepShape), x.shape), x.shape)
+		defer mask.Release()
+		cnt := reduceRaw(mask, ax, ReduceSum, Float32, s)
+		defer cnt.Release()
+		q := rawBinary(s, be, OpDiv, denseView(reshapedView(g, cnt.shape)), denseView(cnt), cnt.shape)
+		defer q.Release()
+		zero := Zeros(be, s, 1)
+		defer zero.Release()
+		gx := Empty(be, s, x.shape...)
+		be.Where(gx.buffer(), denseView(mask), viewOf(reshapedView(q, keepShape), x.shape), viewOf(zero, x.shape), x.shape)
+		e.give(x, gx)
+	}, x)
+	return out
+}
+
+// ArgmaxAxis returns the int32 index along axis of the first maximum (of
+// the first NaN, if any), as torch.argmax(x, dim, keepdim). No gradient.
+func ArgmaxAxis(x *Tensor, axis int, keepdim bool) *Tensor {
+	return argAxis("ArgmaxAxis", ReduceArgmax, x, axis, keepdim)
+}
+
+// ArgminAxis is ArgmaxAxis for the first minimum.
+func ArgminAxis(x *Tensor, axis int, keepdim bool) *Tensor {
+	return argAxis("ArgminAxis", ReduceArgmin, x, axis, keepdim)
+}
+
+func argAxis(name string, op ReduceOp, x *Tensor, axis int, keepdim bool) *Tensor {
+	ax := normAxes(name, x.shape, []int{axis})
+	if x.shape[ax[0]] == 0 {
+		panic(fmt.Sprintf("tensor: %s of %v over the empty axis %d", name, x.shape, axis))
+	}
+	return reshapedView(reduceRaw(x, ax, op, Int32, x.scope), reducedShape(x.shape, ax, keepdim))
+}
+
+// VarAxes is the variance over axes with Bessel's correction: Σ(x-mean)²
+// / (n - correction), as torch.var(x, dim, correction=..., keepdim)
+// (torch's default correction is 1). It is composed of differentiable
+// operations, so its gradient is theirs.
+func VarAxes(x *Tensor, axes []int, correction int, keepdim bool) *Tensor {
+	ax := normAxes("VarAxes", x.shape, axes)
+	n := axesCount(x.shape, ax)
+	m := MeanAxes(x, ax, true)
+	d := Sub(x, m)
+	return MulScalar(SumAxes(Square(d), ax, keepdim), 1/float32(n-correction))
+}
+
+// StdAxes is the square root of VarAxes.
+func StdAxes(x *Tensor, axes []int, correction int, keepdim bool) *Tensor {
+	return Sqrt(VarAxes(x, axes, correction, keepdim))
+}
+
+// LogSumExp is log Σ e^x over axes, computed stably: the maximum m is
+// subtracted first (and held constant: the result does not depend on it,
+// so its gradient is exactly softmax(x)). Outputs whose inputs are all -∞
+// give NaN (torch gives -∞).
+func LogSumExp(x *Tensor, axes []int, keepdim bool) *Tensor {
+	ax := normAxes("LogSumExp", x.shape, axes)
+	m := reshapedView(reduceRaw(x, ax, ReduceMax, Float32, x.scope), reducedShape(x.shape, ax, true))
+	s := SumAxes(Exp(Sub(x, m)), ax, keepdim)
+	return Add(Log(s), reshapedView(m, s.shape))
+}
