@@ -32,7 +32,7 @@ type Pipeline[T any] struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	n      int
-	tokens chan struct{}     // one per item that may be outstanding
+	tokens chan struct{}    // one per item that may be outstanding
 	slots  []chan result[T] // item i goes to slot i % Depth
 	next   int              // the next item Next returns
 	mu     sync.Mutex       // guards claimed
