@@ -24,7 +24,9 @@ func newFakePinned() *fakePinned {
 	return &fakePinned{nextID: 100, live: map[unsafe.Pointer][]byte{}, ptrs: map[uintptr]string{}}
 }
 
-func (f *fakePinned) log(format string, args ...any) { f.calls = append(f.calls, fmt.Sprintf(format, args...)) }
+func (f *fakePinned) log(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
 
 func (f *fakePinned) memHostAlloc(bytes int) (unsafe.Pointer, error) {
 	m := make([]byte, bytes)
