@@ -11,7 +11,8 @@ import (
 // TestRecordedAugmentGather runs tensor.AugmentGather on the recorder for
 // grey and colour images and odd sizes: every launch is checked against the
 // kernel's signature and the allocated memory, each batch is one launch of
-// ember_augment_gather and nothing is copied (a batch needs no host work).
+// ember_augment_gather (ember_augment_gather_state with the seed and offset
+// on the device) and nothing is copied (a batch needs no host work).
 func TestRecordedAugmentGather(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	for _, c := range []struct{ n, ch, h, w, batch, pad, cutout int }{
@@ -35,6 +36,12 @@ func TestRecordedAugmentGather(t *testing.T) {
 		}
 		if rec.copies != 0 {
 			t.Errorf("%+v: %d copies, want none", c, rec.copies)
+		}
+		state := tensor.NewAugmentState(b, s, 7, 1<<40)
+		rec.reset()
+		tensor.AugmentGatherAt(s, images, idx, norm, state, tensor.AugmentSpec{Pad: c.pad, FlipProb: 0.5, Cutout: c.cutout})
+		if rec.launches["ember_augment_gather_state"] != 1 || rec.kernelLaunches() != 1 || rec.copies != 0 {
+			t.Errorf("%+v, state: launches %v and %d copies, want one of ember_augment_gather_state and none", c, rec.launches, rec.copies)
 		}
 		s.Release()
 	}
@@ -92,6 +99,54 @@ func TestGPUAugmentGatherMatchesCPU(t *testing.T) {
 					break
 				}
 			}
+		}
+	}
+}
+
+// TestGPUAugmentGatherCaptured captures AugmentGatherAt in a CUDA graph
+// and replays it after writing each epoch's offset into the state: every
+// replay equals the CPU's AugmentGather at that epoch, bit for bit, so a
+// captured training step augments afresh each epoch.
+func TestGPUAugmentGatherCaptured(t *testing.T) {
+	g := newGPUBackend(t, BackendOptions{})
+	const n, batch = 300, 128
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 12))
+	pix := make([]uint8, n*3*12*10)
+	for i := range pix {
+		pix[i] = uint8(rng.IntN(256))
+	}
+	idx := make([]int32, batch)
+	for i := range idx {
+		idx[i] = int32(rng.IntN(n))
+	}
+	mean, std := []float32{0.4, 0.5, 0.6}, []float32{0.2, 0.25, 0.3}
+	spec := tensor.AugmentSpec{Pad: 3, FlipProb: 0.5, Cutout: 4, Seed: rng.Uint64()}
+	s := tensor.NewScope()
+	defer s.Release()
+	images, ix := tensor.FromUint8(g, s, pix, n, 3, 12, 10), tensor.FromInt32(g, s, idx, batch)
+	norm, state := tensor.AugmentNorm(g, s, mean, std), tensor.NewAugmentState(g, s, spec.Seed, 0)
+	out := tensor.Empty(g, s, batch, 3, 12, 10)
+	full := spec
+	full.C, full.H, full.W = 3, 12, 10
+	graph, err := g.Capture(func() {
+		g.AugmentGatherAt(out.Buffer(), images.Buffer(), ix.Buffer(), norm.Buffer(), state.Buffer(), full)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer graph.Close()
+	cs := tensor.NewScope()
+	defer cs.Release()
+	cImages, cIdx, cNorm := tensor.FromUint8(tensor.CPU, cs, pix, n, 3, 12, 10), tensor.FromInt32(tensor.CPU, cs, idx, batch), tensor.AugmentNorm(tensor.CPU, cs, mean, std)
+	for epoch := range 3 {
+		spec.Offset = tensor.AugmentOffset(epoch, n)
+		tensor.SetAugmentState(state, spec.Seed, spec.Offset)
+		if err := graph.Replay(); err != nil {
+			t.Fatal(err)
+		}
+		got, want := out.Float32s(), tensor.AugmentGather(cs, cImages, cIdx, cNorm, spec).Float32s()
+		if !sameBits(got, want) {
+			t.Errorf("epoch %d: the replayed gather differs from the CPU's", epoch)
 		}
 	}
 }

@@ -76,6 +76,13 @@ type AugmentBackend interface {
 	// src[idx[i]] (uint8 [N, C, H, W]) augmented as spec says; norm is
 	// float32 [2·C]: the scales, then the shifts. idx is int32.
 	AugmentGather(dst, src, idx, norm Buffer, spec AugmentSpec)
+	// AugmentGatherAt is AugmentGather with the seed and offset read from
+	// state, an int32 buffer of four words (seed low, seed high, offset
+	// low, offset high 32 bits), in place of spec's, so that a captured
+	// CUDA graph augments by whatever the host last wrote there (each
+	// epoch's offset, SetAugmentState). The values are those of
+	// AugmentGather at the same seed and offset.
+	AugmentGatherAt(dst, src, idx, norm, state Buffer, spec AugmentSpec)
 }
 
 // Philox counter words of the augmentation (see AugmentSpec): block k of

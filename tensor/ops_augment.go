@@ -30,11 +30,51 @@ func AugmentNorm(b Backend, s *Scope, mean, std []float32) *Tensor {
 // spec.Offset, idx[i]) for each sample, and is the same bits on every
 // backend. The backend must implement AugmentBackend.
 func AugmentGather(s *Scope, images, idx, norm *Tensor, spec AugmentSpec) *Tensor {
+	return augmentGather(s, images, idx, norm, nil, spec)
+}
+
+// AugmentGatherAt is AugmentGather with spec's Seed and Offset replaced by
+// those in state (int32 [4]: NewAugmentState), read on the device when the
+// gather runs: a training step captured in a CUDA graph then augments each
+// epoch afresh once the host has written the epoch's offset
+// (SetAugmentState) between replays.
+func AugmentGatherAt(s *Scope, images, idx, norm, state *Tensor, spec AugmentSpec) *Tensor {
+	if state.DType() != Int32 || state.Len() != 4 {
+		panic(fmt.Sprintf("tensor: AugmentGatherAt: state is %s %v; want int32 [4] (NewAugmentState)", state.DType(), state.shape))
+	}
+	return augmentGather(s, images, idx, norm, state, spec)
+}
+
+// NewAugmentState returns the int32 [4] state of AugmentGatherAt holding
+// seed and offset (the words: seed low, seed high, offset low, offset
+// high 32 bits).
+func NewAugmentState(b Backend, s *Scope, seed, offset uint64) *Tensor {
+	return FromInt32(b, s, augmentStateWords(seed, offset), 4)
+}
+
+// SetAugmentState writes seed and offset into state (an upload, ordered
+// after the work already queued).
+func SetAugmentState(state *Tensor, seed, offset uint64) {
+	if state.DType() != Int32 || state.Len() != 4 || !state.IsContiguous() {
+		panic(fmt.Sprintf("tensor: SetAugmentState of %s %v; want int32 [4] (NewAugmentState)", state.DType(), state.shape))
+	}
+	state.st.b.Upload(state.buffer(), augmentStateWords(seed, offset))
+}
+
+func augmentStateWords(seed, offset uint64) []int32 {
+	return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(offset)), int32(uint32(offset >> 32))}
+}
+
+func augmentGather(s *Scope, images, idx, norm, state *Tensor, spec AugmentSpec) *Tensor {
 	if images.DType() != Uint8 || len(images.shape) != 4 || idx.DType() != Int32 || len(idx.shape) != 1 {
 		panic(fmt.Sprintf("tensor: AugmentGather of %s %v by %s %v; want uint8 [N, C, H, W] and int32 [B]",
 			images.DType(), images.shape, idx.DType(), idx.shape))
 	}
-	sameBackend(images, idx, norm)
+	if state != nil {
+		sameBackend(images, idx, norm, state)
+	} else {
+		sameBackend(images, idx, norm)
+	}
 	spec.C, spec.H, spec.W = images.shape[1], images.shape[2], images.shape[3]
 	if norm.DType() != Float32 || norm.Len() != 2*spec.C {
 		panic(fmt.Sprintf("tensor: AugmentGather: norm is %s %v; want float32 [2, %d] (AugmentNorm)", norm.DType(), norm.shape, spec.C))
@@ -48,6 +88,10 @@ func AugmentGather(s *Scope, images, idx, norm *Tensor, spec AugmentSpec) *Tenso
 	}
 	images, idx, norm = images.Contiguous(), idx.Contiguous(), norm.Contiguous()
 	out := Empty(images.st.b, s, idx.Len(), spec.C, spec.H, spec.W)
-	ab.AugmentGather(out.buffer(), images.buffer(), idx.buffer(), norm.buffer(), spec)
+	if state != nil {
+		ab.AugmentGatherAt(out.buffer(), images.buffer(), idx.buffer(), norm.buffer(), state.Contiguous().buffer(), spec)
+	} else {
+		ab.AugmentGather(out.buffer(), images.buffer(), idx.buffer(), norm.buffer(), spec)
+	}
 	return out
 }

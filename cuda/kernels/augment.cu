@@ -15,13 +15,12 @@ __device__ __forceinline__ int ember_below(unsigned int w, int n) {
 // the samples); every thread draws the sample's two Philox blocks itself,
 // so no shared memory or barrier is needed (twenty rounds against a few
 // pixels each). An index outside the source gives a sample of NaN.
-extern "C" __global__ void ember_augment_gather(float* dst, const unsigned char* src, const int* idx, const float* norm,
-                                                long long batch, long long srcRows, int C, int H, int W, int pad,
-                                                int fill, float flipProb, int cutout, long long seed,
-                                                long long offset) {
+__device__ __forceinline__ void ember_augment_body(float* dst, const unsigned char* src, const int* idx,
+                                                   const float* norm, long long batch, long long srcRows, int C, int H,
+                                                   int W, int pad, int fill, float flipProb, int cutout,
+                                                   unsigned long long seed, unsigned long long offset) {
     const int plane = H * W, image = C * plane;
-    const unsigned int k0 = (unsigned int)(unsigned long long)seed;
-    const unsigned int k1 = (unsigned int)((unsigned long long)seed >> 32);
+    const unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
     for (long long i = blockIdx.x; i < batch; i += gridDim.x) {
         float* out = dst + i * (long long)image;
         const int sample = idx[i];
@@ -29,7 +28,7 @@ extern "C" __global__ void ember_augment_gather(float* dst, const unsigned char*
             for (int e = threadIdx.x; e < image; e += blockDim.x) out[e] = ember_nan();
             continue;
         }
-        const unsigned long long ctr = (unsigned long long)offset + (unsigned long long)(unsigned int)sample;
+        const unsigned long long ctr = offset + (unsigned long long)(unsigned int)sample;
         unsigned int w0[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 0u, 1u};
         unsigned int w1[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 1u, 1u};
         ember_philox(w0, k0, k1);
@@ -49,4 +48,26 @@ extern "C" __global__ void ember_augment_gather(float* dst, const unsigned char*
             out[e] = o;
         }
     }
+}
+
+extern "C" __global__ void ember_augment_gather(float* dst, const unsigned char* src, const int* idx, const float* norm,
+                                                long long batch, long long srcRows, int C, int H, int W, int pad,
+                                                int fill, float flipProb, int cutout, long long seed,
+                                                long long offset) {
+    ember_augment_body(dst, src, idx, norm, batch, srcRows, C, H, W, pad, fill, flipProb, cutout,
+                       (unsigned long long)seed, (unsigned long long)offset);
+}
+
+// ember_augment_gather with (seed, offset) read from state (four 32-bit
+// words: seed low, high, offset low, high), so that a captured graph
+// augments by the state the host last wrote there (the epoch's offset).
+extern "C" __global__ void ember_augment_gather_state(float* dst, const unsigned char* src, const int* idx,
+                                                      const float* norm, long long batch, long long srcRows, int C,
+                                                      int H, int W, int pad, int fill, float flipProb, int cutout,
+                                                      const int* state) {
+    const unsigned long long seed = (unsigned long long)(unsigned int)state[0] |
+                                    ((unsigned long long)(unsigned int)state[1] << 32);
+    const unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                      ((unsigned long long)(unsigned int)state[3] << 32);
+    ember_augment_body(dst, src, idx, norm, batch, srcRows, C, H, W, pad, fill, flipProb, cutout, seed, offset);
 }

@@ -132,6 +132,24 @@ func testAugmentGather(e *env) {
 			}
 		}
 	}
+	e.tcase("state")(func() {
+		// AugmentGatherAt takes the seed and offset from the state words
+		// (the offset's low word about to wrap), not from the spec.
+		seed, offset := e.rng.Uint64(), uint64(1<<32-3)
+		s := tensor.AugmentSpec{C: 3, H: 8, W: 6, Pad: 2, Fill: 9, FlipProb: 0.5, Cutout: 3, Seed: ^seed, Offset: 12345}
+		src := make([]uint8, 10*3*8*6)
+		for i := range src {
+			src[i] = uint8(e.rng.IntN(256))
+		}
+		idx := []int32{0, 9, 3, 3, 7, 1}
+		scale, shift := e.uniform(3, 0.001, 0.05), e.uniform(3, -3, 3)
+		state := e.i32("state", []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(offset)), int32(uint32(offset >> 32))}, true)
+		dst := e.nanOut("dst", len(idx)*3*8*6)
+		norm := e.f32("norm", append(append([]float32(nil), scale...), shift...), true)
+		ab.AugmentGatherAt(dst.win, e.u8("src", src, true).win, e.i32("idx", idx, true).win, norm.win, state.win, s)
+		s.Seed, s.Offset = seed, offset
+		e.exactF("AugmentGatherAt", dims(len(idx), 3, 8, 6), e.getF(dst), refAugment(src, idx, scale, shift, s))
+	})
 	e.tcase("epochs differ")(func() {
 		// 64 samples of 1x16x16 with pad 4: the chance that two epochs
 		// crop and flip every sample alike is (1/(9·9·2))^64.
