@@ -88,8 +88,8 @@ var cuDrv struct {
 	cuModuleGetFunctionCount   uintptr // CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule mod)
 	cuModuleEnumerateFunctions uintptr // CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned n, CUmodule mod)
 	cuFuncGetName              uintptr // CUresult cuFuncGetName(const char **name, CUfunction hfunc)
-	cuFuncSetAttribute  uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
-	cuFuncGetAttribute  uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+	cuFuncSetAttribute         uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+	cuFuncGetAttribute         uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 	// CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
 	//     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes,
 	//     CUstream hStream, void **kernelParams, void **extra)

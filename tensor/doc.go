@@ -22,6 +22,9 @@
 //     fewer passes; without them those operations run as their parts. One
 //     that implements ClassLossBackend (backend_loss.go) runs
 //     CrossEntropyLoss with torch's options without waiting for the host.
+//     AugmentBackend (backend_augment.go) gathers a batch of uint8 images
+//     with per-sample crop, flip, normalisation and cutout driven by
+//     Philox words, the same bits on every backend (AugmentGather).
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)
