@@ -1,12 +1,14 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -225,5 +227,123 @@ func TestGPUPinnedUpload(t *testing.T) {
 			}
 		}
 		s.Release()
+	}
+}
+
+// cpuCopyDriver is fakePinned whose copies land in CPU-backend tensors, so
+// that data goes end to end through an Uploader without a GPU (the CPU
+// backend runs everything at once, so this checks data, not ordering).
+type cpuCopyDriver struct {
+	*fakePinned
+	bufs map[uintptr]tensor.Buffer
+}
+
+func (c *cpuCopyDriver) ptr(buf tensor.Buffer) uintptr {
+	for p, b := range c.bufs {
+		if b == buf {
+			return p
+		}
+	}
+	p := uintptr(0x1000 * (len(c.bufs) + 1))
+	c.bufs[p] = buf
+	return p
+}
+
+func (c *cpuCopyDriver) CopyHtoD(dst uintptr, src unsafe.Pointer, bytes int, _ Stream) error {
+	buf, ok := c.bufs[dst]
+	if !ok || bytes%4 != 0 || bytes > 4*buf.Len || buf.DType != tensor.Float32 {
+		return fmt.Errorf("fake: copy of %d bytes to %#x", bytes, dst)
+	}
+	tensor.CPU.Upload(buf.Slice(0, bytes/4), slices.Clone(unsafe.Slice((*float32)(src), bytes/4)))
+	return nil
+}
+
+// TestPipelineThroughPinnedFake runs feedThroughPinned on the CPU backend
+// through the fake driver.
+func TestPipelineThroughPinnedFake(t *testing.T) {
+	c := &cpuCopyDriver{fakePinned: newFakePinned(), bufs: map[uintptr]tensor.Buffer{}}
+	u, err := newUploader(c, tensor.CPU, 1, 2, 1<<12, tensor.Float32, func() error { return nil }, c.ptr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	feedThroughPinned(t, u, 1<<12, func(bytes int) (*PinnedBuffer, error) { return newPinnedBuffer(c, bytes) })
+}
+
+// TestGPUPipelineThroughPinned runs feedThroughPinned on the GPU.
+func TestGPUPipelineThroughPinned(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	const elems = 1 << 16
+	u, err := b.NewUploader(2, elems, tensor.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	feedThroughPinned(t, u, elems, b.Device().NewPinnedBuffer)
+}
+
+// feedThroughPinned feeds batches built on the host by a data.Pipeline
+// through pinned buffers and the Uploader: the workers fill buffers taken
+// from a free list, the consumer uploads each batch, computes on it (a sum
+// on the backend) and hands the buffer back once its copy is done. Every
+// batch's sum must be the host's.
+func feedThroughPinned(t *testing.T, u *Uploader, elems int, newPinned func(bytes int) (*PinnedBuffer, error)) {
+	const batches, depth = 40, 3
+	free := make(chan *PinnedBuffer, depth+2) // the workers' Depth, the one uploading, the one in flight
+	for range cap(free) {
+		pb, err := newPinned(4 * elems)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pb.Free()
+		free <- pb
+	}
+	type batch struct {
+		buf  *PinnedBuffer
+		want float64
+	}
+	p, err := data.NewPipeline(context.Background(), batches, data.PipelineOptions{Workers: 2, Depth: depth},
+		func(ctx context.Context, i int) (batch, error) {
+			var pb *PinnedBuffer
+			select {
+			case pb = <-free:
+			case <-ctx.Done():
+				return batch{}, ctx.Err()
+			}
+			var sum float64
+			vals := pb.Float32s()[:elems]
+			for j := range vals {
+				vals[j] = float32((i*7 + j) % 16) // integers: every partial sum is below 2^24, exact
+				sum += float64(vals[j])
+			}
+			return batch{pb, sum}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	i := 0
+	for bt, ok := p.Next(); ok; bt, ok = p.Next() {
+		slot, x, err := u.Upload(bt.buf, 4*elems)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := tensor.Sum(x) // x has no scope: sum is released below
+		if err := u.Release(slot); err != nil {
+			t.Fatal(err)
+		}
+		if err := u.WaitCopied(slot); err != nil {
+			t.Fatal(err)
+		}
+		free <- bt.buf
+		got := sum.Item()
+		sum.Release()
+		if float64(got) != bt.want {
+			t.Fatalf("batch %d: sum %g on the backend, %g on the host", i, got, bt.want)
+		}
+		i++
+	}
+	if p.Err() != nil || i != batches {
+		t.Fatalf("%d batches, error %v", i, p.Err())
 	}
 }
