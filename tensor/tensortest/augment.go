@@ -2,6 +2,7 @@ package tensortest
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -241,10 +242,9 @@ func testAugmentDistribution(e *env, run func(tensor.AugmentSpec, []uint8, []int
 		}
 		within("flips", flips, flipProb)
 		for i := range tops {
-			within("crop top "+itoa(i), tops[i], 1.0/(2*pad+1))
-			within("crop left "+itoa(i), lefts[i], 1.0/(2*pad+1))
+			within("crop top "+strconv.Itoa(i), tops[i], 1.0/(2*pad+1))
+			within("crop left "+strconv.Itoa(i), lefts[i], 1.0/(2*pad+1))
 		}
 	})
 }
 
-func itoa(i int) string { return sizeStr(i)[2:] }
