@@ -247,4 +247,3 @@ func testAugmentDistribution(e *env, run func(tensor.AugmentSpec, []uint8, []int
 		}
 	})
 }
-
