@@ -69,6 +69,14 @@
 // the GPU, and every launch against the kernel's C signature by a recorder
 // in the tests that run without one.
 //
+// # Feeding data
+//
+// A data set that fits stays on the device as bytes and each batch is
+// gathered and augmented there (augment.go, tensor.AugmentGather). One that
+// lives on the host goes through page-locked memory (pinned.go:
+// Device.NewPinnedBuffer) and an Uploader, which copies into a ring of
+// device slots on its own stream while the backend's stream computes.
+//
 // # Custom kernels
 //
 // Device.Compile is the counterpart of PyCUDA's SourceModule and CuPy's

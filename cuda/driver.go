@@ -39,6 +39,11 @@ var cuDrv struct {
 	cuMemFree    uintptr // CUresult cuMemFree_v2(CUdeviceptr dptr)
 	cuMemGetInfo uintptr // CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
+	// Page-locked host memory (pinned.go), which copies to the device read
+	// by DMA while the host goes on.
+	cuMemHostAlloc uintptr // CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+	cuMemFreeHost  uintptr // CUresult cuMemFreeHost(void *p)
+
 	// Virtual memory management (optional: expandable segments only).
 	cuMemAddressReserve           uintptr // CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 	cuMemAddressFree              uintptr // CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
@@ -83,8 +88,8 @@ var cuDrv struct {
 	cuModuleGetFunctionCount   uintptr // CUresult cuModuleGetFunctionCount(unsigned *count, CUmodule mod)
 	cuModuleEnumerateFunctions uintptr // CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned n, CUmodule mod)
 	cuFuncGetName              uintptr // CUresult cuFuncGetName(const char **name, CUfunction hfunc)
-	cuFuncSetAttribute  uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
-	cuFuncGetAttribute  uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+	cuFuncSetAttribute         uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+	cuFuncGetAttribute         uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 	// CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
 	//     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes,
 	//     CUstream hStream, void **kernelParams, void **extra)
@@ -154,6 +159,8 @@ func loadDriver() error {
 			reqSym(&d.cuMemAlloc, "cuMemAlloc_v2"),
 			reqSym(&d.cuMemFree, "cuMemFree_v2"),
 			reqSym(&d.cuMemGetInfo, "cuMemGetInfo_v2"),
+			optSym(&d.cuMemHostAlloc, "cuMemHostAlloc"),
+			optSym(&d.cuMemFreeHost, "cuMemFreeHost"),
 			optSym(&d.cuMemAddressReserve, "cuMemAddressReserve"),
 			optSym(&d.cuMemAddressFree, "cuMemAddressFree"),
 			optSym(&d.cuMemCreate, "cuMemCreate"),

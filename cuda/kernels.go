@@ -38,6 +38,7 @@ var kernelFiles = []string{
 	"kernels/pool.cu",
 	"kernels/optim.cu",
 	"kernels/xent.cu",
+	"kernels/augment.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -59,9 +60,10 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
 	// The general operators of any model (strided elementwise, reductions
 	// over an axis, gathers, random numbers, normalisation, pooling, the
-	// optimisers).
+	// optimisers, the augmented batch gather).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu"}},
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
+		"kernels/augment.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

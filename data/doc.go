@@ -66,6 +66,11 @@
 //     saved as JSON beside a model), NewText and LoadText (token ids and a
 //     validation split) and WindowSampler (batches of x = tokens[i:i+T],
 //     y = tokens[i+1:i+T+1], a fixed function of seed and step).
+//   - pipeline.go: Pipeline, a bounded prefetch queue: worker goroutines
+//     build items (batches) ahead of the consumer, which takes them in
+//     order; cancellation through a context, and Close waits for the
+//     workers. For data sets that live on the host; one that fits on the
+//     GPU is gathered and augmented there (tensor.AugmentGather).
 //
 // Every reader checks sizes against a hard bound (MaxIDXBytes,
 // MaxCIFARBytes, MaxImageFolderBytes, MaxTextBytes, MaxVocabBytes) before

@@ -31,7 +31,10 @@
 //     may add, each with a fallback: NormBackend, PoolBackend,
 //     ClassLossBackend (the class losses without waiting for the host),
 //     OptimBackend (fused optimiser updates), RandomStateBackend (random
-//     numbers whose counter lives on the device), and LeNet's fused
+//     numbers whose counter lives on the device), AugmentBackend (a batch
+//     of uint8 images gathered with per-sample crop, flip, normalisation
+//     and cutout from Philox words, the same bits on every backend), and
+//     LeNet's fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
 //     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
 //     package cuda implements it on NVIDIA GPUs; package tensortest is the
