@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ember-ml/ember/internal/safefile"
+	"github.com/ember-ml/ember/nn/trainer"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
 )
@@ -17,7 +18,7 @@ import (
 // the checkpoint and the metrics can be written where the flags say, and
 // that they replace only files that train wrote: a mistake in a path must
 // not cost a whole training run, nor a file of the user's.
-func (t *trainer) checkOutputs() error {
+func (t *job) checkOutputs() error {
 	o := t.opt
 	save, state := o.save, models.StatePath(o.save)
 	if filepath.Clean(save) == filepath.Clean(state) {
@@ -66,7 +67,7 @@ func isMetricsFile(path string) (bool, error) {
 	if err != nil && line == "" {
 		return true, nil // empty
 	}
-	return strings.TrimRight(line, "\r\n") == strings.Join(metricsHeader, ","), nil
+	return strings.TrimRight(line, "\r\n") == strings.Join(trainer.MetricsHeader, ","), nil
 }
 
 // checkResumePaths checks that --resume names a checkpoint's two files,

@@ -151,6 +151,7 @@ func (e *InterruptedError) Unwrap() error { return ErrInterrupted }
 // finite; the run stops without saving them.
 type DivergedError struct {
 	Message        string // what and where
+	Weights        bool   // the weights (found when saving), not the loss
 	LastCheckpoint string // the newest good checkpoint, "" if none
 }
 
@@ -158,6 +159,9 @@ func (e *DivergedError) Error() string {
 	last := "no checkpoint was saved"
 	if e.LastCheckpoint != "" {
 		last = "the last good checkpoint is " + e.LastCheckpoint
+	}
+	if e.Weights {
+		return fmt.Sprintf("%s; stopped without saving them, %s", e.Message, last)
 	}
 	return fmt.Sprintf("%s; stopped, %s", e.Message, last)
 }
@@ -418,7 +422,7 @@ func (r *run) save(epoch, step int) error {
 			if errors.As(err, &ce) {
 				what, _, _ = strings.Cut(ce.Problem, ": the values are broken")
 			}
-			return &DivergedError{Message: fmt.Sprintf("the weights are not finite %s (%s)", where, what), LastCheckpoint: r.lastSaved}
+			return &DivergedError{Message: fmt.Sprintf("the weights are not finite %s (%s)", where, what), Weights: true, LastCheckpoint: r.lastSaved}
 		}
 		return err
 	}
