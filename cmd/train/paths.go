@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/ember-ml/ember/internal/safefile"
-	"github.com/ember-ml/ember/nn/trainer"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/trainer"
 )
 
 // checkOutputs checks, before any data is read or any step is run, that

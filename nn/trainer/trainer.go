@@ -169,7 +169,9 @@ func (e *DivergedError) Error() string {
 // ResumeError is returned when Config.Resume does not fit the optimiser.
 type ResumeError struct{ Err error }
 
-func (e *ResumeError) Error() string { return "the training state does not fit the optimiser: " + e.Err.Error() }
+func (e *ResumeError) Error() string {
+	return "the training state does not fit the optimiser: " + e.Err.Error()
+}
 func (e *ResumeError) Unwrap() error { return e.Err }
 
 // run is one Run in progress.
