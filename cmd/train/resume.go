@@ -71,7 +71,7 @@ func (t *job) loadResume() error {
 		return usageError{fmt.Errorf("--resume %s: %v", o.resume, err)}
 	}
 	if o.set["model"] && o.model != name {
-		return usageError{fmt.Errorf("--model %s: the checkpoint %s holds a %s; a resume continues the same model", o.model, o.resume, name)}
+		return usageError{fmt.Errorf("--model %s: the checkpoint %s holds the model %s; a resume continues the same model", o.model, o.resume, name)}
 	}
 	m, err := models.New(name, tensor.CPU, cfg)
 	if err != nil {

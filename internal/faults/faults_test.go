@@ -386,7 +386,7 @@ func faults() []fault {
 		{[]string{"--optimizer", "adamw", "--momentum", "0.5"}, "--momentum 0.5 does not apply with --optimizer adamw"},
 		{[]string{"--dataset", "fashion-mnist", "--download"}, "--download fetches MNIST only"},
 		{[]string{"--dataset", "fashion-mnist"}, "Fashion-MNIST"}, // $DATA holds other files than Fashion-MNIST's
-		{[]string{"--resume", "$CKPT", "--model", "mlp"}, "--model mlp: the checkpoint $D/ckpt.safetensors holds a lenet"},
+		{[]string{"--resume", "$CKPT", "--model", "mlp"}, "--model mlp: the checkpoint $D/ckpt.safetensors holds the model lenet"},
 	} {
 		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: -1})
 	}
