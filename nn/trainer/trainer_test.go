@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -371,5 +372,36 @@ func TestRunSaysFallback(t *testing.T) {
 	}
 	if n := strings.Count(s.log.String(), "cuda graph: launching eagerly: the cpu backend cannot capture a graph"); n != 1 {
 		t.Errorf("said %d times:\n%s", n, s.log.String())
+	}
+}
+
+// TestRunLeavesNothingToTheCollector: a run releases every tensor it made
+// (the step's scopes, the running loss), so that once the caller releases
+// the model, the optimiser and the data, the garbage collector finds no
+// tensor storage left unreleased.
+func TestRunLeavesNothingToTheCollector(t *testing.T) {
+	collect := func() {
+		for range 3 {
+			runtime.GC()
+		}
+	}
+	collect()
+	before := tensor.Leaks()
+	func() {
+		s := newSetup(t, "adamw", 0.01)
+		s.cfg.Epochs = 1
+		s.cfg.Checkpoint = filepath.Join(t.TempDir(), "c.safetensors")
+		if _, err := trainer.Run(context.Background(), s.cfg); err != nil {
+			t.Fatal(err)
+		}
+		s.cfg.Optimizer.(*optim.Adam).Release()
+		s.cfg.Data.(*trainer.Images).Release()
+		for _, p := range nn.Parameters(s.model) {
+			p.Tensor.Release()
+		}
+	}()
+	collect()
+	if n := tensor.Leaks() - before; n != 0 {
+		t.Errorf("%d tensor storages left to the garbage collector", n)
 	}
 }
