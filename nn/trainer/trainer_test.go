@@ -405,3 +405,24 @@ func TestRunLeavesNothingToTheCollector(t *testing.T) {
 		t.Errorf("%d tensor storages left to the garbage collector", n)
 	}
 }
+
+// TestShouldSave: a process that ShouldSave says does not save (a rank
+// other than 0 of data-parallel training) writes no checkpoint, and an
+// interrupt says that nothing was saved.
+func TestShouldSave(t *testing.T) {
+	s := newSetup(t, "sgd", 0.05)
+	s.cfg.Epochs = 1
+	s.cfg.Checkpoint = filepath.Join(t.TempDir(), "rank1.safetensors")
+	s.cfg.ShouldSave = func() bool { return false }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.cfg.Loss = cancelAfter(2, cancel)
+	_, err := trainer.Run(ctx, s.cfg)
+	var ie *trainer.InterruptedError
+	if !errors.As(err, &ie) || ie.Checkpoint != "" || ie.SaveErr != nil {
+		t.Fatalf("error %v (%+v), want an interruption that saved nothing", err, ie)
+	}
+	if _, err := os.Stat(s.cfg.Checkpoint); err == nil {
+		t.Error("a checkpoint was written")
+	}
+}
