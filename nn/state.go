@@ -85,6 +85,12 @@ type TrainingState struct {
 	// rand.PCG.MarshalBinary) for randomness that is not a function of
 	// Seed; nil when there is none.
 	RNG []byte
+	// ModelMetadata is written into the model file's metadata besides the
+	// counters (say, which architecture the weights are for, so that a
+	// program given only the model file can rebuild the model). The keys
+	// SaveCheckpoint writes itself (format, ember.epoch, ember.step,
+	// ember.global_step) are refused.
+	ModelMetadata map[string]string
 }
 
 // ErrStateMismatch is wrapped by the error LoadCheckpoint returns when the
@@ -257,6 +263,12 @@ func SaveCheckpoint(modelPath string, m Module, st *TrainingState) error {
 		"ember.epoch":       strconv.Itoa(st.Epoch),
 		"ember.step":        strconv.Itoa(st.Step),
 		"ember.global_step": strconv.Itoa(st.GlobalStep),
+	}
+	for k, v := range st.ModelMetadata {
+		if _, taken := modelMeta[k]; taken {
+			return ckErrorf(modelPath, nil, "model metadata key %q is written by SaveCheckpoint itself", k)
+		}
+		modelMeta[k] = v
 	}
 
 	ps, err := atomicfile.Prepare(statePath, 0o644, func(w io.Writer) error {

@@ -270,3 +270,32 @@ func assertNoCheckpointTemps(t *testing.T, path string) {
 		}
 	}
 }
+
+// TestCheckpointModelMetadata: ModelMetadata goes into the model file's
+// metadata beside the counters, and may not replace them.
+func TestCheckpointModelMetadata(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "net.safetensors")
+	a := testNet(1)
+	st := testState(a, 7)
+	st.ModelMetadata = map[string]string{"ember.model": "net", "ember.model_config": `{"classes":3}`}
+	if err := SaveCheckpoint(path, a, st); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := ReadSafetensorsMetadata(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta["ember.model"] != "net" || meta["ember.model_config"] != `{"classes":3}` || meta["ember.global_step"] != "7" || meta["format"] != "pt" {
+		t.Errorf("model file metadata %q", meta)
+	}
+	for _, key := range []string{"format", "ember.global_step"} {
+		st.ModelMetadata = map[string]string{key: "x"}
+		other := filepath.Join(t.TempDir(), "other.safetensors")
+		if err := SaveCheckpoint(other, a, st); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("ModelMetadata %q: %v, want an error naming it", key, err)
+		}
+		if _, err := os.Stat(other); err == nil {
+			t.Errorf("ModelMetadata %q: a file was written", key)
+		}
+	}
+}

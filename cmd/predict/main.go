@@ -1,5 +1,7 @@
-// Command predict classifies handwritten digits with a LeNet checkpoint
-// written by train (or by PyTorch's safetensors.torch.save_file).
+// Command predict classifies handwritten digits with a checkpoint written
+// by train (or by PyTorch's safetensors.torch.save_file: then LeNet's state
+// dict). The model is the one the checkpoint's metadata names (LeNet, an
+// MLP, any model registered in package models), rebuilt from it.
 //
 // Without image files it evaluates the model on the MNIST test set and
 // prints
@@ -89,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		return fail(exitUsage, "--device %s: %v", o.device, err)
 	}
-	model, err := models.LoadLeNet(o.model, b)
+	model, name, err := models.LoadModel(o.model, b)
 	if err != nil {
 		msg := describe(err)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -98,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return fail(exitUsage, "%s", msg)
 	}
 	if len(o.files) == 0 {
-		return evaluate(o, model, b, desc, stdout, stderr, fail)
+		return evaluate(o, model, name, b, desc, stdout, stderr, fail)
 	}
 	return classify(o, model, b, stdout, stderr, fail)
 }
@@ -156,7 +158,7 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 }
 
 // evaluate runs the model over the MNIST test set.
-func evaluate(o *options, m *models.LeNet, b tensor.Backend, desc string, stdout, stderr io.Writer, fail func(int, string, ...any) int) int {
+func evaluate(o *options, m nn.Module, name string, b tensor.Backend, desc string, stdout, stderr io.Writer, fail func(int, string, ...any) int) int {
 	src, err := data.Locate(o.data)
 	if err != nil {
 		return fail(exitUsage, "%s", describe(err))
@@ -166,7 +168,10 @@ func evaluate(o *options, m *models.LeNet, b tensor.Backend, desc string, stdout
 		return fail(exitUsage, "%s", describe(err))
 	}
 	if test.Rows != side || test.Cols != side {
-		return fail(exitUsage, "%s: test images are %dx%d, LeNet needs %dx%d", src.Dir, test.Rows, test.Cols, side, side)
+		if name == "lenet" {
+			name = "LeNet"
+		}
+		return fail(exitUsage, "%s: test images are %dx%d, %s needs %dx%d", src.Dir, test.Rows, test.Cols, name, side, side)
 	}
 	if !o.json {
 		fmt.Fprintf(stderr, "predict: %s on %d test images, %s; device %s\n", o.model, test.N, src.Describe(), desc)
@@ -193,7 +198,7 @@ func evaluate(o *options, m *models.LeNet, b tensor.Backend, desc string, stdout
 // classify prints the prediction for each image file, in the order given.
 // A file that cannot be read or decoded gets an error line on stderr and
 // the exit status 2; the others are classified and printed all the same.
-func classify(o *options, m *models.LeNet, b tensor.Backend, stdout, stderr io.Writer, fail func(int, string, ...any) int) int {
+func classify(o *options, m nn.Module, b tensor.Backend, stdout, stderr io.Writer, fail func(int, string, ...any) int) int {
 	prep := prepOptions{invert: o.invert, center: !o.noCenter}
 	var files []string
 	pixels := make([]uint8, 0, min(len(o.files), o.batch)*side*side)

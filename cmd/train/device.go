@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/nn/trainer"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -15,17 +16,8 @@ import (
 type device struct {
 	backend     tensor.Backend
 	description string
-	gpu         *cuda.Backend // nil on the CPU
-
-	// dataset* is what the allocator had reserved and allocated once the
-	// uint8 training and test sets were uploaded; trainingPeak* the peaks
-	// while training (evaluation excluded). Memory figures "without the data
-	// set" subtract the data set's own bytes from the peaks.
-	trainingPeakReserved  int
-	trainingPeakAllocated int
-	datasetAllocated      int // data set + cuBLAS workspace
-	dataset               int
-	freeAtStart           int // device free memory once the backend was open
+	gpu         *cuda.Backend      // nil on the CPU
+	memory      *trainer.GPUMemory // nil on the CPU
 }
 
 // openDevice picks the backend --device asks for. auto takes the GPU when
@@ -54,9 +46,7 @@ func openDevice(o *options) (*device, error) {
 			if o.tf32 {
 				desc += ", TF32 on"
 			}
-			dev := &device{backend: g, description: desc, gpu: g}
-			dev.freeAtStart, _, _ = d.MemGetInfo()
-			return dev, nil
+			return &device{backend: g, description: desc, gpu: g, memory: trainer.NewGPUMemory(g)}, nil
 		}
 		reason = err
 	}
@@ -85,80 +75,6 @@ func (d *device) close() {
 		d.gpu.Close()
 	}
 }
-
-func (d *device) emptyCache() {
-	if d.gpu != nil {
-		d.gpu.Allocator().EmptyCache()
-		d.gpu.Allocator().ResetPeakStats()
-	}
-}
-
-func (d *device) resetPeak() {
-	if d.gpu != nil {
-		d.gpu.Allocator().ResetPeakStats()
-	}
-}
-
-func (d *device) driverAllocs() int64 {
-	if d.gpu == nil {
-		return 0
-	}
-	return int64(d.gpu.MemoryStats().DriverAllocs)
-}
-
-// markDataset records the bytes of the uint8 data set just uploaded and of
-// cuBLAS's workspace: the training figures subtract exactly these, and the
-// lines name them apart.
-func (d *device) markDataset(bytes int) {
-	if d.gpu != nil {
-		d.datasetAllocated = bytes + d.gpu.BLASWorkspace()
-		d.dataset = bytes
-	}
-}
-
-func (d *device) markTrainingPeak() {
-	if d.gpu != nil {
-		s := d.gpu.MemoryStats()
-		d.trainingPeakReserved = max(d.trainingPeakReserved, s.Reserved.Peak)
-		d.trainingPeakAllocated = max(d.trainingPeakAllocated, s.Allocated.Peak)
-	}
-}
-
-// memoryLine is the GPU memory part of the end-of-epoch line: the peak
-// reserved and allocated while training, without the uint8 data set that
-// stays on the device for the whole run.
-func (d *device) memoryLine() string {
-	if d.gpu == nil {
-		return ""
-	}
-	s := d.gpu.MemoryStats()
-	return fmt.Sprintf(", GPU memory: training peak reserved %s, allocated %s (plus %s data set, %s cuBLAS workspace); reserved now %s",
-		mib(d.trainingPeakReserved-d.datasetAllocated), mib(d.trainingPeakAllocated-d.datasetAllocated),
-		mib(d.dataset), mib(d.gpu.BLASWorkspace()), mib(s.Reserved.Current))
-}
-
-func (d *device) benchRows(logf func(string, ...any), steps int, stepAllocs int64) {
-	if d.gpu == nil {
-		return
-	}
-	s := d.gpu.MemoryStats()
-	logf("| GPU memory reserved, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakReserved-d.datasetAllocated))
-	logf("| GPU memory allocated, training peak, without data set and cuBLAS workspace | %s |", mib(d.trainingPeakAllocated-d.datasetAllocated))
-	logf("| uint8 data set on the GPU (train + test) | %s |", mib(d.dataset))
-	logf("| cuBLAS workspace (from the allocator) | %s |", mib(d.gpu.BLASWorkspace()))
-	logf("| GPU memory reserved at the end (with evaluation) | %s |", mib(s.Reserved.Current))
-	if free, _, err := d.gpu.Device().MemGetInfo(); err == nil && d.freeAtStart > 0 {
-		// What the device lost since the backend opened: our reserved
-		// memory plus what libraries (cuBLAS's workspace) took themselves.
-		logf("| device memory taken since the backend opened, with its cuBLAS workspace (cuMemGetInfo) | %s |", mib(d.freeAtStart-free+d.gpu.BLASWorkspace()))
-	}
-	if steps > 1 {
-		logf("| driver allocations by training steps after the first | %d (%.4f per step) |",
-			stepAllocs, float64(stepAllocs)/float64(steps-1))
-	}
-}
-
-func mib(b int) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 func isOutOfMemory(err error) bool {
 	var oom *cuda.OutOfMemoryError

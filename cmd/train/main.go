@@ -1,7 +1,11 @@
-// Command train trains the LeNet network on MNIST, on a GPU when one is
-// usable and on the CPU otherwise, and saves a checkpoint PyTorch can load.
+// Command train trains a model (LeNet by default, or an MLP) on MNIST or
+// Fashion-MNIST, on a GPU when one is usable and on the CPU otherwise, and
+// saves a checkpoint PyTorch can load. The training itself is package
+// nn/trainer; this command reads the flags, finds the data, picks the
+// device and prints.
 //
 //	go run ./cmd/train --epochs 2
+//	go run ./cmd/train --model mlp --dataset fashion-mnist --optimizer adamw --lr 1e-3 --schedule onecycle
 //
 // See the README for the flags and what the output means.
 package main
@@ -15,7 +19,11 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
+
+	"github.com/ember-ml/ember/models"
 )
 
 // Exit statuses.
@@ -60,6 +68,10 @@ type options struct {
 	tf32        bool
 	bench       bool
 	noGraph     bool
+	model       string
+	dataset     string
+	optimizer   string
+	schedule    string
 
 	overwrite      bool // --save and --metrics may replace files train did not write
 	allowOtherData bool // a resume may continue on other data than it was trained on
@@ -93,11 +105,15 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.tf32, "tf32", false, "allow TF32 tensor cores for matrix products (faster, ~1e-3 relative error)")
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
+	fs.StringVar(&o.model, "model", "lenet", "model to train: "+strings.Join(models.Names(), ", "))
+	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the Debian package's directory)")
+	fs.StringVar(&o.optimizer, "optimizer", "sgd", "optimiser: sgd (with --momentum) or adamw (torch's defaults besides --lr)")
+	fs.StringVar(&o.schedule, "schedule", "none", "learning-rate schedule over the whole run: none, onecycle (peak --lr) or cosine (from --lr)")
 	fs.BoolVar(&o.overwrite, "overwrite", false, "let --save and --metrics replace an existing file that train did not write")
 	fs.BoolVar(&o.allowOtherData, "allow-other-data", false, "let --resume continue on a data set other than the checkpoint's")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: train [flags]   train LeNet on MNIST and save a checkpoint")
+			fmt.Fprintln(stdout, "usage: train [flags]   train a model (LeNet) on MNIST and save a checkpoint")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 		}
@@ -139,6 +155,18 @@ func (o *options) check() error {
 		return fmt.Errorf("--gpu %d: want a GPU ordinal, 0 or more", o.gpu)
 	case o.save == "":
 		return fmt.Errorf("--save: want a file path")
+	case !slices.Contains(models.Names(), o.model):
+		return fmt.Errorf("--model %q: want one of %s", o.model, strings.Join(models.Names(), ", "))
+	case o.dataset != "mnist" && o.dataset != "fashion-mnist":
+		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist", o.dataset)
+	case o.optimizer != "sgd" && o.optimizer != "adamw":
+		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
+	case o.schedule != "none" && o.schedule != "onecycle" && o.schedule != "cosine":
+		return fmt.Errorf("--schedule %q: want none, onecycle or cosine", o.schedule)
+	case o.optimizer == "adamw" && o.set["momentum"]:
+		return fmt.Errorf("--momentum %g does not apply with --optimizer adamw (its betas are torch's defaults)", o.momentum)
+	case o.download && o.dataset != "mnist":
+		return fmt.Errorf("--download fetches MNIST only; for --dataset %s, install it or give --data", o.dataset)
 	case o.device == "cpu" && o.set["gpu"]:
 		return fmt.Errorf("--gpu %d does not apply with --device cpu (it picks a GPU)", o.gpu)
 	case o.device == "cpu" && o.memoryLimit != "":
@@ -175,6 +203,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		fmt.Fprintf(stderr, "train: %s\n", oneLine(err))
 		return exitUsage
 	}
-	t := &trainer{opt: o, out: stdout, errOut: stderr}
+	t := &job{opt: o, out: stdout, errOut: stderr}
 	return t.main(ctx)
 }

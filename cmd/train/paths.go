@@ -11,13 +11,14 @@ import (
 	"github.com/ember-ml/ember/internal/safefile"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/trainer"
 )
 
 // checkOutputs checks, before any data is read or any step is run, that
 // the checkpoint and the metrics can be written where the flags say, and
 // that they replace only files that train wrote: a mistake in a path must
 // not cost a whole training run, nor a file of the user's.
-func (t *trainer) checkOutputs() error {
+func (t *job) checkOutputs() error {
 	o := t.opt
 	save, state := o.save, models.StatePath(o.save)
 	if filepath.Clean(save) == filepath.Clean(state) {
@@ -66,7 +67,7 @@ func isMetricsFile(path string) (bool, error) {
 	if err != nil && line == "" {
 		return true, nil // empty
 	}
-	return strings.TrimRight(line, "\r\n") == strings.Join(metricsHeader, ","), nil
+	return strings.TrimRight(line, "\r\n") == strings.Join(trainer.MetricsHeader, ","), nil
 }
 
 // checkResumePaths checks that --resume names a checkpoint's two files,

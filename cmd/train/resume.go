@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
@@ -31,6 +30,10 @@ var settings = []setting{
 	{"test-limit", func(o *options) string { return strconv.Itoa(o.testLimit) }, func(o *options, v string) (err error) { o.testLimit, err = strconv.Atoi(v); return }},
 	{"tf32", func(o *options) string { return strconv.FormatBool(o.tf32) }, func(o *options, v string) (err error) { o.tf32, err = strconv.ParseBool(v); return }},
 	{"data", func(o *options) string { return dataFlag(o.dataDir) }, func(o *options, v string) error { o.dataDir = v; return nil }},
+	{"model", func(o *options) string { return o.model }, func(o *options, v string) error { o.model = v; return nil }},
+	{"dataset", func(o *options) string { return o.dataset }, func(o *options, v string) error { o.dataset = v; return nil }},
+	{"optimizer", func(o *options) string { return o.optimizer }, func(o *options, v string) error { o.optimizer = v; return nil }},
+	{"schedule", func(o *options) string { return o.schedule }, func(o *options, v string) error { o.schedule = v; return nil }},
 }
 
 // dataFlag is how --data is recorded: as an absolute path, so that a resume
@@ -49,16 +52,31 @@ func dataFlag(dir string) string {
 const dataIdentityKey = "data-identity"
 
 // loadResume reads the checkpoint --resume names, before any data is
-// loaded: it checks the files (regular files, the header against the model,
-// finite values), loads the weights into a LeNet on the CPU to be copied to
-// the device later, and takes back the recorded settings that the command
-// line does not give, printing each one it overrides.
-func (t *trainer) loadResume() error {
+// loaded: it checks the files (regular files, the header against the model
+// the file's metadata names, finite values), loads the weights into that
+// model on the CPU to be copied to the device later, and takes back the
+// recorded settings that the command line does not give, printing each one
+// it overrides.
+func (t *job) loadResume() error {
 	o := t.opt
 	if err := checkResumePaths(o.resume); err != nil {
 		return usageError{err}
 	}
-	m := models.NewLeNet(tensor.CPU, 0)
+	meta, err := nn.ReadSafetensorsMetadata(o.resume)
+	if err != nil {
+		return usageError{err}
+	}
+	name, cfg, err := models.FromMetadata(meta)
+	if err != nil {
+		return usageError{fmt.Errorf("--resume %s: %v", o.resume, err)}
+	}
+	if o.set["model"] && o.model != name {
+		return usageError{fmt.Errorf("--model %s: the checkpoint %s holds the model %s; a resume continues the same model", o.model, o.resume, name)}
+	}
+	m, err := models.New(name, tensor.CPU, cfg)
+	if err != nil {
+		return usageError{fmt.Errorf("--resume %s: %v", o.resume, err)}
+	}
 	st, err := models.LoadCheckpoint(o.resume, m)
 	if err != nil {
 		return usageError{err}
@@ -89,6 +107,7 @@ func (t *trainer) loadResume() error {
 		}
 		recorded = append(recorded, "--"+s.name+" "+orDefault(v))
 	}
+	o.model = name // the architecture the weights are for
 	if err := o.check(); err != nil {
 		return usageError{fmt.Errorf("--resume %s: the recorded settings: %v", o.resume, err)}
 	}
@@ -116,14 +135,13 @@ func orDefault(v string) string {
 	return v
 }
 
-// checkResumeData refuses to continue on data other than the checkpoint's,
-// unless --allow-other-data says so.
-func (t *trainer) checkResumeData(src data.Source) error {
+// checkResumeData refuses to continue on data other than the checkpoint's
+// (got, in dir), unless --allow-other-data says so.
+func (t *job) checkResumeData(got, dir string) error {
 	if t.resumed == nil {
 		return nil
 	}
 	want, ok := t.resumed.Flags[dataIdentityKey]
-	got := src.Identity()
 	switch {
 	case !ok:
 		t.logf("resume: the checkpoint does not record its data set; continuing on %s", got)
@@ -131,15 +149,16 @@ func (t *trainer) checkResumeData(src data.Source) error {
 	case t.opt.allowOtherData:
 		t.logf("resume: continuing on other data than the checkpoint's (%s, was %s), as --allow-other-data says", got, want)
 	default:
-		return usageError{fmt.Errorf("%s: holds other data (%s) than the checkpoint %s was trained on (%s); pass --allow-other-data to continue on it anyway", src.Dir, got, t.opt.resume, want)}
+		return usageError{fmt.Errorf("%s: holds other data (%s) than the checkpoint %s was trained on (%s); pass --allow-other-data to continue on it anyway", dir, got, t.opt.resume, want)}
 	}
 	return nil
 }
 
-// applyResume puts the checkpoint's weights and optimiser state into the
-// model and optimiser on the device.
-func (t *trainer) applyResume() error {
-	st, o := t.resumed, t.opt
+// applyResume puts the checkpoint's weights into the model on the device
+// and returns the training state the trainer continues from (its
+// optimiser state, epoch and step).
+func (t *job) applyResume() *nn.TrainingState {
+	st, o := *t.resumed, t.opt
 	src := nn.Parameters(t.resumeModel)
 	for i, p := range nn.Parameters(t.model) {
 		p.Tensor.CopyFrom(src[i].Tensor.Float32s())
@@ -148,16 +167,12 @@ func (t *trainer) applyResume() error {
 		p.Tensor.Release()
 	}
 	t.resumeModel = nil
-	if err := t.sgd.SetState(st.OptimizerSteps, st.Momentum); err != nil {
-		return usageError{fmt.Errorf("%s: %w", models.StatePath(o.resume), err)}
-	}
-	t.startEpoch, t.startStep, t.globalStep = st.Epoch, st.Step, st.GlobalStep
 	// A different batch size mid-epoch: continue after the same number of
 	// images of the epoch's order (rounded down to a whole batch).
 	if bs, err := strconv.Atoi(st.Flags["batch-size"]); err == nil && bs != o.batchSize && st.Step > 0 {
-		t.startStep = st.Step * bs / o.batchSize
-		t.logf("resume: %d steps of batch %d are %d steps of batch %d", st.Step, bs, t.startStep, o.batchSize)
+		step := st.Step * bs / o.batchSize
+		t.logf("resume: %d steps of batch %d are %d steps of batch %d", st.Step, bs, step, o.batchSize)
+		st.Step = step
 	}
-	t.lastSaved = o.resume
-	return nil
+	return &st
 }

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
 )
 
 // train runs the command in-process and returns its exit status and output.
@@ -370,5 +372,46 @@ func TestOverwrite(t *testing.T) {
 	}
 	if code, out, errOut := train(t, args...); code != 0 {
 		t.Fatalf("over its own checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestOtherModelAndOptimizer: --model mlp --optimizer adamw --schedule
+// cosine trains, records the architecture in the model file (so that
+// models.LoadModel rebuilds it) and the settings in the state, resumes
+// as an MLP, and refuses to resume it as another model.
+func TestOtherModelAndOptimizer(t *testing.T) {
+	dir := t.TempDir()
+	fakeMNIST(t, dir, 128, 20)
+	save := filepath.Join(dir, "mlp.safetensors")
+	common := []string{"--device", "cpu", "--data", dir, "--log-interval", "1000"}
+	code, out, errOut := train(t, append(common, "--model", "mlp", "--optimizer", "adamw", "--lr", "0.001", "--schedule", "cosine", "--epochs", "1", "--save", save)...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	meta, err := nn.ReadSafetensorsMetadata(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta["ember.model"] != "mlp" || meta["ember.model_config"] != `{"input_shape":[1,28,28],"classes":10}` {
+		t.Errorf("model file metadata %v", meta)
+	}
+	m, name, err := models.LoadModel(save, tensor.CPU)
+	if err != nil || name != "mlp" || len(nn.Parameters(m)) != 6 {
+		t.Fatalf("LoadModel: %s, %v", name, err)
+	}
+	st, err := nn.ReadSafetensorsMetadata(nn.StatePath(save))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["flag.optimizer"] != "adamw" || st["flag.schedule"] != "cosine" || st["flag.model"] != "mlp" {
+		t.Errorf("state metadata %v", st)
+	}
+	code, out, errOut = train(t, append(common, "--resume", save, "--epochs", "2")...)
+	if code != 0 || !strings.Contains(out, "--model mlp --dataset mnist --optimizer adamw --schedule cosine") {
+		t.Fatalf("resume: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = train(t, append(common, "--resume", save, "--epochs", "3", "--model", "lenet")...)
+	if code != exitUsage || !strings.Contains(errOut, "holds the model mlp; a resume continues the same model") {
+		t.Errorf("resume as lenet: exit %d, %s", code, errOut)
 	}
 }

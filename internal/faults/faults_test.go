@@ -379,6 +379,14 @@ func faults() []fault {
 		{[]string{"--bogus"}, "-bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--batch-size", "100"}, "--batch-size 100 is larger than the 64 training images"},
+		{[]string{"--model", "resnet"}, `--model "resnet": want one of lenet, mlp`},
+		{[]string{"--dataset", "cifar"}, `--dataset "cifar": want mnist or fashion-mnist`},
+		{[]string{"--optimizer", "lion"}, `--optimizer "lion": want sgd or adamw`},
+		{[]string{"--schedule", "step"}, `--schedule "step": want none, onecycle or cosine`},
+		{[]string{"--optimizer", "adamw", "--momentum", "0.5"}, "--momentum 0.5 does not apply with --optimizer adamw"},
+		{[]string{"--dataset", "fashion-mnist", "--download"}, "--download fetches MNIST only"},
+		{[]string{"--dataset", "fashion-mnist"}, "Fashion-MNIST"}, // $DATA holds other files than Fashion-MNIST's
+		{[]string{"--resume", "$CKPT", "--model", "mlp"}, "--model mlp: the checkpoint $D/ckpt.safetensors holds the model lenet"},
 	} {
 		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: -1})
 	}
@@ -489,6 +497,16 @@ func faults() []fault {
 			}
 		}), `$D/lin.safetensors: does not fit the model`, "$D/lin.safetensors"),
 		model("header length lie", at("lie.safetensors", writeBytes(headerLie)), "$D/lie.safetensors: header length 1099511627776 is larger than the file", "$D/lie.safetensors"),
+		model("an unknown architecture", at("gpt.safetensors", func(t *testing.T, p string) {
+			if err := nn.SaveFile(p, nn.NewLinear(tensor.CPU, nil, 784, 10), map[string]string{"ember.model": "gpt-7"}); err != nil {
+				t.Fatal(err)
+			}
+		}), `$D/gpt.safetensors: the model is a "gpt-7", which this program does not know`, "$D/gpt.safetensors"),
+		model("a broken configuration", at("mlp.safetensors", func(t *testing.T, p string) {
+			if err := nn.SaveFile(p, nn.NewLinear(tensor.CPU, nil, 784, 10), map[string]string{"ember.model": "mlp", "ember.model_config": `{"input_shape":[-1],"classes":10}`}); err != nil {
+				t.Fatal(err)
+			}
+		}), `$D/mlp.safetensors: models: input shape [-1]: want positive sizes`, "$D/mlp.safetensors"),
 	)
 	img := func(name string, setup func(t *testing.T, d string), want string, path string) fault {
 		return fault{name: "predict image " + name, cmd: "predict", args: []string{"--device", "cpu", "--model", "$CKPT", "$PNG", path}, setup: setup, code: 2, want: want, stdout: 1}

@@ -1,0 +1,156 @@
+package trainer
+
+import (
+	"fmt"
+
+	"github.com/ember-ml/ember/data"
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Batch is one step's inputs and integer class labels, on the device.
+type Batch struct {
+	Inputs, Labels *tensor.Tensor
+}
+
+// Source is the training set as the trainer draws from it: Len examples
+// in a fixed order that the trainer shuffles by index. A step's batch is
+// formed in two halves so that the step can be captured and replayed:
+// Load, on the host before the step, writes the chosen examples' indices
+// (and whatever else changes per step) into device tensors that stay the
+// same; Batch, inside the step, computes the inputs from those tensors
+// without waiting for the host.
+type Source interface {
+	// Len is the number of training examples.
+	Len() int
+	// BatchSize is the number of examples per batch.
+	BatchSize() int
+	// Load uploads the batch of the examples at indices (BatchSize of
+	// them) for the next Batch.
+	Load(indices []int32)
+	// Batch builds the loaded batch's tensors in s.
+	Batch(s *tensor.Scope) Batch
+}
+
+// Images is a Source of a whole image data set held on the device as
+// bytes (data.Dataset's uint8 pixels), normalised into float32 batches
+// [B, channels, rows, cols] by one gather per step (tensor.GatherNormalize:
+// x·scale + shift). It is how an MNIST-sized set trains without a host
+// transfer per step other than the batch's indices and labels.
+type Images struct {
+	set          *data.Dataset
+	pixels       *tensor.Tensor // uint8 [N, channels·rows·cols]
+	idx, labels  *tensor.Tensor // int32 [B] each, views of batch
+	batch        *tensor.Tensor // idx and labels packed: one upload per step
+	host         []int32        // the indices, then the labels
+	scale, shift float32
+}
+
+// MNISTScale and MNISTShift are the scale and shift of (x/255 - data.Mean)/data.Std
+// as one multiply-add on bytes, the normalisation of MNIST.
+var (
+	MNISTScale = float32(1 / (255 * data.Std))
+	MNISTShift = float32(-data.Mean / data.Std)
+)
+
+// NewImages uploads set to b and draws batches of batchSize images from
+// it, normalised as x·scale + shift; a batch size of 0 makes a set for
+// Evaluate only. Release frees the device copy.
+func NewImages(b tensor.Backend, set *data.Dataset, batchSize int, scale, shift float32) (*Images, error) {
+	if batchSize < 0 || batchSize > set.N {
+		return nil, fmt.Errorf("trainer: batch size %d for %d images; want at most %d", batchSize, set.N, set.N)
+	}
+	im := &Images{set: set, scale: scale, shift: shift, host: make([]int32, 2*batchSize)}
+	err := tensor.Guard(func() {
+		im.pixels = tensor.FromUint8(b, nil, set.Images, set.N, set.ImageSize())
+		if batchSize == 0 {
+			return
+		}
+		im.idx = tensor.EmptyOf(b, nil, tensor.Int32, batchSize)
+		im.labels = tensor.EmptyOf(b, nil, tensor.Int32, batchSize)
+		im.batch = tensor.Pack([]*tensor.Tensor{im.idx, im.labels})
+	})
+	if err != nil {
+		im.Release()
+		return nil, err
+	}
+	return im, nil
+}
+
+// Len is the number of images.
+func (im *Images) Len() int { return im.set.N }
+
+// BatchSize is the number of images per batch (0 for a set made for
+// Evaluate only).
+func (im *Images) BatchSize() int { return len(im.host) / 2 }
+
+// Bytes is the size of the pixels on the device.
+func (im *Images) Bytes() int { return len(im.set.Images) }
+
+// Load uploads the indices and labels of the next batch.
+func (im *Images) Load(indices []int32) {
+	n := im.BatchSize()
+	if len(indices) != n {
+		panic(fmt.Sprintf("trainer: Images.Load of %d indices, batch size %d", len(indices), n))
+	}
+	copy(im.host, indices)
+	for i, j := range indices {
+		im.host[n+i] = int32(im.set.Labels[j])
+	}
+	im.batch.Backend().Upload(im.batch.Buffer(), im.host)
+}
+
+// Batch gathers and normalises the loaded images.
+func (im *Images) Batch(s *tensor.Scope) Batch {
+	d := im.set
+	x := tensor.GatherNormalize(s, im.pixels, im.idx, im.scale, im.shift).Reshape(im.BatchSize(), d.NumChannels(), d.Rows, d.Cols)
+	return Batch{Inputs: x, Labels: im.labels}
+}
+
+// Evaluate returns the mean cross entropy and the accuracy in percent of
+// m on all the images, in batches of at most batch images, without
+// recording a graph.
+func (im *Images) Evaluate(m nn.Module, batch int) (loss, accuracy float64, err error) {
+	err = tensor.Guard(func() { loss, accuracy = im.evaluate(m, batch) })
+	return loss, accuracy, err
+}
+
+func (im *Images) evaluate(m nn.Module, batch int) (loss, accuracy float64) {
+	d := im.set
+	b := im.pixels.Backend()
+	batch = max(1, min(batch, d.N))
+	idx := make([]int32, batch)
+	labels := make([]int32, batch)
+	var lossSum float64
+	correct := 0
+	for start := 0; start < d.N; start += batch {
+		n := min(batch, d.N-start)
+		for i := 0; i < n; i++ {
+			idx[i] = int32(start + i)
+			labels[i] = int32(d.Labels[start+i])
+		}
+		s := tensor.NewNoGradScope()
+		ix := tensor.FromInt32(b, s, idx[:n], n)
+		x := tensor.GatherNormalize(s, im.pixels, ix, im.scale, im.shift).Reshape(n, d.NumChannels(), d.Rows, d.Cols)
+		y := tensor.FromInt32(b, s, labels[:n], n)
+		logits := m.Forward(x)
+		lossSum += float64(tensor.CrossEntropy(logits, y).Item()) * float64(n)
+		for i, p := range tensor.Argmax(logits).Int32s() {
+			if p == labels[i] {
+				correct++
+			}
+		}
+		s.Release()
+	}
+	return lossSum / float64(d.N), 100 * float64(correct) / float64(d.N)
+}
+
+// Release frees the device copy of the images and the batch tensors.
+func (im *Images) Release() {
+	for _, t := range []*tensor.Tensor{im.pixels, im.batch} {
+		if t != nil {
+			t.Release()
+		}
+	}
+	im.pixels, im.batch = nil, nil
+}

@@ -1,0 +1,214 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Replayer is the part of an optimiser that a captured step needs: whether
+// its next Step issues the same device work as every later one, how to
+// write the coming step's device scalars before a replay, and how to count
+// (or take back) steps that ran as replays or never ran. optim.SGD and
+// optim.Adam satisfy it.
+type Replayer interface {
+	Replayable() bool
+	Prepare()
+	Replayed()
+	Rewind()
+	Steps() int
+}
+
+// StepOptions configure CaptureStep.
+type StepOptions struct {
+	// Optimizer is the optimiser the step updates (nil: the step counts
+	// nothing that a replay must count).
+	Optimizer Replayer
+	// Eager turns capture off: every step runs eagerly and nothing is
+	// printed (a --no-graph flag, or a backend where the caller knows
+	// capture is pointless).
+	Eager bool
+	// Logf, when not nil, receives the one line that says whether the step
+	// is replayed or why it runs eagerly, the first time it runs.
+	Logf func(format string, args ...any)
+	// Hint ends the line that says the step is replayed (say, how to turn
+	// capture off).
+	Hint string
+}
+
+// Step runs a training step, on a GPU by replaying a CUDA graph of it
+// captured the first time it runs with a given batch shape, and eagerly
+// where that is impossible: on the CPU, when the step waits for the host
+// (an Item or a download inside it), or when the optimiser's next step
+// differs from the later ones.
+type Step struct {
+	b       tensor.Backend
+	step    func(s *tensor.Scope) *tensor.Tensor
+	opt     StepOptions
+	shapes  map[string]*shapeStep
+	reason  string // why the step runs eagerly, "" while it is replayed
+	said    bool
+	attempt bool // capture may still be tried
+}
+
+// shapeStep is the step of one batch shape: its scope, and its graph and
+// the loss tensor the graph writes, once captured.
+type shapeStep struct {
+	scope    *tensor.Scope
+	graph    *cuda.StepGraph
+	loss     *tensor.Tensor
+	replayed bool // the graph ran at least once
+}
+
+// CaptureStep prepares step to be run by (*Step).Run: step queues one
+// training step (forward, backward, optimiser update) building its tensors
+// in s, and returns the loss without reading it back. It must read its
+// inputs from device tensors that stay the same between steps (upload the
+// next batch into them before Run), so that a replay of the captured work
+// computes on the new batch.
+//
+// Nothing runs until Run. The returned Step owns a scope per batch shape;
+// Close releases them and the graphs.
+func CaptureStep(b tensor.Backend, step func(s *tensor.Scope) *tensor.Tensor, o StepOptions) (*Step, error) {
+	if b == nil || step == nil {
+		return nil, errors.New("trainer: CaptureStep needs a backend and a step function")
+	}
+	s := &Step{b: b, step: step, opt: o, shapes: map[string]*shapeStep{}, attempt: !o.Eager}
+	if _, ok := b.(*cuda.Backend); !ok && !o.Eager {
+		s.attempt = false
+		s.reason = fmt.Sprintf("the %s backend cannot capture a graph", b.Name())
+	}
+	if o.Eager {
+		s.reason = "capture is off"
+		s.said = true // the caller chose it: nothing to explain
+	}
+	return s, nil
+}
+
+// Reason says why the step runs eagerly, "" when it is replayed (or has
+// not run yet on a backend that can capture).
+func (s *Step) Reason() string { return s.reason }
+
+// Captured reports whether a graph of the step for this batch shape is
+// being replayed.
+func (s *Step) Captured(shape ...int) bool {
+	st := s.shapes[shapeKey(shape)]
+	return st != nil && st.graph != nil
+}
+
+func shapeKey(shape []int) string { return fmt.Sprint(shape) }
+
+func (s *Step) say(format string, args ...any) {
+	if s.said || s.opt.Logf == nil {
+		s.said = true
+		return
+	}
+	s.said = true
+	s.opt.Logf(format, args...)
+}
+
+// Run queues one step for a batch of the given shape (the key of the
+// graph cache: a step of another shape is captured apart) and returns its
+// loss, not read back. The first Run of a shape on a GPU captures the step
+// and replays it; a capture that fails is said once (StepOptions.Logf) and
+// the step runs eagerly from then on. An error is a replay the driver
+// refused, or a device error of an eager step.
+func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
+	key := shapeKey(shape)
+	st := s.shapes[key]
+	if st == nil {
+		st = &shapeStep{scope: tensor.NewScope()}
+		s.shapes[key] = st
+	}
+	opt := s.opt.Optimizer
+	if st.graph != nil {
+		// The first replay runs the captured step, whose host side already
+		// prepared and counted it.
+		if st.replayed && opt != nil {
+			opt.Prepare()
+		}
+		if err := st.graph.Replay(); err != nil {
+			return nil, fmt.Errorf("trainer: replaying the captured step: %w", err)
+		}
+		if st.replayed && opt != nil {
+			opt.Replayed()
+		}
+		st.replayed = true
+		return st.loss, nil
+	}
+	if s.attempt {
+		if opt != nil && !opt.Replayable() {
+			// Not now; the optimiser's later steps may be.
+			return s.eager(st)
+		}
+		s.attempt = false
+		if l, ok, err := s.capture(st); ok || err != nil {
+			return l, err
+		}
+	} else if s.reason != "" {
+		s.say("cuda graph: launching eagerly: %s", s.reason)
+	}
+	return s.eager(st)
+}
+
+// capture records the step of st and replays it once; false when the
+// capture failed (then nothing of the step ran).
+func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
+	g := s.b.(*cuda.Backend)
+	opt := s.opt.Optimizer
+	before := 0
+	if opt != nil {
+		opt.Prepare() // an upload cannot be captured
+		before = opt.Steps()
+	}
+	var loss *tensor.Tensor
+	graph, err := g.Capture(func() {
+		st.scope.Reset()
+		loss = s.step(st.scope)
+	})
+	if err != nil {
+		if opt != nil && opt.Steps() > before {
+			opt.Rewind() // counted on the host, never ran
+		}
+		s.reason = "capture failed: " + firstLine(err.Error())
+		s.say("cuda graph: capture failed, launching eagerly: %s", firstLine(err.Error()))
+		return nil, false, nil
+	}
+	s.say("cuda graph: the training step is captured once and replayed%s", s.opt.Hint)
+	st.graph, st.loss = graph, loss
+	if err := graph.Replay(); err != nil {
+		return nil, false, fmt.Errorf("trainer: replaying the captured step: %w", err)
+	}
+	st.replayed = true
+	return loss, true, nil
+}
+
+func (s *Step) eager(st *shapeStep) (loss *tensor.Tensor, err error) {
+	err = tensor.Guard(func() {
+		st.scope.Reset()
+		loss = s.step(st.scope)
+	})
+	return loss, err
+}
+
+// Close releases the scopes and graphs of every batch shape. The Step must
+// not be used afterwards.
+func (s *Step) Close() error {
+	var errs []error
+	for k, st := range s.shapes {
+		st.scope.Release()
+		if st.graph != nil {
+			errs = append(errs, st.graph.Close())
+		}
+		delete(s.shapes, k)
+	}
+	return errors.Join(errs...)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
