@@ -38,6 +38,7 @@ var kernelFiles = []string{
 	"kernels/pool.cu",
 	"kernels/optim.cu",
 	"kernels/xent.cu",
+	"kernels/cast.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -61,7 +62,8 @@ var kernelUnits = []kernelUnit{
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu"}},
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
+		"kernels/cast.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false
