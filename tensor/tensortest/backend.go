@@ -71,6 +71,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"LayerNorm", testLayerNorm},
 		{"LayerNormBackward", testLayerNormBackward},
 		{"ClassLoss", testClassLoss},
+		{"Cast", testCast}, {"MatMulLowp", testMatMulLowp},
 	}
 	tests = append(tests, elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
