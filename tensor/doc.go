@@ -21,6 +21,9 @@
 //     dilation and groups; max, average and adaptive pooling), ops_norm.go
 //     (BatchNorm, LayerNorm), ops_random.go (Philox generators, Dropout),
 //     and ops.go (LeNet's fused operations and the classic MatMul/Linear).
+//   - Mixed precision: ops_cast.go (the BFloat16 dtype's rounding, Cast)
+//     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
+//     float32 results and float32 parameters, as torch.autocast).
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad.
 //   - backend.go: the Backend interface. Its core is small: memory and
 //     copies, strided elementwise operations by op code
@@ -31,7 +34,8 @@
 //     may add, each with a fallback: NormBackend, PoolBackend,
 //     ClassLossBackend (the class losses without waiting for the host),
 //     OptimBackend (fused optimiser updates), RandomStateBackend (random
-//     numbers whose counter lives on the device), and LeNet's fused
+//     numbers whose counter lives on the device), LowPrecisionBackend
+//     (casts and bfloat16 products, backend_lowp.go), and LeNet's fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
 //     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
 //     package cuda implements it on NVIDIA GPUs; package tensortest is the
