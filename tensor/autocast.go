@@ -21,7 +21,8 @@ import "fmt"
 // SetAutocast sets the element type of the matrix products of the
 // operations on this scope's tensors: BFloat16 turns autocast on, Float32
 // off (the default). The choice is read when an operation runs, and its
-// backward pass follows the choice of its forward pass.
+// backward pass follows the choice of its forward pass; Reset keeps it, so
+// that a training loop sets it once on the scope it reuses every step.
 func (s *Scope) SetAutocast(dt DType) {
 	if dt != Float32 && dt != BFloat16 {
 		panic(fmt.Sprintf("tensor: SetAutocast(%v): want bfloat16 (on) or float32 (off)", dt))
