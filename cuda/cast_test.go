@@ -123,7 +123,7 @@ func recoveredString(r any) string {
 // TestRecordedAutocast runs the autocast operations forward and backward on
 // the recorder: every product is a bfloat16 GEMM (none a float32 one, and
 // the fused linear kernels are not used), and without autocast there is
-// no bfloat16 GEMM at all.
+// no bfloat16 GEMM at all and the linear layers take their fused kernels.
 func TestRecordedAutocast(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	run := func(dt tensor.DType) {
@@ -158,6 +158,15 @@ func TestRecordedAutocast(t *testing.T) {
 	run(tensor.Float32)
 	if rec.gemmsBF != 0 {
 		t.Errorf("without autocast: %d bfloat16 GEMM calls", rec.gemmsBF)
+	}
+	fused := 0
+	for name, n := range rec.launches {
+		if strings.HasPrefix(name, "ember_linear") {
+			fused += n
+		}
+	}
+	if fused == 0 { // else the check above could not tell the paths apart
+		t.Error("without autocast the linear layers launched no fused linear kernel")
 	}
 }
 
