@@ -241,3 +241,45 @@ func TestGPUGemmBF16MatchesCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordedLeNetAutocastStep runs LeNet training steps with autocast on
+// the step's scope, as a trainer's --precision bf16 would: the linear
+// layers' products become bfloat16 GEMMs (forward and both gradients of
+// each of its two linear layers), every launch and GEMM checked by the
+// recorder.
+func TestRecordedLeNetAutocastStep(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	l := newLeNetTrainer(t, b, 64)
+	defer l.close()
+	l.scope.SetAutocast(tensor.BFloat16)
+	l.step()
+	rec.reset()
+	l.step() // the scope was Reset: autocast must still be on
+	if rec.gemmsBF != 2*3 {
+		t.Errorf("one autocast LeNet step made %d bfloat16 GEMM calls, want 6 (2 linear layers, forward and two gradients)", rec.gemmsBF)
+	}
+}
+
+// TestLeNetAutocastLossFollowsFloat32 trains LeNet on the CPU for a few
+// steps from the same initialisation with and without autocast: the losses
+// must agree within 2e-2 relative (bfloat16 rounds each product's operands
+// by up to 2⁻⁹ ≈ 2e-3; the loss of a few steps drifts by a few times that).
+func TestLeNetAutocastLossFollowsFloat32(t *testing.T) {
+	const steps = 5
+	var losses [2][steps]float32
+	for i, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		l := newLeNetTrainer(t, tensor.CPU, 64)
+		l.scope.SetAutocast(dt)
+		for s := range steps {
+			losses[i][s] = l.step()
+		}
+		l.close()
+	}
+	for s := range steps {
+		f32, bf := float64(losses[0][s]), float64(losses[1][s])
+		if math.Abs(bf-f32) > 2e-2*math.Abs(f32) {
+			t.Errorf("step %d: loss %.6g with autocast, %.6g without", s, bf, f32)
+		}
+	}
+	t.Logf("float32 %v, autocast %v", losses[0], losses[1])
+}
