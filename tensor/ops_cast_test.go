@@ -125,3 +125,19 @@ func TestCastMisuse(t *testing.T) {
 		}
 	}
 }
+
+// Rounding to bfloat16, whose 7 mantissa bits space the numbers in [1, 2)
+// 2⁻⁷ apart: 1 + 2⁻⁸ is halfway between 1 and 1 + 2⁻⁷ and goes to the even
+// one, 1; 1 + 3·2⁻⁸ is halfway between 1 + 2⁻⁷ and 1 + 2⁻⁶ and goes to
+// 1 + 2⁻⁶.
+func ExampleCast() {
+	s := tensor.NewScope()
+	defer s.Release()
+	x := tensor.FromFloat32(tensor.CPU, s, []float32{1.00390625, 1.01171875, -2}, 3)
+	h := tensor.Cast(x, tensor.BFloat16)
+	fmt.Println(h.DType(), h.Float32s())
+	fmt.Printf("%#04x\n", h.BFloat16s())
+	// Output:
+	// bfloat16 [1 1.015625 -2]
+	// [0x3f80 0x3f82 0xc000]
+}
