@@ -309,7 +309,7 @@ func (m *blockMemory) Bytes() int { return m.bytes }
 // when the memory cannot be found.
 func (b *Backend) Alloc(n int, dt tensor.DType) (tensor.Buffer, error) {
 	switch dt {
-	case tensor.Float32, tensor.Int32, tensor.Uint8:
+	case tensor.Float32, tensor.Int32, tensor.Uint8, tensor.BFloat16:
 	default:
 		return tensor.Buffer{}, fmt.Errorf("cuda: Alloc: unknown dtype %v", dt)
 	}
@@ -572,6 +572,8 @@ func (b *Backend) Upload(dst tensor.Buffer, src any) {
 		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.Int32
 	case []uint8:
 		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.Uint8
+	case []uint16:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(s)), len(s), tensor.BFloat16
 	default:
 		panic(fmt.Sprintf("cuda: cannot upload %T", src))
 	}
@@ -600,6 +602,8 @@ func (b *Backend) Download(dst any, src tensor.Buffer) {
 		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.Int32
 	case []uint8:
 		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.Uint8
+	case []uint16:
+		p, n, dt = unsafe.Pointer(unsafe.SliceData(d)), len(d), tensor.BFloat16
 	default:
 		panic(fmt.Sprintf("cuda: cannot download into %T", dst))
 	}
@@ -681,6 +685,9 @@ func (b *Backend) CopyStrided(dst, src tensor.Buffer, shape, strides []int) {
 	}
 	if src.DType != dst.DType {
 		panic(fmt.Sprintf("cuda: %s: %v source into %v destination", op, src.DType, dst.DType))
+	}
+	if dst.DType == tensor.BFloat16 { // the kernels move 4-byte or 1-byte elements
+		panic(fmt.Sprintf("cuda: %s: strided bfloat16 views are not supported; cast a contiguous tensor", op))
 	}
 	n := 1
 	for _, d := range shape {

@@ -277,6 +277,7 @@ type recExec struct {
 	mu       sync.Mutex
 	launches map[string]int
 	gemms    int
+	gemmsBF  int // bfloat16 GEMMs (cast_test.go)
 	forks    int
 	detaches int
 	memsets  int
@@ -453,7 +454,7 @@ func (r *recExec) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.launches = map[string]int{}
-	r.gemms, r.memsets, r.copies, r.forks, r.detaches = 0, 0, 0, 0, 0
+	r.gemms, r.gemmsBF, r.memsets, r.copies, r.forks, r.detaches = 0, 0, 0, 0, 0, 0
 }
 
 func (r *recExec) kernelLaunches() int {

@@ -48,6 +48,10 @@ var cublasFn struct {
 	setWorkspace        uintptr // cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes); optional
 	sgemm               uintptr // cublasStatus_t cublasSgemm_v2(h, transa, transb, int m, int n, int k, const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc)
 	sgemmStridedBatched uintptr // cublasStatus_t cublasSgemmStridedBatched(h, transa, transb, int m, int n, int k, const float *alpha, const float *A, int lda, long long strideA, const float *B, int ldb, long long strideB, const float *beta, float *C, int ldc, long long strideC, int batchCount)
+	// cublasStatus_t cublasGemmEx(h, transa, transb, int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+	gemmEx uintptr
+	// cublasStatus_t cublasGemmStridedBatchedEx(h, transa, transb, int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype, int lda, long long strideA, const void *B, cudaDataType Btype, int ldb, long long strideB, const void *beta, void *C, cudaDataType Ctype, int ldc, long long strideC, int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+	gemmStridedBatchedEx uintptr
 }
 
 // cuBLAS enum values (cublas_api.h).
@@ -58,6 +62,12 @@ const (
 	cublasDefaultMath      = 0 // CUBLAS_DEFAULT_MATH
 	cublasTF32TensorOpMath = 3 // CUBLAS_TF32_TENSOR_OP_MATH
 	cublasPedanticMath     = 2 // CUBLAS_PEDANTIC_MATH
+
+	cudaR32F  = 0  // CUDA_R_32F (library_types.h)
+	cudaR16BF = 14 // CUDA_R_16BF
+
+	cublasCompute32F  = 68 // CUBLAS_COMPUTE_32F: float32 accumulation, no reduced-precision inputs beyond the operands' own
+	cublasGemmDefault = -1 // CUBLAS_GEMM_DEFAULT: cuBLAS's heuristics pick the kernel (tensor cores for bfloat16)
 )
 
 var (
@@ -87,6 +97,8 @@ func loadCublas() error {
 			optSym(&c.setWorkspace, "cublasSetWorkspace_v2", "cublasSetWorkspace"),
 			reqSym(&c.sgemm, "cublasSgemm_v2", "cublasSgemm"),
 			reqSym(&c.sgemmStridedBatched, "cublasSgemmStridedBatched"),
+			optSym(&c.gemmEx, "cublasGemmEx"),
+			optSym(&c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx"),
 		})
 	})
 	return cublasErr
@@ -336,5 +348,80 @@ func (b *BLAS) SgemmStridedBatched(transA, transB bool, m, n, k int, alpha float
 			uintptr(unsafe.Pointer(&b.scal[1])),
 			c, uintptr(g.ldc), uintptr(strideC),
 			uintptr(batch))
+	}, nil)
+}
+
+// errNoGemmEx is the error of the bfloat16 products on a cuBLAS without
+// cublasGemmEx or cublasGemmStridedBatchedEx (before CUDA 11, which
+// introduced bfloat16).
+var errNoGemmEx = errors.New("cuda: this cuBLAS has no cublasGemmEx/cublasGemmStridedBatchedEx (bfloat16 products need cuBLAS 11 or later)")
+
+// GemmBF16 computes, for ROW-MAJOR matrices in device memory, A and B of
+// bfloat16 and C of float32,
+//
+//	C[m x n] = alpha * op(A) * op(B) + beta * C
+//
+// with cublasGemmEx in CUBLAS_COMPUTE_32F: the products of the bfloat16
+// elements are exact in float32 and summed in float32. Shapes and leading
+// dimensions are as for Sgemm; the handle's TF32 setting does not apply.
+func (b *BLAS) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a uintptr, lda int, bm uintptr, ldb int, beta float32, c uintptr, ldc int) error {
+	if cublasFn.gemmEx == 0 {
+		return errNoGemmEx
+	}
+	g, err := rowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.scal[0], b.scal[1] = alpha, beta
+	algo := int32(cublasGemmDefault)
+	return b.do("cublasGemmEx", func() uintptr {
+		return cCall(cublasFn.gemmEx, b.h, uintptr(g.transa), uintptr(g.transb),
+			uintptr(g.m), uintptr(g.n), uintptr(g.k),
+			uintptr(unsafe.Pointer(&b.scal[0])),
+			bm, cudaR16BF, uintptr(g.lda), // first operand: B
+			a, cudaR16BF, uintptr(g.ldb), // second operand: A
+			uintptr(unsafe.Pointer(&b.scal[1])),
+			c, cudaR32F, uintptr(g.ldc),
+			cublasCompute32F, uintptr(uint32(algo)))
+	}, nil)
+}
+
+// GemmStridedBatchedBF16 is GemmBF16 over batch matrices, X_i starting
+// strideX elements after X_{i-1} (cublasGemmStridedBatchedEx; a stride of
+// 0 reuses one matrix), as SgemmStridedBatched.
+func (b *BLAS) GemmStridedBatchedBF16(transA, transB bool, m, n, k int, alpha float32,
+	a uintptr, lda int, strideA int64, bm uintptr, ldb int, strideB int64,
+	beta float32, c uintptr, ldc int, strideC int64, batch int) error {
+	if cublasFn.gemmStridedBatchedEx == 0 {
+		return errNoGemmEx
+	}
+	g, err := rowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
+	if err != nil {
+		return err
+	}
+	if batch < 0 || batch > math.MaxInt32 {
+		return fmt.Errorf("cuda: GemmStridedBatchedBF16: batch count %d out of range", batch)
+	}
+	if strideA < 0 || strideB < 0 || strideC < 0 {
+		return fmt.Errorf("cuda: GemmStridedBatchedBF16: negative stride")
+	}
+	if batch == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.scal[0], b.scal[1] = alpha, beta
+	algo := int32(cublasGemmDefault)
+	return b.do("cublasGemmStridedBatchedEx", func() uintptr {
+		return cCall(cublasFn.gemmStridedBatchedEx, b.h, uintptr(g.transa), uintptr(g.transb),
+			uintptr(g.m), uintptr(g.n), uintptr(g.k),
+			uintptr(unsafe.Pointer(&b.scal[0])),
+			bm, cudaR16BF, uintptr(g.lda), uintptr(strideB), // first operand: B
+			a, cudaR16BF, uintptr(g.ldb), uintptr(strideA), // second operand: A
+			uintptr(unsafe.Pointer(&b.scal[1])),
+			c, cudaR32F, uintptr(g.ldc), uintptr(strideC),
+			uintptr(batch), cublasCompute32F, uintptr(uint32(algo)))
 	}, nil)
 }

@@ -115,7 +115,10 @@
 // SgemmStridedBatched take ROW-MAJOR matrices (C = alpha*op(A)*op(B) +
 // beta*C, C is m x n with leading dimension ldc >= n) and map them onto
 // column-major cuBLAS by swapping the operands; SetTF32 enables TF32 tensor
-// core math (off by default: full FP32).
+// core math (off by default: full FP32). GemmBF16 and
+// GemmStridedBatchedBF16 (cublasGemmEx, cublasGemmStridedBatchedEx) take
+// bfloat16 A and B and a float32 C with float32 accumulation: the
+// backend's mixed-precision products (cast.go, tensor/autocast.go).
 //
 // # cuDNN
 //

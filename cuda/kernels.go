@@ -39,6 +39,7 @@ var kernelFiles = []string{
 	"kernels/optim.cu",
 	"kernels/xent.cu",
 	"kernels/augment.cu",
+	"kernels/cast.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -63,7 +64,7 @@ var kernelUnits = []kernelUnit{
 	// optimisers, the augmented batch gather).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
 		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
-		"kernels/augment.cu"}},
+		"kernels/augment.cu", "kernels/cast.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

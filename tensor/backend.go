@@ -4,18 +4,25 @@ import "fmt"
 
 // DType is the element type of a buffer. Tensors that carry gradients are
 // always Float32; Int32 holds labels and max-pool indices, Uint8 raw images.
+// BFloat16 (the upper half of a float32: 8 exponent bits, 7 mantissa bits)
+// holds the operands of mixed-precision matrix products (autocast.go); only
+// Cast and the low-precision products (backend_lowp.go) read or write it.
 type DType uint8
 
 const (
 	Float32 DType = iota
 	Int32
 	Uint8
+	BFloat16
 )
 
 // Size is the width of one element in bytes.
 func (d DType) Size() int {
-	if d == Uint8 {
+	switch d {
+	case Uint8:
 		return 1
+	case BFloat16:
+		return 2
 	}
 	return 4
 }
@@ -28,6 +35,8 @@ func (d DType) String() string {
 		return "int32"
 	case Uint8:
 		return "uint8"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -249,8 +258,8 @@ type Backend interface {
 	Alloc(n int, dt DType) (Buffer, error)
 	// Free returns b.Mem to the backend. The buffer must not be used after.
 	Free(b Buffer)
-	// Upload copies src ([]float32, []int32 or []uint8 of length dst.Len)
-	// into dst.
+	// Upload copies src ([]float32, []int32, []uint8, or []uint16 bit
+	// patterns for BFloat16, of length dst.Len) into dst.
 	Upload(dst Buffer, src any)
 	// Download copies src into dst (a slice of matching type and length),
 	// waiting for pending work.

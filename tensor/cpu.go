@@ -18,14 +18,16 @@ var CPU Backend = &cpuBackend{}
 
 type cpuBackend struct{}
 
-// cpuMem is host memory of one of the three element types.
+// cpuMem is host memory of one of the element types (h: bfloat16 bit
+// patterns).
 type cpuMem struct {
 	f []float32
 	i []int32
 	u []uint8
+	h []uint16
 }
 
-func (m *cpuMem) Bytes() int { return 4*len(m.f) + 4*len(m.i) + len(m.u) }
+func (m *cpuMem) Bytes() int { return 4*len(m.f) + 4*len(m.i) + len(m.u) + 2*len(m.h) }
 
 func (*cpuBackend) Name() string { return "cpu" }
 
@@ -38,6 +40,8 @@ func (*cpuBackend) Alloc(n int, dt DType) (Buffer, error) {
 		m.i = make([]int32, n)
 	case Uint8:
 		m.u = make([]uint8, n)
+	case BFloat16:
+		m.h = make([]uint16, n)
 	default:
 		return Buffer{}, fmt.Errorf("tensor: cpu: unknown dtype %v", dt)
 	}
@@ -67,6 +71,13 @@ func u8(b Buffer) []uint8 {
 	return b.Mem.(*cpuMem).u[b.Off : b.Off+b.Len]
 }
 
+func bf16(b Buffer) []uint16 {
+	if b.DType != BFloat16 {
+		panic(fmt.Sprintf("tensor: cpu: want a bfloat16 buffer, have %v", b.DType))
+	}
+	return b.Mem.(*cpuMem).h[b.Off : b.Off+b.Len]
+}
+
 func (*cpuBackend) Upload(dst Buffer, src any) {
 	switch s := src.(type) {
 	case []float32:
@@ -75,6 +86,8 @@ func (*cpuBackend) Upload(dst Buffer, src any) {
 		copyExact(i32(dst), s)
 	case []uint8:
 		copyExact(u8(dst), s)
+	case []uint16:
+		copyExact(bf16(dst), s)
 	default:
 		panic(fmt.Sprintf("tensor: cpu: cannot upload %T", src))
 	}
@@ -88,6 +101,8 @@ func (*cpuBackend) Download(dst any, src Buffer) {
 		copyExact(d, i32(src))
 	case []uint8:
 		copyExact(d, u8(src))
+	case []uint16:
+		copyExact(d, bf16(src))
 	default:
 		panic(fmt.Sprintf("tensor: cpu: cannot download into %T", dst))
 	}
@@ -122,6 +137,8 @@ func (*cpuBackend) Copy(dst, src Buffer) {
 		copyExact(f32(dst), f32(src))
 	case Int32:
 		copyExact(i32(dst), i32(src))
+	case BFloat16:
+		copyExact(bf16(dst), bf16(src))
 	default:
 		copyExact(u8(dst), u8(src))
 	}

@@ -21,6 +21,9 @@
 //     dilation and groups; max, average and adaptive pooling), ops_norm.go
 //     (BatchNorm, LayerNorm), ops_random.go (Philox generators, Dropout),
 //     and ops.go (LeNet's fused operations and the classic MatMul/Linear).
+//   - Mixed precision: ops_cast.go (the BFloat16 dtype's rounding, Cast)
+//     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
+//     float32 results and float32 parameters, as torch.autocast).
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad.
 //   - backend.go: the Backend interface. Its core is small: memory and
 //     copies, strided elementwise operations by op code
@@ -33,8 +36,9 @@
 //     OptimBackend (fused optimiser updates), RandomStateBackend (random
 //     numbers whose counter lives on the device), AugmentBackend (a batch
 //     of uint8 images gathered with per-sample crop, flip, normalisation
-//     and cutout from Philox words, the same bits on every backend), and
-//     LeNet's fused
+//     and cutout from Philox words, the same bits on every backend),
+//     LowPrecisionBackend (casts and bfloat16 products, backend_lowp.go),
+//     and LeNet's fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
 //     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
 //     package cuda implements it on NVIDIA GPUs; package tensortest is the

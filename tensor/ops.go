@@ -69,13 +69,15 @@ func MatMul(a, b *Tensor) *Tensor {
 	m, k, n := a.shape[0], a.shape[1], b.shape[1]
 	be := a.st.b
 	out := Empty(be, scopeOf(a, b), m, n)
-	be.MatMul(out.buffer(), a.buffer(), b.buffer(), m, n, k, false, false, 1, 0)
+	p := productsFor(be, out.scope)
+	p.matMul(out.buffer(), a.buffer(), b.buffer(), m, n, k, false, false, 1, 0)
 	record(out, "matmul", func(g *Tensor, e *engine) {
+		p := p.inScope(e.scopeFor(a))
 		if da, acc := e.sink(a); !da.Empty() { // da = g·bᵀ
-			be.MatMul(da, g.buffer(), b.buffer(), m, k, n, false, true, 1, beta(acc))
+			p.matMul(da, g.buffer(), b.buffer(), m, k, n, false, true, 1, beta(acc))
 		}
 		if db, acc := e.sink(b); !db.Empty() { // db = aᵀ·g
-			be.MatMul(db, a.buffer(), g.buffer(), k, n, m, true, false, 1, beta(acc))
+			p.matMul(db, a.buffer(), g.buffer(), k, n, m, true, false, 1, beta(acc))
 		}
 	}, a, b)
 	return out
@@ -101,26 +103,29 @@ func beta(accumulate bool) float32 {
 
 // Linear returns x·wᵀ + b for x [n,in], w [out,in], b [out] (b may be nil),
 // the affine map of nn.Linear. x may also be [..., in] (or [in]): the
-// leading dimensions are folded into rows (ops_matmul.go).
+// leading dimensions are folded into rows (ops_matmul.go). Under autocast
+// (autocast.go) the products are bfloat16 ones and the bias is added in
+// float32; the fused float32 paths of a LinearBackend are not taken.
 func Linear(x, w, b *Tensor) *Tensor {
 	if len(x.shape) != 2 {
 		return linearLeading(x, w, b)
 	}
-	if lb, ok := x.st.b.(LinearBackend); ok {
+	if lb, ok := x.st.b.(LinearBackend); ok && AutocastOf(x, w, b) == Float32 {
 		return linearFused(lb, x, w, b, false)
 	}
 	x, w = linearOperands("Linear", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
-	be.MatMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+	p := productsFor(be, out.scope)
+	p.matMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
 	if b != nil {
 		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
-		linearGrads(g, x, w, dx, dw, accX, accW)
+		linearGrads(p.inScope(e.scopeFor(x)), g, x, w, dx, dw, accX, accW)
 		if b != nil {
 			if db, accB := e.sink(b); !db.Empty() {
 				be.BiasGrad(db, g.buffer(), n, outF, 1, accB)
@@ -136,9 +141,13 @@ func Linear(x, w, b *Tensor) *Tensor {
 // and the three gradients). On one that implements BiasReLUBackend the bias and the
 // activation are one pass over the output, and in the backward pass the
 // activation's mask and the bias gradient are one pass over the incoming
-// gradient.
+// gradient. Under autocast it is ReLU(Linear(x, w, b)) with Linear's
+// bfloat16 products.
 func LinearReLU(x, w, b *Tensor) *Tensor {
 	be := x.st.b
+	if AutocastOf(x, w, b) != Float32 {
+		return ReLU(Linear(x, w, b))
+	}
 	if lb, ok := be.(LinearBackend); ok {
 		return linearFused(lb, x, w, b, true)
 	}
@@ -161,7 +170,7 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 		g := Empty(be, e.scopeFor(x), n, outF) // dy through the ReLU
 		defer g.Release()
 		fb.BiasReLUBackward(g.buffer(), db, dy.buffer(), out.buffer(), n, outF, accB)
-		linearGrads(g, x, w, dx, dw, accX, accW)
+		linearGrads(products{be: be}, g, x, w, dx, dw, accX, accW)
 	}, x, w, b)
 	return out
 }
@@ -212,15 +221,15 @@ func linearOperands(op string, x, w, b *Tensor) (*Tensor, *Tensor) {
 }
 
 // linearGrads queues dx = g·w and dw = gᵀ·x for a linear layer with output
-// gradient g, each skipped when its buffer is empty and added when acc.
-func linearGrads(g, x, w *Tensor, dx, dw Buffer, accX, accW bool) {
-	be := x.st.b
+// gradient g through p, each skipped when its buffer is empty and added
+// when acc.
+func linearGrads(p products, g, x, w *Tensor, dx, dw Buffer, accX, accW bool) {
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	if !dx.Empty() {
-		be.MatMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
+		p.matMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
 	}
 	if !dw.Empty() {
-		be.MatMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
+		p.matMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
 	}
 }
 
@@ -292,7 +301,7 @@ func LinearCrossEntropySum(x, w, b, labels, sum *Tensor) *Tensor {
 
 func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 	lb, ok := x.st.b.(LinearCrossEntropyBackend)
-	if !ok {
+	if !ok || AutocastOf(x, w, b, labels) != Float32 { // autocast: a bfloat16 Linear, a float32 loss
 		return addedInto(sum, CrossEntropy(Linear(x, w, b), labels))
 	}
 	x, w = linearOperands("LinearCrossEntropy", x, w, b)

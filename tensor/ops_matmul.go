@@ -11,7 +11,8 @@ import (
 // from the result. Two 2-D operands are MatMul's product. Operands that are
 // transposed views of dense memory (Transpose of the last two axes) are
 // read in place; the gradient of an operand broadcast over batch
-// dimensions is summed over them.
+// dimensions is summed over them. Under autocast (autocast.go) the
+// products, forward and backward, are bfloat16 ones with float32 results.
 func BatchMatMul(a, b *Tensor) *Tensor { return batchMatMul(a, b, 1, nil) }
 
 // matOperand is one operand of a batched product as the backend reads it.
@@ -59,18 +60,19 @@ func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
 		be.CopyStrided(out.buffer(), addend.Contiguous().buffer(), []int{nb, m, n}, []int{0, n, 1})
 		beta = 1
 	}
+	p := productsFor(be, s)
 	if out.Len() > 0 {
-		be.MatMulBatched(out.buffer(), oa.buffer(m*k), ob.buffer(k*n), nb, m, n, k, oa.stride, ob.stride, m*n, oa.trans, ob.trans, alpha, beta)
+		p.batched(out.buffer(), oa.buffer(m*k), ob.buffer(k*n), nb, m, n, k, oa.stride, ob.stride, m*n, oa.trans, ob.trans, alpha, beta)
 	}
 	record(out, "batch_matmul", func(g *Tensor, e *engine) {
 		if a.requiresGrad { // dA_i = alpha·G_i·B_iᵀ
 			da := Empty(be, e.scopeFor(a), append(append([]int(nil), batch...), m, k)...)
-			be.MatMulBatched(da.buffer(), g.buffer(), ob.buffer(k*n), nb, m, k, n, m*n, ob.stride, m*k, false, !ob.trans, alpha, 0)
+			p.inScope(e.scopeFor(a)).batched(da.buffer(), g.buffer(), ob.buffer(k*n), nb, m, k, n, m*n, ob.stride, m*k, false, !ob.trans, alpha, 0)
 			e.give(a, sumToBatch(da, oa.batch, a.shape))
 		}
 		if b.requiresGrad { // dB_i = alpha·A_iᵀ·G_i
 			db := Empty(be, e.scopeFor(b), append(append([]int(nil), batch...), k, n)...)
-			be.MatMulBatched(db.buffer(), oa.buffer(m*k), g.buffer(), nb, k, n, m, oa.stride, m*n, k*n, !oa.trans, false, alpha, 0)
+			p.inScope(e.scopeFor(b)).batched(db.buffer(), oa.buffer(m*k), g.buffer(), nb, k, n, m, oa.stride, m*n, k*n, !oa.trans, false, alpha, 0)
 			e.give(b, sumToBatch(db, ob.batch, b.shape))
 		}
 	}, a, b)

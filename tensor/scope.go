@@ -17,6 +17,7 @@ type Scope struct {
 	owned    []*storage
 	noGrad   bool
 	released bool
+	autocast DType // Float32 (off) or BFloat16 (autocast.go)
 }
 
 // NewScope returns an empty scope that records gradients.

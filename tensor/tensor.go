@@ -254,8 +254,16 @@ func (t *Tensor) Released() bool { return t.st.h.released.Load() }
 // Release frees the tensor's memory now (and that of every view sharing it).
 func (t *Tensor) Release() { t.st.release() }
 
-// Float32s copies the tensor to a new host slice (row-major).
+// Float32s copies the tensor to a new host slice (row-major); a bfloat16
+// tensor (contiguous) is widened to float32 on the host.
 func (t *Tensor) Float32s() []float32 {
+	if t.DType() == BFloat16 {
+		out := make([]float32, t.Len())
+		for i, h := range t.BFloat16s() {
+			out[i] = BFloat16Float32(h)
+		}
+		return out
+	}
 	c := t.Contiguous()
 	out := make([]float32, c.Len())
 	c.st.b.Download(out, c.buffer())

@@ -12,6 +12,8 @@ struct uint3 {
 extern const __device__ uint3 threadIdx, blockIdx, blockDim, gridDim;
 __device__ void __syncthreads();
 __device__ float __int_as_float(int);
+__device__ float __uint_as_float(unsigned int);
+__device__ unsigned int __float_as_uint(float);
 __device__ float __fmaf_rn(float, float, float);
 __device__ float __shfl_xor_sync(unsigned, float, int);
 __device__ double __shfl_xor_sync(unsigned, double, int);

@@ -787,6 +787,7 @@ func autogradCases() []agCase {
 	cases = append(cases, poolAutogradCases()...)
 	cases = append(cases, randomCases()...)
 	cases = append(cases, normCases()...)
+	cases = append(cases, autocastCases()...)
 	cases = append(cases, elementwiseAutogradCases()...)
 	return cases
 }

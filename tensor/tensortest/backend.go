@@ -72,6 +72,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"LayerNormBackward", testLayerNormBackward},
 		{"ClassLoss", testClassLoss},
 		{"AugmentGather", testAugmentGather},
+		{"Cast", testCast}, {"MatMulLowp", testMatMulLowp},
 	}
 	tests = append(tests, elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {

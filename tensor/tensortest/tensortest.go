@@ -57,6 +57,9 @@ const (
 	guardF32 = float32(-12345.678)
 	guardI32 = int32(-777777)
 	guardU8  = uint8(0xA5)
+	// guardBF16 is a bfloat16 pattern no cast produces: a NaN other than
+	// the canonical 0x7FC0.
+	guardBF16 = uint16(0x7FA5)
 )
 
 // env is the state of one subtest: the backend, a random generator derived
@@ -178,6 +181,25 @@ func (e *env) u8(name string, data []uint8, konst bool) *dbuf {
 	return d
 }
 
+// bf16 puts bfloat16 bit patterns on the device; konst marks an input.
+func (e *env) bf16(name string, data []uint16, konst bool) *dbuf {
+	d := e.alloc(name, len(data), tensor.BFloat16)
+	all := make([]uint16, d.raw.Len)
+	for i := range all {
+		all[i] = guardBF16
+	}
+	copy(all[d.pre:], data)
+	e.b.Upload(d.raw, all)
+	d.host, d.konst = append([]uint16(nil), data...), konst
+	return d
+}
+
+func (e *env) getH(d *dbuf) []uint16 {
+	out := make([]uint16, d.win.Len)
+	e.b.Download(out, d.win)
+	return out
+}
+
 func (e *env) getF(d *dbuf) []float32 {
 	out := make([]float32, d.win.Len)
 	e.b.Download(out, d.win)
@@ -203,6 +225,8 @@ func (e *env) verify() {
 			verifyBuffer(e, d, guardI32, func(v int32) int32 { return v })
 		case tensor.Uint8:
 			verifyBuffer(e, d, guardU8, func(v uint8) uint8 { return v })
+		case tensor.BFloat16:
+			verifyBuffer(e, d, guardBF16, func(v uint16) uint16 { return v })
 		}
 	}
 }
@@ -329,7 +353,7 @@ func (e *env) exactF(what string, shape []int, got, want []float32) {
 }
 
 // exactI requires equal integers (indices, labels, bytes).
-func exactI[T int32 | uint8](e *env, what string, shape []int, got, want []T) {
+func exactI[T int32 | uint8 | uint16](e *env, what string, shape []int, got, want []T) {
 	e.t.Helper()
 	if len(got) != len(want) {
 		e.fail("%s: got %d values, want %d", what, len(got), len(want))

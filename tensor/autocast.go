@@ -1,0 +1,108 @@
+package tensor
+
+import "fmt"
+
+// Autocast, as torch.autocast does it for bfloat16 on the GPU: under a scope
+// with SetAutocast(BFloat16), the matrix products (MatMul, Linear and
+// LinearReLU, BatchMatMul, ScaledDotProductAttention's two products, and
+// LinearCrossEntropy's linear part) round their float32 operands to
+// bfloat16, multiply them with float32 accumulation and give float32
+// results; their backward passes round the incoming gradient to bfloat16
+// too and multiply the same way. Parameters, their gradients and the
+// optimiser's state stay float32 (torch's "master weights"), as does every
+// other operation: softmax, normalisation, losses, reductions, elementwise
+// arithmetic. Nothing is kept in bfloat16 between operations: each product
+// casts its operands when it runs (the backward pass casts them again), so
+// the memory of a step grows only by the transient bfloat16 copies.
+//
+// Convolutions stay float32 for now: a convolution path that can run in
+// bfloat16 reads AutocastOf on its operands and casts as the products do.
+
+// SetAutocast sets the element type of the matrix products of the
+// operations on this scope's tensors: BFloat16 turns autocast on, Float32
+// off (the default). The choice is read when an operation runs, and its
+// backward pass follows the choice of its forward pass; Reset keeps it, so
+// that a training loop sets it once on the scope it reuses every step.
+func (s *Scope) SetAutocast(dt DType) {
+	if dt != Float32 && dt != BFloat16 {
+		panic(fmt.Sprintf("tensor: SetAutocast(%v): want bfloat16 (on) or float32 (off)", dt))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.autocast = dt
+}
+
+// Autocast is the element type of the scope's matrix products (Float32
+// when autocast is off, or for a nil scope).
+func (s *Scope) Autocast() DType {
+	if s == nil {
+		return Float32
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.autocast
+}
+
+// AutocastOf is the element type the matrix products of an operation on ts
+// run in: the autocast of the scope the output joins (the first scoped
+// operand's), Float32 when none of them is scoped.
+func AutocastOf(ts ...*Tensor) DType { return scopeOf(ts...).Autocast() }
+
+// products runs the matrix products of one operation, forward and backward:
+// float32 GEMMs, or under autocast bfloat16 ones with float32 results.
+type products struct {
+	be Backend
+	lp LowPrecisionBackend // nil: float32
+	s  *Scope              // where the transient bfloat16 copies live
+}
+
+// productsFor picks the products of an operation whose output joins scope
+// s on backend be.
+func productsFor(be Backend, s *Scope) products {
+	p := products{be: be, s: s}
+	if s.Autocast() == BFloat16 {
+		lp, ok := be.(LowPrecisionBackend)
+		if !ok {
+			panic(fmt.Sprintf("tensor: autocast to bfloat16 on backend %s, which has no low-precision products", be.Name()))
+		}
+		p.lp = lp
+	}
+	return p
+}
+
+// lowp reports whether the products run in bfloat16.
+func (p products) lowp() bool { return p.lp != nil }
+
+// inScope is p with its transient copies in s (a backward pass's scope).
+func (p products) inScope(s *Scope) products { p.s = s; return p }
+
+// matMul is MatMul's c = alpha·op(a)·op(b) + beta·c.
+func (p products) matMul(c, a, b Buffer, m, n, k int, transA, transB bool, alpha, beta float32) {
+	if !p.lowp() {
+		p.be.MatMul(c, a, b, m, n, k, transA, transB, alpha, beta)
+		return
+	}
+	ha, hb := p.half(a), p.half(b)
+	p.lp.MatMulLowp(c, ha.buffer(), hb.buffer(), m, n, k, transA, transB, alpha, beta)
+	ha.Release() // the product is queued first: the memory is reused after it
+	hb.Release()
+}
+
+// batched is MatMulBatched's batch of products.
+func (p products) batched(c, a, b Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
+	if !p.lowp() {
+		p.be.MatMulBatched(c, a, b, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
+		return
+	}
+	ha, hb := p.half(a), p.half(b)
+	p.lp.MatMulBatchedLowp(c, ha.buffer(), hb.buffer(), batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
+	ha.Release()
+	hb.Release()
+}
+
+// half is a transient bfloat16 copy of a float32 operand.
+func (p products) half(src Buffer) *Tensor {
+	h := newTensor(p.be, BFloat16, p.s, src.Len)
+	p.lp.Cast(h.buffer(), src)
+	return h
+}

@@ -1,0 +1,87 @@
+package tensortest
+
+import "github.com/ember-ml/ember/tensor"
+
+// tolAutocast is the normwise tolerance of the autocast cases against the
+// float32 computation (the float64 reference of the unrounded inputs). A
+// bfloat16 rounding errs by at most 2⁻⁹ ≈ 2e-3 relative; an output element
+// of a product of two rounded operands errs by at most 2·2⁻⁹ of Σ|a·b|,
+// a gradient by 3·2⁻⁹ (the incoming gradient is rounded too), and with
+// these cases' few-term dot products of normal values Σ|a·b| stays within
+// a small multiple of the largest output. Attention chains two products
+// through a softmax, whose scores carry the first product's error. The
+// worst normwise errors measured over 200 seeds on the CPU were 9e-3 for
+// the products and 1.3e-2 for attention; 3e-2 leaves room for the tail.
+const tolAutocast = 3e-2
+
+// autocastCases: the matrix products under SetAutocast(BFloat16). Loose
+// cases compare them with float32 (the plain cases' float64 references)
+// within tolAutocast; exact-semantics cases compare them, at the float32
+// tolerance tolAG, with float64 products of the bfloat16-rounded operands
+// and incoming gradients, which only a product that really rounds to
+// bfloat16 can meet (a float32 product missed by 7e-3 to 8e-3 at worst over 200 seeds).
+func autocastCases() []agCase {
+	loose := []agCase{
+		linearNDCase("Linear/[2, 3, in]", []int{2, 3, 4}),
+		bmmCase("BatchMatMul/equal batches", []int{2, 3, 4, 5}, []int{2, 3, 5, 6}, nil, nil),
+		bmmCase("BatchMatMul/transposed views", []int{3, 5, 4}, []int{3, 6, 5}, []int{1, 2}, []int{1, 2}),
+		sdpaCase(false, 0),
+		sdpaCase(true, 0.7),
+	}
+	var out []agCase
+	for _, c := range loose {
+		out = append(out, autocast(c, tolAutocast))
+	}
+	return append(out, autocast(linearRoundedCase(), tolAG), autocast(bmmRoundedCase(), tolAG))
+}
+
+// autocast is case c run with autocast to bfloat16 on its inputs' scope.
+func autocast(c agCase, tol float64) agCase {
+	fwd := c.fwd
+	c.name = "Autocast/" + c.name
+	c.tol = tol
+	c.skip = func(b tensor.Backend) string {
+		if _, ok := b.(tensor.LowPrecisionBackend); !ok {
+			return "backend " + b.Name() + " has no LowPrecisionBackend"
+		}
+		return ""
+	}
+	c.fwd = func(in []*tensor.Tensor, labels *tensor.Tensor) *tensor.Tensor {
+		in[0].Scope().SetAutocast(tensor.BFloat16)
+		return fwd(in, labels)
+	}
+	return c
+}
+
+// linearRoundedCase is Linear of x [6, 5] with w [4, 5] and a bias; its
+// reference rounds x, w and the output gradient to bfloat16 for the
+// products (the bias and its gradient stay float32).
+func linearRoundedCase() agCase {
+	const rows, inF, outF = 6, 5, 4
+	return agCase{
+		name:   "Linear/rounded operands",
+		inputs: []agInput{in(true, rows, inF), in(true, outF, inF), in(true, outF)},
+		fwd:    func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.Linear(t[0], t[1], t[2]) },
+		ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+			x, w := f64(roundedBF16(v[0])), f64(roundedBF16(v[1]))
+			dx, dw, _ := linearGrads64(f64(roundedBF16(g)), x, w, rows, inF, outF)
+			_, _, db := linearGrads64(f64(g), x, w, rows, inF, outF)
+			return linear64(x, w, f64(v[2]), rows, inF, outF), [][]float64{dx, dw, db}
+		},
+	}
+}
+
+// bmmRoundedCase is BatchMatMul of a [3, 4, 5] and b [3, 5, 6], its
+// reference on the bfloat16-rounded operands and output gradient.
+func bmmRoundedCase() agCase {
+	as, bs := []int{3, 4, 5}, []int{3, 5, 6}
+	return agCase{
+		name:   "BatchMatMul/rounded operands",
+		inputs: []agInput{in(true, as...), in(true, bs...)},
+		fwd:    func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor { return tensor.BatchMatMul(t[0], t[1]) },
+		ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+			out, da, db := refBatchMatMul(f64(roundedBF16(v[0])), f64(roundedBF16(v[1])), as, bs, roundedBF16(g))
+			return out, [][]float64{da, db}
+		},
+	}
+}
