@@ -50,8 +50,14 @@ func TestGPUConvRTMatchesGEMMPath(t *testing.T) {
 			argmax                  []int32
 		}
 		run := func(off bool) result {
+			// The other path is im2col + cuBLAS: cuDNN's sums go in
+			// another order.
+			dnn := b.dnn
 			b.noConvRT = off
-			defer func() { b.noConvRT = false }()
+			if off {
+				b.dnn = nil
+			}
+			defer func() { b.noConvRT, b.dnn = false, dnn }()
 			gy, _ := h.f32(make([]float32, yLen))
 			ga, _ := h.i32(make([]int32, yLen))
 			b.Conv2dReLUMaxPool(gy, ga, gx, gw, gbias, g, p)

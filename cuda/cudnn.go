@@ -523,6 +523,36 @@ func (n *DNN) maxWorkspace(dir convDirection, p convDescs, limit int) int {
 	return most
 }
 
+// gemmClassAlgo reports whether algo computes the convolution directly or
+// as an (implicit) matrix product, in fp32 sums as the im2col path does:
+// forward IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM (0-2), backward
+// data ALGO_0 and ALGO_1, backward filter ALGO_0, ALGO_1 and ALGO_3. The
+// FFT and Winograd algorithms transform the operands, and their rounding
+// errors exceed the 1e-5 normwise bound fp32 convolutions are held to
+// (measured on the H200: 3-10% errors in the input gradient of a 5x5
+// convolution of one channel).
+func gemmClassAlgo(dir convDirection, algo int) bool {
+	if dir == dirBackwardFilter {
+		return algo <= 1 || algo == 3
+	}
+	if dir == dirForward {
+		return algo <= 2
+	}
+	return algo <= 1 // backward data
+}
+
+// gemmClass keeps the results of a search whose algorithms are of the
+// matrix-product class (gemmClassAlgo).
+func gemmClass(dir convDirection, perf []cudnnAlgoPerf) []cudnnAlgoPerf {
+	var out []cudnnAlgoPerf
+	for _, r := range perf {
+		if gemmClassAlgo(dir, int(r.Algo)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // pickAlgo returns the first usable result of a search (cuDNN sorts them
 // fastest first): it ran, it is deterministic when that is asked for, and
 // its math type is allowed. Without TF32 a tensor-op result is not, and
@@ -565,7 +595,7 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])))); err != nil {
 		return convAlgo{}, err
 	}
-	a, ok := n.pickAlgo(perf[:min(max(int(got), 0), len(perf))], deterministic, wsLimit, false)
+	a, ok := n.pickAlgo(gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsLimit, false)
 	if !ok {
 		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
 	}
@@ -600,7 +630,7 @@ func (n *DNN) findAlgo(dir convDirection, p convDescs, p1, p2, p3, ws uintptr, w
 		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])), ws, uintptr(wsBytes))); err != nil {
 		return convAlgo{}, err
 	}
-	a, ok := n.pickAlgo(perf[:min(max(int(got), 0), len(perf))], deterministic, wsBytes, true)
+	a, ok := n.pickAlgo(gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsBytes, true)
 	if !ok {
 		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[2], errNoAlgo)
 	}

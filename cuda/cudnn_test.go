@@ -62,6 +62,14 @@ func newFakeDNN(t *testing.T, mem *recMem) *fakeDNN {
 	for _, n := range []string{"fwdFind", "fwdGet", "bwdDataFind", "bwdDataGet", "bwdFilterFind", "bwdFilterGet"} {
 		f.perf[n] = append([]cudnnAlgoPerf(nil), results...)
 	}
+	// The backward directions also offer a slower deterministic algorithm
+	// of the matrix-product class (gemmClassAlgo), the one they pick.
+	for _, n := range []string{"bwdDataFind", "bwdDataGet"} {
+		f.perf[n] = append(f.perf[n], cudnnAlgoPerf{Algo: 0, Time: 0.4, Memory: fakeWorkspace(0), Determinism: 1, MathType: cudnnFMAMath})
+	}
+	for _, n := range []string{"bwdFilterFind", "bwdFilterGet"} {
+		f.perf[n] = append(f.perf[n], cudnnAlgoPerf{Algo: 3, Time: 0.4, Memory: fakeWorkspace(3), Determinism: 1, MathType: cudnnFMAMath})
+	}
 	return f
 }
 
@@ -308,6 +316,22 @@ func TestCuDNNDescriptorArguments(t *testing.T) {
 			}
 		}
 		n.destroyDescs(d)
+	}
+}
+
+func TestCuDNNGEMMClassOnly(t *testing.T) {
+	for _, c := range []struct {
+		dir  convDirection
+		algo int
+		want bool
+	}{
+		{dirForward, 1, true}, {dirForward, 2, true}, {dirForward, 4, false}, {dirForward, 6, false},
+		{dirBackwardData, 1, true}, {dirBackwardData, 2, false}, {dirBackwardData, 4, false},
+		{dirBackwardFilter, 3, true}, {dirBackwardFilter, 2, false}, {dirBackwardFilter, 4, false},
+	} {
+		if got := gemmClassAlgo(c.dir, c.algo); got != c.want {
+			t.Errorf("gemmClassAlgo(%v, %d) = %v, want %v", c.dir, c.algo, got, c.want)
+		}
 	}
 }
 
