@@ -237,7 +237,7 @@ func (p *exprParser) expr() float64 {
 
 // The symbolic gradients against central finite differences of the
 // expression, both in float64 (so the check is of the derivation alone):
-// step 1e-5, whose truncation error (~h²·f”') and rounding (~1e-16/h)
+// step 1e-5, whose truncation error (h² times the third derivative) and rounding (~1e-16/h)
 // stay below 1e-7 for these smooth functions at points away from ReLU's
 // kink.
 func TestFusedGradientsFiniteDifferences(t *testing.T) {
