@@ -145,6 +145,7 @@ type Backend struct {
 	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
+	gen           generated // generated elementwise kernels (ewk.go)
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
@@ -250,6 +251,7 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.alloc.Free(blk))
 		}
 	}
+	errs = append(errs, b.gen.unload()...)
 	for _, m := range b.mods {
 		errs = append(errs, m.Unload())
 	}
