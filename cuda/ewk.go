@@ -375,7 +375,7 @@ func (k *ElementwiseKernel) Launch(outs, ins []*tensor.Tensor, params ...any) er
 		return fmt.Errorf("cuda: elementwise kernel %q: %d outputs, %d inputs and %d parameters given; it takes %d (%s), %d (%s) and %d",
 			k.name, len(outs), len(ins), len(params), len(k.outputs), strings.Join(k.outputs, ", "), len(k.inputs), strings.Join(k.inputs, ", "), len(k.params))
 	}
-	shape := outs[0].Shape()
+	var shape []int
 	dst := make([]tensor.Buffer, len(outs))
 	check := func(what, name string, t *tensor.Tensor) error {
 		switch {
@@ -393,6 +393,9 @@ func (k *ElementwiseKernel) Launch(outs, ins []*tensor.Tensor, params ...any) er
 	for j, t := range outs {
 		if err := check("output", k.outputs[j], t); err != nil {
 			return err
+		}
+		if j == 0 {
+			shape = t.Shape()
 		}
 		if !slices.Equal(t.Shape(), shape) || !t.IsContiguous() {
 			return fmt.Errorf("cuda: elementwise kernel %q: output %s is %v (contiguous %v); want a contiguous tensor of shape %v, as %s", k.name, k.outputs[j], t.Shape(), t.IsContiguous(), shape, k.outputs[0])
