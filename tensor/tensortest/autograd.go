@@ -788,6 +788,7 @@ func autogradCases() []agCase {
 	cases = append(cases, randomCases()...)
 	cases = append(cases, normCases()...)
 	cases = append(cases, elementwiseAutogradCases()...)
+	cases = append(cases, fusedAutogradCases()...)
 	return cases
 }
 
