@@ -22,6 +22,10 @@
 //     fewer passes; without them those operations run as their parts. One
 //     that implements ClassLossBackend (backend_loss.go) runs
 //     CrossEntropyLoss with torch's options without waiting for the host.
+//   - ewk.go: Fused, a chain of pointwise operations written as an
+//     expression (Var, Const, Add, Mul, Tanh, ...) with its gradient derived
+//     symbolically; a FusedBackend (backend_fused.go; CUDA) runs each
+//     direction as one generated kernel, others as the composed operations.
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)
