@@ -413,6 +413,13 @@ func (k *ElementwiseKernel) Launch(outs, ins []*tensor.Tensor, params ...any) er
 		}
 		views[i] = v
 	}
+	allStrides := [][]int{tensorStrides(shape)}
+	for _, v := range views {
+		allStrides = append(allStrides, v.Strides)
+	}
+	if merged, _ := mergeOperands(shape, allStrides); len(merged) > maxStridedRank {
+		return fmt.Errorf("cuda: elementwise kernel %q: shape %v with these input layouts has %d dimensions after merging; the kernel takes at most %d", k.name, shape, len(merged), maxStridedRank)
+	}
 	args := make([]any, len(params))
 	for i, p := range params {
 		want := k.params[i]

@@ -79,7 +79,7 @@ func fusedNodeC(nd tensor.FusedNode) string {
 		return fmt.Sprintf("in%d", nd.Input)
 	case tensor.FusedConst:
 		// The exact bits, whatever the value (NaN and infinities too).
-		return fmt.Sprintf("__int_as_float(0x%08x)", math.Float32bits(nd.Value))
+		return fmt.Sprintf("__int_as_float((int)0x%08xu)", math.Float32bits(nd.Value))
 	case tensor.FusedUnary:
 		switch nd.Unary {
 		case tensor.OpNeg:

@@ -221,6 +221,7 @@ func TestElementwiseLaunchErrors(t *testing.T) {
 		{"int32 input", outs, []*tensor.Tensor{tensor.FromInt32(b, s, make([]int32, 24), 4, 6)}, []any{float32(1), int32(2)}, "input x is int32, want float32"},
 		{"CPU input", outs, []*tensor.Tensor{tensor.Zeros(tensor.CPU, s, 4, 6)}, []any{float32(1), int32(2)}, "input x is on cpu, the kernel on cuda:rec"},
 		{"nil output", []*tensor.Tensor{nil}, ins, []any{float32(1), int32(2)}, "output out is nil"},
+		{"7-D after merging", []*tensor.Tensor{tensor.Empty(b, s, 2, 3, 2, 3, 2, 3, 2)}, []*tensor.Tensor{tensor.Zeros(b, s, 2, 1, 2, 1, 2, 1, 2)}, []any{float32(1), int32(2)}, "7 dimensions after merging; the kernel takes at most 6"},
 	}
 	for _, c := range cases {
 		err := k.Launch(c.outs, c.ins, c.params...)
