@@ -130,7 +130,7 @@ func parseSpec(spec ElementwiseSpec) (name string, ins, outs []string, params []
 		typ, pname, ok := strings.Cut(f, " ")
 		pname = strings.TrimSpace(pname)
 		if !ok || (typ != "float" && typ != "int") {
-			err = fmt.Errorf("Params: %q: want \"float name\" or \"int name\"", f)
+			err = fmt.Errorf("parameter %q of Params: want \"float name\" or \"int name\"", f)
 			return
 		}
 		params = append(params, ewkParam{typ, pname})
@@ -165,9 +165,9 @@ func parseSpec(spec ElementwiseSpec) (name string, ins, outs []string, params []
 			return
 		}
 	}
-	// The strided kernel's parameters: n, small, the pointers, the scalars,
-	// six sizes, six strides per input.
-	if k := 2 + len(outs) + len(ins) + len(params) + 6 + 6*len(ins); k > ewkMaxParams {
+	// The strided kernel's parameters: n, small, rank, the pointers, the
+	// scalars, six sizes, six strides per input.
+	if k := 3 + len(outs) + len(ins) + len(params) + 6 + 6*len(ins); k > ewkMaxParams {
 		err = fmt.Errorf("%d inputs, %d outputs and %d parameters need %d kernel parameters, more than %d", len(ins), len(outs), len(params), k, ewkMaxParams)
 	}
 	return
@@ -271,9 +271,12 @@ func ewkSource(name string, ins, outs []string, params []ewkParam, body, preambl
 	element(func(int) string { return "ember_i" })
 	w("    }\n}\n")
 
-	// Strided: the index is split into six coordinates (the innermost last)
-	// in 32-bit arithmetic when ember_small (n < 2^32), and each input's
-	// offset is the sum of coordinates times its strides.
+	// Strided: the index is split into the rank real coordinates of the
+	// six (padded on the left with sizes of 1; the innermost last), in
+	// 32-bit arithmetic when ember_small (n < 2^32), and each input's offset
+	// is the sum of coordinates times its strides. What remains after
+	// dimension 1 is the coordinate of dimension 0 (0 when rank < 6: every
+	// real dimension has been split off).
 	var dims, strides []string
 	for d := range 6 {
 		dims = append(dims, fmt.Sprintf("long long ember_d%d", d))
@@ -283,7 +286,7 @@ func ewkSource(name string, ins, outs []string, params []ewkParam, body, preambl
 			strides = append(strides, fmt.Sprintf("long long ember_s%d_%d", i, d))
 		}
 	}
-	all := append(append(append([]string{"long long ember_n", "int ember_small"}, sig...), dims...), strides...)
+	all := append(append(append([]string{"long long ember_n", "int ember_small", "int ember_rank"}, sig...), dims...), strides...)
 	w("\nextern \"C\" __global__ void %s_strided(%s) {\n", kname, strings.Join(all, ", "))
 	w(loop)
 	for i := range ins {
@@ -292,10 +295,14 @@ func ewkSource(name string, ins, outs []string, params []ewkParam, body, preambl
 	split := func(typ string) {
 		w("            %s ember_r = (%s)ember_i, ember_c;\n", typ, typ)
 		for d := 5; d >= 1; d-- {
-			w("            ember_c = ember_r %% (%s)ember_d%d;\n            ember_r /= (%s)ember_d%d;\n", typ, d, typ, d)
+			// Dimension d is real when rank >= 6-d; the padding's sizes
+			// of 1 would divide for nothing (the branch is uniform).
+			w("            if (ember_rank >= %d) {\n", 6-d)
+			w("                ember_c = ember_r %% (%s)ember_d%d;\n                ember_r /= (%s)ember_d%d;\n", typ, d, typ, d)
 			for i := range ins {
-				w("            ember_o%d += (long long)ember_c * ember_s%d_%d;\n", i, i, d)
+				w("                ember_o%d += (long long)ember_c * ember_s%d_%d;\n", i, i, d)
 			}
+			w("            }\n")
 		}
 		for i := range ins {
 			w("            ember_o%d += (long long)ember_r * ember_s%d_0;\n", i, i)
@@ -474,7 +481,7 @@ func (k *ElementwiseKernel) launch(dst []tensor.Buffer, in []tensor.View, shape 
 		k.b.launch(op, k.dense, n, args...)
 		return
 	}
-	args := append(append([]any{int64(n), flag(n <= math.MaxUint32)}, ptrs...), params...)
+	args := append(append([]any{int64(n), flag(n <= math.MaxUint32), int32(o.rank)}, ptrs...), params...)
 	for _, d := range o.shape {
 		args = append(args, d)
 	}
