@@ -228,6 +228,13 @@ func TestElementwiseKernelOnHost(t *testing.T) {
 		if e, ok := within(got, want, 0); !ok {
 			t.Errorf("%s: the generated kernel differs from the CPU by %.3g", c.name, e)
 		}
+		if c.strided { // again in 64-bit index arithmetic (ember_small, argument 1, off)
+			cx.args[1] = int32(0)
+			got = h.runOnHost(t, k.Source(), cx, []int{2})[0]
+			if e, ok := within(got, want, 0); !ok {
+				t.Errorf("%s, 64-bit indices: the generated kernel differs from the CPU by %.3g", c.name, e)
+			}
+		}
 	}
 }
 
