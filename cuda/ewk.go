@@ -250,7 +250,9 @@ func ewkSource(name string, ins, outs []string, params []ewkParam, body, preambl
 	}
 	element := func(index func(i int) string) {
 		for i, n := range ins {
-			w("        const float %s = ember_in%d[%s];\n", n, i, index(i))
+			// (void): a body need not use every input (the gradient of
+			// x + y uses neither), which must not warn.
+			w("        const float %s = ember_in%d[%s];\n        (void)%s;\n", n, i, index(i), n)
 		}
 		for _, n := range outs {
 			w("        float %s = 0.0f;\n", n)

@@ -272,6 +272,10 @@ func TestFusedOnRecorder(t *testing.T) {
 	if xt.Grad() == nil || bt.Grad() == nil || !slices.Equal(bt.Grad().Shape(), []int{16}) {
 		t.Errorf("gradients missing or of the wrong shape")
 	}
+	// The gradient program of x + y uses neither input: it must still
+	// compile without warnings (clang -Wall -Werror in the recorder).
+	sum := tensor.MustFused(x.Add(bias), "x", "bias")
+	tensor.Sum(sum.Apply(xt, bt)).Backward()
 	// The same program again compiles nothing new.
 	mods := len(b.gen.fused)
 	f.Apply(xt, bt)
