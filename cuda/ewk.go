@@ -455,6 +455,50 @@ func (k *ElementwiseKernel) Launch(outs, ins []*tensor.Tensor, params ...any) er
 	return tensor.Guard(func() { k.launch(dst, views, shape, args) })
 }
 
+// Apply is Launch into new outputs of the inputs' broadcast shape, in the
+// scope of the first scoped input (as tensor operations place their
+// results).
+func (k *ElementwiseKernel) Apply(ins []*tensor.Tensor, params ...any) ([]*tensor.Tensor, error) {
+	if len(ins) != len(k.inputs) {
+		return nil, fmt.Errorf("cuda: elementwise kernel %q: %d inputs given; it takes %d (%s)", k.name, len(ins), len(k.inputs), strings.Join(k.inputs, ", "))
+	}
+	var shape []int
+	var scope *tensor.Scope
+	for i, t := range ins {
+		if t == nil {
+			return nil, fmt.Errorf("cuda: elementwise kernel %q: input %s is nil", k.name, k.inputs[i])
+		}
+		s, err := tensor.BroadcastShape(shape, t.Shape())
+		if err != nil {
+			return nil, fmt.Errorf("cuda: elementwise kernel %q: input %s: %w", k.name, k.inputs[i], err)
+		}
+		shape = s
+		if scope == nil {
+			scope = t.Scope()
+		}
+	}
+	outs := make([]*tensor.Tensor, len(k.outputs))
+	var err error
+	if gerr := tensor.Guard(func() {
+		for j := range outs {
+			outs[j] = tensor.Empty(k.b, scope, shape...)
+		}
+	}); gerr != nil {
+		err = gerr
+	} else {
+		err = k.Launch(outs, ins, params...)
+	}
+	if err != nil {
+		for _, o := range outs {
+			if o != nil {
+				o.Release()
+			}
+		}
+		return nil, err
+	}
+	return outs, nil
+}
+
 // launch queues the kernel: dense where every input has the outputs'
 // layout after merging dimensions, else strided.
 func (k *ElementwiseKernel) launch(dst []tensor.Buffer, in []tensor.View, shape []int, params []any) {

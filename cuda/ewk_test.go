@@ -184,6 +184,15 @@ func TestElementwiseKernelLaunches(t *testing.T) {
 			t.Errorf("%s: launches %v; want one of %s", c.name, rec.launches, c.kernel)
 		}
 	}
+	// Apply allocates the output in the inputs' broadcast shape and scope.
+	rec.reset()
+	res, err := k.Apply([]*tensor.Tensor{tensor.Zeros(b, s, 4, 1), tensor.Zeros(b, s, 3, 1, 5)}, float32(2))
+	if err != nil || len(res) != 1 || !slices.Equal(res[0].Shape(), []int{3, 4, 5}) || res[0].Scope() != s || rec.launches[k.strided.Name] != 1 {
+		t.Errorf("Apply: %v, %v", res, err)
+	}
+	if _, err := k.Apply([]*tensor.Tensor{tensor.Zeros(b, s, 4), tensor.Zeros(b, s, 5)}, float32(2)); err == nil || !strings.Contains(err.Error(), "input y: shapes [4] and [5] do not broadcast") {
+		t.Errorf("Apply of [4] and [5]: %v", err)
+	}
 	// A 6-D broadcast that merges to no fewer dimensions still fits.
 	x6 := tensor.Zeros(b, s, 2, 1, 2, 1, 2, 1)
 	y6 := tensor.Zeros(b, s, 1, 3, 1, 3, 1, 3)
