@@ -292,3 +292,19 @@ func TestFusedOnRecorder(t *testing.T) {
 		t.Errorf("a second Apply generated another kernel")
 	}
 }
+
+// Every operation a FusedProgram may hold has a generated form, so that an
+// operation added to tensor's expressions cannot reach this backend
+// without one (fusedNodeC panics on an unknown op).
+func TestFusedOpsHaveGeneratedForms(t *testing.T) {
+	for _, op := range tensor.FusedUnaryOps() {
+		if c := fusedNodeC(tensor.FusedNode{Kind: tensor.FusedUnary, Unary: op}); c == "" {
+			t.Errorf("unary op %d: empty C", op)
+		}
+	}
+	for _, op := range tensor.FusedBinaryOps() {
+		if c := fusedNodeC(tensor.FusedNode{Kind: tensor.FusedBinary, Binary: op, Args: [2]int{0, 1}}); c == "" {
+			t.Errorf("binary op %d: empty C", op)
+		}
+	}
+}
