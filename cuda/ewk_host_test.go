@@ -252,6 +252,8 @@ func TestFusedOnHost(t *testing.T) {
 	gelu := v.Scale(0.5).Mul(v.Add(v.Mul(v).Mul(v).Scale(0.044715)).Scale(0.7978845608).Tanh().AddConst(1))
 	expr := gelu.Mul(scale.Sigmoid()).Sub(x.Exp().Div(scale.Square().AddConst(1))).Add(x.ReLU())
 	f := tensor.MustFused(expr, "x", "bias", "scale")
+	// The other operations: log, sqrt, reciprocal, sin, cos, neg.
+	f2 := tensor.MustFused(x.Square().AddConst(1).Sqrt().Log().Add(bias.Square().AddConst(2).Reciprocal().Mul(scale.Sin())).Sub(x.Cos()).Neg(), "x", "bias", "scale")
 	shape := []int{4, 3, 5}
 	shapes := [][]int{{4, 3, 5}, {5}, {4, 1, 1}, {4, 3, 5}} // x, bias, scale, and the incoming gradient
 	s := tensor.NewScope()
@@ -259,7 +261,8 @@ func TestFusedOnHost(t *testing.T) {
 	programs := []struct {
 		name string
 		p    *tensor.FusedProgram
-	}{{"forward", f.Program()}, {"gradients of all inputs", f.GradientProgram([]bool{true, true, true})}, {"gradient of bias", f.GradientProgram([]bool{false, true, false})}}
+	}{{"forward", f.Program()}, {"gradients of all inputs", f.GradientProgram([]bool{true, true, true})}, {"gradient of bias", f.GradientProgram([]bool{false, true, false})},
+		{"second forward", f2.Program()}, {"second gradients", f2.GradientProgram([]bool{true, true, true})}}
 	for _, pc := range programs {
 		p := pc.p
 		h := &hostMem{b: b}
