@@ -87,3 +87,53 @@ func TestGPUElementwiseKernel(t *testing.T) {
 		t.Errorf("a body using an undeclared z: error %v; want one naming line 2 of the body", err)
 	}
 }
+
+// A fused expression whose kernel is first needed inside a graph capture:
+// it is generated, compiled and loaded during the capture (relaxed mode
+// allows it), launched into the graph, and every replay reads the inputs'
+// current values. Checked against the CPU backend's interpreter: 1e-6 of
+// the largest value (expf and tanhf against Go's math).
+func TestGPUFusedFirstUseInCapture(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	x, y := tensor.Var("x"), tensor.Var("y")
+	// A constant no other test uses, so that this program is new to b.
+	op := tensor.MustFused(x.Tanh().Mul(y.Exp()).AddConst(1.2345), "x", "y")
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 5))
+	values := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ys := values(300), values(20)
+	// The inputs' scope also holds what the captured work allocates (the
+	// fused output), which must outlive the graph: released last.
+	keep := tensor.NewNoGradScope()
+	defer keep.Release()
+	host := tensor.NewNoGradScope()
+	defer host.Release()
+	xt, yt := tensor.FromFloat32(b, keep, xs, 15, 20), tensor.FromFloat32(b, keep, ys, 20)
+	res := tensor.Empty(b, keep, 15, 20)
+	g, err := b.Capture(func() {
+		tensor.CopyTensor(res, op.Apply(xt, yt))
+	})
+	if err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	defer g.Close()
+	for round := range 2 {
+		if round == 1 {
+			xs = values(300)
+			xt.CopyFrom(xs)
+		}
+		gpuCheck(t, g.Replay())
+		want := op.Apply(tensor.FromFloat32(tensor.CPU, host, xs, 15, 20), tensor.FromFloat32(tensor.CPU, host, ys, 20)).Float32s()
+		got := res.Float32s()
+		for i := range want {
+			if d := math.Abs(float64(got[i]) - float64(want[i])); d > 1e-6*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("replay %d: element %d = %v, want %v", round, i, got[i], want[i])
+			}
+		}
+	}
+}
