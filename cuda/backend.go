@@ -153,6 +153,7 @@ type Backend struct {
 	dnn           *dnnConvs // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
 	dnnErr        error     // why dnn is nil
 	capturing     atomic.Bool
+	gen           generated // generated elementwise kernels (ewk.go)
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are
@@ -260,6 +261,7 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.alloc.Free(blk))
 		}
 	}
+	errs = append(errs, b.gen.unload()...)
 	for _, m := range b.mods {
 		errs = append(errs, m.Unload())
 	}

@@ -100,6 +100,24 @@
 //	    float32(2), x.Ptr(), y.Ptr(), int32(n))
 //	y.CopyToHost(hy)
 //
+// # Generated elementwise kernels
+//
+// NewElementwiseKernel is the counterpart of PyCUDA's ElementwiseKernel:
+// from the names of float32 inputs, outputs and scalar parameters and a C
+// body for one element it generates a kernel (a dense and a strided form,
+// the strided one reading inputs of any layout and broadcasting them),
+// compiles it with the backend's options and launches it on the backend's
+// stream, on tensors:
+//
+//	axpy, err := cuda.NewElementwiseKernel(b, cuda.ElementwiseSpec{
+//	    Name: "axpy", Inputs: "x, y", Outputs: "out", Params: "float a",
+//	    Body: "out = a * x + y;"})
+//	err = axpy.Launch([]*tensor.Tensor{out}, []*tensor.Tensor{x, y}, float32(2))
+//
+// The backend also implements tensor.FusedBackend with it (ewk_backend.go):
+// a tensor.Fused expression runs as one generated kernel forward and one
+// backward. examples/elementwise times both against separate operations.
+//
 // # Kernel cache
 //
 // Compiled kernels are cached on disk under os.UserCacheDir()/ember/kernels,

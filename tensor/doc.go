@@ -43,6 +43,10 @@
 //     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
 //     package cuda implements it on NVIDIA GPUs; package tensortest is the
 //     conformance suite both run.
+//   - ewk.go: Fused, a chain of pointwise operations written as an
+//     expression (Var, Const, Add, Mul, Tanh, ...) with its gradient derived
+//     symbolically; a FusedBackend (backend_fused.go; CUDA) runs each
+//     direction as one generated kernel, others as the composed operations.
 //
 // Operations panic on programming errors (mismatched shapes) and on device
 // failures; Guard turns a device failure (out of memory, a failed launch)

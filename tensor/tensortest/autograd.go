@@ -789,6 +789,7 @@ func autogradCases() []agCase {
 	cases = append(cases, normCases()...)
 	cases = append(cases, autocastCases()...)
 	cases = append(cases, elementwiseAutogradCases()...)
+	cases = append(cases, fusedAutogradCases()...)
 	return cases
 }
 
