@@ -91,7 +91,7 @@ func NewResNet9(b tensor.Backend, seed uint64, cfg ResNet9Config) *ResNet9 {
 		nn.NewMaxPool2d(2),
 		ConvBNReLU(b, rng, 4*w, 8*w),
 		nn.NewMaxPool2d(2),
-		res(8 * w),
+		res(8*w),
 		nn.NewAdaptiveMaxPool2d(1, 1),
 		nn.Flatten{},
 		nn.NewLinearNoBias(b, rng, 8*w, cfg.Classes),
