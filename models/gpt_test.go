@@ -39,7 +39,9 @@ func TestGPTStateDict(t *testing.T) {
 	if n := nn.NumParameters(m); n != 10795776 {
 		t.Errorf("%d parameters, want 10795776", n)
 	}
-	mustPanic(t, "multiple of heads", func() { models.NewGPT(tensor.CPU, 1, models.GPTConfig{Layers: 1, Heads: 5, Channels: 32, Context: 4, Vocab: 3}) })
+	mustPanic(t, "multiple of heads", func() {
+		models.NewGPT(tensor.CPU, 1, models.GPTConfig{Layers: 1, Heads: 5, Channels: 32, Context: 4, Vocab: 3})
+	})
 }
 
 func smallGPTConfig() models.GPTConfig {
