@@ -44,7 +44,7 @@ func TestZooGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := map[string]func(*testing.T, *cuda.Backend){"resnet9": zooResNet9, "airbench": zooAirbench, "gpt": zooGPT}
+	runs := map[string]func(*testing.T, *zooEnv){"resnet9": zooResNet9Data, "airbench": zooAirbench, "gpt": zooGPTCorpus}
 	var names []string
 	switch what {
 	case "all":
@@ -67,17 +67,71 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, b)
+			runs[name](t, &zooEnv{b: b, gpu: b, sizes: zooBenchmarkSizes()})
 		})
 	}
 }
 
-// zooOut prints one JSON line as zoo.py's out does, with mode "ember".
-func zooOut(t *testing.T, what string, kv ...any) {
+// zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
+// statistics) or, for the smoke test of this harness, on the CPU.
+type zooEnv struct {
+	b     tensor.Backend
+	gpu   *cuda.Backend
+	sizes zooSizes
+	lines []map[string]any // what zooOut printed, for the smoke test
+}
+
+// zooSizes are a workload's sizes: zoo.py's for the benchmark, tiny ones
+// for the CPU smoke test.
+type zooSizes struct {
+	resnetWidth, resnetBatch, resnetEpochs, evalBatch int
+	airN, airBatch, airEpochs                         int
+	gpt                                               models.GPTConfig // Vocab comes from the corpus
+	gptBatch, gptSteps, gptRounds                     int
+}
+
+func zooBenchmarkSizes() zooSizes {
+	epochs := 8
+	if v := os.Getenv("EMBER_ZOO_EPOCHS"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+			epochs = n
+		} else {
+			panic(fmt.Sprintf("EMBER_ZOO_EPOCHS=%q; want a positive whole number", v))
+		}
+	}
+	return zooSizes{
+		resnetWidth: 64, resnetBatch: 512, resnetEpochs: epochs, evalBatch: 2000,
+		airN: 50000, airBatch: 1024, airEpochs: 3,
+		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3,
+	}
+}
+
+func (z *zooEnv) sync(t *testing.T) {
+	t.Helper()
+	if z.gpu == nil {
+		return
+	}
+	if err := z.gpu.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// peakReservedMiB is the GPU memory the allocator reserved at its peak
+// (0 on the CPU).
+func (z *zooEnv) peakReservedMiB() float64 {
+	if z.gpu == nil {
+		return 0
+	}
+	return mib(z.gpu.MemoryStats().Reserved.Peak)
+}
+
+// out prints one JSON line as zoo.py's out does, with mode "ember".
+func (z *zooEnv) out(t *testing.T, what string, kv ...any) {
 	m := map[string]any{"what": what, "mode": "ember"}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i].(string)] = kv[i+1]
 	}
+	z.lines = append(z.lines, m)
 	line, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -86,13 +140,6 @@ func zooOut(t *testing.T, what string, kv ...any) {
 }
 
 func mib(n int) float64 { return math.Round(float64(n)/(1<<20)*10) / 10 }
-
-func zooSync(t *testing.T, b *cuda.Backend) {
-	t.Helper()
-	if err := b.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // replayer is what an optimiser offers for a captured step (SGD, Adam).
 type replayer interface {
@@ -107,7 +154,7 @@ type replayer interface {
 // work (no host transfers) and returns the loss; the caller does the
 // host's part (uploads, the optimiser's Prepare) before each run.
 type zooStepper struct {
-	b      *cuda.Backend
+	gpu    *cuda.Backend // nil: eager only
 	scope  *tensor.Scope
 	step   func(s *tensor.Scope) *tensor.Tensor
 	opt    replayer
@@ -117,8 +164,8 @@ type zooStepper struct {
 	logged string
 }
 
-func newZooStepper(b *cuda.Backend, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
-	return &zooStepper{b: b, scope: tensor.NewScope(), step: step, opt: opt, try: os.Getenv("EMBER_ZOO_GRAPH") != "0"}
+func newZooStepper(gpu *cuda.Backend, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
+	return &zooStepper{gpu: gpu, scope: tensor.NewScope(), step: step, opt: opt, try: gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
 }
 
 // scoped copies x into a new tensor of s: the operations on it put their
@@ -147,7 +194,7 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.try = false
 		before := z.opt.Steps()
 		var loss *tensor.Tensor
-		g, err := z.b.Capture(func() { loss = z.eager() })
+		g, err := z.gpu.Capture(func() { loss = z.eager() })
 		if err == nil {
 			z.graph, z.loss, z.logged = g, loss, "captured"
 			return z.run()
@@ -185,18 +232,10 @@ func (z *zooStepper) close() {
 // upload and the steps. The steps run eagerly: the cycled momentum is a
 // launch argument of the SGD kernel, so a captured step would keep the
 // momentum of its capture.
-func zooResNet9(t *testing.T, b *cuda.Backend) {
+func zooResNet9Data(t *testing.T, z *zooEnv) {
 	dir := os.Getenv("EMBER_ZOO_FMNIST")
 	if dir == "" {
 		t.Skip("EMBER_ZOO_FMNIST is not set (a directory with Fashion-MNIST's four files)")
-	}
-	epochs := 8
-	if v := os.Getenv("EMBER_ZOO_EPOCHS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("EMBER_ZOO_EPOCHS=%q; want a positive whole number", v)
-		}
-		epochs = n
 	}
 	train, test, err := data.LoadFashionMNIST(dir)
 	if err != nil {
@@ -205,7 +244,15 @@ func zooResNet9(t *testing.T, b *cuda.Backend) {
 			t.Fatal(err)
 		}
 	}
-	const side, pad, bs = 28, 2, 512
+	zooResNet9(t, z, train, test)
+}
+
+func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
+	const side, pad = 28, 2
+	b, bs, epochs := z.b, z.sizes.resnetBatch, z.sizes.resnetEpochs
+	if train.Rows != side || train.Cols != side || train.NumChannels() != 1 {
+		t.Fatalf("images of %d×%d×%d; zoo.py's resnet9 takes Fashion-MNIST's 1×28×28", train.NumChannels(), train.Rows, train.Cols)
+	}
 	mu, sd := meanStd(train.Images)
 	normalise := func(px []uint8) []float32 {
 		out := make([]float32, len(px))
@@ -217,14 +264,10 @@ func zooResNet9(t *testing.T, b *cuda.Backend) {
 	trainX := normalise(train.Images)
 	testX := tensor.FromFloat32(b, nil, normalise(test.Images), test.N, 1, side, side)
 	defer testX.Release()
-	labels := make([]int32, train.N)
-	for i, l := range train.Labels {
-		labels[i] = int32(l)
-	}
-	trainY := tensor.FromInt32(b, nil, labels, train.N)
-	defer trainY.Release()
 
-	m := models.NewResNet9(b, 1, models.DefaultResNet9Config())
+	cfg := models.DefaultResNet9Config()
+	cfg.Width = z.sizes.resnetWidth
+	m := models.NewResNet9(b, 1, cfg)
 	defer m.Release()
 	stepsPerEpoch := train.N / bs
 	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
@@ -237,7 +280,7 @@ func zooResNet9(t *testing.T, b *cuda.Backend) {
 
 	rng := rand.New(rand.NewPCG(1, 1))
 	augmented := make([]float32, len(trainX))
-	idx := make([]int32, bs)
+	idx, labels := make([]int32, bs), make([]int32, bs)
 	scope := tensor.NewScope()
 	defer scope.Release()
 	sgd.ZeroGrad()
@@ -248,30 +291,34 @@ func zooResNet9(t *testing.T, b *cuda.Backend) {
 		augmentTranslateFlip(augmented, trainX, train.N, side, pad, rng)
 		perm := rng.Perm(train.N)
 		augSecs := time.Since(augStart).Seconds()
-		zooSync(t, b)
+		z.sync(t)
 		start := time.Now()
 		xa := tensor.FromFloat32(b, nil, augmented, train.N, 1, side, side)
 		var loss *tensor.Tensor
 		for i := range stepsPerEpoch {
 			for j := range idx {
-				idx[j] = int32(perm[i*bs+j])
+				k := perm[i*bs+j]
+				idx[j], labels[j] = int32(k), int32(train.Labels[k])
 			}
 			scope.Reset()
-			batch := tensor.FromInt32(b, scope, idx, bs) // the step's tensors join its scope
+			// The batch's indices and labels (2 KiB each) go up with the
+			// step, in its scope, and so do all the tensors derived from
+			// them (IndexSelect gathers float32 rows only).
+			batch := tensor.FromInt32(b, scope, idx, bs)
 			sgd.SetLR(sched.LR(step))
 			sgd.Momentum = sched.Momentum(step)
-			loss = m.Loss(tensor.IndexSelect(xa, 0, batch), tensor.IndexSelect(trainY, 0, batch))
+			loss = m.Loss(tensor.IndexSelect(xa, 0, batch), tensor.FromInt32(b, scope, labels, bs))
 			loss.Backward()
 			sgd.StepAndZeroGrad()
 			step++
 		}
-		zooSync(t, b)
+		z.sync(t)
 		secs := time.Since(start).Seconds()
 		lastLoss := loss.Item()
 		xa.Release()
-		acc := zooAccuracy(m, testX, test.Labels, 2000)
-		zooOut(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
-			"test_acc", acc, "peak_reserved_mib", mib(b.MemoryStats().Reserved.Peak), "step", "eager")
+		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
+		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
+			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "step", "eager")
 	}
 }
 
@@ -347,8 +394,8 @@ func round(v float64, digits int) float64 {
 // momentum 0.85, weight decay 5e-4), label smoothing 0.2 on logits / 9,
 // three epochs timed. Each batch is copied into the captured step's input
 // tensors on the device before its replay.
-func zooAirbench(t *testing.T, b *cuda.Backend) {
-	const n, bs = 50000, 1024
+func zooAirbench(t *testing.T, z *zooEnv) {
+	b, n, bs := z.b, z.sizes.airN, z.sizes.airBatch
 	gen := tensor.NewGenerator(1)
 	x := tensor.RandN(b, nil, gen, n, 3, 32, 32)
 	defer x.Release()
@@ -367,15 +414,15 @@ func zooAirbench(t *testing.T, b *cuda.Backend) {
 	}
 	defer sgd.Release()
 	sgd.ZeroGrad()
-	st := newZooStepper(b, sgd, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z.gpu, sgd, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, xb), yb)
 		loss.Backward()
 		sgd.StepAndZeroGrad()
 		return loss
 	})
 	defer st.close()
-	for e := range 3 {
-		zooSync(t, b)
+	for e := range z.sizes.airEpochs {
+		z.sync(t)
 		start := time.Now()
 		var loss *tensor.Tensor
 		for i := range n / bs {
@@ -383,10 +430,10 @@ func zooAirbench(t *testing.T, b *cuda.Backend) {
 			tensor.CopyTensor(yb, y.Narrow(0, i*bs, bs))
 			loss = st.run()
 		}
-		zooSync(t, b)
+		z.sync(t)
 		secs := time.Since(start).Seconds()
-		zooOut(t, "airbench", "epoch", e+1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
-			"peak_reserved_mib", mib(b.MemoryStats().Reserved.Peak), "step", st.logged)
+		z.out(t, "airbench", "epoch", e+1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
+			"peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
 	}
 }
 
@@ -399,7 +446,7 @@ func zooAirbench(t *testing.T, b *cuda.Backend) {
 // zoo.py's Block also drops attention probabilities (dropout_p=0.2 in
 // scaled_dot_product_attention); nn.TransformerBlock does not, so this
 // run does a little less work per step than torch's.
-func zooGPT(t *testing.T, b *cuda.Backend) {
+func zooGPTCorpus(t *testing.T, z *zooEnv) {
 	path := os.Getenv("EMBER_ZOO_CORPUS")
 	if path == "" {
 		t.Skip("EMBER_ZOO_CORPUS is not set (a text file)")
@@ -408,8 +455,14 @@ func zooGPT(t *testing.T, b *cuda.Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const bsz, ctx, steps = 64, 256, 100
+	zooGPT(t, z, text)
+}
+
+func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
+	cfg := z.sizes.gpt
+	b, bsz, ctx, steps := z.b, z.sizes.gptBatch, cfg.Context, z.sizes.gptSteps
 	v := text.Vocab.Size()
+	cfg.Vocab = v
 	cut := int(0.9 * float64(len(text.Train)))
 	// zoo.py draws starts in [0, cut-T-2]: the sampler over the first
 	// cut-1 tokens draws them in [0, cut-1-T-1].
@@ -417,7 +470,7 @@ func zooGPT(t *testing.T, b *cuda.Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := models.NewGPT(b, 1, models.DefaultGPTConfig(v))
+	m := models.NewGPT(b, 1, cfg)
 	defer m.Release()
 	dg := tensor.NewDeviceGenerator(b, 1)
 	defer dg.Release()
@@ -432,7 +485,7 @@ func zooGPT(t *testing.T, b *cuda.Backend) {
 	defer targets.Release()
 	hx, hy := make([]int32, bsz*ctx), make([]int32, bsz*ctx)
 	adam.ZeroGrad()
-	st := newZooStepper(b, adam, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z.gpu, adam, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, ids), targets)
 		loss.Backward()
 		optim.ClipGradNorm(s, adam.Gradients(), 1.0)
@@ -440,8 +493,8 @@ func zooGPT(t *testing.T, b *cuda.Backend) {
 		return loss
 	})
 	defer st.close()
-	for r := range 3 {
-		zooSync(t, b)
+	for r := range z.sizes.gptRounds {
+		z.sync(t)
 		start := time.Now()
 		var loss *tensor.Tensor
 		for i := range steps {
@@ -451,9 +504,61 @@ func zooGPT(t *testing.T, b *cuda.Backend) {
 			adam.Prepare()
 			loss = st.run()
 		}
-		zooSync(t, b)
+		z.sync(t)
 		secs := time.Since(start).Seconds()
-		zooOut(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(steps*bsz*ctx/secs),
-			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", mib(b.MemoryStats().Reserved.Peak), "step", st.logged)
+		z.out(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx)/secs),
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+	}
+}
+
+// The harness itself, run on the CPU at tiny sizes on synthetic data, so
+// that its bookkeeping (scopes, batches, schedules, evaluation, the JSON
+// lines) is checked where there is no GPU; the GPU run differs only by
+// synchronisation, capture and the memory statistics.
+func TestZooHarnessCPU(t *testing.T) {
+	z := &zooEnv{b: tensor.CPU, sizes: zooSizes{
+		resnetWidth: 4, resnetBatch: 8, resnetEpochs: 2, evalBatch: 5,
+		airN: 8, airBatch: 4, airEpochs: 2,
+		gpt:      models.GPTConfig{Layers: 1, Heads: 2, Channels: 16, Context: 8, Dropout: 0.2},
+		gptBatch: 2, gptSteps: 3, gptRounds: 2,
+	}}
+	rng := rand.New(rand.NewPCG(12, 1))
+	images := func(n int) *data.Dataset {
+		d := &data.Dataset{Images: make([]uint8, n*28*28), Labels: make([]uint8, n), N: n, Rows: 28, Cols: 28}
+		for i := range d.Images {
+			d.Images[i] = uint8(rng.IntN(256))
+		}
+		for i := range d.Labels {
+			d.Labels[i] = uint8(rng.IntN(10))
+		}
+		return d
+	}
+	zooResNet9(t, z, images(24), images(12))
+	zooAirbench(t, z)
+	corpus := make([]byte, 400)
+	for i := range corpus {
+		corpus[i] = "abcdefgh\n"[rng.IntN(9)]
+	}
+	text, err := data.NewText(corpus, "corpus", data.TextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zooGPT(t, z, text)
+
+	want := []string{"resnet9", "resnet9", "airbench", "airbench", "gpt", "gpt"}
+	if len(z.lines) != len(want) {
+		t.Fatalf("%d JSON lines, want %d: %v", len(z.lines), len(want), z.lines)
+	}
+	for i, l := range z.lines {
+		loss, _ := l["loss"].(float64)
+		if l["what"] != want[i] || !(loss > 0) || math.IsInf(loss, 0) {
+			t.Errorf("line %d: %v; want %s with a finite positive loss", i, l, want[i])
+		}
+	}
+	if acc, _ := z.lines[1]["test_acc"].(float64); acc < 0 || acc > 100 || z.lines[1]["epoch"] != 2 {
+		t.Errorf("resnet9's second line %v", z.lines[1])
+	}
+	if z.lines[5]["round"] != 2 || z.lines[5]["vocab"] != 9 {
+		t.Errorf("gpt's second line %v", z.lines[5])
 	}
 }
