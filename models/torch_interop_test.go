@@ -39,7 +39,7 @@ const (
 )
 
 type interopCase struct {
-	name  string
+	name string
 	// build makes the network with its weights drawn from seed: the load
 	// test starts from another seed than the write test, so that only the
 	// loaded weights can give the file's logits.
@@ -53,11 +53,17 @@ type interopCase struct {
 const interopVocab = 65
 
 var interopCases = []interopCase{
-	{"resnet9", func(b tensor.Backend, seed uint64) nn.Module { return models.NewResNet9(b, seed, models.DefaultResNet9Config()) },
+	{"resnet9", func(b tensor.Backend, seed uint64) nn.Module {
+		return models.NewResNet9(b, seed, models.DefaultResNet9Config())
+	},
 		func(rng *rand.Rand) ([]float32, []int) { return normals(rng, 4*28*28), []int{4, 1, 28, 28} }, false},
-	{"airbench", func(b tensor.Backend, seed uint64) nn.Module { return models.NewAirbench(b, seed, models.DefaultAirbenchConfig()) },
+	{"airbench", func(b tensor.Backend, seed uint64) nn.Module {
+		return models.NewAirbench(b, seed, models.DefaultAirbenchConfig())
+	},
 		func(rng *rand.Rand) ([]float32, []int) { return normals(rng, 4*3*32*32), []int{4, 3, 32, 32} }, false},
-	{"gpt", func(b tensor.Backend, seed uint64) nn.Module { return models.NewGPT(b, seed, models.DefaultGPTConfig(interopVocab)) },
+	{"gpt", func(b tensor.Backend, seed uint64) nn.Module {
+		return models.NewGPT(b, seed, models.DefaultGPTConfig(interopVocab))
+	},
 		func(rng *rand.Rand) ([]float32, []int) {
 			ids := make([]float32, 2*256)
 			for i := range ids {
