@@ -44,6 +44,10 @@ func TestZooGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sizes, err := zooBenchmarkSizes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	runs := map[string]func(*testing.T, *zooEnv){"resnet9": zooResNet9Data, "airbench": zooAirbench, "gpt": zooGPTCorpus}
 	var names []string
 	switch what {
@@ -67,7 +71,7 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, &zooEnv{b: b, gpu: b, sizes: zooBenchmarkSizes()})
+			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes})
 		})
 	}
 }
@@ -90,20 +94,20 @@ type zooSizes struct {
 	gptBatch, gptSteps, gptRounds                     int
 }
 
-func zooBenchmarkSizes() zooSizes {
+func zooBenchmarkSizes() (zooSizes, error) {
 	epochs := 8
 	if v := os.Getenv("EMBER_ZOO_EPOCHS"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
-			epochs = n
-		} else {
-			panic(fmt.Sprintf("EMBER_ZOO_EPOCHS=%q; want a positive whole number", v))
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return zooSizes{}, fmt.Errorf("EMBER_ZOO_EPOCHS=%q; want a positive whole number", v)
 		}
+		epochs = n
 	}
 	return zooSizes{
 		resnetWidth: 64, resnetBatch: 512, resnetEpochs: epochs, evalBatch: 2000,
 		airN: 50000, airBatch: 1024, airEpochs: 3,
 		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3,
-	}
+	}, nil
 }
 
 func (z *zooEnv) sync(t *testing.T) {
