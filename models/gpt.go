@@ -39,6 +39,11 @@ func DefaultGPTConfig(vocab int) GPTConfig {
 // a 4× GELU MLP, dropout after the projection and the MLP). Its state dict
 // keys are that module's: tok.weight, pos.weight, blocks.0.ln1.weight,
 // ..., ln.weight, head.weight.
+//
+// One difference in training only: zoo.py's Block also drops attention
+// probabilities (scaled_dot_product_attention's dropout_p=0.2), and
+// nn.TransformerBlock does not. Weights, state dicts and evaluation are
+// the same; training is regularised a little less.
 type GPT struct {
 	Tok, Pos *nn.Embedding
 	Blocks   *nn.Sequential
