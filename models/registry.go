@@ -42,6 +42,32 @@ var registry = map[string]Constructor{
 		}
 		return NewMLP(b, cfg.Seed, in, cfg.Classes), nil
 	},
+	// The zoo's image classifiers take [C, H, W] images: ResNet-9 any size
+	// its three poolings leave at least 1x1, airbench 32x32 colour.
+	"resnet9": func(b tensor.Backend, cfg Config) (nn.Module, error) {
+		if len(cfg.InputShape) != 3 || cfg.InputShape[0] < 1 || cfg.InputShape[1] < 8 || cfg.InputShape[2] < 8 || cfg.Classes < 1 {
+			return nil, fmt.Errorf("models: resnet9 takes [C, H, W] images of at least 8x8 and at least one class, not %v and %d classes", cfg.InputShape, cfg.Classes)
+		}
+		c := DefaultResNet9Config()
+		c.InChannels, c.Classes = cfg.InputShape[0], cfg.Classes
+		return NewResNet9(b, cfg.Seed, c), nil
+	},
+	"airbench": func(b tensor.Backend, cfg Config) (nn.Module, error) {
+		if !slices.Equal(cfg.InputShape, []int{3, 32, 32}) || cfg.Classes != 10 {
+			return nil, fmt.Errorf("models: airbench takes 32x32 colour images ([3, 32, 32]) and 10 classes, not %v and %d classes", cfg.InputShape, cfg.Classes)
+		}
+		return NewAirbench(b, cfg.Seed, DefaultAirbenchConfig()), nil
+	},
+	// The GPT's "input shape" is its context [T] and its "classes" the
+	// vocabulary.
+	"gpt": func(b tensor.Backend, cfg Config) (nn.Module, error) {
+		if len(cfg.InputShape) != 1 || cfg.InputShape[0] < 1 || cfg.Classes < 1 {
+			return nil, fmt.Errorf("models: gpt takes a context length [T] and a vocabulary size, not %v and %d", cfg.InputShape, cfg.Classes)
+		}
+		c := DefaultGPTConfig(cfg.Classes)
+		c.Context = cfg.InputShape[0]
+		return NewGPT(b, cfg.Seed, c), nil
+	},
 }
 
 // inputSize is the number of values of one example, checking the shape

@@ -14,19 +14,34 @@ import (
 
 var mnistConfig = Config{InputShape: []int{1, Side, Side}, Classes: 10, Seed: 4}
 
-// TestRegistryBuildsEachModel: every registered model builds for MNIST's
-// shape and maps a batch to one row of logits per image; lenet is exactly
-// NewLeNet, and the MLP has the state dict of the PyTorch module.
+// TestRegistryBuildsEachModel: every registered image classifier builds
+// for a shape it takes and maps a batch to one row of logits per image (the
+// GPT maps token ids to logits per position); lenet is exactly NewLeNet,
+// and the MLP has the state dict of the PyTorch module.
 func TestRegistryBuildsEachModel(t *testing.T) {
+	shapes := map[string][]int{"airbench": {3, 32, 32}}
 	for _, name := range Names() {
-		m, err := New(name, tensor.CPU, mnistConfig)
+		cfg := mnistConfig
+		if sh, ok := shapes[name]; ok {
+			cfg.InputShape = sh
+		}
+		s := tensor.NewNoGradScope()
+		var x *tensor.Tensor
+		want := []int{3, 10}
+		if name == "gpt" {
+			cfg = Config{InputShape: []int{8}, Classes: 11, Seed: 4}
+			x = tensor.FromInt32(tensor.CPU, s, make([]int32, 3*8), 3, 8)
+			want = []int{3, 8, 11}
+		} else {
+			n := 3 * cfg.InputShape[0] * cfg.InputShape[1] * cfg.InputShape[2]
+			x = tensor.FromFloat32(tensor.CPU, s, make([]float32, n), append([]int{3}, cfg.InputShape...)...)
+		}
+		m, err := New(name, tensor.CPU, cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		s := tensor.NewNoGradScope()
-		x := tensor.FromFloat32(tensor.CPU, s, make([]float32, 3*Side*Side), 3, 1, Side, Side)
-		if got := m.Forward(x).Shape(); !slices.Equal(got, []int{3, 10}) {
-			t.Errorf("%s: logits %v, want [3 10]", name, got)
+		if got := m.Forward(x).Shape(); !slices.Equal(got, want) {
+			t.Errorf("%s: logits %v, want %v", name, got, want)
 		}
 		s.Release()
 		release(m)
@@ -57,7 +72,7 @@ func TestRegistryRefuses(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"resnet", mnistConfig, `unknown model "resnet"; want one of lenet, mlp`},
+		{"resnet", mnistConfig, `unknown model "resnet"; want one of airbench, gpt, lenet, mlp, resnet9`},
 		{"lenet", Config{InputShape: []int{3, 32, 32}, Classes: 10}, "lenet takes 28x28 grey images"},
 		{"lenet", Config{InputShape: []int{1, 28, 28}, Classes: 100}, "and 10 classes"},
 		{"mlp", Config{InputShape: []int{1, 0, 28}, Classes: 10}, "want positive sizes"},

@@ -1,0 +1,568 @@
+package models_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/data"
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// The zoo's GPU benchmark: each workload of zoo.py (the PyTorch anchors)
+// run the same way with the same model, batch size, optimiser and schedule,
+// printing zoo.py's JSON lines plus the GPU memory it reserved at peak.
+//
+//	EMBER_ZOO=resnet9 EMBER_ZOO_FMNIST=DIR [EMBER_ZOO_EPOCHS=8] go test ./models -run TestZooGPU -v -timeout 1h
+//	EMBER_ZOO=airbench go test ./models -run TestZooGPU -v
+//	EMBER_ZOO=gpt EMBER_ZOO_CORPUS=FILE go test ./models -run TestZooGPU -v
+//
+// EMBER_ZOO=all runs the three (resnet9 and gpt only when their data is
+// given). It skips without a GPU or without EMBER_ZOO. EMBER_ZOO_TF32=1
+// lets cuBLAS use TF32 (torch's "fp32" mode leaves cuDNN convolutions on
+// TF32 but not matrix products). EMBER_ZOO_GRAPH=0 launches every step
+// eagerly instead of replaying a captured CUDA graph.
+func TestZooGPU(t *testing.T) {
+	what := os.Getenv("EMBER_ZOO")
+	if what == "" {
+		t.Skip("EMBER_ZOO is not set (resnet9, airbench, gpt or all)")
+	}
+	if err := cuda.Available(); err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{TF32: os.Getenv("EMBER_ZOO_TF32") == "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes, err := zooBenchmarkSizes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]func(*testing.T, *zooEnv){"resnet9": zooResNet9Data, "airbench": zooAirbench, "gpt": zooGPTCorpus}
+	var names []string
+	switch what {
+	case "all":
+		names = []string{"airbench"}
+		if os.Getenv("EMBER_ZOO_FMNIST") != "" {
+			names = append(names, "resnet9")
+		}
+		if os.Getenv("EMBER_ZOO_CORPUS") != "" {
+			names = append(names, "gpt")
+		}
+	case "resnet9", "airbench", "gpt":
+		names = []string{what}
+	default:
+		t.Fatalf("EMBER_ZOO=%q; want resnet9, airbench, gpt or all", what)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			b, err := cuda.NewBackend(0, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes})
+		})
+	}
+}
+
+// zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
+// statistics) or, for the smoke test of this harness, on the CPU.
+type zooEnv struct {
+	b     tensor.Backend
+	gpu   *cuda.Backend
+	sizes zooSizes
+	lines []map[string]any // what zooOut printed, for the smoke test
+}
+
+// zooSizes are a workload's sizes: zoo.py's for the benchmark, tiny ones
+// for the CPU smoke test.
+type zooSizes struct {
+	resnetWidth, resnetBatch, resnetEpochs, evalBatch int
+	airN, airBatch, airEpochs                         int
+	gpt                                               models.GPTConfig // Vocab comes from the corpus
+	gptBatch, gptSteps, gptRounds                     int
+}
+
+func zooBenchmarkSizes() (zooSizes, error) {
+	epochs := 8
+	if v := os.Getenv("EMBER_ZOO_EPOCHS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return zooSizes{}, fmt.Errorf("EMBER_ZOO_EPOCHS=%q; want a positive whole number", v)
+		}
+		epochs = n
+	}
+	return zooSizes{
+		resnetWidth: 64, resnetBatch: 512, resnetEpochs: epochs, evalBatch: 2000,
+		airN: 50000, airBatch: 1024, airEpochs: 3,
+		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3,
+	}, nil
+}
+
+func (z *zooEnv) sync(t *testing.T) {
+	t.Helper()
+	if z.gpu == nil {
+		return
+	}
+	if err := z.gpu.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// peakReservedMiB is the GPU memory the allocator reserved at its peak
+// (0 on the CPU).
+func (z *zooEnv) peakReservedMiB() float64 {
+	if z.gpu == nil {
+		return 0
+	}
+	return mib(z.gpu.MemoryStats().Reserved.Peak)
+}
+
+// out prints one JSON line as zoo.py's out does, with mode "ember".
+func (z *zooEnv) out(t *testing.T, what string, kv ...any) {
+	m := map[string]any{"what": what, "mode": "ember"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	z.lines = append(z.lines, m)
+	line, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(string(line))
+}
+
+func mib(n int) float64 { return math.Round(float64(n)/(1<<20)*10) / 10 }
+
+// replayer is what an optimiser offers for a captured step (SGD, Adam).
+type replayer interface {
+	Replayable() bool
+	Replayed()
+	Rewind()
+	Steps() int
+}
+
+// zooStepper runs a training step eagerly or, after capturing it once, by
+// replaying its CUDA graph, as cmd/train's stepper does. step queues the
+// work (no host transfers) and returns the loss; the caller does the
+// host's part (uploads, the optimiser's Prepare) before each run.
+type zooStepper struct {
+	gpu    *cuda.Backend // nil: eager only
+	scope  *tensor.Scope
+	step   func(s *tensor.Scope) *tensor.Tensor
+	opt    replayer
+	graph  *cuda.StepGraph
+	loss   *tensor.Tensor
+	try    bool
+	logged string
+}
+
+func newZooStepper(gpu *cuda.Backend, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
+	return &zooStepper{gpu: gpu, scope: tensor.NewScope(), step: step, opt: opt, try: gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
+}
+
+// scoped copies x into a new tensor of s: the operations on it put their
+// results in s too, so that resetting s frees a step's tensors (the fixed
+// input tensors a captured step reads belong to no scope).
+func scoped(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
+	c := tensor.EmptyOf(x.Backend(), s, x.DType(), x.Shape()...)
+	tensor.CopyTensor(c, x)
+	return c
+}
+
+func (z *zooStepper) eager() *tensor.Tensor {
+	z.scope.Reset()
+	return z.step(z.scope)
+}
+
+func (z *zooStepper) run() *tensor.Tensor {
+	if z.graph != nil {
+		if err := z.graph.Replay(); err != nil {
+			panic(err)
+		}
+		z.opt.Replayed()
+		return z.loss
+	}
+	if z.try && z.opt.Replayable() {
+		z.try = false
+		before := z.opt.Steps()
+		var loss *tensor.Tensor
+		g, err := z.gpu.Capture(func() { loss = z.eager() })
+		if err == nil {
+			z.graph, z.loss, z.logged = g, loss, "captured"
+			return z.run()
+		}
+		if z.opt.Steps() > before {
+			z.opt.Rewind()
+		}
+		z.logged = "capture failed: " + strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	if z.logged == "" {
+		z.logged = "eager"
+	}
+	return z.eager()
+}
+
+func (z *zooStepper) close() {
+	if z.graph != nil {
+		z.graph.Close()
+	}
+	z.scope.Release()
+}
+
+// zooResNet9 is zoo.py's resnet9 case: Fashion-MNIST normalised by the
+// training set's mean and (unbiased) standard deviation, batch 512, SGD
+// (lr 0.2, Nesterov momentum 0.9, weight decay 5e-4 on every parameter)
+// under OneCycleLR (max 0.2, pct_start 0.25, linear annealing, momentum
+// cycled between 0.85 and 0.95 as torch's cycle_momentum default does),
+// label smoothing 0.1 on logits·0.125, a random translation by up to 2
+// pixels (zero padding of the normalised images, then a crop) and a
+// horizontal flip with probability 1/2 drawn afresh every epoch.
+//
+// The augmentation is made on the host with a seeded generator and
+// uploaded once per epoch (this branch has no augmentation op on the
+// device); its time is reported apart ("augment_s"), and "s" counts the
+// upload and the steps. The steps run eagerly: the cycled momentum is a
+// launch argument of the SGD kernel, so a captured step would keep the
+// momentum of its capture.
+func zooResNet9Data(t *testing.T, z *zooEnv) {
+	dir := os.Getenv("EMBER_ZOO_FMNIST")
+	if dir == "" {
+		t.Skip("EMBER_ZOO_FMNIST is not set (a directory with Fashion-MNIST's four files)")
+	}
+	train, test, err := data.LoadFashionMNIST(dir)
+	if err != nil {
+		t.Logf("not the canonical Fashion-MNIST (%v); reading the MNIST layout", err)
+		if train, test, err = data.LoadMNIST(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zooResNet9(t, z, train, test)
+}
+
+func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
+	const side, pad = 28, 2
+	b, bs, epochs := z.b, z.sizes.resnetBatch, z.sizes.resnetEpochs
+	if train.Rows != side || train.Cols != side || train.NumChannels() != 1 {
+		t.Fatalf("images of %d×%d×%d; zoo.py's resnet9 takes Fashion-MNIST's 1×28×28", train.NumChannels(), train.Rows, train.Cols)
+	}
+	mu, sd := meanStd(train.Images)
+	normalise := func(px []uint8) []float32 {
+		out := make([]float32, len(px))
+		for i, p := range px {
+			out[i] = (float32(p)/255 - mu) / sd
+		}
+		return out
+	}
+	trainX := normalise(train.Images)
+	testX := tensor.FromFloat32(b, nil, normalise(test.Images), test.N, 1, side, side)
+	defer testX.Release()
+
+	cfg := models.DefaultResNet9Config()
+	cfg.Width = z.sizes.resnetWidth
+	m := models.NewResNet9(b, 1, cfg)
+	defer m.Release()
+	stepsPerEpoch := train.N / bs
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sgd.Release()
+	sched := optim.NewOneCycleLR(0.2, epochs*stepsPerEpoch)
+	sched.PctStart, sched.AnnealLinear = 0.25, true
+
+	rng := rand.New(rand.NewPCG(1, 1))
+	augmented := make([]float32, len(trainX))
+	idx, labels := make([]int32, bs), make([]int32, bs)
+	scope := tensor.NewScope()
+	defer scope.Release()
+	sgd.ZeroGrad()
+	step := 0
+	for e := range epochs {
+		nn.SetTraining(m, true)
+		augStart := time.Now()
+		augmentTranslateFlip(augmented, trainX, train.N, side, pad, rng)
+		perm := rng.Perm(train.N)
+		augSecs := time.Since(augStart).Seconds()
+		z.sync(t)
+		start := time.Now()
+		xa := tensor.FromFloat32(b, nil, augmented, train.N, 1, side, side)
+		var loss *tensor.Tensor
+		for i := range stepsPerEpoch {
+			for j := range idx {
+				k := perm[i*bs+j]
+				idx[j], labels[j] = int32(k), int32(train.Labels[k])
+			}
+			scope.Reset()
+			// The batch's indices and labels (2 KiB each) go up with the
+			// step, in its scope, and so do all the tensors derived from
+			// them (IndexSelect gathers float32 rows only).
+			batch := tensor.FromInt32(b, scope, idx, bs)
+			sgd.SetLR(sched.LR(step))
+			sgd.Momentum = sched.Momentum(step)
+			loss = m.Loss(tensor.IndexSelect(xa, 0, batch), tensor.FromInt32(b, scope, labels, bs))
+			loss.Backward()
+			sgd.StepAndZeroGrad()
+			step++
+		}
+		z.sync(t)
+		secs := time.Since(start).Seconds()
+		lastLoss := loss.Item()
+		xa.Release()
+		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
+		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
+			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "step", "eager")
+	}
+}
+
+// meanStd is the mean and unbiased standard deviation of the pixels /255,
+// as torch's Xtr.mean() and Xtr.std().
+func meanStd(px []uint8) (float32, float32) {
+	var sum, sq float64
+	for _, p := range px {
+		v := float64(p) / 255
+		sum += v
+		sq += v * v
+	}
+	n := float64(len(px))
+	mean := sum / n
+	return float32(mean), float32(math.Sqrt((sq - n*mean*mean) / (n - 1)))
+}
+
+// augmentTranslateFlip writes into dst each of the n one-channel images of
+// src (side×side) shifted as zoo.py does: padded by pad zeros on each
+// side, cropped at a random offset (dy, dx) in [0, 2·pad], and mirrored
+// left to right with probability 1/2.
+func augmentTranslateFlip(dst, src []float32, n, side, pad int, rng *rand.Rand) {
+	for i := range n {
+		dy, dx := rng.IntN(2*pad+1)-pad, rng.IntN(2*pad+1)-pad
+		flip := rng.IntN(2) == 1
+		img, out := src[i*side*side:(i+1)*side*side], dst[i*side*side:(i+1)*side*side]
+		for r := range side {
+			for c := range side {
+				sc := c
+				if flip {
+					sc = side - 1 - c
+				}
+				y, x := r+dy, sc+dx
+				v := float32(0)
+				if y >= 0 && y < side && x >= 0 && x < side {
+					v = img[y*side+x]
+				}
+				out[r*side+c] = v
+			}
+		}
+	}
+}
+
+// zooAccuracy is the percentage of test images (on the device) whose
+// largest logit is their label, in evaluation mode, in batches.
+func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int) float64 {
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, true)
+	n, correct := x.Dim(0), 0
+	for start := 0; start < n; start += batch {
+		k := min(batch, n-start)
+		s := tensor.NewNoGradScope()
+		xs := tensor.Empty(x.Backend(), s, k, x.Dim(1), x.Dim(2), x.Dim(3)) // in s, so is all that derives from it
+		tensor.CopyTensor(xs, x.Narrow(0, start, k))
+		pred := tensor.Argmax(m.Logits(xs)).Int32s()
+		for i, p := range pred {
+			if p == int32(labels[start+i]) {
+				correct++
+			}
+		}
+		s.Release()
+	}
+	return float64(correct) * 100 / float64(n)
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// zooAirbench is zoo.py's airbench case: N(0, 1) images [50000, 3, 32,
+// 32] and random labels on the device, batch 1024, SGD (lr 0.1, Nesterov
+// momentum 0.85, weight decay 5e-4), label smoothing 0.2 on logits / 9,
+// three epochs timed. Each batch is copied into the captured step's input
+// tensors on the device before its replay.
+func zooAirbench(t *testing.T, z *zooEnv) {
+	b, n, bs := z.b, z.sizes.airN, z.sizes.airBatch
+	gen := tensor.NewGenerator(1)
+	x := tensor.RandN(b, nil, gen, n, 3, 32, 32)
+	defer x.Release()
+	rng := rand.New(rand.NewPCG(1, 2))
+	y := tensor.FromInt32(b, nil, randomLabels(rng, n, 10), n)
+	defer y.Release()
+	xb, yb := tensor.Zeros(b, nil, bs, 3, 32, 32), tensor.FromInt32(b, nil, make([]int32, bs), bs)
+	defer xb.Release()
+	defer yb.Release()
+
+	m := models.NewAirbench(b, 1, models.DefaultAirbenchConfig())
+	defer m.Release()
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.1, Momentum: 0.85, Nesterov: true, WeightDecay: 5e-4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sgd.Release()
+	sgd.ZeroGrad()
+	st := newZooStepper(z.gpu, sgd, func(s *tensor.Scope) *tensor.Tensor {
+		loss := m.Loss(scoped(s, xb), yb)
+		loss.Backward()
+		sgd.StepAndZeroGrad()
+		return loss
+	})
+	defer st.close()
+	for e := range z.sizes.airEpochs {
+		z.sync(t)
+		start := time.Now()
+		var loss *tensor.Tensor
+		for i := range n / bs {
+			tensor.CopyTensor(xb, x.Narrow(0, i*bs, bs))
+			tensor.CopyTensor(yb, y.Narrow(0, i*bs, bs))
+			loss = st.run()
+		}
+		z.sync(t)
+		secs := time.Since(start).Seconds()
+		z.out(t, "airbench", "epoch", e+1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
+			"peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+	}
+}
+
+// zooGPT is zoo.py's gpt case: the corpus's bytes as tokens (the distinct
+// bytes, sorted, as the vocabulary), the first 90% for training, random
+// windows of 256 tokens in batches of 64, AdamW (lr 1e-3, torch's betas,
+// eps and weight decay 0.01), gradients clipped to norm 1, dropout 0.2
+// drawn on the device; three rounds of 100 steps, each timed.
+//
+// zoo.py's Block also drops attention probabilities (dropout_p=0.2 in
+// scaled_dot_product_attention); nn.TransformerBlock does not, so this
+// run does a little less work per step than torch's.
+func zooGPTCorpus(t *testing.T, z *zooEnv) {
+	path := os.Getenv("EMBER_ZOO_CORPUS")
+	if path == "" {
+		t.Skip("EMBER_ZOO_CORPUS is not set (a text file)")
+	}
+	text, err := data.LoadText(path, data.TextOptions{Level: data.ByteLevel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zooGPT(t, z, text)
+}
+
+func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
+	cfg := z.sizes.gpt
+	b, bsz, ctx, steps := z.b, z.sizes.gptBatch, cfg.Context, z.sizes.gptSteps
+	v := text.Vocab.Size()
+	cfg.Vocab = v
+	cut := int(0.9 * float64(len(text.Train)))
+	// zoo.py draws starts in [0, cut-T-2]: the sampler over the first
+	// cut-1 tokens draws them in [0, cut-1-T-1].
+	sampler, err := data.NewWindowSampler(text.Train[:cut-1], ctx, bsz, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := models.NewGPT(b, 1, cfg)
+	defer m.Release()
+	dg := tensor.NewDeviceGenerator(b, 1)
+	defer dg.Release()
+	nn.SetRandomSource(m, dg)
+	adam, err := optim.NewAdamW(nn.Parameters(m), optim.DefaultAdamWConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adam.Release()
+	ids, targets := tensor.FromInt32(b, nil, make([]int32, bsz*ctx), bsz, ctx), tensor.FromInt32(b, nil, make([]int32, bsz*ctx), bsz, ctx)
+	defer ids.Release()
+	defer targets.Release()
+	hx, hy := make([]int32, bsz*ctx), make([]int32, bsz*ctx)
+	adam.ZeroGrad()
+	st := newZooStepper(z.gpu, adam, func(s *tensor.Scope) *tensor.Tensor {
+		loss := m.Loss(scoped(s, ids), targets)
+		loss.Backward()
+		optim.ClipGradNorm(s, adam.Gradients(), 1.0)
+		adam.StepAndZeroGrad()
+		return loss
+	})
+	defer st.close()
+	for r := range z.sizes.gptRounds {
+		z.sync(t)
+		start := time.Now()
+		var loss *tensor.Tensor
+		for i := range steps {
+			sampler.BatchInto(r*steps+i, hx, hy)
+			b.Upload(ids.Buffer(), hx)
+			b.Upload(targets.Buffer(), hy)
+			adam.Prepare()
+			loss = st.run()
+		}
+		z.sync(t)
+		secs := time.Since(start).Seconds()
+		z.out(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx)/secs),
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+	}
+}
+
+// The harness itself, run on the CPU at tiny sizes on synthetic data, so
+// that its bookkeeping (scopes, batches, schedules, evaluation, the JSON
+// lines) is checked where there is no GPU; the GPU run differs only by
+// synchronisation, capture and the memory statistics.
+func TestZooHarnessCPU(t *testing.T) {
+	z := &zooEnv{b: tensor.CPU, sizes: zooSizes{
+		resnetWidth: 4, resnetBatch: 8, resnetEpochs: 2, evalBatch: 5,
+		airN: 8, airBatch: 4, airEpochs: 2,
+		gpt:      models.GPTConfig{Layers: 1, Heads: 2, Channels: 16, Context: 8, Dropout: 0.2},
+		gptBatch: 2, gptSteps: 3, gptRounds: 2,
+	}}
+	rng := rand.New(rand.NewPCG(12, 1))
+	images := func(n int) *data.Dataset {
+		d := &data.Dataset{Images: make([]uint8, n*28*28), Labels: make([]uint8, n), N: n, Rows: 28, Cols: 28}
+		for i := range d.Images {
+			d.Images[i] = uint8(rng.IntN(256))
+		}
+		for i := range d.Labels {
+			d.Labels[i] = uint8(rng.IntN(10))
+		}
+		return d
+	}
+	zooResNet9(t, z, images(24), images(12))
+	zooAirbench(t, z)
+	corpus := make([]byte, 400)
+	for i := range corpus {
+		corpus[i] = "abcdefgh\n"[rng.IntN(9)]
+	}
+	text, err := data.NewText(corpus, "corpus", data.TextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zooGPT(t, z, text)
+
+	want := []string{"resnet9", "resnet9", "airbench", "airbench", "gpt", "gpt"}
+	if len(z.lines) != len(want) {
+		t.Fatalf("%d JSON lines, want %d: %v", len(z.lines), len(want), z.lines)
+	}
+	for i, l := range z.lines {
+		loss, _ := l["loss"].(float64)
+		if l["what"] != want[i] || !(loss > 0) || math.IsInf(loss, 0) {
+			t.Errorf("line %d: %v; want %s with a finite positive loss", i, l, want[i])
+		}
+	}
+	if acc, _ := z.lines[1]["test_acc"].(float64); acc < 0 || acc > 100 || z.lines[1]["epoch"] != 2 {
+		t.Errorf("resnet9's second line %v", z.lines[1])
+	}
+	if z.lines[5]["round"] != 2 || z.lines[5]["vocab"] != 9 {
+		t.Errorf("gpt's second line %v", z.lines[5])
+	}
+}
