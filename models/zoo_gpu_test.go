@@ -230,10 +230,9 @@ func (z *zooStepper) close() {
 // pixels (zero padding of the normalised images, then a crop) and a
 // horizontal flip with probability 1/2 drawn afresh every epoch.
 //
-// The augmentation is made on the host with a seeded generator and
-// uploaded once per epoch (this branch has no augmentation op on the
-// device); its time is reported apart ("augment_s"), and "s" counts the
-// upload and the steps. The steps run eagerly: the cycled momentum is a
+// The augmentation runs in the batch gather on the device by default
+// (EMBER_ZOO_AUG below); "s" counts the steps of an epoch, the gather
+// included. The steps run eagerly: the cycled momentum is a
 // launch argument of the SGD kernel, so a captured step would keep the
 // momentum of its capture.
 func zooResNet9Data(t *testing.T, z *zooEnv) {
@@ -282,8 +281,30 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 	sched := optim.NewOneCycleLR(0.2, epochs*stepsPerEpoch)
 	sched.PctStart, sched.AnnealLinear = 0.25, true
 
+	// EMBER_ZOO_AUG: "device" (the default: the batch gather crops, flips
+	// and normalises on the device, tensor.AugmentGather), "none" (the
+	// same gather without crop or flip, to measure what augmentation
+	// costs) or "host" (augmented copies made on the host each epoch).
+	mode := os.Getenv("EMBER_ZOO_AUG")
+	if mode == "" {
+		mode = "device"
+	}
 	rng := rand.New(rand.NewPCG(1, 1))
-	augmented := make([]float32, len(trainX))
+	var augmented []float32
+	var pixels, norm *tensor.Tensor
+	spec := tensor.AugmentSpec{C: 1, H: side, W: side, Pad: pad, FlipProb: 0.5, Seed: 1,
+		Fill: uint8(math.Round(float64(mu) * 255))} // zoo.py pads the normalised images with 0, the mean
+	if mode == "host" {
+		augmented = make([]float32, len(trainX))
+	} else {
+		if mode == "none" {
+			spec.Pad, spec.FlipProb = 0, 0
+		}
+		pixels = tensor.FromUint8(b, nil, train.Images, train.N, 1, side, side)
+		defer pixels.Release()
+		norm = tensor.AugmentNorm(b, nil, []float32{mu}, []float32{sd})
+		defer norm.Release()
+	}
 	idx, labels := make([]int32, bs), make([]int32, bs)
 	scope := tensor.NewScope()
 	defer scope.Release()
@@ -292,12 +313,18 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 	for e := range epochs {
 		nn.SetTraining(m, true)
 		augStart := time.Now()
-		augmentTranslateFlip(augmented, trainX, train.N, side, pad, rng)
+		if mode == "host" {
+			augmentTranslateFlip(augmented, trainX, train.N, side, pad, rng)
+		}
+		spec.Offset = tensor.AugmentOffset(e, train.N)
 		perm := rng.Perm(train.N)
 		augSecs := time.Since(augStart).Seconds()
 		z.sync(t)
 		start := time.Now()
-		xa := tensor.FromFloat32(b, nil, augmented, train.N, 1, side, side)
+		var xa *tensor.Tensor
+		if mode == "host" {
+			xa = tensor.FromFloat32(b, nil, augmented, train.N, 1, side, side)
+		}
 		var loss *tensor.Tensor
 		for i := range stepsPerEpoch {
 			for j := range idx {
@@ -307,11 +334,17 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 			scope.Reset()
 			// The batch's indices and labels (2 KiB each) go up with the
 			// step, in its scope, and so do all the tensors derived from
-			// them (IndexSelect gathers float32 rows only).
+			// them.
 			batch := tensor.FromInt32(b, scope, idx, bs)
+			var x *tensor.Tensor
+			if mode == "host" {
+				x = tensor.IndexSelect(xa, 0, batch)
+			} else {
+				x = tensor.AugmentGather(scope, pixels, batch, norm, spec)
+			}
 			sgd.SetLR(sched.LR(step))
 			sgd.Momentum = sched.Momentum(step)
-			loss = m.Loss(tensor.IndexSelect(xa, 0, batch), tensor.FromInt32(b, scope, labels, bs))
+			loss = m.Loss(x, tensor.FromInt32(b, scope, labels, bs))
 			loss.Backward()
 			sgd.StepAndZeroGrad()
 			step++
@@ -319,9 +352,11 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		lastLoss := loss.Item()
-		xa.Release()
+		if xa != nil {
+			xa.Release()
+		}
 		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
-		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
+		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
 			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "step", "eager")
 	}
 }

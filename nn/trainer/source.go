@@ -32,6 +32,12 @@ type Source interface {
 	Batch(s *tensor.Scope) Batch
 }
 
+// EpochSetter is a Source whose batches depend on the epoch (augmentation
+// draws): Run tells it each epoch before its first batch.
+type EpochSetter interface {
+	SetEpoch(epoch int)
+}
+
 // Images is a Source of a whole image data set held on the device as
 // bytes (data.Dataset's uint8 pixels), normalised into float32 batches
 // [B, channels, rows, cols] by one gather per step (tensor.GatherNormalize:
@@ -39,11 +45,69 @@ type Source interface {
 // transfer per step other than the batch's indices and labels.
 type Images struct {
 	set          *data.Dataset
+	aug          *Augmentation
+	augNorm      *tensor.Tensor // float32 [2, C]: the per-channel scale and shift
+	augState     *tensor.Tensor // int32 [4]: seed and epoch offset, on the device
 	pixels       *tensor.Tensor // uint8 [N, channels·rows·cols]
 	idx, labels  *tensor.Tensor // int32 [B] each, views of batch
 	batch        *tensor.Tensor // idx and labels packed: one upload per step
 	host         []int32        // the indices, then the labels
 	scale, shift float32
+}
+
+// Augmentation is the per-sample augmentation of an Images source, run in
+// the batch gather on the device (tensor.AugmentGatherAt): a random crop of
+// the image padded by Pad pixels (a translation), a horizontal flip with
+// probability FlipProb, and a Cutout-sided square zeroed; the pixels are
+// normalised by Mean and Std per channel (0-1 scale). Draws depend on
+// (Seed, epoch, sample) only, the same bits on every backend.
+type Augmentation struct {
+	Pad      int
+	FlipProb float32
+	Cutout   int
+	Mean     []float32
+	Std      []float32
+	Seed     uint64
+}
+
+// SetAugmentation makes the training batches augmented as a says; nil
+// turns augmentation off. Call it before training.
+func (im *Images) SetAugmentation(a *Augmentation) error {
+	if im.augNorm != nil {
+		im.augNorm.Release()
+		im.augState.Release()
+		im.augNorm, im.augState = nil, nil
+	}
+	im.aug = a
+	if a == nil {
+		return nil
+	}
+	d := im.set
+	if len(a.Mean) != d.NumChannels() || len(a.Std) != d.NumChannels() {
+		return fmt.Errorf("trainer: augmentation with %d means and %d deviations for %d channels", len(a.Mean), len(a.Std), d.NumChannels())
+	}
+	spec := im.spec()
+	if err := spec.Check(); err != nil {
+		return err
+	}
+	b := im.pixels.Backend()
+	return tensor.Guard(func() {
+		im.augNorm = tensor.AugmentNorm(b, nil, a.Mean, a.Std)
+		im.augState = tensor.NewAugmentState(b, nil, a.Seed, 0)
+	})
+}
+
+func (im *Images) spec() tensor.AugmentSpec {
+	d, a := im.set, im.aug
+	return tensor.AugmentSpec{C: d.NumChannels(), H: d.Rows, W: d.Cols, Pad: a.Pad, FlipProb: a.FlipProb, Cutout: a.Cutout, Seed: a.Seed}
+}
+
+// SetEpoch gives each epoch its own augmentation draws (an upload of the
+// epoch's counter offset, which a replayed graph reads on the device).
+func (im *Images) SetEpoch(epoch int) {
+	if im.aug != nil {
+		tensor.SetAugmentState(im.augState, im.aug.Seed, tensor.AugmentOffset(epoch, im.set.N))
+	}
 }
 
 // MNISTScale and MNISTShift are the scale and shift of (x/255 - data.Mean)/data.Std
@@ -103,6 +167,10 @@ func (im *Images) Load(indices []int32) {
 // Batch gathers and normalises the loaded images.
 func (im *Images) Batch(s *tensor.Scope) Batch {
 	d := im.set
+	if im.aug != nil {
+		x := tensor.AugmentGatherAt(s, im.pixels, im.idx, im.augNorm, im.augState, im.spec())
+		return Batch{Inputs: x, Labels: im.labels}
+	}
 	x := tensor.GatherNormalize(s, im.pixels, im.idx, im.scale, im.shift).Reshape(im.BatchSize(), d.NumChannels(), d.Rows, d.Cols)
 	return Batch{Inputs: x, Labels: im.labels}
 }
@@ -147,10 +215,10 @@ func (im *Images) evaluate(m nn.Module, batch int) (loss, accuracy float64) {
 
 // Release frees the device copy of the images and the batch tensors.
 func (im *Images) Release() {
-	for _, t := range []*tensor.Tensor{im.pixels, im.batch} {
+	for _, t := range []*tensor.Tensor{im.pixels, im.batch, im.augNorm, im.augState} {
 		if t != nil {
 			t.Release()
 		}
 	}
-	im.pixels, im.batch = nil, nil
+	im.pixels, im.batch, im.augNorm, im.augState = nil, nil, nil, nil
 }

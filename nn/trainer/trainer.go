@@ -290,6 +290,9 @@ func (r *run) loop(ctx context.Context) error {
 	res := r.res
 	for epoch := startEpoch; epoch < c.Epochs; epoch++ {
 		perm := data.Permutation(src.Len(), c.Seed, epoch)
+		if es, ok := src.(EpochSetter); ok {
+			es.SetEpoch(epoch)
+		}
 		first := 0
 		if epoch == startEpoch {
 			first = startStep
