@@ -67,6 +67,9 @@ type options struct {
 	memoryLimit string
 	tf32        bool
 	bench       bool
+	augment     bool
+	nesterov    bool
+	weightDecay float64
 	noGraph     bool
 	model       string
 	dataset     string
@@ -109,6 +112,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the Debian package's directory)")
 	fs.StringVar(&o.optimizer, "optimizer", "sgd", "optimiser: sgd (with --momentum) or adamw (torch's defaults besides --lr)")
 	fs.StringVar(&o.schedule, "schedule", "none", "learning-rate schedule over the whole run: none, onecycle (peak --lr) or cosine (from --lr)")
+	fs.BoolVar(&o.augment, "augment", false, "augment on the device: translate by up to 2 pixels and flip horizontally, normalised by the training set's per-channel mean and deviation")
+	fs.BoolVar(&o.nesterov, "nesterov", false, "Nesterov momentum for --optimizer sgd")
+	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "SGD's L2 weight decay (AdamW keeps torch's 0.01, decoupled)")
 	fs.BoolVar(&o.overwrite, "overwrite", false, "let --save and --metrics replace an existing file that train did not write")
 	fs.BoolVar(&o.allowOtherData, "allow-other-data", false, "let --resume continue on a data set other than the checkpoint's")
 	if err := fs.Parse(args); err != nil {

@@ -34,6 +34,9 @@ var settings = []setting{
 	{"dataset", func(o *options) string { return o.dataset }, func(o *options, v string) error { o.dataset = v; return nil }},
 	{"optimizer", func(o *options) string { return o.optimizer }, func(o *options, v string) error { o.optimizer = v; return nil }},
 	{"schedule", func(o *options) string { return o.schedule }, func(o *options, v string) error { o.schedule = v; return nil }},
+	{"augment", func(o *options) string { return strconv.FormatBool(o.augment) }, func(o *options, v string) (err error) { o.augment, err = strconv.ParseBool(v); return }},
+	{"nesterov", func(o *options) string { return strconv.FormatBool(o.nesterov) }, func(o *options, v string) (err error) { o.nesterov, err = strconv.ParseBool(v); return }},
+	{"weight-decay", func(o *options) string { return fmt.Sprint(o.weightDecay) }, func(o *options, v string) (err error) { o.weightDecay, err = strconv.ParseFloat(v, 64); return }},
 }
 
 // dataFlag is how --data is recorded: as an absolute path, so that a resume

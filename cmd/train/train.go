@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"time"
@@ -136,11 +137,32 @@ func (t *job) setup(ctx context.Context) error {
 
 	return guarded(func() (err error) {
 		b := t.dev.backend
-		if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, trainer.MNISTScale, trainer.MNISTShift); err != nil {
+		scale, shift := trainer.MNISTScale, trainer.MNISTShift
+		var mean, std float32
+		if o.dataset != "mnist" {
+			// Other data sets are normalised by their own training
+			// set's statistics, as zoo.py does.
+			mean, std = pixelStats(t.train.Images)
+			scale, shift = 1/(255*std), -mean/std
+		}
+		if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, scale, shift); err != nil {
 			return err
 		}
-		if t.testSet, err = trainer.NewImages(b, t.test, 0, trainer.MNISTScale, trainer.MNISTShift); err != nil {
+		if t.testSet, err = trainer.NewImages(b, t.test, 0, scale, shift); err != nil {
 			return err
+		}
+		if o.augment {
+			if std == 0 {
+				mean, std = float32(data.Mean), float32(data.Std)
+			}
+			means, stds := make([]float32, t.train.NumChannels()), make([]float32, t.train.NumChannels())
+			for c := range means {
+				means[c], stds[c] = mean, std
+			}
+			a := &trainer.Augmentation{Pad: 2, FlipProb: 0.5, Mean: means, Std: stds, Seed: o.seed}
+			if err := t.trainSet.SetAugmentation(a); err != nil {
+				return usageError{fmt.Errorf("--augment: %v", err)}
+			}
 		}
 		if t.dev.memory != nil {
 			t.dev.memory.MarkDataset(t.trainSet.Bytes() + t.testSet.Bytes())
@@ -215,6 +237,22 @@ func (t *job) dataError(err error) error {
 	return usageError{err}
 }
 
+// pixelStats is the mean and (unbiased) standard deviation of the pixels
+// on a 0-1 scale, over every channel.
+func pixelStats(px []uint8) (mean, std float32) {
+	var hist [256]float64
+	for _, p := range px {
+		hist[p]++
+	}
+	var n, sum, sq float64
+	for v, c := range hist {
+		x := float64(v) / 255
+		n, sum, sq = n+c, sum+c*x, sq+c*x*x
+	}
+	m := sum / n
+	return float32(m), float32(math.Sqrt((sq - n*m*m) / (n - 1)))
+}
+
 // newOptimizer builds the optimiser --optimizer names.
 func (t *job) newOptimizer() (trainer.Optimizer, error) {
 	o := t.opt
@@ -224,7 +262,7 @@ func (t *job) newOptimizer() (trainer.Optimizer, error) {
 		cfg.LR = o.lr
 		return optim.NewAdamGroups(optim.DecayGroups(params, o.lr, cfg.WeightDecay), cfg, true)
 	}
-	return optim.NewSGD(params, optim.SGDConfig{LR: o.lr, Momentum: o.momentum})
+	return optim.NewSGD(params, optim.SGDConfig{LR: o.lr, Momentum: o.momentum, Nesterov: o.nesterov, WeightDecay: o.weightDecay})
 }
 
 // schedule is the learning-rate schedule --schedule names over the whole

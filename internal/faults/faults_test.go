@@ -379,7 +379,7 @@ func faults() []fault {
 		{[]string{"--bogus"}, "-bogus"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--batch-size", "100"}, "--batch-size 100 is larger than the 64 training images"},
-		{[]string{"--model", "resnet"}, `--model "resnet": want one of lenet, mlp`},
+		{[]string{"--model", "resnet"}, `--model "resnet": want one of airbench, gpt, lenet, mlp, resnet9`},
 		{[]string{"--dataset", "cifar"}, `--dataset "cifar": want mnist or fashion-mnist`},
 		{[]string{"--optimizer", "lion"}, `--optimizer "lion": want sgd or adamw`},
 		{[]string{"--schedule", "step"}, `--schedule "step": want none, onecycle or cosine`},

@@ -168,7 +168,8 @@ func (im *Images) Load(indices []int32) {
 func (im *Images) Batch(s *tensor.Scope) Batch {
 	d := im.set
 	if im.aug != nil {
-		x := tensor.AugmentGatherAt(s, im.pixels, im.idx, im.augNorm, im.augState, im.spec())
+		images := im.pixels.Reshape(d.N, d.NumChannels(), d.Rows, d.Cols)
+		x := tensor.AugmentGatherAt(s, images, im.idx, im.augNorm, im.augState, im.spec())
 		return Batch{Inputs: x, Labels: im.labels}
 	}
 	x := tensor.GatherNormalize(s, im.pixels, im.idx, im.scale, im.shift).Reshape(im.BatchSize(), d.NumChannels(), d.Rows, d.Cols)

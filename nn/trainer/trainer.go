@@ -234,6 +234,13 @@ func (r *run) logf(format string, args ...any) { fmt.Fprintf(r.cfg.Log, format+"
 
 func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
+// ModelLoss is a model with a training loss of its own (label smoothing,
+// a scale on the logits: models.ResNet9), which Run uses when Config.Loss
+// is nil and the model is no LossSummer.
+type ModelLoss interface {
+	Loss(x, labels *tensor.Tensor) *tensor.Tensor
+}
+
 // lossOf is the step's loss, added into the epoch's running sum.
 func (r *run) lossOf(batch Batch, sum *tensor.Tensor) *tensor.Tensor {
 	if r.cfg.Loss == nil {
@@ -244,6 +251,8 @@ func (r *run) lossOf(batch Batch, sum *tensor.Tensor) *tensor.Tensor {
 	var loss *tensor.Tensor
 	if r.cfg.Loss != nil {
 		loss = r.cfg.Loss(r.cfg.Model, batch)
+	} else if ml, ok := r.cfg.Model.(ModelLoss); ok {
+		loss = ml.Loss(batch.Inputs, batch.Labels)
 	} else {
 		loss = tensor.CrossEntropy(r.cfg.Model.Forward(batch.Inputs), batch.Labels)
 	}
