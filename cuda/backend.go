@@ -152,6 +152,7 @@ type Backend struct {
 	side          *sideLane // nil with EMBER_SIDE_STREAM=0
 	dnn           *dnnConvs // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
 	dnnErr        error     // why dnn is nil
+	dnnEverywhere bool      // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
 	gen           generated // generated elementwise kernels (ewk.go)
 }

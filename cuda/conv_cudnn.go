@@ -205,11 +205,26 @@ func (b *Backend) runDNN(op string, p *convPlan, dir convDirection, a convAlgo, 
 	devCheck(op, n.with(func() error { return n.run(dir, p.descs, a, 1, p1, p2, beta, p3, ws.Ptr()) }))
 }
 
+// Where cuDNN is faster than im2col + cuBLAS, measured on the H200 at
+// ResNet-9's shapes (batch 512, 3x3, deterministic algorithms, fp32;
+// docs/performance.md): the forward pass for output planes of 14x14 and
+// more (0.72-0.88x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
+// neither backward pass (2.6x, 1.3x, 1.5x, 1.8x, 1.6x, 1.6x). Grouped
+// convolutions go to cuDNN in both directions: im2col runs one GEMM per
+// group.
+const cudnnMinForwardPlane = 14 * 14
+
+func (b *Backend) cudnnForward(c convShape) bool {
+	return b.dnnEverywhere || c.groups > 1 || c.oh*c.ow >= cudnnMinForwardPlane
+}
+
+func (b *Backend) cudnnBackward(c convShape) bool { return b.dnnEverywhere || c.groups > 1 }
+
 // conv2dCuDNN is Conv2d through cuDNN; false (nothing queued) where cuDNN
 // is not used for c.
 func (b *Backend) conv2dCuDNN(op string, py, px, pw, pbias uintptr, c convShape) bool {
 	g, ok := b.descGeom(c)
-	if !ok {
+	if !ok || !b.cudnnForward(c) {
 		return false
 	}
 	s := b.dnn
@@ -237,7 +252,7 @@ func (b *Backend) conv2dCuDNN(op string, py, px, pw, pbias uintptr, c convShape)
 // cuDNN; false (nothing queued) where cuDNN is not used for c.
 func (b *Backend) conv2dBackwardCuDNN(op string, pdx, pdw, pdb, pdy, px, pw, pmask uintptr, c convShape) bool {
 	g, ok := b.descGeom(c)
-	if !ok {
+	if !ok || !b.cudnnBackward(c) {
 		return false
 	}
 	s := b.dnn

@@ -41,6 +41,9 @@ func cudnnBackends(t *testing.T) (dnn, plain *Backend) {
 		}
 		t.Skipf("cuDNN is not used: %v", err)
 	}
+	// Every geometry through cuDNN, not only where it is faster: the
+	// comparison and the benchmark are of cuDNN itself.
+	dnn.dnnEverywhere = true
 	return dnn, newGPUBackend(t, BackendOptions{NoCuDNN: true})
 }
 

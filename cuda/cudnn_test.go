@@ -419,8 +419,8 @@ func TestCuDNNConvForwardDispatch(t *testing.T) {
 
 	// Another geometry is searched for on its own.
 	g2 := g
-	g2.StrideH, g2.StrideW = 2, 2
-	b.Conv2d(recBuf(t, b, g2.N*g2.K*g2.OutH()*g2.OutW()), x, w, tensor.Buffer{}, g2)
+	g2.K = 96 // (a 7x7 output, stride 2, would stay on im2col: cudnnForward)
+	b.Conv2d(recBuf(t, b, g2.N*g2.K*g2.OutH()*g2.OutW()), x, recBuf(t, b, g2.WeightLen()), tensor.Buffer{}, g2)
 	if f.count("fwdFind") != 2 || len(b.dnn.plans) != 2 {
 		t.Errorf("a second geometry: %d searches, %d plans; want 2, 2", f.count("fwdFind"), len(b.dnn.plans))
 	}
@@ -428,7 +428,7 @@ func TestCuDNNConvForwardDispatch(t *testing.T) {
 	// While a graph is captured: the heuristic, not a search, and nothing
 	// kept.
 	g3 := g
-	g3.PadH, g3.PadW = 0, 0
+	g3.K = 48
 	y3 := recBuf(t, b, g3.N*g3.K*g3.OutH()*g3.OutW())
 	b.capturing.Store(true)
 	b.Conv2d(y3, x, w, tensor.Buffer{}, g3)
@@ -450,6 +450,14 @@ func TestCuDNNConvForwardDispatch(t *testing.T) {
 	}
 }
 
+// groupedGeom is resnetGeom in two groups: both directions go to cuDNN
+// (cudnnBackward).
+func groupedGeom(relu bool) tensor.ConvGeom {
+	g := resnetGeom(relu)
+	g.Groups = 2
+	return g
+}
+
 func mustDescGeom(t *testing.T, b *Backend, g tensor.ConvGeom) convDescGeom {
 	t.Helper()
 	d, ok := b.descGeom(convShapeOf("test", g))
@@ -461,7 +469,7 @@ func mustDescGeom(t *testing.T, b *Backend, g tensor.ConvGeom) convDescGeom {
 
 func TestCuDNNConvBackwardDispatch(t *testing.T) {
 	b, rec, f := fakeBackend(t, false)
-	g := resnetGeom(true)
+	g := groupedGeom(true)
 	xLen, yLen := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW()
 	dx, dw, db := recBuf(t, b, xLen), recBuf(t, b, g.WeightLen()), recBuf(t, b, g.K)
 	dy, x, w, y := recBuf(t, b, yLen), recBuf(t, b, xLen), recBuf(t, b, g.WeightLen()), recBuf(t, b, yLen)
@@ -506,7 +514,7 @@ func TestCuDNNFallbackWithoutDeterministicAlgorithm(t *testing.T) {
 	for i := range f.perf["bwdFilterFind"] {
 		f.perf["bwdFilterFind"][i].Determinism = 0
 	}
-	g := resnetGeom(false)
+	g := groupedGeom(false)
 	xLen, yLen := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW()
 	dx, dw, dy, x, w := recBuf(t, b, xLen), recBuf(t, b, g.WeightLen()), recBuf(t, b, yLen), recBuf(t, b, xLen), recBuf(t, b, g.WeightLen())
 	for range 2 {
