@@ -587,9 +587,20 @@ func (b *Backend) Upload(dst tensor.Buffer, src any) {
 	if n == 0 {
 		return
 	}
+	if b.capturing.Load() {
+		// A graph replays a copy from the host address it recorded, long
+		// after this slice is gone: the step would read stale memory.
+		panic(&tensor.Error{Op: "cuda: upload", Err: ErrUploadInCapture})
+	}
 	devCheck("upload", b.x.copyHtoD(d, p, n*dt.Size()))
 	runtime.KeepAlive(src)
 }
+
+// ErrUploadInCapture is the error of a host-to-device copy queued while a
+// graph is captured (Capture then fails, and callers run the step
+// eagerly): upload a step's inputs into the tensors it reads before
+// capturing it and between replays instead.
+var ErrUploadInCapture = errors.New("cuda: a host-to-device copy inside a captured graph would replay from stale host memory; upload before the capture and between replays")
 
 // Download waits for the work queued so far and copies src into a host
 // slice. A device error of earlier work surfaces here, as a panic with a
