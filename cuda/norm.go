@@ -106,7 +106,7 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 		b.launchGrid(op, b.kernel("ember_batch_norm_sum_partial"), blocks, blockSize, append([]any{sums, px}, dims...)...)
 		b.launchGrid(op, b.kernel("ember_batch_norm_square_partial"), blocks, blockSize, append([]any{squares, sums, px}, dims...)...)
 	}
-	b.launch(op, b.kernel("ember_batch_norm_finish"), c, pm, pi, prm, prv, sums, squares,
+	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, sums, squares,
 		int64(n), int64(c), int64(inner), int64(parts), flag(training), momentum, eps)
 	args := []any{b.f32(op, y), px, pm, pi, b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c),
 		int64(total), int64(c), int64(inner)}
@@ -141,7 +141,7 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 		}
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), min(c*parts, maxGrid), blockSize, partial,
 			pdy, px, pm, pi, int64(n), int64(c), int64(inner), int64(parts))
-		b.launch(op, b.kernel("ember_batch_norm_backward_finish"), c, coef, pdw, pdb, partial,
+		b.launchGrid(op, b.kernel("ember_batch_norm_backward_finish"), warpGroups(c), blockSize, coef, pdw, pdb, partial,
 			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))
 	}
 	if !dx.Empty() {
@@ -152,10 +152,11 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	}
 }
 
-// rowWarps is the grid of a one-warp-per-row kernel over rows.
-func rowWarps(rows int) int {
+// warpGroups is the grid of a kernel that gives each of groups (rows,
+// channels) one warp.
+func warpGroups(groups int) int {
 	perBlock := blockSize / 32
-	return min(max((rows+perBlock-1)/perBlock, 1), maxGrid)
+	return min(max((groups+perBlock-1)/perBlock, 1), maxGrid)
 }
 
 // LayerNorm normalises each row of x [rows, cols] (tensor.NormBackend):
@@ -172,7 +173,7 @@ func (b *Backend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias tensor.Buff
 	args := []any{b.f32(op, y), b.f32(op, saveMean), b.f32(op, saveInvStd), b.f32(op, x),
 		b.f32Opt(op, "weight", weight, cols), b.f32Opt(op, "bias", bias, cols), int64(rows), int64(cols), eps}
 	if cols <= lnWarpCols {
-		b.launchGrid(op, b.kernel("ember_layer_norm_warp"), rowWarps(rows), blockSize, args...)
+		b.launchGrid(op, b.kernel("ember_layer_norm_warp"), warpGroups(rows), blockSize, args...)
 		return
 	}
 	b.launchGrid(op, b.kernel("ember_layer_norm"), min(rows, maxGrid), blockSize, args...)
@@ -192,7 +193,7 @@ func (b *Backend) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 		args := []any{b.f32Opt(op, "dx", dx, rows*cols), pdy, px, b.f32Opt(op, "weight", weight, cols), pm, pi,
 			int64(rows), int64(cols), flag(accX)}
 		if cols <= lnWarpCols {
-			b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx_warp"), rowWarps(rows), blockSize, args...)
+			b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx_warp"), warpGroups(rows), blockSize, args...)
 		} else {
 			b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx"), min(rows, maxGrid), blockSize, args...)
 		}

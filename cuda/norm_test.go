@@ -118,7 +118,7 @@ func TestRecordedDeviceGenerator(t *testing.T) {
 // sums, lanes of 32 columns) need whole warps.
 func init() {
 	for _, k := range []string{"ember_batch_norm_sum_partial", "ember_batch_norm_square_partial", "ember_batch_norm_backward_partial",
-		"ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
+		"ember_batch_norm_finish", "ember_batch_norm_backward_finish", "ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
 		"ember_layer_norm_params_partial", "ember_layer_norm_params_finish"} {
 		blockSized[k] = true
 	}

@@ -92,13 +92,24 @@ __device__ __forceinline__ void ember_bn_part(long long m, long long parts, long
     *k1 = *k0 + chunk < m ? *k0 + chunk : m;
 }
 
-// Σ of parts consecutive doubles, in order (every block and thread that
-// needs a channel's total adds its partial sums the same way).
-__device__ __forceinline__ double ember_sum_parts(const double* p, long long parts) {
+// ember_warp_sum_parts is Σ p[q·stride] over q < parts: lane l adds q = l,
+// l + 32, ..., then the lanes add by a xor butterfly, so that every lane of
+// every warp that sums the same partial sums gets the same total (the
+// square pass's mean is the finish kernel's bit for bit). All 32 lanes of
+// the warp must call it.
+__device__ __forceinline__ double ember_warp_sum_parts(const double* p, long long parts, long long stride) {
     double s = 0.0;
-    for (long long q = 0; q < parts; q++) s += p[q];
-    return s;
+    for (long long q = threadIdx.x & 31; q < parts; q += 32) s += p[q * stride];
+    return ember_warp_sum_d(s);
 }
+
+// ember_warp_index is this thread's warp's number in the grid, and
+// ember_warp_count the grid's warps: the per-channel finish kernels take
+// one warp per channel.
+__device__ __forceinline__ long long ember_warp_index() {
+    return ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+}
+__device__ __forceinline__ long long ember_warp_count() { return ((long long)gridDim.x * blockDim.x) >> 5; }
 
 // x̂ = (x - mean)·inv, then x̂·w + b, each rounded, as normalized in cpu_norm.go.
 __device__ __forceinline__ float ember_normalized(float x, float mean, float inv, float w, float b) {
@@ -109,8 +120,8 @@ __device__ __forceinline__ float ember_normalized(float x, float mean, float inv
 // Batch norm splits each channel's m = n·inner elements into parts blocks'
 // worth (block p of channel ch is block ch·parts + p of the grid), so that
 // a few channels still fill the GPU: the blocks write partial sums to a
-// workspace, and the channel's total is their sum in order (two stages, no
-// atomics: deterministic).
+// workspace, and a warp adds a channel's partial sums by a fixed tree
+// (ember_warp_sum_parts; two stages, no atomics: deterministic).
 
 // Stage 1 of the mean: sums[ch·parts + p] = Σ x over the block's part.
 extern "C" __global__ void ember_batch_norm_sum_partial(double* sums, const float* x, long long n, long long c,
@@ -135,7 +146,7 @@ extern "C" __global__ void ember_batch_norm_square_partial(double* squares, cons
     const long long m = n * inner;
     for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
         const long long ch = blk / parts;
-        const double mean = ember_sum_parts(sums + ch * parts, parts) / (double)m;
+        const double mean = ember_warp_sum_parts(sums + ch * parts, parts, 1) / (double)m;
         long long k0, k1;
         ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
         double q = 0.0;
@@ -148,29 +159,35 @@ extern "C" __global__ void ember_batch_norm_square_partial(double* squares, cons
     }
 }
 
-// Per channel (one thread each): the statistics into saveMean and
+// Per channel (one warp each): the statistics into saveMean and
 // saveInvStd from the partial sums (training: the batch's, and the running
 // statistics updated as torch does; else the running ones, sums unused).
 extern "C" __global__ void ember_batch_norm_finish(float* saveMean, float* saveInvStd, float* runMeanOrNull,
                                                    float* runVarOrNull, const double* sumsOrNull,
-                                                   const double* squaresOrNull,
-                                                   long long n, long long c, long long inner, long long parts,
-                                                   int training, float momentum, float eps) {
+                                                   const double* squaresOrNull, long long n, long long c,
+                                                   long long inner, long long parts, int training, float momentum,
+                                                   float eps) {
     const long long m = n * inner;
-    EMBER_LOOP(long long, ch, c) {
+    const bool lead = (threadIdx.x & 31) == 0;
+    for (long long ch = ember_warp_index(); ch < c; ch += ember_warp_count()) {
         if (!training) {
-            saveMean[ch] = runMeanOrNull[ch];
-            saveInvStd[ch] = (float)(1.0 / sqrt((double)runVarOrNull[ch] + (double)eps));
+            if (lead) {
+                saveMean[ch] = runMeanOrNull[ch];
+                saveInvStd[ch] = (float)(1.0 / sqrt((double)runVarOrNull[ch] + (double)eps));
+            }
             continue;
         }
-        const double mean = ember_sum_parts(sumsOrNull + ch * parts, parts) / (double)m;
-        const double var = ember_sum_parts(squaresOrNull + ch * parts, parts) / (double)m;
-        saveMean[ch] = (float)mean;
-        saveInvStd[ch] = (float)(1.0 / sqrt(var + (double)eps));
-        if (runMeanOrNull != 0) {
-            const double mom = (double)momentum;
-            runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
-            runVarOrNull[ch] = (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
+        const double mean = ember_warp_sum_parts(sumsOrNull + ch * parts, parts, 1) / (double)m;
+        const double var = ember_warp_sum_parts(squaresOrNull + ch * parts, parts, 1) / (double)m;
+        if (lead) {
+            saveMean[ch] = (float)mean;
+            saveInvStd[ch] = (float)(1.0 / sqrt(var + (double)eps));
+            if (runMeanOrNull != 0) {
+                const double mom = (double)momentum;
+                runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
+                runVarOrNull[ch] =
+                    (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
+            }
         }
     }
 }
@@ -224,26 +241,25 @@ extern "C" __global__ void ember_batch_norm_backward_partial(double* partial, co
     }
 }
 
-// Per channel (one thread each): Σ dy and Σ dy·x̂ from the partial sums (in
-// order), the parameters' gradients, and coef[2ch] = Σdy/m, coef[2ch+1] =
-// Σdy·x̂/m for the dx pass (when not null).
+// Per channel (one warp each): Σ dy and Σ dy·x̂ from the partial sums, the
+// parameters' gradients, and coef[2ch] = Σdy/m, coef[2ch+1] = Σdy·x̂/m for
+// the dx pass (when not null).
 extern "C" __global__ void ember_batch_norm_backward_finish(double* coefOrNull, float* dweightOrNull,
                                                             float* dbiasOrNull, const double* partial, long long n,
                                                             long long c, long long inner, long long parts, int accW,
                                                             int accB) {
     const double m = (double)(n * inner);
-    EMBER_LOOP(long long, ch, c) {
-        double sdy = 0.0, sdyx = 0.0;
-        for (long long q = 0; q < parts; q++) {
-            sdy += partial[2 * (ch * parts + q)];
-            sdyx += partial[2 * (ch * parts + q) + 1];
+    for (long long ch = ember_warp_index(); ch < c; ch += ember_warp_count()) {
+        const double sdy = ember_warp_sum_parts(partial + 2 * ch * parts, parts, 2);
+        const double sdyx = ember_warp_sum_parts(partial + 2 * ch * parts + 1, parts, 2);
+        if ((threadIdx.x & 31) == 0) {
+            if (coefOrNull != 0) {
+                coefOrNull[2 * ch] = sdy / m;
+                coefOrNull[2 * ch + 1] = sdyx / m;
+            }
+            if (dweightOrNull != 0) ember_store(&dweightOrNull[ch], sdyx, accW);
+            if (dbiasOrNull != 0) ember_store(&dbiasOrNull[ch], sdy, accB);
         }
-        if (coefOrNull != 0) {
-            coefOrNull[2 * ch] = sdy / m;
-            coefOrNull[2 * ch + 1] = sdyx / m;
-        }
-        if (dweightOrNull != 0) ember_store(&dweightOrNull[ch], sdyx, accW);
-        if (dbiasOrNull != 0) ember_store(&dbiasOrNull[ch], sdy, accB);
     }
 }
 
