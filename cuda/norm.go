@@ -20,9 +20,14 @@ const (
 	// normBlocks is the grid a split reduction aims at: about eight
 	// resident blocks of 256 threads on each of an H200's 132 SMs, twice.
 	normBlocks = 2048
-	// bnMinPart is the fewest elements a block of a batch-norm reduction
-	// sums (eight per thread): smaller parts cost more in partial sums than
-	// they gain in parallelism.
+	// bnPart is the most elements a block of a batch-norm reduction sums
+	// (16 per thread): the forward pass reads its part twice, the second
+	// time from the cache, which must hold the parts of the resident blocks
+	// (eight of 16 KiB per SM).
+	bnPart = 4096
+	// bnMinPart is the fewest elements a block sums where more blocks are
+	// wanted to fill the GPU (eight per thread): smaller parts cost more in
+	// partial sums than they gain in parallelism.
 	bnMinPart = 2048
 	// lnWarpCols is the widest row layer norm gives one warp (beyond it a
 	// block per row, whose threads then have enough columns each).
@@ -33,10 +38,19 @@ const (
 )
 
 // bnParts is the number of blocks each of c channels of m elements is
-// split over.
+// split over: parts of at most bnPart elements, more (down to bnMinPart)
+// where c such parts would not fill the GPU.
 func bnParts(c, m int) int {
-	return max(1, min((normBlocks+c-1)/c, (m+bnMinPart-1)/bnMinPart))
+	parts := (m + bnPart - 1) / bnPart
+	if c*parts < normBlocks {
+		parts = max(parts, min((normBlocks+c-1)/c, (m+bnMinPart-1)/bnMinPart))
+	}
+	return max(parts, 1)
 }
+
+// bnGrid is the grid of a kernel over the c·parts parts (the kernels loop
+// over more blocks than the grid has).
+func bnGrid(c, parts int) int { return min(c*parts, 1<<16) }
 
 // lnRowsPerChunk is the rows each block of the parameters' gradients of
 // [rows, cols] sums.
@@ -77,7 +91,7 @@ func channelArgs(total, c, inner int) []any {
 }
 
 // BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):
-// in training the mean's and the squared deviations' partial sums, then
+// in training each part's sum and squared deviations from its mean, then
 // the statistics per channel, then y elementwise.
 func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32) {
 	const op = "batch_norm"
@@ -96,17 +110,15 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
 	px := b.f32(op, x)
 	parts := bnParts(c, n*inner)
-	var sums, squares uintptr
+	var partial uintptr
 	if training {
 		ws := b.workspace(op, 2*c*parts*8)
 		defer b.release(ws)
-		sums, squares = ws.Ptr(), ws.Ptr()+uintptr(c*parts*8)
-		blocks := min(c*parts, maxGrid)
-		dims := []any{int64(n), int64(c), int64(inner), int64(parts)}
-		b.launchGrid(op, b.kernel("ember_batch_norm_sum_partial"), blocks, blockSize, append([]any{sums, px}, dims...)...)
-		b.launchGrid(op, b.kernel("ember_batch_norm_square_partial"), blocks, blockSize, append([]any{squares, sums, px}, dims...)...)
+		partial = ws.Ptr()
+		b.launchGrid(op, b.kernel("ember_batch_norm_stats_partial"), bnGrid(c, parts), blockSize, partial, px,
+			int64(n), int64(c), int64(inner), int64(parts))
 	}
-	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, sums, squares,
+	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, partial,
 		int64(n), int64(c), int64(inner), int64(parts), flag(training), momentum, eps)
 	args := []any{b.f32(op, y), px, pm, pi, b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c),
 		int64(total), int64(c), int64(inner)}
@@ -139,7 +151,7 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 		if needCoef {
 			coef = partial + uintptr(2*c*parts*8)
 		}
-		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), min(c*parts, maxGrid), blockSize, partial,
+		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), bnGrid(c, parts), blockSize, partial,
 			pdy, px, pm, pi, int64(n), int64(c), int64(inner), int64(parts))
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_finish"), warpGroups(c), blockSize, coef, pdw, pdb, partial,
 			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))

@@ -67,7 +67,7 @@ func TestRecordedNormRandom(t *testing.T) {
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)
 	}
-	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_sum_partial", "ember_batch_norm_square_partial",
+	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_stats_partial",
 		"ember_batch_norm_finish", "ember_batch_norm_apply", "ember_batch_norm_backward_partial", "ember_batch_norm_backward_finish",
 		"ember_batch_norm_backward_dx", "ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
 		"ember_layer_norm_params_partial", "ember_layer_norm_params_finish"} {
@@ -117,7 +117,7 @@ func TestRecordedDeviceGenerator(t *testing.T) {
 // The normalisation kernels that reduce over a block (block sums, warp
 // sums, lanes of 32 columns) need whole warps.
 func init() {
-	for _, k := range []string{"ember_batch_norm_sum_partial", "ember_batch_norm_square_partial", "ember_batch_norm_backward_partial",
+	for _, k := range []string{"ember_batch_norm_stats_partial", "ember_batch_norm_backward_partial",
 		"ember_batch_norm_finish", "ember_batch_norm_backward_finish", "ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
 		"ember_layer_norm_params_partial", "ember_layer_norm_params_finish"} {
 		blockSized[k] = true
@@ -201,7 +201,7 @@ func TestRecordedNormGeometry(t *testing.T) {
 		b.BatchNorm(f(total), f(c), f(c), f(c), f(c), f(total), f(c), f(c), n, c, inner, true, 0.1, 1e-5)
 		b.BatchNormBackward(f(total), f(c), f(c), f(total), f(total), f(c), f(c), f(c), n, c, inner, true, false, false, false)
 		what := fmt.Sprintf("BatchNorm [%d,%d,%d]", n, c, inner)
-		for _, k := range []string{"ember_batch_norm_sum_partial", "ember_batch_norm_square_partial", "ember_batch_norm_apply",
+		for _, k := range []string{"ember_batch_norm_stats_partial", "ember_batch_norm_apply",
 			"ember_batch_norm_backward_partial", "ember_batch_norm_backward_dx"} {
 			check(what, k, filled)
 		}

@@ -4,8 +4,8 @@
 // values in float (each operation rounded, --fmad=false), so that results
 // differ from the CPU's only by the order of the double sums. Sums over
 // many elements go in two stages (blocks write partial sums to a
-// workspace, a second kernel adds them in order) so that the grid fills
-// the GPU whatever the number of channels; the per-element passes are
+// workspace, a second kernel adds them by a fixed tree) so that the grid
+// fills the GPU whatever the number of channels; the per-element passes are
 // grid-stride elementwise kernels. Any grid is correct (kernels loop over
 // their work by blockIdx.x); blockDim.x must be a multiple of 32.
 
@@ -93,10 +93,8 @@ __device__ __forceinline__ void ember_bn_part(long long m, long long parts, long
 }
 
 // ember_warp_sum_parts is Σ p[q·stride] over q < parts: lane l adds q = l,
-// l + 32, ..., then the lanes add by a xor butterfly, so that every lane of
-// every warp that sums the same partial sums gets the same total (the
-// square pass's mean is the finish kernel's bit for bit). All 32 lanes of
-// the warp must call it.
+// l + 32, ..., then the lanes add by a xor butterfly (a fixed tree; every
+// lane gets the total). All 32 lanes of the warp must call it.
 __device__ __forceinline__ double ember_warp_sum_parts(const double* p, long long parts, long long stride) {
     double s = 0.0;
     for (long long q = threadIdx.x & 31; q < parts; q += 32) s += p[q * stride];
@@ -117,15 +115,21 @@ __device__ __forceinline__ float ember_normalized(float x, float mean, float inv
     return xh * w + b;
 }
 
-// Batch norm splits each channel's m = n·inner elements into parts blocks'
-// worth (block p of channel ch is block ch·parts + p of the grid), so that
-// a few channels still fill the GPU: the blocks write partial sums to a
-// workspace, and a warp adds a channel's partial sums by a fixed tree
-// (ember_warp_sum_parts; two stages, no atomics: deterministic).
+// Batch norm splits each channel's m = n·inner elements into parts of a
+// few thousand (block p of channel ch is block ch·parts + p of the grid),
+// so that a few channels still fill the GPU. A block sums its part about
+// the part's own mean in two passes, the second from the cache, so that x
+// is read from memory once; the finish kernel combines the parts exactly,
+// Σ(x - mean)² = Σ_p [M2_p + n_p·(mean_p - mean)²] (Chan, Golub and
+// LeVeque, "Updating formulae and a pairwise algorithm for computing
+// sample variances", 1979), each term non-negative. A warp adds a
+// channel's parts by a fixed tree (two stages, no atomics: deterministic).
 
-// Stage 1 of the mean: sums[ch·parts + p] = Σ x over the block's part.
-extern "C" __global__ void ember_batch_norm_sum_partial(double* sums, const float* x, long long n, long long c,
-                                                        long long inner, long long parts) {
+// Stage 1 of the statistics: partial[2(ch·parts + p)] = Σ x and
+// partial[2(ch·parts + p) + 1] = Σ (x - mean_p)² over the block's part p,
+// mean_p its mean.
+extern "C" __global__ void ember_batch_norm_stats_partial(double* partial, const float* x, long long n, long long c,
+                                                          long long inner, long long parts) {
     const long long m = n * inner;
     for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
         const long long ch = blk / parts;
@@ -133,40 +137,29 @@ extern "C" __global__ void ember_batch_norm_sum_partial(double* sums, const floa
         ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
         double s = 0.0;
         ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) { s += (double)x[at]; });
-        s = ember_block_sum_d(s);
-        if (threadIdx.x == 0) sums[blk] = s;
-    }
-}
-
-// Stage 1 of the variance: squares[ch·parts + p] = Σ (x - mean)² over the
-// block's part, the mean from the partial sums of stage 1 of the mean.
-extern "C" __global__ void ember_batch_norm_square_partial(double* squares, const double* sums, const float* x,
-                                                           long long n, long long c, long long inner,
-                                                           long long parts) {
-    const long long m = n * inner;
-    for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
-        const long long ch = blk / parts;
-        const double mean = ember_warp_sum_parts(sums + ch * parts, parts, 1) / (double)m;
-        long long k0, k1;
-        ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
+        s = ember_block_sum_all(s);
+        const double mean = k1 > k0 ? s / (double)(k1 - k0) : 0.0;
         double q = 0.0;
         ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
             const double d = (double)x[at] - mean;
             q += d * d;
         });
         q = ember_block_sum_d(q);
-        if (threadIdx.x == 0) squares[blk] = q;
+        if (threadIdx.x == 0) {
+            partial[2 * blk] = s;
+            partial[2 * blk + 1] = q;
+        }
     }
 }
 
 // Per channel (one warp each): the statistics into saveMean and
-// saveInvStd from the partial sums (training: the batch's, and the running
-// statistics updated as torch does; else the running ones, sums unused).
+// saveInvStd from the parts' sums (training: the batch's, and the running
+// statistics updated as torch does; else the running ones, partial
+// unused).
 extern "C" __global__ void ember_batch_norm_finish(float* saveMean, float* saveInvStd, float* runMeanOrNull,
-                                                   float* runVarOrNull, const double* sumsOrNull,
-                                                   const double* squaresOrNull, long long n, long long c,
-                                                   long long inner, long long parts, int training, float momentum,
-                                                   float eps) {
+                                                   float* runVarOrNull, const double* partialOrNull, long long n,
+                                                   long long c, long long inner, long long parts, int training,
+                                                   float momentum, float eps) {
     const long long m = n * inner;
     const bool lead = (threadIdx.x & 31) == 0;
     for (long long ch = ember_warp_index(); ch < c; ch += ember_warp_count()) {
@@ -177,8 +170,18 @@ extern "C" __global__ void ember_batch_norm_finish(float* saveMean, float* saveI
             }
             continue;
         }
-        const double mean = ember_warp_sum_parts(sumsOrNull + ch * parts, parts, 1) / (double)m;
-        const double var = ember_warp_sum_parts(squaresOrNull + ch * parts, parts, 1) / (double)m;
+        const double* pc = partialOrNull + 2 * ch * parts;
+        const double mean = ember_warp_sum_parts(pc, parts, 2) / (double)m;
+        double t = 0.0;
+        for (long long q = threadIdx.x & 31; q < parts; q += 32) {
+            long long k0, k1;
+            ember_bn_part(m, parts, q, &k0, &k1);
+            if (k1 > k0) {
+                const double d = pc[2 * q] / (double)(k1 - k0) - mean;
+                t += pc[2 * q + 1] + (double)(k1 - k0) * d * d;
+            }
+        }
+        const double var = ember_warp_sum_d(t) / (double)m;
         if (lead) {
             saveMean[ch] = (float)mean;
             saveInvStd[ch] = (float)(1.0 / sqrt(var + (double)eps));
