@@ -1,17 +1,98 @@
 package cuda
 
-import "github.com/ember-ml/ember/tensor"
+import (
+	"math"
+	"math/bits"
 
-// Batch and layer normalisation (tensor.NormBackend): one block per
-// channel or row for the statistics and the per-group gradient sums (double
-// precision, fixed trees: deterministic), elementwise grid-stride kernels
-// for the rest. kernels/norm.cu mirrors tensor/cpu_norm.go.
+	"github.com/ember-ml/ember/tensor"
+)
 
-// normGroups is the grid of a per-group kernel: one block per group, at
-// most maxGrid (the kernels loop over the rest).
-func normGroups(groups int) int { return min(max(groups, 1), maxGrid) }
+// Batch and layer normalisation (tensor.NormBackend). kernels/norm.cu
+// mirrors tensor/cpu_norm.go: sums in double with fixed trees
+// (deterministic), the per-element passes grid-wide elementwise kernels.
+// A batch-norm channel's reduction is split over several blocks (partial
+// sums in a workspace, added in order by a second kernel), so that 64
+// channels of 400k elements still fill the GPU's 132 SMs; layer norm takes
+// one warp per row when rows are short, and sums the parameters' gradients
+// over tiles of rows in two stages.
 
-// BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend).
+const (
+	// normBlocks is the grid a split reduction aims at: about eight
+	// resident blocks of 256 threads on each of an H200's 132 SMs, twice.
+	normBlocks = 2048
+	// bnPart is the most elements a block of a batch-norm reduction sums
+	// (16 per thread): the forward pass reads its part twice, the second
+	// time from the cache, which must hold the parts of the resident blocks
+	// (eight of 16 KiB per SM).
+	bnPart = 4096
+	// bnMinPart is the fewest elements a block sums where more blocks are
+	// wanted to fill the GPU (eight per thread): smaller parts cost more in
+	// partial sums than they gain in parallelism.
+	bnMinPart = 2048
+	// lnWarpCols is the widest row layer norm gives one warp (beyond it a
+	// block per row, whose threads then have enough columns each).
+	lnWarpCols = 2048
+	// lnMinChunk is the fewest rows a block of the parameters' gradients
+	// sums.
+	lnMinChunk = 16
+)
+
+// bnParts is the number of blocks each of c channels of m elements is
+// split over: parts of at most bnPart elements, more (down to bnMinPart)
+// where c such parts would not fill the GPU.
+func bnParts(c, m int) int {
+	parts := (m + bnPart - 1) / bnPart
+	if c*parts < normBlocks {
+		parts = max(parts, min((normBlocks+c-1)/c, (m+bnMinPart-1)/bnMinPart))
+	}
+	return max(parts, 1)
+}
+
+// bnGrid is the grid of a kernel over the c·parts parts (the kernels loop
+// over more blocks than the grid has).
+func bnGrid(c, parts int) int { return min(c*parts, 1<<16) }
+
+// lnRowsPerChunk is the rows each block of the parameters' gradients of
+// [rows, cols] sums.
+func lnRowsPerChunk(rows, cols int) int {
+	tiles := (cols + 31) / 32
+	chunks := max(1, min((normBlocks+tiles-1)/tiles, (rows+lnMinChunk-1)/lnMinChunk))
+	return (rows + chunks - 1) / chunks
+}
+
+// divider is the multiplier and shift with which a kernel divides an index
+// n < 2^31 by d: q = (umulhi(n, mul) + n) >> shift (ember_divide in
+// norm.cu; Granlund and Montgomery, "Division by invariant integers using
+// multiplication", 1994). shift = ⌈log2 d⌉ and mul = ⌊2^32·(2^shift -
+// d)/d⌋ + 1, which fits 32 bits for d < 2^31.
+type divider struct{ mul, shift uint32 }
+
+func newDivider(d int) divider {
+	shift := uint32(bits.Len32(uint32(d - 1)))
+	mul := ((uint64(1)<<shift-uint64(d))<<32)/uint64(d) + 1
+	return divider{mul: uint32(mul), shift: shift}
+}
+
+// div is ember_divide on the host (the tests check it against /).
+func (v divider) div(n uint32) uint32 {
+	return uint32((uint64(n)*uint64(v.mul))>>32+uint64(n)) >> v.shift
+}
+
+// channelArgs are the arguments after total, c and inner with which an
+// elementwise batch-norm kernel finds an index's channel: the wide flag
+// (64-bit divisions, for 2^31 elements or more) and the dividers by inner
+// and by c, as the kernels' int parameters.
+func channelArgs(total, c, inner int) []any {
+	if total > math.MaxInt32 {
+		return []any{int32(1), int32(0), int32(0), int32(0), int32(0)}
+	}
+	di, dc := newDivider(max(inner, 1)), newDivider(max(c, 1))
+	return []any{int32(0), int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift)}
+}
+
+// BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):
+// in training each part's sum and squared deviations from its mean, then
+// the statistics per channel, then y elementwise.
 func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32) {
 	const op = "batch_norm"
 	total := n * c * inner
@@ -28,15 +109,26 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
 	px := b.f32(op, x)
-	b.launchGrid(op, b.kernel("ember_batch_norm_stats"), normGroups(c), blockSize, pm, pi, prm, prv, px,
-		int64(n), int64(c), int64(inner), flag(training), momentum, eps)
-	b.launch(op, b.kernel("ember_batch_norm_apply"), total, b.f32(op, y), px, pm, pi,
-		b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c), int64(total), int64(c), int64(inner))
+	parts := bnParts(c, n*inner)
+	var partial uintptr
+	if training {
+		ws := b.workspace(op, 2*c*parts*8)
+		defer b.release(ws)
+		partial = ws.Ptr()
+		b.launchGrid(op, b.kernel("ember_batch_norm_stats_partial"), bnGrid(c, parts), blockSize, partial, px,
+			int64(n), int64(c), int64(inner), int64(parts))
+	}
+	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, partial,
+		int64(n), int64(c), int64(inner), int64(parts), flag(training), momentum, eps)
+	args := []any{b.f32(op, y), px, pm, pi, b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c),
+		int64(total), int64(c), int64(inner)}
+	b.launch(op, b.kernel("ember_batch_norm_apply"), total, append(args, channelArgs(total, c, inner)...)...)
 }
 
 // BatchNormBackward computes dx, dweight and dbias of BatchNorm
-// (tensor.NormBackend): a per-channel reduction of Σdy and Σdy·x̂ (which
-// also writes the parameters' gradients), then dx elementwise.
+// (tensor.NormBackend): partial sums of Σdy and Σdy·x̂ per block, their
+// totals per channel (which also write the parameters' gradients), then dx
+// elementwise.
 func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd tensor.Buffer, n, c, inner int, training, accX, accW, accB bool) {
 	const op = "batch_norm_backward"
 	total := n * c * inner
@@ -49,23 +141,38 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	}
 	pdy, px, pm, pi := b.f32(op, dy), b.f32(op, x), b.f32(op, saveMean), b.f32(op, saveInvStd)
 	pdw, pdb := b.f32Opt(op, "dweight", dweight, c), b.f32Opt(op, "dbias", dbias, c)
-	var sums uintptr
-	if training && !dx.Empty() {
-		ws := b.workspace(op, 2*c*8)
+	needCoef := training && !dx.Empty()
+	var coef uintptr
+	if needCoef || pdw != 0 || pdb != 0 {
+		parts := bnParts(c, n*inner)
+		ws := b.workspace(op, (2*c*parts+2*c)*8)
 		defer b.release(ws)
-		sums = ws.Ptr()
-	}
-	if sums != 0 || pdw != 0 || pdb != 0 {
-		b.launchGrid(op, b.kernel("ember_batch_norm_backward_reduce"), normGroups(c), blockSize, sums, pdw, pdb,
-			pdy, px, pm, pi, int64(n), int64(c), int64(inner), flag(accW), flag(accB))
+		partial := ws.Ptr()
+		if needCoef {
+			coef = partial + uintptr(2*c*parts*8)
+		}
+		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), bnGrid(c, parts), blockSize, partial,
+			pdy, px, pm, pi, int64(n), int64(c), int64(inner), int64(parts))
+		b.launchGrid(op, b.kernel("ember_batch_norm_backward_finish"), warpGroups(c), blockSize, coef, pdw, pdb, partial,
+			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))
 	}
 	if !dx.Empty() {
-		b.launch(op, b.kernel("ember_batch_norm_backward_dx"), total, b.f32Opt(op, "dx", dx, total), pdy, px,
-			b.f32Opt(op, "weight", weight, c), pm, pi, sums, int64(total), int64(c), int64(inner), flag(training), flag(accX))
+		args := []any{b.f32Opt(op, "dx", dx, total), pdy, px, b.f32Opt(op, "weight", weight, c), pm, pi, coef,
+			int64(total), int64(c), int64(inner)}
+		args = append(args, channelArgs(total, c, inner)...)
+		b.launch(op, b.kernel("ember_batch_norm_backward_dx"), total, append(args, flag(training), flag(accX))...)
 	}
 }
 
-// LayerNorm normalises each row of x [rows, cols] (tensor.NormBackend).
+// warpGroups is the grid of a kernel that gives each of groups (rows,
+// channels) one warp.
+func warpGroups(groups int) int {
+	perBlock := blockSize / 32
+	return min(max((groups+perBlock-1)/perBlock, 1), maxGrid)
+}
+
+// LayerNorm normalises each row of x [rows, cols] (tensor.NormBackend):
+// a warp per row up to lnWarpCols columns, else a block per row.
 func (b *Backend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias tensor.Buffer, rows, cols int, eps float32) {
 	const op = "layer_norm"
 	need(op, "x", x, rows*cols)
@@ -75,13 +182,18 @@ func (b *Backend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias tensor.Buff
 	if rows == 0 {
 		return
 	}
-	b.launchGrid(op, b.kernel("ember_layer_norm"), normGroups(rows), blockSize, b.f32(op, y), b.f32(op, saveMean),
-		b.f32(op, saveInvStd), b.f32(op, x), b.f32Opt(op, "weight", weight, cols), b.f32Opt(op, "bias", bias, cols),
-		int64(rows), int64(cols), eps)
+	args := []any{b.f32(op, y), b.f32(op, saveMean), b.f32(op, saveInvStd), b.f32(op, x),
+		b.f32Opt(op, "weight", weight, cols), b.f32Opt(op, "bias", bias, cols), int64(rows), int64(cols), eps}
+	if cols <= lnWarpCols {
+		b.launchGrid(op, b.kernel("ember_layer_norm_warp"), warpGroups(rows), blockSize, args...)
+		return
+	}
+	b.launchGrid(op, b.kernel("ember_layer_norm"), min(rows, maxGrid), blockSize, args...)
 }
 
-// LayerNormBackward computes dx (one block per row) and dweight, dbias (one
-// thread per column, the rows in order) of LayerNorm (tensor.NormBackend).
+// LayerNormBackward computes dx (a warp or a block per row, as the
+// forward) and dweight, dbias (partial sums over chunks of rows, then
+// their totals) of LayerNorm (tensor.NormBackend).
 func (b *Backend) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd tensor.Buffer, rows, cols int, accX, accW, accB bool) {
 	const op = "layer_norm_backward"
 	need(op, "dy", dy, rows*cols)
@@ -90,12 +202,30 @@ func (b *Backend) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	need(op, "saveInvStd", saveInvStd, rows)
 	pdy, px, pm, pi := b.f32(op, dy), b.f32(op, x), b.f32(op, saveMean), b.f32(op, saveInvStd)
 	if !dx.Empty() && rows > 0 {
-		b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx"), normGroups(rows), blockSize,
-			b.f32Opt(op, "dx", dx, rows*cols), pdy, px, b.f32Opt(op, "weight", weight, cols), pm, pi,
-			int64(rows), int64(cols), flag(accX))
+		args := []any{b.f32Opt(op, "dx", dx, rows*cols), pdy, px, b.f32Opt(op, "weight", weight, cols), pm, pi,
+			int64(rows), int64(cols), flag(accX)}
+		if cols <= lnWarpCols {
+			b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx_warp"), warpGroups(rows), blockSize, args...)
+		} else {
+			b.launchGrid(op, b.kernel("ember_layer_norm_backward_dx"), min(rows, maxGrid), blockSize, args...)
+		}
 	}
-	if !dweight.Empty() || !dbias.Empty() {
-		b.launch(op, b.kernel("ember_layer_norm_backward_params"), cols, b.f32Opt(op, "dweight", dweight, cols),
-			b.f32Opt(op, "dbias", dbias, cols), pdy, px, pm, pi, int64(rows), int64(cols), flag(accW), flag(accB))
+	if (dweight.Empty() && dbias.Empty()) || cols == 0 {
+		return
 	}
+	pdw, pdb := b.f32Opt(op, "dweight", dweight, cols), b.f32Opt(op, "dbias", dbias, cols)
+	tiles, chunks, perChunk := (cols+31)/32, 0, 0
+	if rows > 0 {
+		perChunk = lnRowsPerChunk(rows, cols)
+		chunks = (rows + perChunk - 1) / perChunk
+	}
+	ws := b.workspace(op, 2*max(chunks, 1)*cols*8)
+	defer b.release(ws)
+	if chunks > 0 {
+		b.launchGrid(op, b.kernel("ember_layer_norm_params_partial"), min(tiles*chunks, maxGrid), blockSize, ws.Ptr(),
+			pdy, px, pm, pi, int64(rows), int64(cols), int64(perChunk))
+	}
+	// With no rows (no chunks) the finish kernel stores zero sums.
+	b.launchGrid(op, b.kernel("ember_layer_norm_params_finish"), min(tiles, maxGrid), blockSize, pdw, pdb,
+		ws.Ptr(), int64(cols), int64(chunks), flag(accW), flag(accB))
 }

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -49,7 +51,7 @@ func TestRecordedNormRandom(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range [][2]int{{1, 35}, {257, 3}, {5000, 7}, {3, 4099}} {
+	for _, s := range [][2]int{{1, 35}, {257, 3}, {5000, 7}, {3, 4099}, {0, 5}} {
 		rows, cols := s[0], s[1]
 		for _, affine := range []bool{true, false} {
 			w, bias := none, none
@@ -65,8 +67,10 @@ func TestRecordedNormRandom(t *testing.T) {
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)
 	}
-	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_stats", "ember_batch_norm_apply", "ember_batch_norm_backward_reduce",
-		"ember_batch_norm_backward_dx", "ember_layer_norm", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_params"} {
+	for _, k := range []string{"ember_random", "ember_random_state", "ember_random_advance", "ember_batch_norm_stats_partial",
+		"ember_batch_norm_finish", "ember_batch_norm_apply", "ember_batch_norm_backward_partial", "ember_batch_norm_backward_finish",
+		"ember_batch_norm_backward_dx", "ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
+		"ember_layer_norm_params_partial", "ember_layer_norm_params_finish"} {
 		if rec.launches[k] == 0 {
 			t.Errorf("%s was never launched", k)
 		}
@@ -86,7 +90,7 @@ func TestRecordedNormAutograd(t *testing.T) {
 	y = tensor.LayerNorm(y, []int{7, 5}, tensor.Full(b, s, 1, 7, 5), nil, 1e-5)
 	y = tensor.Dropout(y, 0.25, true, tensor.NewGenerator(3))
 	tensor.Sum(y).Backward()
-	if rec.launches["ember_batch_norm_backward_dx"] == 0 || rec.launches["ember_layer_norm_backward_dx"] == 0 || rec.launches["ember_random"] == 0 {
+	if rec.launches["ember_batch_norm_backward_dx"] == 0 || rec.launches["ember_layer_norm_backward_dx_warp"] == 0 || rec.launches["ember_random"] == 0 {
 		t.Errorf("backward kernels not launched: %v", rec.launches)
 	}
 }
@@ -107,5 +111,109 @@ func TestRecordedDeviceGenerator(t *testing.T) {
 	}
 	if rec.copies != copies {
 		t.Errorf("%d host copies during a device-generator draw", rec.copies-copies)
+	}
+}
+
+// The normalisation kernels that reduce over a block (block sums, warp
+// sums, lanes of 32 columns) need whole warps.
+func init() {
+	for _, k := range []string{"ember_batch_norm_stats_partial", "ember_batch_norm_backward_partial",
+		"ember_batch_norm_finish", "ember_batch_norm_backward_finish", "ember_layer_norm", "ember_layer_norm_warp", "ember_layer_norm_backward_dx", "ember_layer_norm_backward_dx_warp",
+		"ember_layer_norm_params_partial", "ember_layer_norm_params_finish"} {
+		blockSized[k] = true
+	}
+}
+
+// TestDivider checks the kernels' division by multiplication (the same
+// arithmetic as ember_divide) against integer division, for divisors
+// near powers of two and random ones, and numerators at the ends of the
+// range and random.
+func TestDivider(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	divisors := []int{1, 2, 3, 5, 7, 49, 64, 196, 784, 1<<31 - 1}
+	for p := 1; p < 31; p++ {
+		divisors = append(divisors, 1<<p-1, 1<<p, 1<<p+1)
+	}
+	for range 200 {
+		divisors = append(divisors, 1+rng.IntN(1<<31-1))
+	}
+	for _, d := range divisors {
+		v := newDivider(d)
+		nums := []uint32{0, 1, uint32(d - 1), uint32(d), uint32(d + 1), 1<<31 - 1, 1<<31 - 2, uint32(2*d - 1)}
+		for range 2000 {
+			nums = append(nums, uint32(rng.IntN(1<<31)))
+		}
+		for _, n := range nums {
+			if n >= 1<<31 {
+				continue
+			}
+			if got, want := v.div(n), n/uint32(d); got != want {
+				t.Fatalf("divider %d (mul %d, shift %d): %d / %d = %d, want %d", d, v.mul, v.shift, n, d, got, want)
+			}
+		}
+	}
+}
+
+// geometryExec records the grid and block of every launch by kernel name.
+type geometryExec struct {
+	executor
+	grids map[string][]int
+}
+
+func (g *geometryExec) launch(f *Function, grid, block Dim3, args []any) error {
+	g.grids[f.Name] = append(g.grids[f.Name], grid.X*grid.Y*grid.Z)
+	return g.executor.launch(f, grid, block, args)
+}
+
+// TestRecordedNormGeometry checks that the benchmark's shapes launch grids
+// that fill an H200 (132 SMs, at least four blocks each) in every pass
+// over the data, where one block per channel or per column used to leave
+// most of it idle.
+func TestRecordedNormGeometry(t *testing.T) {
+	b, _ := newRecordingBackend(t)
+	g := &geometryExec{executor: b.x, grids: map[string][]int{}}
+	b.x = g
+	f := func(n int) tensor.Buffer {
+		buf, err := b.Alloc(n, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	const filled = 4 * 132
+	check := func(what, kernel string, least int) {
+		t.Helper()
+		grids := g.grids[kernel]
+		if len(grids) == 0 {
+			t.Errorf("%s: %s not launched", what, kernel)
+			return
+		}
+		for _, n := range grids {
+			if n < least {
+				t.Errorf("%s: %s launched on %d blocks, want at least %d", what, kernel, n, least)
+			}
+		}
+	}
+	for _, s := range [][3]int{{512, 64, 28 * 28}, {512, 128, 14 * 14}, {512, 256, 7 * 7}} {
+		n, c, inner := s[0], s[1], s[2]
+		total := n * c * inner
+		clear(g.grids)
+		b.BatchNorm(f(total), f(c), f(c), f(c), f(c), f(total), f(c), f(c), n, c, inner, true, 0.1, 1e-5)
+		b.BatchNormBackward(f(total), f(c), f(c), f(total), f(total), f(c), f(c), f(c), n, c, inner, true, false, false, false)
+		what := fmt.Sprintf("BatchNorm [%d,%d,%d]", n, c, inner)
+		for _, k := range []string{"ember_batch_norm_stats_partial", "ember_batch_norm_apply",
+			"ember_batch_norm_backward_partial", "ember_batch_norm_backward_dx"} {
+			check(what, k, filled)
+		}
+	}
+	const rows, cols = 64 * 256, 384
+	clear(g.grids)
+	b.LayerNorm(f(rows*cols), f(rows), f(rows), f(rows*cols), f(cols), f(cols), rows, cols, 1e-5)
+	b.LayerNormBackward(f(rows*cols), f(cols), f(cols), f(rows*cols), f(rows*cols), f(cols), f(rows), f(rows), rows, cols, false, false, false)
+	for _, k := range []string{"ember_layer_norm_warp", "ember_layer_norm_backward_dx_warp", "ember_layer_norm_params_partial"} {
+		check("LayerNorm [16384,384]", k, filled)
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Errorf("Synchronize: %v", err)
 	}
 }

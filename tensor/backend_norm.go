@@ -7,11 +7,13 @@ package tensor
 // slow: a fallback for a backend under development).
 //
 // Statistics are per channel (batch norm) or per row (layer norm), summed in
-// float64 over two passes (the mean, then the squared deviations from it),
-// deterministically; the saved mean and inverse standard deviation
-// 1/√(var+eps) are float32. Empty weight and bias buffers mean no affine
-// transform (weight 1, bias 0). Outputs named d* are overwritten, or added
-// to when their acc flag is set, and skipped when empty.
+// float64 over two passes (the mean, then the squared deviations from it;
+// CUDA splits a channel into parts, each summed so about its own mean, and
+// combines them exactly), deterministically; the saved mean and inverse
+// standard deviation 1/√(var+eps) are float32. Empty weight and bias
+// buffers mean no affine transform (weight 1, bias 0). Outputs named d* are
+// overwritten, or added to when their acc flag is set, and skipped when
+// empty.
 type NormBackend interface {
 	// BatchNorm normalises x viewed as [n, c, inner] per channel:
 	// y = (x - mean[c])·invStd[c]·weight[c] + bias[c]. In training it uses

@@ -1,11 +1,13 @@
 // norm.cu: batch and layer normalisation, forward and backward, mirroring
 // tensor/cpu_norm.go: statistics and gradient sums in double over two
-// passes (block trees of fixed shape, no atomics: deterministic), the
-// normalised values in float (each operation rounded, --fmad=false), so
-// that results differ from the CPU's only by the order of the double sums.
-// Per-group kernels (a channel, a row) take one block per group and loop
-// over groups by blockIdx.x, so that any grid is correct; blockDim.x must
-// be a multiple of 32.
+// passes (trees of fixed shape, no atomics: deterministic), the normalised
+// values in float (each operation rounded, --fmad=false), so that results
+// differ from the CPU's only by the order of the double sums. Sums over
+// many elements go in two stages (blocks write partial sums to a
+// workspace, a second kernel adds them by a fixed tree) so that the grid
+// fills the GPU whatever the number of channels; the per-element passes are
+// grid-stride elementwise kernels. Any grid is correct (kernels loop over
+// their work by blockIdx.x); blockDim.x must be a multiple of 32.
 
 // ember_block_sum_all is ember_block_sum_d with the result in every thread.
 __device__ __forceinline__ double ember_block_sum_all(double v) {
@@ -18,28 +20,94 @@ __device__ __forceinline__ double ember_block_sum_all(double v) {
     return r;
 }
 
-// Element k of channel ch of x viewed as [n, c, inner] (k < n*inner).
-__device__ __forceinline__ long long ember_bn_at(long long k, long long ch, long long c, long long inner) {
-    const long long o = k / inner;
-    return (o * c + ch) * inner + (k - o * inner);
+// ember_divider divides an index n < 2^31 by a fixed d with a multiply-high,
+// an add and a shift instead of a division (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", 1994); the host
+// computes mul and shift (newDivider in norm.go, tested there).
+__device__ __forceinline__ unsigned int ember_divide(unsigned int n, unsigned int mul, unsigned int shift) {
+    return (__umulhi(n, mul) + n) >> shift;
 }
 
-// ember_bn_each calls f(at) for the flat index of every element of channel
-// ch of [n, c, inner], this thread's share of them: along the rows of inner
-// elements when they are at least a block wide (coalesced, no division),
-// else over the channel's elements flattened (so that [N, C] inputs keep
-// every thread busy).
-template <typename F>
-__device__ __forceinline__ void ember_bn_each(long long n, long long c, long long inner, long long ch, F f) {
-    if (inner >= (long long)blockDim.x) {
-        for (long long o = 0; o < n; o++) {
-            const long long base = (o * c + ch) * inner;
-            for (long long i = threadIdx.x; i < inner; i += blockDim.x) f(base + i);
-        }
-        return;
-    }
-    for (long long k = threadIdx.x; k < n * inner; k += blockDim.x) f(ember_bn_at(k, ch, c, inner));
+// ember_bn_channel is the channel of flat index i of [n, c, inner]: 32-bit
+// dividers when the tensor has fewer than 2^31 elements (wide is 0), else
+// 64-bit divisions.
+__device__ __forceinline__ long long ember_bn_channel(long long i, long long c, long long inner, int wide,
+                                                      unsigned int innerMul, unsigned int innerShift,
+                                                      unsigned int cMul, unsigned int cShift) {
+    if (wide) return (i / inner) % c;
+    const unsigned int q = ember_divide((unsigned int)i, innerMul, innerShift);
+    return (long long)(q - ember_divide(q, cMul, cShift) * (unsigned int)c);
 }
+
+// ember_bn_chunk calls f(at) for the flat index of this thread's share of
+// elements k0 <= k < k1 of channel ch of [n, c, inner] (k counts the
+// channel's n·inner elements in order): the block's threads take
+// consecutive k (coalesced along the rows of inner elements). The index
+// advances by additions only, four at a time, so that four loads are in
+// flight per thread.
+template <typename F>
+__device__ __forceinline__ void ember_bn_chunk(long long c, long long inner, long long ch, long long k0,
+                                               long long k1, F f) {
+    const long long step = blockDim.x;
+    long long k = k0 + threadIdx.x;
+    if (k >= k1) return;
+    long long count = (k1 - k - 1) / step + 1;
+    long long o = k / inner, i = k - o * inner;
+    long long at = (o * c + ch) * inner + i;
+    const long long dq = step / inner, dr = step - dq * inner;
+    const long long jump = dr + dq * c * inner, wrap = (c - 1) * inner;
+    auto next = [&]() {
+        i += dr;
+        at += jump;
+        if (i >= inner) {
+            i -= inner;
+            at += wrap;
+        }
+    };
+    for (; count >= 4; count -= 4) {
+        const long long a0 = at;
+        next();
+        const long long a1 = at;
+        next();
+        const long long a2 = at;
+        next();
+        const long long a3 = at;
+        next();
+        f(a0);
+        f(a1);
+        f(a2);
+        f(a3);
+    }
+    for (; count > 0; count--) {
+        f(at);
+        next();
+    }
+}
+
+// The block's part of a channel split in parts: elements [k0, k1) of its m.
+__device__ __forceinline__ void ember_bn_part(long long m, long long parts, long long p, long long* k0,
+                                              long long* k1) {
+    const long long chunk = (m + parts - 1) / parts;
+    *k0 = p * chunk;
+    *k1 = *k0 + chunk < m ? *k0 + chunk : m;
+}
+
+// ember_warp_sum_parts is Σ p[q·stride] over q < parts: lane l adds q = l,
+// l + 32, ..., then the lanes add by a xor butterfly (a fixed tree; every
+// lane gets the total). All 32 lanes of the warp must call it.
+__device__ __forceinline__ double ember_warp_sum_parts(const double* p, long long parts, long long stride) {
+    double s = 0.0;
+    for (long long q = threadIdx.x & 31; q < parts; q += 32) s += p[q * stride];
+    return ember_warp_sum_d(s);
+}
+
+// ember_warp_index is this thread's warp's number in the grid, and
+// ember_warp_count the grid's warps: the per-channel finish kernels take
+// one warp per channel.
+__device__ __forceinline__ long long ember_warp_index() {
+    return ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+}
+__device__ __forceinline__ long long ember_warp_count() { return ((long long)gridDim.x * blockDim.x) >> 5; }
 
 // x̂ = (x - mean)·inv, then x̂·w + b, each rounded, as normalized in cpu_norm.go.
 __device__ __forceinline__ float ember_normalized(float x, float mean, float inv, float w, float b) {
@@ -47,31 +115,74 @@ __device__ __forceinline__ float ember_normalized(float x, float mean, float inv
     return xh * w + b;
 }
 
-// Per channel: the statistics (training: of the batch, and the running
-// statistics updated as torch does; else the running ones) into saveMean and
-// saveInvStd.
-extern "C" __global__ void ember_batch_norm_stats(float* saveMean, float* saveInvStd, float* runMeanOrNull,
-                                                  float* runVarOrNull, const float* x, long long n, long long c,
-                                                  long long inner, int training, float momentum, float eps) {
+// Batch norm splits each channel's m = n·inner elements into parts of a
+// few thousand (block p of channel ch is block ch·parts + p of the grid),
+// so that a few channels still fill the GPU. A block sums its part about
+// the part's own mean in two passes, the second from the cache, so that x
+// is read from memory once; the finish kernel combines the parts exactly,
+// Σ(x - mean)² = Σ_p [M2_p + n_p·(mean_p - mean)²] (Chan, Golub and
+// LeVeque, "Updating formulae and a pairwise algorithm for computing
+// sample variances", 1979), each term non-negative. A warp adds a
+// channel's parts by a fixed tree (two stages, no atomics: deterministic).
+
+// Stage 1 of the statistics: partial[2(ch·parts + p)] = Σ x and
+// partial[2(ch·parts + p) + 1] = Σ (x - mean_p)² over the block's part p,
+// mean_p its mean.
+extern "C" __global__ void ember_batch_norm_stats_partial(double* partial, const float* x, long long n, long long c,
+                                                          long long inner, long long parts) {
     const long long m = n * inner;
-    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
+        const long long ch = blk / parts;
+        long long k0, k1;
+        ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
+        double s = 0.0;
+        ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) { s += (double)x[at]; });
+        s = ember_block_sum_all(s);
+        const double mean = k1 > k0 ? s / (double)(k1 - k0) : 0.0;
+        double q = 0.0;
+        ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
+            const double d = (double)x[at] - mean;
+            q += d * d;
+        });
+        q = ember_block_sum_d(q);
+        if (threadIdx.x == 0) {
+            partial[2 * blk] = s;
+            partial[2 * blk + 1] = q;
+        }
+    }
+}
+
+// Per channel (one warp each): the statistics into saveMean and
+// saveInvStd from the parts' sums (training: the batch's, and the running
+// statistics updated as torch does; else the running ones, partial
+// unused).
+extern "C" __global__ void ember_batch_norm_finish(float* saveMean, float* saveInvStd, float* runMeanOrNull,
+                                                   float* runVarOrNull, const double* partialOrNull, long long n,
+                                                   long long c, long long inner, long long parts, int training,
+                                                   float momentum, float eps) {
+    const long long m = n * inner;
+    const bool lead = (threadIdx.x & 31) == 0;
+    for (long long ch = ember_warp_index(); ch < c; ch += ember_warp_count()) {
         if (!training) {
-            if (threadIdx.x == 0) {
+            if (lead) {
                 saveMean[ch] = runMeanOrNull[ch];
                 saveInvStd[ch] = (float)(1.0 / sqrt((double)runVarOrNull[ch] + (double)eps));
             }
             continue;
         }
-        double s = 0.0;
-        ember_bn_each(n, c, inner, ch, [&](long long at) { s += (double)x[at]; });
-        const double mean = ember_block_sum_all(s) / (double)m;
-        double q = 0.0;
-        ember_bn_each(n, c, inner, ch, [&](long long at) {
-            const double d = (double)x[at] - mean;
-            q += d * d;
-        });
-        const double var = ember_block_sum_all(q) / (double)m;
-        if (threadIdx.x == 0) {
+        const double* pc = partialOrNull + 2 * ch * parts;
+        const double mean = ember_warp_sum_parts(pc, parts, 2) / (double)m;
+        double t = 0.0;
+        for (long long q = threadIdx.x & 31; q < parts; q += 32) {
+            long long k0, k1;
+            ember_bn_part(m, parts, q, &k0, &k1);
+            if (k1 > k0) {
+                const double d = pc[2 * q] / (double)(k1 - k0) - mean;
+                t += pc[2 * q + 1] + (double)(k1 - k0) * d * d;
+            }
+        }
+        const double var = ember_warp_sum_d(t) / (double)m;
+        if (lead) {
             saveMean[ch] = (float)mean;
             saveInvStd[ch] = (float)(1.0 / sqrt(var + (double)eps));
             if (runMeanOrNull != 0) {
@@ -84,13 +195,16 @@ extern "C" __global__ void ember_batch_norm_stats(float* saveMean, float* saveIn
     }
 }
 
-// y = x̂·w + b elementwise over [n, c, inner].
+// y = x̂·w + b elementwise over [n, c, inner] (the channel of an index by
+// ember_bn_channel).
 extern "C" __global__ void ember_batch_norm_apply(float* y, const float* x, const float* saveMean,
                                                   const float* saveInvStd, const float* weightOrNull,
                                                   const float* biasOrNull, long long total, long long c,
-                                                  long long inner) {
+                                                  long long inner, int wide, int innerMul, int innerShift, int cMul,
+                                                  int cShift) {
     EMBER_LOOP(long long, i, total) {
-        const long long ch = (i / inner) % c;
+        const long long ch = ember_bn_channel(i, c, inner, wide, (unsigned int)innerMul, (unsigned int)innerShift,
+                                              (unsigned int)cMul, (unsigned int)cShift);
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
         y[i] = ember_normalized(x[i], saveMean[ch], saveInvStd[ch], w, b);
@@ -103,17 +217,20 @@ __device__ __forceinline__ void ember_store(float* d, double v, int acc) {
     *d = (float)v;
 }
 
-// Per channel: Σ dy and Σ dy·x̂ into sums[2ch], sums[2ch+1] (when not null),
-// and the parameters' gradients.
-extern "C" __global__ void ember_batch_norm_backward_reduce(double* sumsOrNull, float* dweightOrNull,
-                                                            float* dbiasOrNull, const float* dy, const float* x,
-                                                            const float* saveMean, const float* saveInvStd,
-                                                            long long n, long long c, long long inner, int accW,
-                                                            int accB) {
-    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+// Stage 1 of the backward sums: partial[2(ch·parts + p)] = Σ dy and
+// partial[2(ch·parts + p) + 1] = Σ dy·x̂ over the block's part.
+extern "C" __global__ void ember_batch_norm_backward_partial(double* partial, const float* dy, const float* x,
+                                                             const float* saveMean, const float* saveInvStd,
+                                                             long long n, long long c, long long inner,
+                                                             long long parts) {
+    const long long m = n * inner;
+    for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
+        const long long ch = blk / parts;
         const double mean = (double)saveMean[ch], inv = (double)saveInvStd[ch];
+        long long k0, k1;
+        ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
         double sdy = 0.0, sdyx = 0.0;
-        ember_bn_each(n, c, inner, ch, [&](long long at) {
+        ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
             const double g = (double)dy[at];
             sdy += g;
             sdyx += g * (((double)x[at] - mean) * inv);
@@ -121,9 +238,27 @@ extern "C" __global__ void ember_batch_norm_backward_reduce(double* sumsOrNull, 
         sdy = ember_block_sum_d(sdy);
         sdyx = ember_block_sum_d(sdyx);
         if (threadIdx.x == 0) {
-            if (sumsOrNull != 0) {
-                sumsOrNull[2 * ch] = sdy;
-                sumsOrNull[2 * ch + 1] = sdyx;
+            partial[2 * blk] = sdy;
+            partial[2 * blk + 1] = sdyx;
+        }
+    }
+}
+
+// Per channel (one warp each): Σ dy and Σ dy·x̂ from the partial sums, the
+// parameters' gradients, and coef[2ch] = Σdy/m, coef[2ch+1] = Σdy·x̂/m for
+// the dx pass (when not null).
+extern "C" __global__ void ember_batch_norm_backward_finish(double* coefOrNull, float* dweightOrNull,
+                                                            float* dbiasOrNull, const double* partial, long long n,
+                                                            long long c, long long inner, long long parts, int accW,
+                                                            int accB) {
+    const double m = (double)(n * inner);
+    for (long long ch = ember_warp_index(); ch < c; ch += ember_warp_count()) {
+        const double sdy = ember_warp_sum_parts(partial + 2 * ch * parts, parts, 2);
+        const double sdyx = ember_warp_sum_parts(partial + 2 * ch * parts + 1, parts, 2);
+        if ((threadIdx.x & 31) == 0) {
+            if (coefOrNull != 0) {
+                coefOrNull[2 * ch] = sdy / m;
+                coefOrNull[2 * ch + 1] = sdyx / m;
             }
             if (dweightOrNull != 0) ember_store(&dweightOrNull[ch], sdyx, accW);
             if (dbiasOrNull != 0) ember_store(&dbiasOrNull[ch], sdy, accB);
@@ -131,23 +266,24 @@ extern "C" __global__ void ember_batch_norm_backward_reduce(double* sumsOrNull, 
     }
 }
 
-// dx elementwise: w·inv·(dy - Σdy/m - x̂·Σdy·x̂/m) in training (sums from
-// the reduce kernel), else w·inv·dy.
+// dx elementwise: w·inv·(dy - Σdy/m - x̂·Σdy·x̂/m) in training (coef from
+// the finish kernel), else w·inv·dy.
 extern "C" __global__ void ember_batch_norm_backward_dx(float* dx, const float* dy, const float* x,
                                                         const float* weightOrNull, const float* saveMean,
-                                                        const float* saveInvStd, const double* sumsOrNull,
-                                                        long long total, long long c, long long inner, int training,
-                                                        int acc) {
-    const double m = (double)(total / c);
+                                                        const float* saveInvStd, const double* coefOrNull,
+                                                        long long total, long long c, long long inner, int wide,
+                                                        int innerMul, int innerShift, int cMul, int cShift,
+                                                        int training, int acc) {
     EMBER_LOOP(long long, i, total) {
-        const long long ch = (i / inner) % c;
+        const long long ch = ember_bn_channel(i, c, inner, wide, (unsigned int)innerMul, (unsigned int)innerShift,
+                                              (unsigned int)cMul, (unsigned int)cShift);
         const double mean = (double)saveMean[ch], inv = (double)saveInvStd[ch];
         double k = inv;
         if (weightOrNull != 0) k *= (double)weightOrNull[ch];
         double g = (double)dy[i];
         if (training) {
             const double xh = ((double)x[i] - mean) * inv;
-            g = g - sumsOrNull[2 * ch] / m - xh * (sumsOrNull[2 * ch + 1] / m);
+            g = g - coefOrNull[2 * ch] - xh * coefOrNull[2 * ch + 1];
         }
         ember_store(&dx[i], k * g, acc);
     }
@@ -209,21 +345,148 @@ extern "C" __global__ void ember_layer_norm_backward_dx(float* dx, const float* 
     }
 }
 
-// Per column: dweight = Σ_rows dy·x̂, dbias = Σ_rows dy, rows in order (as
-// the CPU adds them, so the results are the CPU's bit for bit).
-extern "C" __global__ void ember_layer_norm_backward_params(float* dweightOrNull, float* dbiasOrNull,
-                                                            const float* dy, const float* x, const float* saveMean,
-                                                            const float* saveInvStd, long long rows, long long cols,
-                                                            int accW, int accB) {
-    EMBER_LOOP(long long, j, cols) {
-        double sw = 0.0, sb = 0.0;
-        for (long long r = 0; r < rows; r++) {
-            const double d = (double)dy[r * cols + j];
-            const double xh = ((double)x[r * cols + j] - (double)saveMean[r]) * (double)saveInvStd[r];
-            sw += d * xh;
-            sb += d;
+// Layer norm of short rows (cols up to lnWarpCols in norm.go): one warp
+// per row, blockDim.x/32 rows per block, so that a block is not mostly idle
+// on a 384-element row and the sums need no barrier (a xor butterfly leaves
+// the same total in every lane). The rows are read three times; the later
+// passes hit the cache.
+
+// ember_warp_row_sum sums f(j) over the row's columns, this lane's share.
+template <typename F>
+__device__ __forceinline__ double ember_warp_row_sum(long long cols, F f) {
+    const int lane = threadIdx.x & 31;
+    double s = 0.0;
+    for (long long j = lane; j < cols; j += 32) s += f(j);
+    return ember_warp_sum_d(s);
+}
+
+// ember_layer_norm with one warp per row.
+extern "C" __global__ void ember_layer_norm_warp(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 long long cols, float eps) {
+    const long long perBlock = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    for (long long r = blockIdx.x * perBlock + warp; r < rows; r += gridDim.x * perBlock) {
+        const float* xr = x + r * cols;
+        const double mean = ember_warp_row_sum(cols, [&](long long j) { return (double)xr[j]; }) / (double)cols;
+        const double var = ember_warp_row_sum(cols, [&](long long j) {
+                               const double d = (double)xr[j] - mean;
+                               return d * d;
+                           }) /
+                           (double)cols;
+        const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
+        if (lane == 0) {
+            saveMean[r] = mean32;
+            saveInvStd[r] = inv32;
         }
-        if (dweightOrNull != 0) ember_store(&dweightOrNull[j], sw, accW);
-        if (dbiasOrNull != 0) ember_store(&dbiasOrNull[j], sb, accB);
+        float* yr = y + r * cols;
+        for (long long j = lane; j < cols; j += 32) {
+            const float w = weightOrNull != 0 ? weightOrNull[j] : 1.0f;
+            const float b = biasOrNull != 0 ? biasOrNull[j] : 0.0f;
+            yr[j] = ember_normalized(xr[j], mean32, inv32, w, b);
+        }
+    }
+}
+
+// ember_layer_norm_backward_dx with one warp per row.
+extern "C" __global__ void ember_layer_norm_backward_dx_warp(float* dx, const float* dy, const float* x,
+                                                             const float* weightOrNull, const float* saveMean,
+                                                             const float* saveInvStd, long long rows, long long cols,
+                                                             int acc) {
+    const long long perBlock = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    for (long long r = blockIdx.x * perBlock + warp; r < rows; r += gridDim.x * perBlock) {
+        const float *xr = x + r * cols, *gr = dy + r * cols;
+        const double mean = (double)saveMean[r], inv = (double)saveInvStd[r];
+        double sg = 0.0, sgx = 0.0;
+        for (long long j = lane; j < cols; j += 32) {
+            double d = (double)gr[j];
+            if (weightOrNull != 0) d *= (double)weightOrNull[j];
+            sg += d;
+            sgx += d * (((double)xr[j] - mean) * inv);
+        }
+        const double nc = (double)cols;
+        const double meanG = ember_warp_sum_d(sg) / nc, meanGX = ember_warp_sum_d(sgx) / nc;
+        for (long long j = lane; j < cols; j += 32) {
+            const double xh = ((double)xr[j] - mean) * inv;
+            double d = (double)gr[j];
+            if (weightOrNull != 0) d *= (double)weightOrNull[j];
+            ember_store(&dx[r * cols + j], inv * (d - meanG - xh * meanGX), acc);
+        }
+    }
+}
+
+// The parameters' gradients dweight[j] = Σ_rows dy·x̂ and dbias[j] = Σ_rows
+// dy in two stages: blocks of 32 columns by blockDim.x/32 row lanes, over
+// tiles of 32 columns and chunks of rowsPerChunk rows (block b: tile b %
+// tiles, chunk b / tiles), write partial sums; a second pass adds a
+// column's partial sums. Each lane and the combination of lanes go in a
+// fixed order: deterministic. A warp reads 32 consecutive columns of a row.
+
+// ember_lane_combine adds the values of the blockDim.x/32 row lanes of
+// each column in lane order (shared sh[lanes][32]); the result is valid in
+// lane 0 (threadIdx.x < 32).
+__device__ __forceinline__ double ember_lane_combine(double* sh, double v) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.x < 32) {
+        for (int l = 0; l < (int)(blockDim.x >> 5); l++) s += sh[l * 32 + threadIdx.x];
+    }
+    __syncthreads();
+    return s;
+}
+
+// Stage 1: partial[(2·chunk)·cols + j] = Σ dy·x̂ and partial[(2·chunk+1)·cols
+// + j] = Σ dy over the chunk's rows.
+extern "C" __global__ void ember_layer_norm_params_partial(double* partial, const float* dy, const float* x,
+                                                           const float* saveMean, const float* saveInvStd,
+                                                           long long rows, long long cols, long long rowsPerChunk) {
+    __shared__ double sh[1024];
+    const long long tiles = (cols + 31) / 32, chunks = (rows + rowsPerChunk - 1) / rowsPerChunk;
+    const long long lanes = blockDim.x >> 5, lane = threadIdx.x >> 5;
+    for (long long blk = blockIdx.x; blk < tiles * chunks; blk += gridDim.x) {
+        const long long chunk = blk / tiles, j = (blk - chunk * tiles) * 32 + (threadIdx.x & 31);
+        const long long r1 = (chunk + 1) * rowsPerChunk < rows ? (chunk + 1) * rowsPerChunk : rows;
+        double sw = 0.0, sb = 0.0;
+        if (j < cols) {
+            for (long long r = chunk * rowsPerChunk + lane; r < r1; r += lanes) {
+                const double d = (double)dy[r * cols + j];
+                sw += d * (((double)x[r * cols + j] - (double)saveMean[r]) * (double)saveInvStd[r]);
+                sb += d;
+            }
+        }
+        sw = ember_lane_combine(sh, sw);
+        sb = ember_lane_combine(sh, sb);
+        if (threadIdx.x < 32 && j < cols) {
+            partial[2 * chunk * cols + j] = sw;
+            partial[(2 * chunk + 1) * cols + j] = sb;
+        }
+    }
+}
+
+// Stage 2: per column, the chunks' partial sums added (lane l takes chunks
+// l, l + lanes, ..., then the lanes in order), into dweight and dbias.
+extern "C" __global__ void ember_layer_norm_params_finish(float* dweightOrNull, float* dbiasOrNull,
+                                                          const double* partial, long long cols, long long chunks,
+                                                          int accW, int accB) {
+    __shared__ double sh[1024];
+    const long long tiles = (cols + 31) / 32;
+    const long long lanes = blockDim.x >> 5, lane = threadIdx.x >> 5;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const long long j = t * 32 + (threadIdx.x & 31);
+        double sw = 0.0, sb = 0.0;
+        if (j < cols) {
+            for (long long q = lane; q < chunks; q += lanes) {
+                sw += partial[2 * q * cols + j];
+                sb += partial[(2 * q + 1) * cols + j];
+            }
+        }
+        sw = ember_lane_combine(sh, sw);
+        sb = ember_lane_combine(sh, sb);
+        if (threadIdx.x < 32 && j < cols) {
+            if (dweightOrNull != 0) ember_store(&dweightOrNull[j], sw, accW);
+            if (dbiasOrNull != 0) ember_store(&dbiasOrNull[j], sb, accB);
+        }
     }
 }

@@ -153,9 +153,11 @@ func normBackend(e *env) tensor.NormBackend {
 type bnCase struct{ n, c, inner int }
 
 // bnCases: [N, C, H·W] with HW = 7x5 (BatchNorm2d), [N, C] (BatchNorm1d,
-// inner 1), [N, C, L], one image (N = 1), and a channel of over 8k
-// elements (several passes of a block).
-var bnCases = []bnCase{{2, 3, 35}, {2, 3, 1}, {4, 5, 9}, {1, 3, 7}, {8, 2, 1031}}
+// inner 1), [N, C, L], one image (N = 1), a channel of over 8k elements
+// (several passes of a block, and on CUDA several blocks whose parts begin
+// inside a row), and 64 images of 7x7 (a channel split over two blocks,
+// rows shorter than a block).
+var bnCases = []bnCase{{2, 3, 35}, {2, 3, 1}, {4, 5, 9}, {1, 3, 7}, {8, 2, 1031}, {64, 3, 49}}
 
 // bnInputs draws x with a large per-channel offset (so that a one-pass
 // variance would lose digits), weight and bias.
@@ -339,8 +341,10 @@ func testBatchNormBackward(e *env) {
 }
 
 // lnCases are [rows, cols]: one row (N = 1), 7x5 = 35 columns, a row of
-// 4099 (several passes of a block) and many short rows.
-var lnCases = [][2]int{{1, 35}, {6, 7}, {3, 4099}, {257, 3}}
+// 4099 (several passes of a block), many short rows, and 1100 rows of 40
+// (on CUDA: two tiles of columns, the second partly filled, and the rows'
+// gradient sums over many chunks).
+var lnCases = [][2]int{{1, 35}, {6, 7}, {3, 4099}, {257, 3}, {1100, 40}}
 
 func testLayerNorm(e *env) {
 	nb := normBackend(e)
