@@ -3,12 +3,13 @@ package tensortest
 import "math"
 
 // softmaxShapes are [outer, n, inner] views: rows (inner 1) short and long
-// (one warp, several, more than a block), columns (inner > 1) and a single
-// element.
+// (one warp, several, more than a block; rows of up to 128 and of 129 to
+// 512 are held in registers on the GPU, 256 and 300 fill such rows
+// exactly and partly), columns (inner > 1) and a single element.
 // underflowBound, times tolAcc, is 2e-38, above the smallest normal float32.
 const underflowBound = 2e-33
 
-var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5}}
+var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {4, 256, 1}, {3, 300, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5}}
 
 // refSoftmax is softmax (or log-softmax) of x [outer, n, inner] over the
 // middle axis in float64, with each element's error bound: a float32
