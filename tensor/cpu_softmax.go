@@ -80,6 +80,23 @@ func softmaxRow(out, in []float32, log bool) {
 	}
 }
 
+// CausalSoftmax is softmaxRow of each row's first min(q+1, n) elements,
+// q = row mod t, and 0 after them, as the GPU's.
+func (*cpuBackend) CausalSoftmax(y, x Buffer, rows, t, n int) {
+	if rows < 0 || t < 1 || n < 1 {
+		panic(fmt.Sprintf("tensor: cpu: CausalSoftmax of [%d, %d] over %d queries", rows, n, t))
+	}
+	checkSoftmaxDims("CausalSoftmax", rows, n, 1, y, x)
+	out, in := f32(y), f32(x)
+	parallelFor(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			kept := min(r%t+1, n)
+			softmaxRow(out[r*n:r*n+kept], in[r*n:r*n+kept], false)
+			clear(out[r*n+kept : (r+1)*n])
+		}
+	})
+}
+
 // expf32 is e^x rounded to float32.
 func expf32(x float32) float32 { return float32(math.Exp(float64(x))) }
 

@@ -55,38 +55,59 @@ __device__ __forceinline__ void ember_softmax_row_regs(float* yr, const float* x
     }
 }
 
-// Rows (inner == 1) in float: lane l adds the exponentials of elements l,
-// l+32, l+64, ... in that order, the lanes' sums are joined by the xor
-// tree of ember_warp_sum, then y = e^(x-m) * (1/s), or x - m - log s. The
-// CPU backend (tensor/cpu_softmax.go) does these float operations in this
+// ember_softmax_row is the softmax of one row of n elements by the calling
+// warp, in float: lane l adds the exponentials of elements l, l+32, l+64,
+// ... in that order, the lanes' sums are joined by the xor tree of
+// ember_warp_sum, then y = e^(x-m) * (1/s), or x - m - log s. The CPU
+// backend (tensor/cpu_softmax.go) does these float operations in this
 // order; only expf and logf (within 2 ulp on the GPU) may round apart.
+__device__ __forceinline__ void ember_softmax_row(float* yr, const float* xr, int n, int lane, int logOut) {
+    if (n <= 128) {
+        ember_softmax_row_regs<4>(yr, xr, n, lane, logOut);
+        return;
+    }
+    if (n <= 512) {
+        ember_softmax_row_regs<16>(yr, xr, n, lane, logOut);
+        return;
+    }
+    float m = ember_neg_inf();
+    for (int i = lane; i < n; i += 32) m = ember_nan_max(m, xr[i]);
+    m = ember_warp_max(m);
+    float s = 0.0f;
+    for (int i = lane; i < n; i += 32) s += expf(xr[i] - m);
+    s = ember_warp_sum(s);
+    if (logOut) {
+        const float ls = logf(s);
+        for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
+    } else {
+        const float inv = 1.0f / s;
+        for (int i = lane; i < n; i += 32) yr[i] = expf(xr[i] - m) * inv;
+    }
+}
+
+// Rows (inner == 1), a warp each; the grid loops over rows.
 extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long long rows, int n, int logOut) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
-        const float* xr = x + r * n;
+        ember_softmax_row(y + r * n, x + r * n, n, lane, logOut);
+    }
+}
+
+// Causal attention scores [rows, n], rows = batch·t: row r is query
+// q = r mod t, whose softmax is over its first min(q+1, n) scores; the
+// rest are masked: never read, and their probabilities written as 0. This
+// is the softmax of the scores plus a mask of -Inf after the diagonal,
+// bit for bit (a masked score adds e^-Inf = 0 to a lane's sum).
+extern "C" __global__ void ember_softmax_rows_causal(float* y, const float* x, long long rows, int n, long long t) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const long long q = r % t;
+        const int kept = q + 1 < n ? (int)(q + 1) : n;
         float* yr = y + r * n;
-        if (n <= 128) {
-            ember_softmax_row_regs<4>(yr, xr, n, lane, logOut);
-            continue;
-        }
-        if (n <= 512) {
-            ember_softmax_row_regs<16>(yr, xr, n, lane, logOut);
-            continue;
-        }
-        float m = ember_neg_inf();
-        for (int i = lane; i < n; i += 32) m = ember_nan_max(m, xr[i]);
-        m = ember_warp_max(m);
-        float s = 0.0f;
-        for (int i = lane; i < n; i += 32) s += expf(xr[i] - m);
-        s = ember_warp_sum(s);
-        if (logOut) {
-            const float ls = logf(s);
-            for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
-        } else {
-            const float inv = 1.0f / s;
-            for (int i = lane; i < n; i += 32) yr[i] = expf(xr[i] - m) * inv;
-        }
+        ember_softmax_row(yr, x + r * n, kept, lane, 0);
+        for (int i = kept + lane; i < n; i += 32) yr[i] = 0.0f;
     }
 }
 

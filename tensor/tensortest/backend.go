@@ -61,7 +61,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"Argmax", testArgmax},
 		{"SGD", testSGD},
 		{"GatherNormalize", testGatherNormalize},
-		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward},
+		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward}, {"CausalSoftmax", testCausalSoftmax},
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 		{"Optim", testOptim},
 		{"Random", testRandom},
