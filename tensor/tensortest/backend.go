@@ -65,7 +65,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 		{"Optim", testOptim},
 		{"Random", testRandom},
-		{"RandomAt", testRandomAt},
+		{"RandomAt", testRandomAt}, {"Dropout", testDropout},
 		{"BatchNorm", testBatchNorm},
 		{"BatchNormBackward", testBatchNormBackward},
 		{"LayerNorm", testLayerNorm},
