@@ -215,7 +215,80 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 		b.launch(name, b.kernel("ember_binary_dense"), n, pd, px, py, int64(n), int32(op), st[1], st[2])
 		return
 	}
+	if c, ok := o.channel(); ok {
+		pdense, pch := px, py
+		if !c.chIsY {
+			pdense, pch = py, px
+		}
+		vec := c.inner%4 == 0 && (pd|pdense)&15 == 0
+		threads := n
+		if vec {
+			threads = n / 4
+		}
+		b.launch(name, b.kernel("ember_binary_channel"), threads, pd, pdense, pch, int32(n), int32(op), int32(c.c), int32(c.inner),
+			flag(c.chIsY), flag(vec))
+		return
+	}
 	b.launch(name, b.kernel("ember_binary_strided"), n, o.argsOf(1, pd, px, py, int64(n), int32(op))...)
+}
+
+// channelOperands is the per-channel case of a binary operation: one
+// operand dense, the other one value for each of c channels, each channel
+// inner consecutive elements (a bias over NCHW: [outer, c, inner]).
+type channelOperands struct {
+	c, inner int
+	chIsY    bool // the channel operand is y (else x)
+}
+
+// channel reports whether the merged operands (dst, x, y) of a binary
+// operation are a dense operand and a channel operand: strides those of a
+// dense tensor for one, a single dimension of stride 1 and the others 0
+// for the other, and fewer than smallIndex elements (32-bit indices).
+func (o stridedOperands) channel() (channelOperands, bool) {
+	if len(o.strides) != 3 || o.n >= smallIndex || o.rank < 2 {
+		return channelOperands{}, false
+	}
+	dense := func(t [maxStridedRank]int64) bool {
+		s := int64(1)
+		for k := maxStridedRank - 1; k >= maxStridedRank-o.rank; k-- {
+			if t[k] != s {
+				return false
+			}
+			s *= o.shape[k]
+		}
+		return true
+	}
+	perChannel := func(t [maxStridedRank]int64) (channelOperands, bool) {
+		at := -1
+		for k := maxStridedRank - o.rank; k < maxStridedRank; k++ {
+			switch {
+			case t[k] == 1 && at < 0:
+				at = k
+			case t[k] != 0:
+				return channelOperands{}, false
+			}
+		}
+		if at < 0 {
+			return channelOperands{}, false
+		}
+		inner := int64(1)
+		for k := at + 1; k < maxStridedRank; k++ {
+			inner *= o.shape[k]
+		}
+		return channelOperands{c: int(o.shape[at]), inner: int(inner)}, true
+	}
+	if !dense(o.strides[0]) {
+		return channelOperands{}, false
+	}
+	if dense(o.strides[1]) {
+		c, ok := perChannel(o.strides[2])
+		c.chIsY = true
+		return c, ok
+	}
+	if dense(o.strides[2]) {
+		return perChannel(o.strides[1])
+	}
+	return channelOperands{}, false
 }
 
 func (b *Backend) Where(dst tensor.Buffer, cond, x, y tensor.View, shape []int) {
