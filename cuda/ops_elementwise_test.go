@@ -124,7 +124,8 @@ func TestRecordedElementwise(t *testing.T) {
 // TestBinaryChannel checks which merged binary operands take the
 // per-channel kernel: a dense operand with one value per channel (either
 // side, the channel anywhere), and nothing else; then launches it on the
-// recorder, with and without the vector path.
+// recorder, with and without the vector path, as Binary and as the
+// broadcast CopyView of a sum's gradient.
 func TestBinaryChannel(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -163,5 +164,12 @@ func TestBinaryChannel(t *testing.T) {
 	b.Binary(tensor.OpSub, f(45), tensor.View{Buf: f(5), Strides: []int{0, 1}}, tensor.Dense(f(45), []int{9, 5}), []int{9, 5})
 	if rec.launches["ember_binary_channel"] != 2 {
 		t.Errorf("%d launches of ember_binary_channel, want 2", rec.launches["ember_binary_channel"])
+	}
+	for _, acc := range []bool{false, true} {
+		b.CopyView(tensor.Dense(f(192), shape), tensor.View{Buf: f(6), Strides: []int{0, 1, 0, 0}}, shape, acc)
+		b.CopyView(tensor.Dense(f(45), []int{9, 5}), tensor.View{Buf: f(5), Strides: []int{0, 1}}, []int{9, 5}, acc)
+	}
+	if rec.launches["ember_copy_channel"] != 4 {
+		t.Errorf("%d launches of ember_copy_channel, want 4", rec.launches["ember_copy_channel"])
 	}
 }

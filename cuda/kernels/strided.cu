@@ -315,6 +315,32 @@ extern "C" __global__ void ember_binary_channel(float* dst, const float* d, cons
     }
 }
 
+// dst (dense) = ch[(i / inner) % C] (+= when acc): a per-channel value
+// broadcast over [outer, C, inner], as the gradient of a sum over the
+// other axes is; the index math of binary_channel_body.
+extern "C" __global__ void ember_copy_channel(float* dst, const float* ch, int n, int C, int inner, int acc, int vec) {
+    if (vec) {
+        const int inner4 = inner >> 2;
+        EMBER_LOOP(int, i, n >> 2) {
+            const float c = ch[(i / inner4) % C];
+            ember_f4 v = {c, c, c, c};
+            if (acc) {
+                const ember_f4 d = reinterpret_cast<const ember_f4*>(dst)[i];
+                v.x = d.x + c;
+                v.y = d.y + c;
+                v.z = d.z + c;
+                v.w = d.w + c;
+            }
+            reinterpret_cast<ember_f4*>(dst)[i] = v;
+        }
+        return;
+    }
+    EMBER_LOOP(int, i, n) {
+        const float c = ch[(i / inner) % C];
+        dst[i] = acc ? dst[i] + c : c;
+    }
+}
+
 // ember_offsets turns the flat index i of the (padded, six-dimensional)
 // shape sh into the offsets of K views with strides st[k][0..5]: the
 // rightmost rank dimensions are real, the others have size 1.

@@ -439,13 +439,21 @@ func testCopyView(e *env) {
 		name     string
 		shape    []int
 		dst, src viewCase
+		aligned  bool // dst 16-byte aligned, as a tensor (the GPU's vector path)
 	}
 	cases := []copyCase{
-		{"dense [1025]", []int{1025}, dense(1025), dense(1025)},
-		{"into columns 3..10 of [4,20]", []int{4, 7}, viewCase{"dst", 4*20 - 3, []int{4, 7}, []int{20, 1}}, dense(4, 7)},
-		{"transposed dst, sliced src", []int{5, 7}, viewCase{"dst", 35, []int{5, 7}, []int{1, 5}}, viewCase{"src", 5 * 16, []int{5, 7}, []int{16, 2}}},
-		{"broadcast src into [3,4,5]", []int{3, 4, 5}, dense(3, 4, 5), viewCase{"src", 4, []int{3, 4, 5}, []int{0, 1, 0}}},
-		{"pad interior of [9,35]", []int{7, 33}, viewCase{"dst", 9*35 - 36, []int{7, 33}, []int{35, 1}}, dense(7, 33)},
+		{"dense [1025]", []int{1025}, dense(1025), dense(1025), false},
+		{"into columns 3..10 of [4,20]", []int{4, 7}, viewCase{"dst", 4*20 - 3, []int{4, 7}, []int{20, 1}}, dense(4, 7), false},
+		{"transposed dst, sliced src", []int{5, 7}, viewCase{"dst", 35, []int{5, 7}, []int{1, 5}}, viewCase{"src", 5 * 16, []int{5, 7}, []int{16, 2}}, false},
+		{"broadcast src into [3,4,5]", []int{3, 4, 5}, dense(3, 4, 5), viewCase{"src", 4, []int{3, 4, 5}, []int{0, 1, 0}}, false},
+		{"pad interior of [9,35]", []int{7, 33}, viewCase{"dst", 9*35 - 36, []int{7, 33}, []int{35, 1}}, dense(7, 33), false},
+		// One value per channel into a dense tensor (the gradient of a sum
+		// over the other axes): inner 8 (four at a time when aligned), 5,
+		// and the channel last.
+		{"channel src into [3,6,2,4]", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"src", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, false},
+		{"channel src into [3,6,2,4], aligned", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"src", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, true},
+		{"channel src into [4,3,5], aligned", []int{4, 3, 5}, dense(4, 3, 5), viewCase{"src", 3, []int{4, 3, 5}, []int{0, 1, 0}}, true},
+		{"channel src into [9,7]", []int{9, 7}, dense(9, 7), viewCase{"src", 7, []int{9, 7}, []int{0, 1}}, false},
 	}
 	for _, c := range cases {
 		for _, acc := range []bool{false, true} {
@@ -465,7 +473,12 @@ func testCopyView(e *env) {
 						want[do[i]], bound[do[i]] = s, math.Abs(s)
 					}
 				}
-				dst := e.f32("dst", d0, false)
+				var dst *dbuf
+				if c.aligned {
+					dst = e.f32Pre("dst", d0, false, 4)
+				} else {
+					dst = e.f32("dst", d0, false)
+				}
 				e.b.CopyView(tensor.View{Buf: dst.win, Strides: c.dst.strides}, tensor.View{Buf: e.in("src", src), Strides: c.src.strides}, c.shape, acc)
 				tol := 0.0
 				if acc {
