@@ -90,7 +90,7 @@ func TestRecordedNormAutograd(t *testing.T) {
 	y = tensor.LayerNorm(y, []int{7, 5}, tensor.Full(b, s, 1, 7, 5), nil, 1e-5)
 	y = tensor.Dropout(y, 0.25, true, tensor.NewGenerator(3))
 	tensor.Sum(y).Backward()
-	if rec.launches["ember_batch_norm_backward_dx"] == 0 || rec.launches["ember_layer_norm_backward_dx_warp"] == 0 || rec.launches["ember_random"] == 0 {
+	if rec.launches["ember_batch_norm_backward_dx"] == 0 || rec.launches["ember_layer_norm_backward_dx_warp"] == 0 || rec.launches["ember_dropout"] == 0 {
 		t.Errorf("backward kernels not launched: %v", rec.launches)
 	}
 }
@@ -106,8 +106,8 @@ func TestRecordedDeviceGenerator(t *testing.T) {
 	defer g.Release()
 	copies := rec.copies
 	tensor.Dropout(tensor.Zeros(b, s, 33, 7), 0.5, true, g)
-	if rec.launches["ember_random_state"] != 1 || rec.launches["ember_random_advance"] != 1 || rec.launches["ember_random"] != 0 {
-		t.Errorf("launches %v; want one ember_random_state and one ember_random_advance", rec.launches)
+	if rec.launches["ember_dropout_state"] != 1 || rec.launches["ember_random_advance"] != 1 || rec.launches["ember_dropout"] != 0 {
+		t.Errorf("launches %v; want one ember_dropout_state and one ember_random_advance", rec.launches)
 	}
 	if rec.copies != copies {
 		t.Errorf("%d host copies during a device-generator draw", rec.copies-copies)

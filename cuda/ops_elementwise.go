@@ -215,7 +215,88 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 		b.launch(name, b.kernel("ember_binary_dense"), n, pd, px, py, int64(n), int32(op), st[1], st[2])
 		return
 	}
+	if c, ok := o.channel(); ok {
+		pdense, pch := px, py
+		if !c.chIsY {
+			pdense, pch = py, px
+		}
+		vec := c.inner%4 == 0 && (pd|pdense)&15 == 0
+		threads := n
+		if vec {
+			threads = n / 4
+		}
+		b.launch(name, b.kernel("ember_binary_channel"), threads, pd, pdense, pch, int32(n), int32(op), int32(c.c), int32(c.inner),
+			flag(c.chIsY), flag(vec))
+		return
+	}
 	b.launch(name, b.kernel("ember_binary_strided"), n, o.argsOf(1, pd, px, py, int64(n), int32(op))...)
+}
+
+// channelOperands is the per-channel case of a binary operation: one
+// operand dense, the other one value for each of c channels, each channel
+// inner consecutive elements (a bias over NCHW: [outer, c, inner]).
+type channelOperands struct {
+	c, inner int
+	chIsY    bool // the channel operand is y (else x)
+}
+
+// channel reports whether the merged operands (dst, x, y) of a binary
+// operation are a dense operand and a channel operand: strides those of a
+// dense tensor for one, a single dimension of stride 1 and the others 0
+// for the other, and fewer than smallIndex elements (32-bit indices).
+func (o stridedOperands) channel() (channelOperands, bool) {
+	if len(o.strides) != 3 || !o.dense(0) {
+		return channelOperands{}, false
+	}
+	if o.dense(1) {
+		c, ok := o.channelOf(2)
+		c.chIsY = true
+		return c, ok
+	}
+	if o.dense(2) {
+		return o.channelOf(1)
+	}
+	return channelOperands{}, false
+}
+
+// dense reports whether operand j's merged strides are those of a dense
+// tensor.
+func (o stridedOperands) dense(j int) bool {
+	s := int64(1)
+	for k := maxStridedRank - 1; k >= maxStridedRank-o.rank; k-- {
+		if o.strides[j][k] != s {
+			return false
+		}
+		s *= o.shape[k]
+	}
+	return true
+}
+
+// channelOf reports whether operand j is one value per channel: a single
+// merged dimension of stride 1, the others 0, with fewer than smallIndex
+// elements in all (32-bit indices) and at least two merged dimensions.
+func (o stridedOperands) channelOf(j int) (channelOperands, bool) {
+	if o.n >= smallIndex || o.rank < 2 {
+		return channelOperands{}, false
+	}
+	t := o.strides[j]
+	at := -1
+	for k := maxStridedRank - o.rank; k < maxStridedRank; k++ {
+		switch {
+		case t[k] == 1 && at < 0:
+			at = k
+		case t[k] != 0:
+			return channelOperands{}, false
+		}
+	}
+	if at < 0 {
+		return channelOperands{}, false
+	}
+	inner := int64(1)
+	for k := at + 1; k < maxStridedRank; k++ {
+		inner *= o.shape[k]
+	}
+	return channelOperands{c: int(o.shape[at]), inner: int(inner)}, true
 }
 
 func (b *Backend) Where(dst tensor.Buffer, cond, x, y tensor.View, shape []int) {
@@ -244,5 +325,14 @@ func (b *Backend) CopyView(dst, src tensor.View, shape []int, accumulate bool) {
 		}
 	}
 	o := strided(name, shape, dst.Strides, src.Strides)
+	if c, ok := o.channelOf(1); ok && o.dense(0) {
+		vec := c.inner%4 == 0 && pd&15 == 0
+		threads := n
+		if vec {
+			threads = n / 4
+		}
+		b.launch(name, b.kernel("ember_copy_channel"), threads, pd, ps, int32(n), int32(c.c), int32(c.inner), flag(accumulate), flag(vec))
+		return
+	}
 	b.launch(name, b.kernel("ember_copy_view"), n, o.args(pd, ps, int64(n), flag(accumulate))...)
 }

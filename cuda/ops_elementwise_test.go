@@ -120,3 +120,56 @@ func TestRecordedElementwise(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryChannel checks which merged binary operands take the
+// per-channel kernel: a dense operand with one value per channel (either
+// side, the channel anywhere), and nothing else; then launches it on the
+// recorder, with and without the vector path, as Binary and as the
+// broadcast CopyView of a sum's gradient.
+func TestBinaryChannel(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		shape   []int
+		x, y    []int
+		want    channelOperands
+		channel bool
+	}{
+		{"bias over NCHW", []int{512, 64, 28, 28}, []int{50176, 784, 28, 1}, []int{0, 1, 0, 0}, channelOperands{c: 64, inner: 784, chIsY: true}, true},
+		{"bias before", []int{8, 3, 5}, []int{0, 1, 0}, []int{15, 5, 1}, channelOperands{c: 3, inner: 5}, true},
+		{"[N, C] + [C]", []int{9, 7}, []int{7, 1}, []int{0, 1}, channelOperands{c: 7, inner: 1, chIsY: true}, true},
+		{"[C, inner] + [C, 1]", []int{7, 9}, []int{9, 1}, []int{1, 0}, channelOperands{c: 7, inner: 9, chIsY: true}, true},
+		{"both broadcast", []int{3, 4, 5}, []int{5, 0, 1}, []int{0, 1, 0}, channelOperands{}, false},
+		{"a channel of stride 2", []int{8, 3, 5}, []int{15, 5, 1}, []int{0, 2, 0}, channelOperands{}, false},
+		{"[C, W] channel block", []int{4, 3, 5}, []int{15, 5, 1}, []int{0, 5, 1}, channelOperands{c: 15, inner: 1, chIsY: true}, true},
+		{"a transposed [W, C] operand", []int{4, 3, 5}, []int{15, 5, 1}, []int{0, 1, 3}, channelOperands{}, false},
+		{"transposed dense operand", []int{4, 3, 5}, []int{1, 20, 4}, []int{0, 1, 0}, channelOperands{}, false},
+		{"too many elements", []int{1 << 16, 1 << 15}, []int{1 << 15, 1}, []int{1, 0}, channelOperands{}, false},
+	} {
+		o := strided("binary", c.shape, tensorStrides(c.shape), c.x, c.y)
+		got, ok := o.channel()
+		if ok != c.channel || (ok && got != c.want) {
+			t.Errorf("%s: channel() = %+v, %v; want %+v, %v", c.name, got, ok, c.want, c.channel)
+		}
+	}
+	b, rec := newRecordingBackend(t)
+	f := func(n int) tensor.Buffer {
+		buf, err := b.Alloc(n, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	shape := []int{4, 6, 2, 4}
+	b.Binary(tensor.OpAdd, f(192), tensor.Dense(f(192), shape), tensor.View{Buf: f(6), Strides: []int{0, 1, 0, 0}}, shape)
+	b.Binary(tensor.OpSub, f(45), tensor.View{Buf: f(5), Strides: []int{0, 1}}, tensor.Dense(f(45), []int{9, 5}), []int{9, 5})
+	if rec.launches["ember_binary_channel"] != 2 {
+		t.Errorf("%d launches of ember_binary_channel, want 2", rec.launches["ember_binary_channel"])
+	}
+	for _, acc := range []bool{false, true} {
+		b.CopyView(tensor.Dense(f(192), shape), tensor.View{Buf: f(6), Strides: []int{0, 1, 0, 0}}, shape, acc)
+		b.CopyView(tensor.Dense(f(45), []int{9, 5}), tensor.View{Buf: f(5), Strides: []int{0, 1}}, []int{9, 5}, acc)
+	}
+	if rec.launches["ember_copy_channel"] != 4 {
+		t.Errorf("%d launches of ember_copy_channel, want 4", rec.launches["ember_copy_channel"])
+	}
+}

@@ -19,9 +19,9 @@ func (r *recExec) sgemmStridedBatched(transA, transB bool, m, n, k int, alpha fl
 	return nil
 }
 
-// TestRecordedSoftmaxIndex launches softmax, its backward pass, the gathers
-// and the batched products on the recorder, in both kernel layouts and on
-// both IndexAdd paths: signatures, null pointers and extents are checked.
+// TestRecordedSoftmaxIndex launches softmax, its backward pass, the causal
+// softmax, the gathers and the batched products on the recorder, in both
+// kernel layouts and on both IndexAdd paths: signatures, null pointers and extents are checked.
 func TestRecordedSoftmaxIndex(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	f := func(n int) tensor.Buffer {
@@ -44,6 +44,13 @@ func TestRecordedSoftmaxIndex(t *testing.T) {
 			b.Softmax(f(n), f(n), s[0], s[1], s[2], log)
 			b.SoftmaxBackward(f(n), f(n), f(n), s[0], s[1], s[2], log, true)
 		}
+	}
+	for _, s := range [][3]int{{3, 5, 6}, {2, 64, 256}, {1, 40, 600}} { // [batch, t, n]
+		rows := s[0] * s[1]
+		b.CausalSoftmax(f(rows*s[2]), f(rows*s[2]), rows, s[1], s[2])
+	}
+	if rec.launches["ember_softmax_rows_causal"] != 3 {
+		t.Errorf("CausalSoftmax: %d launches, want 3", rec.launches["ember_softmax_rows_causal"])
 	}
 	b.IndexSelect(f(2*9*5), f(2*7*5), ix(9), 2, 7, 5)
 	b.IndexAdd(f(2*7*5), f(2*9*5), ix(9), 2, 7, 5)                     // ordered

@@ -54,3 +54,21 @@ func (b *Backend) SoftmaxBackward(dx, dy, y tensor.Buffer, outer, n, inner int, 
 	b.softmaxLaunch("softmax_backward", "ember_softmax_backward_rows", "ember_softmax_backward_cols", outer, n, inner,
 		[]tensor.Buffer{dx, dy, y}, flag(log), flag(accumulate))
 }
+
+// CausalSoftmax sets y to the softmax of each row of causal attention
+// scores over the keys up to its query, 0 after them
+// (ember_softmax_rows_causal: the masked scores are not read).
+func (b *Backend) CausalSoftmax(y, x tensor.Buffer, rows, t, n int) {
+	const name = "causal_softmax"
+	if rows < 0 || t < 1 || n < 1 {
+		panic(fmt.Sprintf("cuda: %s of [%d, %d] over %d queries", name, rows, n, t))
+	}
+	need(name, "x", x, rows*n)
+	need(name, "y", y, rows*n)
+	py, px := b.f32(name, y), b.f32(name, x)
+	if rows == 0 {
+		return
+	}
+	grid := min((rows+softmaxWarps-1)/softmaxWarps, maxGrid)
+	b.launchGrid(name, b.kernel("ember_softmax_rows_causal"), grid, 32*softmaxWarps, py, px, int64(rows), i32arg(name, n), int64(t))
+}

@@ -61,3 +61,17 @@ type RandomStateBackend interface {
 	// state. The values are those of Random at the same seed and offset.
 	RandomAt(dst Buffer, dist Distribution, state Buffer, a, b float32)
 }
+
+// DropoutBackend is implemented by backends that draw dropout's mask and
+// apply it in one pass (read x, write y and the mask), instead of a draw,
+// a scaling of the mask and a product.
+type DropoutBackend interface {
+	// Dropout sets mask[i] to scale where Random's Bernoulli draw of
+	// probability keep at (seed, offset) is 1 and to 0 elsewhere, and
+	// y[i] = x[i]·mask[i]: bit for bit Random, then mask·scale, then x·mask.
+	// The caller advances offset by (len+3)/4, as for Random.
+	Dropout(y, mask, x Buffer, seed, offset uint64, keep, scale float32)
+	// DropoutAt is Dropout with (seed, offset) read from state and the
+	// offset advanced there, as RandomAt.
+	DropoutAt(y, mask, x Buffer, state Buffer, keep, scale float32)
+}

@@ -30,3 +30,16 @@ type Reductions interface {
 	// dx = y·(dy - Σ dy·y) for softmax, dx = dy - e^y·Σ dy for log-softmax.
 	SoftmaxBackward(dx, dy, y Buffer, outer, n, inner int, log, accumulate bool)
 }
+
+// CausalSoftmaxBackend is implemented by backends with a softmax of
+// causal attention scores, so that ScaledDotProductAttention needs no mask
+// tensor (uploaded, then added to every score) and reads only the scores
+// that are kept.
+type CausalSoftmaxBackend interface {
+	// CausalSoftmax sets y [rows, n] to the softmax of each row of x over
+	// its first min(q+1, n) elements, q = row mod t (the query of a batch
+	// of [t, n] score matrices), and to 0 after them: exactly Softmax of x
+	// plus -Inf above the diagonal. Its backward pass is SoftmaxBackward
+	// (a probability of 0 passes no gradient).
+	CausalSoftmax(y, x Buffer, rows, t, n int)
+}

@@ -86,3 +86,37 @@ func (*cpuBackend) Random(dst Buffer, dist Distribution, seed, offset uint64, a,
 		}
 	}
 }
+
+// Dropout is Random's Bernoulli draw, scaled, and applied to x in one loop.
+func (*cpuBackend) Dropout(y, mask, x Buffer, seed, offset uint64, keep, scale float32) {
+	checkDropoutDims("Dropout", y, mask, x)
+	out, m, in := f32(y), f32(mask), f32(x)
+	for j := 0; 4*j < len(in); j++ {
+		w := philoxBlock(seed, offset+uint64(j))
+		for k := 0; k < 4 && 4*j+k < len(in); k++ {
+			var v float32
+			if unit24(w[k]) < keep {
+				v = scale
+			}
+			m[4*j+k] = v
+			out[4*j+k] = in[4*j+k] * v
+		}
+	}
+}
+
+// DropoutAt is Dropout at the state's seed and offset, which it advances.
+func (c *cpuBackend) DropoutAt(y, mask, x Buffer, state Buffer, keep, scale float32) {
+	st := i32(state.Slice(0, 4))
+	seed := uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32
+	offset := uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+	c.Dropout(y, mask, x, seed, offset, keep, scale)
+	offset += uint64(x.Len+3) / 4
+	st[2], st[3] = int32(uint32(offset)), int32(uint32(offset>>32))
+}
+
+// checkDropoutDims panics unless y, mask and x have the same length.
+func checkDropoutDims(op string, y, mask, x Buffer) {
+	if y.Len != x.Len || mask.Len != x.Len {
+		panic(fmt.Sprintf("tensor: cpu: %s of %d elements into y of %d and a mask of %d", op, x.Len, y.Len, mask.Len))
+	}
+}

@@ -6,13 +6,23 @@ import (
 )
 
 // Softmax and its backward pass view x as [outer, n, inner] and work on the
-// n elements of each (outer, inner) column. The sums are in float64 and the
-// maximum is subtracted first, so that no exponential overflows; the CUDA
-// kernels (kernels/softmax.cu) do the same steps in the same order.
+// n elements of each (outer, inner) column. The maximum is subtracted
+// first, so that no exponential overflows; the CUDA kernels
+// (kernels/softmax.cu) do the same steps in the same order. Softmax over
+// rows (inner == 1) is in float32, summed as a warp of 32 lanes does (see
+// softmaxRow); columns and the backward pass sum in float64.
 
 func (*cpuBackend) Softmax(y, x Buffer, outer, n, inner int, log bool) {
 	checkSoftmaxDims("Softmax", outer, n, inner, y, x)
 	out, in := f32(y), f32(x)
+	if inner == 1 {
+		parallelFor(outer, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				softmaxRow(out[r*n:(r+1)*n], in[r*n:(r+1)*n], log)
+			}
+		})
+		return
+	}
 	parallelFor(outer*inner, func(lo, hi int) {
 		for col := lo; col < hi; col++ {
 			o, r := col/inner, col%inner
@@ -38,6 +48,69 @@ func (*cpuBackend) Softmax(y, x Buffer, outer, n, inner int, log bool) {
 			}
 		}
 	})
+}
+
+// softmaxRow is the float32 softmax of one row in the GPU's order: lane l
+// of 32 adds e^(x-m) of elements l, l+32, ... in turn, the lanes are joined
+// by an xor butterfly (warpSum32), then y = e^(x-m)·(1/s), or x - m - log s.
+// Each float32 exponential and logarithm is the float64 one rounded (the
+// GPU's expf and logf are within 2 ulp of it). A lane sums about n/32 terms
+// and the tree adds 5 levels, so s errs by at most (n/32 + 5)·2⁻²⁴
+// relatively (8·10⁻⁶ for n = 4096), against float64 sequential sums.
+func softmaxRow(out, in []float32, log bool) {
+	m := float32(math.Inf(-1))
+	for _, v := range in {
+		m = max(m, v) // NaN propagates, as Go's max does
+	}
+	var lanes [32]float32
+	for i, v := range in {
+		lanes[i%32] += expf32(v - m)
+	}
+	s := warpSum32(&lanes)
+	if log {
+		ls := float32(math.Log(float64(s)))
+		for i, v := range in {
+			out[i] = v - m - ls
+		}
+		return
+	}
+	inv := 1 / s
+	for i, v := range in {
+		out[i] = expf32(v-m) * inv
+	}
+}
+
+// CausalSoftmax is softmaxRow of each row's first min(q+1, n) elements,
+// q = row mod t, and 0 after them, as the GPU's.
+func (*cpuBackend) CausalSoftmax(y, x Buffer, rows, t, n int) {
+	if rows < 0 || t < 1 || n < 1 {
+		panic(fmt.Sprintf("tensor: cpu: CausalSoftmax of [%d, %d] over %d queries", rows, n, t))
+	}
+	checkSoftmaxDims("CausalSoftmax", rows, n, 1, y, x)
+	out, in := f32(y), f32(x)
+	parallelFor(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			kept := min(r%t+1, n)
+			softmaxRow(out[r*n:r*n+kept], in[r*n:r*n+kept], false)
+			clear(out[r*n+kept : (r+1)*n])
+		}
+	})
+}
+
+// expf32 is e^x rounded to float32.
+func expf32(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// warpSum32 is the sum of 32 lanes by the xor butterfly of the CUDA
+// kernels' ember_warp_sum: at each step lane l adds lane l^o, o = 16..1.
+func warpSum32(lanes *[32]float32) float32 {
+	for o := 16; o > 0; o >>= 1 {
+		var next [32]float32
+		for l := range lanes {
+			next[l] = lanes[l] + lanes[l^o]
+		}
+		*lanes = next
+	}
+	return lanes[0]
 }
 
 func (*cpuBackend) SoftmaxBackward(dx, dy, y Buffer, outer, n, inner int, log, accumulate bool) {

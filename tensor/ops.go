@@ -17,8 +17,10 @@ func Add(a, b *Tensor) *Tensor {
 	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
 	a.st.b.Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
 	record(out, "add", func(g *Tensor, e *engine) {
-		e.pass(a, g)
+		// b takes a copy first; a may then adopt g itself (give), which
+		// saves a copy of the gradient for a computed a.
 		e.pass(b, g)
+		e.give(a, g)
 	}, a, b)
 	return out
 }

@@ -229,10 +229,12 @@ func linearLeading(x, w, b *Tensor) *Tensor {
 // and v [B, H, S, Dv] (any matching batch dimensions in front), where scale
 // 0 means 1/√D and causal masks the keys after each query (s > t, torch's
 // is_causal: the lower-left triangle of [T, S] is kept). It is composed of
-// BatchMatMul, whose product writes into the mask (0 or -Inf, one [T, S]
-// matrix broadcast over the batch) with beta 1, and Softmax, whose backward
-// pass gives the masked scores no gradient (their probability is 0). kᵀ is a
-// transposed view: nothing is copied.
+// BatchMatMul and Softmax, whose backward pass gives the masked scores no
+// gradient (their probability is 0). The causal mask is a backend's
+// CausalSoftmax where it has one (no mask tensor; the masked scores are
+// not read), else a [T, S] matrix of 0 and -Inf, broadcast over the batch,
+// that the product of the scores adds to (beta 1). kᵀ is a transposed
+// view: nothing is copied.
 func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Tensor {
 	rq, rk, rv := len(q.shape), len(k.shape), len(v.shape)
 	if rq < 2 || rk != rq || rv != rq || q.shape[rq-1] != k.shape[rk-1] || k.shape[rk-2] != v.shape[rv-2] ||
@@ -242,6 +244,10 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Ten
 	t, sk, d := q.shape[rq-2], k.shape[rk-2], q.shape[rq-1]
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	if cs, ok := q.st.b.(CausalSoftmaxBackend); ok && causal && sk > 0 {
+		scores := batchMatMul(q, k.Transpose(rk-2, rk-1), scale, nil)
+		return BatchMatMul(causalSoftmax(cs, scores, t), v)
 	}
 	var mask *Tensor
 	if causal {
@@ -258,4 +264,26 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Ten
 		mask.Release()
 	}
 	return BatchMatMul(Softmax(scores, -1), v)
+}
+
+// causalSoftmax is Softmax over the last axis of scores [..., t, S] with
+// the keys after each query masked, without a mask tensor: cs's
+// CausalSoftmax. The backward pass is Softmax's, whose zero probabilities
+// give the masked scores no gradient, as the mask's -Inf did.
+func causalSoftmax(cs CausalSoftmaxBackend, scores *Tensor, t int) *Tensor {
+	x := scores.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, x.shape...)
+	if out.Len() == 0 {
+		return out
+	}
+	n := x.shape[len(x.shape)-1]
+	rows := x.Len() / n
+	cs.CausalSoftmax(out.buffer(), x.buffer(), rows, t, n)
+	record(out, "causal_softmax", func(g *Tensor, e *engine) {
+		if dx, acc := e.sink(x); !dx.Empty() {
+			be.SoftmaxBackward(dx, g.buffer(), out.buffer(), rows, n, 1, false, acc)
+		}
+	}, x)
+	return out
 }

@@ -54,10 +54,17 @@ func (g *Generator) take(n int) uint64 {
 type RandomSource interface {
 	// fill draws dst on b and advances the source past it.
 	fill(b Backend, dst Buffer, dist Distribution, lo, hi float32)
+	// dropout is b's Dropout (or DropoutAt) at the source's next draw,
+	// and advances the source past it.
+	dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32)
 }
 
 func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
 	b.Random(dst, dist, g.seed, g.take(dst.Len), lo, hi)
+}
+
+func (g *Generator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
+	b.Dropout(y, mask, x, g.seed, g.take(x.Len), keep, scale)
 }
 
 // DeviceGenerator is a Generator whose seed and offset live in four int32
@@ -99,6 +106,10 @@ func (g *DeviceGenerator) fill(b Backend, dst Buffer, dist Distribution, lo, hi 
 	b.Upload(g.state.buffer(), stateWords(seed, off+uint64(dst.Len+3)/4))
 }
 
+func (g *DeviceGenerator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
+	b.DropoutAt(y, mask, x, g.state.buffer(), keep, scale)
+}
+
 func randomTensor(b Backend, s *Scope, gen RandomSource, dist Distribution, lo, hi float32, shape []int) *Tensor {
 	out := Empty(b, s, shape...)
 	if out.Len() > 0 {
@@ -132,7 +143,8 @@ func RandBernoulli(b Backend, s *Scope, gen RandomSource, p float32, shape ...in
 // by 1/(1-p) when train is set, as nn.Dropout: the expected value is kept.
 // With p = 0 or in evaluation mode it returns x itself, and with p = 1
 // zeros (no draw). The mask (0 or 1/(1-p)) is kept for the backward pass,
-// dx = dy·mask.
+// dx = dy·mask. On a DropoutBackend the mask is drawn and applied in one
+// pass, with the same bits as the draw, scale and product of the others.
 func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
 	if !(p >= 0 && p <= 1) {
 		panic(fmt.Sprintf("tensor: Dropout probability %v outside [0, 1]", p))
@@ -147,11 +159,35 @@ func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
 		mask := Zeros(be, x.scope, x.shape...)
 		return dropoutApply(x, mask)
 	}
+	if db, ok := be.(DropoutBackend); ok {
+		return dropoutFused(db, x, p, gen)
+	}
 	mask := RandBernoulli(be, x.scope, gen, 1-p, x.shape...)
 	scale := Full(be, x.scope, 1/(1-p), 1)
 	be.ScaleBy(mask.buffer(), mask.buffer(), scale.buffer(), false)
 	scale.Release()
 	return dropoutApply(x, mask)
+}
+
+// dropoutFused is Dropout in one pass of db: the mask drawn, scaled and
+// applied together, equal bit for bit to the draw, scale and product.
+func dropoutFused(db DropoutBackend, x *Tensor, p float32, gen RandomSource) *Tensor {
+	x = x.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, x.shape...)
+	mask := Empty(be, x.scope, x.shape...)
+	if out.Len() > 0 { // an empty draw takes no counter, as randomTensor's
+		gen.dropout(db, out.buffer(), mask.buffer(), x.buffer(), 1-p, 1/(1-p))
+	}
+	record(out, "dropout", func(g *Tensor, e *engine) {
+		dx := Empty(be, e.scopeFor(x), x.shape...)
+		be.Mul(dx.buffer(), g.buffer(), mask.buffer())
+		e.give(x, dx)
+	}, x)
+	if out.node == nil { // no backward pass will read the mask
+		mask.Release()
+	}
+	return out
 }
 
 // dropoutApply returns x·mask with the backward pass dy·mask.

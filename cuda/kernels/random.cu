@@ -93,3 +93,58 @@ extern "C" __global__ void ember_random_advance(int* state, long long blocks) {
     state[2] = (int)(unsigned int)offset;
     state[3] = (int)(unsigned int)(offset >> 32);
 }
+
+// Dropout in one pass: element i keeps x[i]·scale where its Bernoulli
+// draw of probability keep (ember_random_body's, bit for bit) is 1, else
+// 0, and stores the mask (scale or 0) for the backward pass. One thread
+// per Philox block of four elements, as the draw.
+__device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const float* x, long long n, unsigned long long s,
+                                                   unsigned long long off, float keep, float scale) {
+    const long long blocks = (n + 3) / 4;
+    EMBER_LOOP(long long, j, blocks) {
+        const unsigned long long ctr = off + (unsigned long long)j;
+        unsigned int w[4] = {(unsigned int)ctr, (unsigned int)(ctr >> 32), 0u, 0u};
+        ember_philox(w, (unsigned int)s, (unsigned int)(s >> 32));
+        const long long base = 4 * j;
+        if (base + 4 <= n && ((reinterpret_cast<unsigned long long>(x + base) |
+                               reinterpret_cast<unsigned long long>(y + base) |
+                               reinterpret_cast<unsigned long long>(mask + base)) & 15) == 0) {
+            const ember_f4 v = *reinterpret_cast<const ember_f4*>(x + base);
+            ember_f4 m, o;
+            m.x = ember_unit24(w[0]) < keep ? scale : 0.0f;
+            m.y = ember_unit24(w[1]) < keep ? scale : 0.0f;
+            m.z = ember_unit24(w[2]) < keep ? scale : 0.0f;
+            m.w = ember_unit24(w[3]) < keep ? scale : 0.0f;
+            o.x = v.x * m.x;
+            o.y = v.y * m.y;
+            o.z = v.z * m.z;
+            o.w = v.w * m.w;
+            *reinterpret_cast<ember_f4*>(mask + base) = m;
+            *reinterpret_cast<ember_f4*>(y + base) = o;
+            continue;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (base + k >= n) break;
+            const float m = ember_unit24(w[k]) < keep ? scale : 0.0f;
+            mask[base + k] = m;
+            y[base + k] = x[base + k] * m;
+        }
+    }
+}
+
+extern "C" __global__ void ember_dropout(float* y, float* mask, const float* x, long long n, long long seed, long long offset,
+                                         float keep, float scale) {
+    ember_dropout_body(y, mask, x, n, (unsigned long long)seed, (unsigned long long)offset, keep, scale);
+}
+
+// ember_dropout with (seed, offset) read from state, as ember_random_state
+// (ember_random_advance then moves the offset).
+extern "C" __global__ void ember_dropout_state(float* y, float* mask, const float* x, long long n, const int* state,
+                                               float keep, float scale) {
+    const unsigned long long seed = (unsigned long long)(unsigned int)state[0] |
+                                    ((unsigned long long)(unsigned int)state[1] << 32);
+    const unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                      ((unsigned long long)(unsigned int)state[3] << 32);
+    ember_dropout_body(y, mask, x, n, seed, offset, keep, scale);
+}

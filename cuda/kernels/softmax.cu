@@ -3,11 +3,11 @@
 // tensor/cpu_softmax.go.
 //
 // The steps are those of the CPU backend, in its order: the maximum m of a
-// column (NaN propagates), s = Σ exp((double)(x - m)) in double, then
-// y = (float)(exp(x - m) / s), or x - m - (float)log(s) for log-softmax.
-// Only the order of the terms of s differs (lane-strided partial sums, then
-// a fixed xor tree), so results are deterministic and match the CPU to
-// about an ulp.
+// column (NaN propagates), s = Σ exp(x - m), then y = exp(x - m) / s, or
+// x - m - log s for log-softmax. Rows (inner == 1) are in float, with the
+// CPU's summation order (lane-strided partial sums, then a fixed xor tree);
+// columns sum in double, y = (float)(exp(x - m) / s). Both are
+// deterministic and match the CPU to a few ulp.
 //
 // Two layouts of [outer, n, inner]:
 //   - rows (inner == 1): a warp per row, lanes striding over the row, the
@@ -15,34 +15,99 @@
 //   - columns (inner > 1): a thread per (outer, inner) column; consecutive
 //     threads read consecutive addresses (inner is the fastest axis).
 
-// ember_softmax_row_stats returns the maximum and the double sum of
-// exp(x - max) of one row in every lane of the calling warp.
-__device__ __forceinline__ void ember_softmax_row_stats(const float* row, int n, int lane, float* mOut, double* sOut) {
+// ember_softmax_row_regs is a row of at most 32*K elements held in
+// registers: each element is loaded once and its exponential computed
+// once. The arithmetic and its order are those of the generic loop below.
+template <int K>
+__device__ __forceinline__ void ember_softmax_row_regs(float* yr, const float* xr, int n, int lane, int logOut) {
+    float v[K];
     float m = ember_neg_inf();
-    for (int i = lane; i < n; i += 32) m = ember_nan_max(m, row[i]);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = lane + 32 * k;
+        v[k] = i < n ? xr[i] : ember_neg_inf();
+        m = ember_nan_max(m, v[k]);
+    }
     m = ember_warp_max(m);
-    double s = 0;
-    for (int i = lane; i < n; i += 32) s += exp((double)(row[i] - m));
-    *mOut = m;
-    *sOut = ember_warp_sum_d(s);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (lane + 32 * k < n) {
+            v[k] = expf(v[k] - m);
+            s += v[k];
+        }
+    }
+    s = ember_warp_sum(s);
+    if (logOut) {
+        const float ls = logf(s);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = lane + 32 * k;
+            if (i < n) yr[i] = xr[i] - m - ls;
+        }
+    } else {
+        const float inv = 1.0f / s;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = lane + 32 * k;
+            if (i < n) yr[i] = v[k] * inv;
+        }
+    }
 }
 
+// ember_softmax_row is the softmax of one row of n elements by the calling
+// warp, in float: lane l adds the exponentials of elements l, l+32, l+64,
+// ... in that order, the lanes' sums are joined by the xor tree of
+// ember_warp_sum, then y = e^(x-m) * (1/s), or x - m - log s. The CPU
+// backend (tensor/cpu_softmax.go) does these float operations in this
+// order; only expf and logf (within 2 ulp on the GPU) may round apart.
+__device__ __forceinline__ void ember_softmax_row(float* yr, const float* xr, int n, int lane, int logOut) {
+    if (n <= 128) {
+        ember_softmax_row_regs<4>(yr, xr, n, lane, logOut);
+        return;
+    }
+    if (n <= 512) {
+        ember_softmax_row_regs<16>(yr, xr, n, lane, logOut);
+        return;
+    }
+    float m = ember_neg_inf();
+    for (int i = lane; i < n; i += 32) m = ember_nan_max(m, xr[i]);
+    m = ember_warp_max(m);
+    float s = 0.0f;
+    for (int i = lane; i < n; i += 32) s += expf(xr[i] - m);
+    s = ember_warp_sum(s);
+    if (logOut) {
+        const float ls = logf(s);
+        for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
+    } else {
+        const float inv = 1.0f / s;
+        for (int i = lane; i < n; i += 32) yr[i] = expf(xr[i] - m) * inv;
+    }
+}
+
+// Rows (inner == 1), a warp each; the grid loops over rows.
 extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long long rows, int n, int logOut) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
-        const float* xr = x + r * n;
+        ember_softmax_row(y + r * n, x + r * n, n, lane, logOut);
+    }
+}
+
+// Causal attention scores [rows, n], rows = batch·t: row r is query
+// q = r mod t, whose softmax is over its first min(q+1, n) scores; the
+// rest are masked: never read, and their probabilities written as 0. This
+// is the softmax of the scores plus a mask of -Inf after the diagonal,
+// bit for bit (a masked score adds e^-Inf = 0 to a lane's sum).
+extern "C" __global__ void ember_softmax_rows_causal(float* y, const float* x, long long rows, int n, long long t) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const long long q = r % t;
+        const int kept = q + 1 < n ? (int)(q + 1) : n;
         float* yr = y + r * n;
-        float m;
-        double s;
-        ember_softmax_row_stats(xr, n, lane, &m, &s);
-        if (logOut) {
-            const float ls = (float)log(s);
-            for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
-        } else {
-            const double inv = 1 / s;
-            for (int i = lane; i < n; i += 32) yr[i] = (float)(exp((double)(xr[i] - m)) * inv);
-        }
+        ember_softmax_row(yr, x + r * n, kept, lane, 0);
+        for (int i = kept + lane; i < n; i += 32) yr[i] = 0.0f;
     }
 }
 

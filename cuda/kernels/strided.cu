@@ -270,6 +270,77 @@ extern "C" __global__ void ember_binary_dense(float* dst, const float* x, const 
     }
 }
 
+// Binary with one operand dense and the other one value per channel, as a
+// bias x[n, c, h, w] + b[c] is once merged to [outer, C, inner]: the
+// channel operand's element for flat index i is ch[(i / inner) % C], one
+// 32-bit division and remainder in place of the strided kernels' six
+// 64-bit ones. vec (inner a multiple of 4, dst and d aligned) takes four
+// elements of one channel a thread. chIsY says the channel operand is y.
+template <int OP>
+__device__ __forceinline__ void binary_channel_body(float* dst, const float* d, const float* ch, int n, int C, int inner,
+                                                    int chIsY, int vec) {
+    if (vec) {
+        const int inner4 = inner >> 2;
+        EMBER_LOOP(int, i, n >> 2) {
+            const float c = ch[(i / inner4) % C];
+            ember_f4 v = reinterpret_cast<const ember_f4*>(d)[i];
+            if (chIsY) {
+                v.x = ember_binary(OP, v.x, c);
+                v.y = ember_binary(OP, v.y, c);
+                v.z = ember_binary(OP, v.z, c);
+                v.w = ember_binary(OP, v.w, c);
+            } else {
+                v.x = ember_binary(OP, c, v.x);
+                v.y = ember_binary(OP, c, v.y);
+                v.z = ember_binary(OP, c, v.z);
+                v.w = ember_binary(OP, c, v.w);
+            }
+            reinterpret_cast<ember_f4*>(dst)[i] = v;
+        }
+        return;
+    }
+    EMBER_LOOP(int, i, n) {
+        const float c = ch[(i / inner) % C];
+        dst[i] = chIsY ? ember_binary(OP, d[i], c) : ember_binary(OP, c, d[i]);
+    }
+}
+
+extern "C" __global__ void ember_binary_channel(float* dst, const float* d, const float* ch, int n, int op, int C, int inner,
+                                                int chIsY, int vec) {
+    switch (op) {
+#define EMBER_BINARY_CASE(K) \
+    case K: binary_channel_body<K>(dst, d, ch, n, C, inner, chIsY, vec); break;
+        EMBER_BINARY_OPS(EMBER_BINARY_CASE)
+#undef EMBER_BINARY_CASE
+    }
+}
+
+// dst (dense) = ch[(i / inner) % C] (+= when acc): a per-channel value
+// broadcast over [outer, C, inner], as the gradient of a sum over the
+// other axes is; the index math of binary_channel_body.
+extern "C" __global__ void ember_copy_channel(float* dst, const float* ch, int n, int C, int inner, int acc, int vec) {
+    if (vec) {
+        const int inner4 = inner >> 2;
+        EMBER_LOOP(int, i, n >> 2) {
+            const float c = ch[(i / inner4) % C];
+            ember_f4 v = {c, c, c, c};
+            if (acc) {
+                const ember_f4 d = reinterpret_cast<const ember_f4*>(dst)[i];
+                v.x = d.x + c;
+                v.y = d.y + c;
+                v.z = d.z + c;
+                v.w = d.w + c;
+            }
+            reinterpret_cast<ember_f4*>(dst)[i] = v;
+        }
+        return;
+    }
+    EMBER_LOOP(int, i, n) {
+        const float c = ch[(i / inner) % C];
+        dst[i] = acc ? dst[i] + c : c;
+    }
+}
+
 // ember_offsets turns the flat index i of the (padded, six-dimensional)
 // shape sh into the offsets of K views with strides st[k][0..5]: the
 // rightmost rank dimensions are real, the others have size 1.

@@ -381,6 +381,17 @@ func elementwiseAutogradCases() []agCase {
 		reduceAG("SumAxes of a transpose", []int{5, 4}, []int{0}, "normal", func(x *tensor.Tensor) *tensor.Tensor {
 			return tensor.SumAxes(x.Transpose(0, 1), []int{1}, false)
 		}, sum64),
+		// Runs of adjacent axes are reduced one after another: two runs, and
+		// a strided view whose reduced axes are apart.
+		reduceAG("SumAxes 0,1,3", []int{2, 3, 4, 5}, []int{0, 1, 3}, "normal", func(x *tensor.Tensor) *tensor.Tensor {
+			return tensor.SumAxes(x, []int{0, 1, 3}, false)
+		}, sum64),
+		reduceAG("SumAxes 0,2 of a permutation", []int{5, 3, 4}, []int{0, 1}, "normal", func(x *tensor.Tensor) *tensor.Tensor {
+			return tensor.SumAxes(x.Permute(1, 2, 0), []int{0, 2}, true)
+		}, sum64),
+		reduceAG("MinAxes 0,1,3", []int{2, 3, 4, 5}, []int{0, 1, 3}, "distinct", func(x *tensor.Tensor) *tensor.Tensor {
+			return tensor.MinAxes(x, []int{0, 1, 3}, false)
+		}, negated(max64)),
 		reduceAG("MeanAxes 2", s, []int{2}, "normal", func(x *tensor.Tensor) *tensor.Tensor { return tensor.MeanAxes(x, []int{2}, false) },
 			func(v []float64) (float64, []float64) {
 				r, d := sum64(v)

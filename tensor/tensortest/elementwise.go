@@ -305,24 +305,34 @@ var binaryCases = []binaryCase{
 	{op: tensor.OpGe, name: "Ge", exact: true, f: func(x, y float64) float64 { return b64(x >= y) }},
 }
 
-// pairCase is an output shape with the views of two operands.
+// pairCase is an output shape with the views of two operands; aligned
+// puts dst and both operands 16-byte aligned (as tensors are), not at the
+// random odd places of the other cases, for the GPU's vector paths.
 type pairCase struct {
-	name  string
-	shape []int
-	x, y  viewCase
+	name    string
+	shape   []int
+	x, y    viewCase
+	aligned bool
 }
 
 var binaryPairs = []pairCase{
-	{"same [1]", []int{1}, dense(1), dense(1)},
-	{"same [7]", []int{7}, dense(7), dense(7)},
-	{"same [33]", []int{33}, dense(33), dense(33)},
-	{"same [1025]", []int{1025}, dense(1025), dense(1025)},
-	{"same [3,5,7]", []int{3, 5, 7}, dense(3, 5, 7), dense(3, 5, 7)},
-	{"same [65537]", []int{65537}, dense(65537), dense(65537)},
-	{"[3,1,5] with [4,1]", []int{3, 4, 5}, viewCase{"x", 15, []int{3, 4, 5}, []int{5, 0, 1}}, viewCase{"y", 4, []int{3, 4, 5}, []int{0, 1, 0}}},
-	{"scalar y", []int{7, 33}, dense(7, 33), viewCase{"y", 1, []int{7, 33}, []int{0, 0}}},
-	{"scalar x", []int{1000}, viewCase{"x", 1, []int{1000}, []int{0}}, dense(1000)},
-	{"transposed x, sliced y", []int{5, 7}, viewCase{"x", 35, []int{5, 7}, []int{1, 5}}, viewCase{"y", 5 * 16, []int{5, 7}, []int{16, 2}}},
+	{"same [1]", []int{1}, dense(1), dense(1), false},
+	{"same [7]", []int{7}, dense(7), dense(7), false},
+	{"same [33]", []int{33}, dense(33), dense(33), false},
+	{"same [1025]", []int{1025}, dense(1025), dense(1025), false},
+	{"same [3,5,7]", []int{3, 5, 7}, dense(3, 5, 7), dense(3, 5, 7), false},
+	{"same [65537]", []int{65537}, dense(65537), dense(65537), false},
+	{"[3,1,5] with [4,1]", []int{3, 4, 5}, viewCase{"x", 15, []int{3, 4, 5}, []int{5, 0, 1}}, viewCase{"y", 4, []int{3, 4, 5}, []int{0, 1, 0}}, false},
+	{"scalar y", []int{7, 33}, dense(7, 33), viewCase{"y", 1, []int{7, 33}, []int{0, 0}}, false},
+	{"scalar x", []int{1000}, viewCase{"x", 1, []int{1000}, []int{0}}, dense(1000), false},
+	{"transposed x, sliced y", []int{5, 7}, viewCase{"x", 35, []int{5, 7}, []int{1, 5}}, viewCase{"y", 5 * 16, []int{5, 7}, []int{16, 2}}, false},
+	// One operand per channel, the other dense (a bias over NCHW): inner
+	// sizes that are a multiple of 4 or not, the channel operand either
+	// side, the channel last ([N, C] + [C]).
+	{"[3,6,2,4] with a channel y [1,6,1,1]", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"y", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, false},
+	{"[3,6,2,4] with a channel y, aligned", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"y", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, true},
+	{"channel x [5,1,1] with [2,5,3,3]", []int{2, 5, 3, 3}, viewCase{"x", 5, []int{2, 5, 3, 3}, []int{0, 1, 0, 0}}, dense(2, 5, 3, 3), true},
+	{"[9,7] with a channel y [7]", []int{9, 7}, dense(9, 7), viewCase{"y", 7, []int{9, 7}, []int{0, 1}}, false},
 }
 
 // testBinary: every BinaryOp over the pairs (broadcast, scalar, strided);
@@ -367,9 +377,16 @@ func testBinary(e *env) {
 				} else if c.op == tensor.OpPow {
 					tol = tolTrans
 				}
-				dst := e.nanOut("dst", len(xo))
-				e.b.Binary(c.op, dst.win, tensor.View{Buf: e.in("x", xs), Strides: p.x.strides},
-					tensor.View{Buf: e.in("y", ys), Strides: p.y.strides}, p.shape)
+				var dst *dbuf
+				var xb, yb tensor.Buffer
+				if p.aligned {
+					dst = e.f32Pre("dst", fill(len(xo), float32(math.NaN())), false, 4)
+					xb, yb = e.f32Pre("x", xs, true, 4).win, e.f32Pre("y", ys, true, 4).win
+				} else {
+					dst = e.nanOut("dst", len(xo))
+					xb, yb = e.in("x", xs), e.in("y", ys)
+				}
+				e.b.Binary(c.op, dst.win, tensor.View{Buf: xb, Strides: p.x.strides}, tensor.View{Buf: yb, Strides: p.y.strides}, p.shape)
 				e.nearNaN(c.name, p.shape, e.getF(dst), want, bound, tol)
 			})
 		}
@@ -422,13 +439,21 @@ func testCopyView(e *env) {
 		name     string
 		shape    []int
 		dst, src viewCase
+		aligned  bool // dst 16-byte aligned, as a tensor (the GPU's vector path)
 	}
 	cases := []copyCase{
-		{"dense [1025]", []int{1025}, dense(1025), dense(1025)},
-		{"into columns 3..10 of [4,20]", []int{4, 7}, viewCase{"dst", 4*20 - 3, []int{4, 7}, []int{20, 1}}, dense(4, 7)},
-		{"transposed dst, sliced src", []int{5, 7}, viewCase{"dst", 35, []int{5, 7}, []int{1, 5}}, viewCase{"src", 5 * 16, []int{5, 7}, []int{16, 2}}},
-		{"broadcast src into [3,4,5]", []int{3, 4, 5}, dense(3, 4, 5), viewCase{"src", 4, []int{3, 4, 5}, []int{0, 1, 0}}},
-		{"pad interior of [9,35]", []int{7, 33}, viewCase{"dst", 9*35 - 36, []int{7, 33}, []int{35, 1}}, dense(7, 33)},
+		{"dense [1025]", []int{1025}, dense(1025), dense(1025), false},
+		{"into columns 3..10 of [4,20]", []int{4, 7}, viewCase{"dst", 4*20 - 3, []int{4, 7}, []int{20, 1}}, dense(4, 7), false},
+		{"transposed dst, sliced src", []int{5, 7}, viewCase{"dst", 35, []int{5, 7}, []int{1, 5}}, viewCase{"src", 5 * 16, []int{5, 7}, []int{16, 2}}, false},
+		{"broadcast src into [3,4,5]", []int{3, 4, 5}, dense(3, 4, 5), viewCase{"src", 4, []int{3, 4, 5}, []int{0, 1, 0}}, false},
+		{"pad interior of [9,35]", []int{7, 33}, viewCase{"dst", 9*35 - 36, []int{7, 33}, []int{35, 1}}, dense(7, 33), false},
+		// One value per channel into a dense tensor (the gradient of a sum
+		// over the other axes): inner 8 (four at a time when aligned), 5,
+		// and the channel last.
+		{"channel src into [3,6,2,4]", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"src", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, false},
+		{"channel src into [3,6,2,4], aligned", []int{3, 6, 2, 4}, dense(3, 6, 2, 4), viewCase{"src", 6, []int{3, 6, 2, 4}, []int{0, 1, 0, 0}}, true},
+		{"channel src into [4,3,5], aligned", []int{4, 3, 5}, dense(4, 3, 5), viewCase{"src", 3, []int{4, 3, 5}, []int{0, 1, 0}}, true},
+		{"channel src into [9,7]", []int{9, 7}, dense(9, 7), viewCase{"src", 7, []int{9, 7}, []int{0, 1}}, false},
 	}
 	for _, c := range cases {
 		for _, acc := range []bool{false, true} {
@@ -448,7 +473,12 @@ func testCopyView(e *env) {
 						want[do[i]], bound[do[i]] = s, math.Abs(s)
 					}
 				}
-				dst := e.f32("dst", d0, false)
+				var dst *dbuf
+				if c.aligned {
+					dst = e.f32Pre("dst", d0, false, 4)
+				} else {
+					dst = e.f32("dst", d0, false)
+				}
 				e.b.CopyView(tensor.View{Buf: dst.win, Strides: c.dst.strides}, tensor.View{Buf: e.in("src", src), Strides: c.src.strides}, c.shape, acc)
 				tol := 0.0
 				if acc {

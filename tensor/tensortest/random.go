@@ -210,3 +210,60 @@ func testRandomAt(e *env) {
 		})
 	}
 }
+
+// Dropout and DropoutAt against refRandom's Bernoulli draws: the mask is
+// exactly scale where the draw is 1 and 0 elsewhere, y is exactly x·mask
+// (one float32 product), and DropoutAt advances the state as RandomAt.
+// Windows at the odd places of the other tests, and 16-byte aligned ones
+// (the GPU's vector path).
+func testDropout(e *env) {
+	db, ok := e.b.(tensor.DropoutBackend)
+	if !ok {
+		e.t.Skipf("SKIP: backend %s does not implement tensor.DropoutBackend", e.b.Name())
+	}
+	const keep = 0.8
+	scale := float32(1) / keep
+	for _, aligned := range []bool{false, true} {
+		for _, atState := range []bool{false, true} {
+			seed := e.rng.Uint64()
+			offset := uint64(1<<32 - 3) // the second draw carries into the high word
+			e.tcase("aligned=%v state=%v seed=%d", aligned, atState, seed)(func() {
+				words := func(off uint64) []int32 {
+					return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
+				}
+				state := e.i32("state", words(offset), false)
+				for _, n := range []int{4099, 1, 4, 7, 1024} {
+					pre := func() int {
+						if aligned {
+							return 4
+						}
+						return 1 + e.rng.IntN(7)
+					}
+					x := e.normal(n, 1)
+					xb := e.f32Pre("x", x, true, pre())
+					y := e.f32Pre("y", fill(n, float32(math.NaN())), false, pre())
+					mask := e.f32Pre("mask", fill(n, float32(math.NaN())), false, pre())
+					if atState {
+						db.DropoutAt(y.win, mask.win, xb.win, state.win, keep, scale)
+					} else {
+						db.Dropout(y.win, mask.win, xb.win, seed, offset, keep, scale)
+					}
+					draw := refRandom(tensor.Bernoulli, seed, offset, n, keep, 0)
+					wantMask, wantY := make([]float32, n), make([]float32, n)
+					for i, d := range draw {
+						if d == 1 {
+							wantMask[i] = scale
+						}
+						wantY[i] = x[i] * wantMask[i]
+					}
+					e.exactF("Dropout mask", dims(n), e.getF(mask), wantMask)
+					e.exactF("Dropout y", dims(n), e.getF(y), wantY)
+					offset += uint64(n+3) / 4
+					if atState {
+						exactI(e, "DropoutAt state after the draw", dims(4), e.getI(state), words(offset))
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,14 +1,20 @@
 package tensortest
 
-import "math"
+import (
+	"math"
+	"slices"
+
+	"github.com/ember-ml/ember/tensor"
+)
 
 // softmaxShapes are [outer, n, inner] views: rows (inner 1) short and long
-// (one warp, several, more than a block), columns (inner > 1) and a single
-// element.
+// (one warp, several, more than a block; rows of up to 128 and of 129 to
+// 512 are held in registers on the GPU, 256 and 300 fill such rows
+// exactly and partly), columns (inner > 1) and a single element.
 // underflowBound, times tolAcc, is 2e-38, above the smallest normal float32.
 const underflowBound = 2e-33
 
-var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5}}
+var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {4, 256, 1}, {3, 300, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5}}
 
 // refSoftmax is softmax (or log-softmax) of x [outer, n, inner] over the
 // middle axis in float64, with each element's error bound: a float32
@@ -124,6 +130,49 @@ func testSoftmaxBackward(e *env) {
 					e.near("SoftmaxBackward", dims(outer, n, inner), e.getF(dx), want, bound, tolAcc)
 				})
 			}
+		}
+	}
+}
+
+// causalSoftmaxShapes are [batch, t, n] causal score matrices: more keys
+// than queries, fewer (the last queries keep every key), rows held in
+// registers on the GPU (n ≤ 512) and longer ones.
+var causalSoftmaxShapes = [][3]int{{3, 5, 6}, {2, 7, 4}, {1, 1, 1}, {2, 64, 256}, {1, 40, 600}}
+
+// CausalSoftmax against refSoftmax of each row's kept scores (tolAcc of
+// its bounds) with exact zeros after them, and bit for bit against the
+// backend's own Softmax of the scores plus a mask of -Inf above the
+// diagonal, which it claims to equal.
+func testCausalSoftmax(e *env) {
+	cs, ok := e.b.(tensor.CausalSoftmaxBackend)
+	if !ok {
+		e.t.Skipf("SKIP: backend %s does not implement tensor.CausalSoftmaxBackend", e.b.Name())
+	}
+	for _, sh := range causalSoftmaxShapes {
+		batch, t, n := sh[0], sh[1], sh[2]
+		for _, spread := range []float64{1, 80} {
+			e.tcase("batch=%d t=%d n=%d spread=%g", batch, t, n, spread)(func() {
+				rows := batch * t
+				x := e.uniform(rows*n, -spread, spread)
+				want, bound := make([]float64, len(x)), make([]float64, len(x))
+				masked := slices.Clone(x)
+				for r := range rows {
+					kept := min(r%t+1, n)
+					w, b := refSoftmax(x[r*n:r*n+kept], 1, kept, 1, false)
+					copy(want[r*n:], w)
+					copy(bound[r*n:], b)
+					for j := kept; j < n; j++ {
+						masked[r*n+j] = float32(math.Inf(-1))
+					}
+				}
+				y := e.nanOut("y", len(x))
+				cs.CausalSoftmax(y.win, e.in("x", x), rows, t, n)
+				got := e.getF(y)
+				e.near("CausalSoftmax", dims(rows, n), got, want, bound, tolAcc)
+				ym := e.nanOut("y masked", len(x))
+				e.b.Softmax(ym.win, e.in("x masked", masked), rows, n, 1, false)
+				e.exactF("CausalSoftmax against Softmax of the masked scores", dims(rows, n), got, e.getF(ym))
+			})
 		}
 	}
 }

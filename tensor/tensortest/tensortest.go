@@ -123,7 +123,14 @@ type dbuf struct {
 }
 
 func (e *env) alloc(name string, n int, dt tensor.DType) *dbuf {
-	pre, post := 1+e.rng.IntN(7), 1+e.rng.IntN(7)
+	return e.allocPre(name, n, dt, 1+e.rng.IntN(7))
+}
+
+// allocPre is alloc with the window pre elements into its allocation:
+// a multiple of 4 keeps a float32 window 16-byte aligned, as a tensor's
+// memory is, for kernels with a vector path.
+func (e *env) allocPre(name string, n int, dt tensor.DType, pre int) *dbuf {
+	post := 1 + e.rng.IntN(7)
 	raw, err := e.b.Alloc(pre+n+post, dt)
 	if err != nil {
 		e.t.Fatalf("%s [%s]: Alloc(%d, %v): %v", e.op, e.ctx, pre+n+post, dt, err)
@@ -138,7 +145,12 @@ func (e *env) alloc(name string, n int, dt tensor.DType) *dbuf {
 
 // f32 puts data on the device; konst marks an input.
 func (e *env) f32(name string, data []float32, konst bool) *dbuf {
-	d := e.alloc(name, len(data), tensor.Float32)
+	return e.f32Pre(name, data, konst, 1+e.rng.IntN(7))
+}
+
+// f32Pre is f32 with the window pre elements into its allocation.
+func (e *env) f32Pre(name string, data []float32, konst bool, pre int) *dbuf {
+	d := e.allocPre(name, len(data), tensor.Float32, pre)
 	all := make([]float32, d.raw.Len)
 	for i := range all {
 		all[i] = guardF32
