@@ -40,10 +40,8 @@ func DefaultGPTConfig(vocab int) GPTConfig {
 // keys are that module's: tok.weight, pos.weight, blocks.0.ln1.weight,
 // ..., ln.weight, head.weight.
 //
-// One difference in training only: zoo.py's Block also drops attention
-// probabilities (scaled_dot_product_attention's dropout_p=0.2), and
-// nn.TransformerBlock does not. Weights, state dicts and evaluation are
-// the same; training is regularised a little less.
+// In training its blocks drop attention probabilities too, as zoo.py's
+// scaled_dot_product_attention(dropout_p=0.2) does.
 type GPT struct {
 	Tok, Pos *nn.Embedding
 	Blocks   *nn.Sequential

@@ -480,11 +480,8 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 // bytes, sorted, as the vocabulary), the first 90% for training, random
 // windows of 256 tokens in batches of 64, AdamW (lr 1e-3, torch's betas,
 // eps and weight decay 0.01), gradients clipped to norm 1, dropout 0.2
-// drawn on the device; three rounds of 100 steps, each timed.
-//
-// zoo.py's Block also drops attention probabilities (dropout_p=0.2 in
-// scaled_dot_product_attention); nn.TransformerBlock does not, so this
-// run does a little less work per step than torch's.
+// drawn on the device (on the attention probabilities too, as zoo.py's
+// dropout_p=0.2); three rounds of 100 steps, each timed.
 func zooGPTCorpus(t *testing.T, z *zooEnv) {
 	path := os.Getenv("EMBER_ZOO_CORPUS")
 	if path == "" {

@@ -20,8 +20,8 @@ import (
 //	y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 //	return self.proj(y.transpose(1, 2).reshape(B, T, C))
 //
-// There is no dropout on the attention weights (torch's dropout_p):
-// ScaledDotProductAttention has none.
+// AttnDrop, when set, drops attention weights in training (torch's
+// dropout_p of scaled_dot_product_attention); it has no state-dict entry.
 //
 // It has no Parameters method, so that a struct embedding it (as
 // TransformerBlock does) lists qkv and proj beside its own fields.
@@ -29,6 +29,7 @@ type MultiheadSelfAttention struct {
 	QKV, Proj *Linear
 	Heads     int
 	Causal    bool
+	AttnDrop  *Dropout
 }
 
 // NewMultiheadSelfAttention returns attention over channels C split into
@@ -59,7 +60,16 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 	// are then dense slices of it.
 	qkv := a.QKV.Forward(x).Reshape(bsz, t, 3, h, c/h).Permute(2, 0, 3, 1, 4).Contiguous()
 	head := func(i int) *tensor.Tensor { return qkv.Narrow(0, i, 1).Squeeze(0) }
-	y := tensor.ScaledDotProductAttention(head(0), head(1), head(2), a.Causal, 0)
+	var y *tensor.Tensor
+	if d := a.AttnDrop; d != nil && d.Training() && d.P > 0 {
+		src := d.Source
+		if src == nil {
+			src = DefaultRandomSource
+		}
+		y = tensor.ScaledDotProductAttentionDropout(head(0), head(1), head(2), a.Causal, 0, d.P, src)
+	} else {
+		y = tensor.ScaledDotProductAttention(head(0), head(1), head(2), a.Causal, 0)
+	}
 	return a.Proj.Forward(y.Permute(0, 2, 1, 3).Reshape(bsz, t, c))
 }
 
@@ -93,6 +103,7 @@ type TransformerBlock struct {
 func NewTransformerBlock(b tensor.Backend, rng *rand.Rand, channels, heads int, dropout float32) *TransformerBlock {
 	rng = orDefault(rng)
 	attn := NewMultiheadSelfAttention(b, rng, channels, heads, true)
+	attn.AttnDrop = NewDropout(dropout) // zoo.py's dropout_p, in training
 	return &TransformerBlock{
 		LN1:                    NewLayerNorm(b, channels),
 		LN2:                    NewLayerNorm(b, channels),

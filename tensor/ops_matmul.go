@@ -236,6 +236,26 @@ func linearLeading(x, w, b *Tensor) *Tensor {
 // that the product of the scores adds to (beta 1). kᵀ is a transposed
 // view: nothing is copied.
 func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Tensor {
+	return attention(q, k, v, causal, scale, nil)
+}
+
+// ScaledDotProductAttentionDropout is ScaledDotProductAttention with
+// dropout of probability p on the attention weights (torch's dropout_p,
+// which it applies in training only: pass p = 0 in evaluation), drawn from
+// gen. The weights are softmax(scale·q·kᵀ + mask) before the dropout.
+func ScaledDotProductAttentionDropout(q, k, v *Tensor, causal bool, scale, p float32, gen RandomSource) *Tensor {
+	if p == 0 {
+		return attention(q, k, v, causal, scale, nil)
+	}
+	return attention(q, k, v, causal, scale, func(w *Tensor) *Tensor { return Dropout(w, p, true, gen) })
+}
+
+// attention is ScaledDotProductAttention, with drop (when not nil) applied
+// to the attention weights before they weigh v.
+func attention(q, k, v *Tensor, causal bool, scale float32, drop func(*Tensor) *Tensor) *Tensor {
+	if drop == nil {
+		drop = func(w *Tensor) *Tensor { return w }
+	}
 	rq, rk, rv := len(q.shape), len(k.shape), len(v.shape)
 	if rq < 2 || rk != rq || rv != rq || q.shape[rq-1] != k.shape[rk-1] || k.shape[rk-2] != v.shape[rv-2] ||
 		!sameShape(q.shape[:rq-2], k.shape[:rk-2]) || !sameShape(q.shape[:rq-2], v.shape[:rv-2]) {
@@ -247,7 +267,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Ten
 	}
 	if cs, ok := q.st.b.(CausalSoftmaxBackend); ok && causal && sk > 0 {
 		scores := batchMatMul(q, k.Transpose(rk-2, rk-1), scale, nil)
-		return BatchMatMul(causalSoftmax(cs, scores, t), v)
+		return BatchMatMul(drop(causalSoftmax(cs, scores, t)), v)
 	}
 	var mask *Tensor
 	if causal {
@@ -263,7 +283,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Ten
 	if mask != nil && mask.scope == nil { // read by the product already queued
 		mask.Release()
 	}
-	return BatchMatMul(Softmax(scores, -1), v)
+	return BatchMatMul(drop(Softmax(scores, -1)), v)
 }
 
 // causalSoftmax is Softmax over the last axis of scores [..., t, S] with
