@@ -97,3 +97,29 @@ func TestNonFiniteConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseWithDeviceLR: an SGD whose learning rate went to the device
+// (SetLR, for schedules) leaves nothing to the collector either.
+func TestReleaseWithDeviceLR(t *testing.T) {
+	settleGC()
+	before := tensor.Leaks()
+	func() {
+		l := nn.NewLinear(tensor.CPU, nil, 3, 2)
+		defer func() {
+			for _, p := range nn.Parameters(l) {
+				p.Tensor.Release()
+			}
+		}()
+		sgd, err := optim.NewSGD(nn.Parameters(l), optim.SGDConfig{LR: 0.1, Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sgd.SetLR(0.05)
+		sgd.Step()
+		sgd.Release()
+	}()
+	settleGC()
+	if d := tensor.Leaks() - before; d != 0 {
+		t.Errorf("%d storages left to the garbage collector", d)
+	}
+}

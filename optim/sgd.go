@@ -106,6 +106,10 @@ func (s *SGD) Release() {
 		s.momentum.Release()
 		s.momentum = nil
 	}
+	if s.lrDev != nil {
+		s.lrDev.buf.Release()
+		s.lrDev = nil
+	}
 }
 
 // ZeroGrad zeroes all gradients in one backend call.
