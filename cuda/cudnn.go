@@ -608,6 +608,11 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 	if err != nil {
 		return convAlgo{}, err
 	}
+	if ws > wsLimit {
+		// The estimate was low: the caller falls back to im2col rather
+		// than allocate past the cap (inside a capture, too).
+		return convAlgo{}, fmt.Errorf("cuda: %s: algorithm %d needs a %d-byte workspace, over the %d-byte cap: %w", names[1], a.algo, ws, wsLimit, errNoAlgo)
+	}
 	a.workspace = ws
 	return a, nil
 }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -76,6 +77,9 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 	}
 	if n == 0 && op != tensor.ReduceSum {
 		panic(fmt.Sprintf("cuda: %s: op %d over an empty axis ([%d, 0, %d])", name, op, outer, inner))
+	}
+	if (op == tensor.ReduceArgmax || op == tensor.ReduceArgmin) && n > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s: an index over %d elements does not fit the int32 result", name, n))
 	}
 	if accumulate && op != tensor.ReduceSum {
 		panic(fmt.Sprintf("cuda: %s: op %d cannot accumulate (sums only)", name, op))

@@ -28,11 +28,12 @@ import (
 // instead, and is not searched.
 
 // Parameters lists the learnable tensors of m and its children, each named
-// with its state_dict key, in field order.
+// with its state_dict key, in field order. A tensor reachable twice (a
+// weight tied between two layers) is listed once, as torch lists it.
 func Parameters(m any) []Parameter {
 	var out []Parameter
 	walk(m, "", func(prefix string, v any) bool {
-		if pl, ok := v.(ParameterLister); ok {
+		if pl, ok := v.(ParameterLister); ok && ownMethod(v, listerType) {
 			out = append(out, withPrefix(prefix, pl.Parameters())...)
 			return false
 		}
@@ -42,6 +43,21 @@ func Parameters(m any) []Parameter {
 			out = append(out, Parameter{Name: name, Tensor: t})
 		}
 	})
+	return firstOfEach(out)
+}
+
+// firstOfEach drops the entries whose tensor an earlier entry already
+// names (a tied weight that two layers list).
+func firstOfEach(ps []Parameter) []Parameter {
+	seen := map[*tensor.Tensor]bool{}
+	out := ps[:0]
+	for _, p := range ps {
+		if p.Tensor != nil && seen[p.Tensor] {
+			continue
+		}
+		seen[p.Tensor] = true
+		out = append(out, p)
+	}
 	return out
 }
 
@@ -50,17 +66,44 @@ func Parameters(m any) []Parameter {
 func Buffers(m any) []Parameter {
 	var out []Parameter
 	walk(m, "", func(prefix string, v any) bool {
-		if bl, ok := v.(BufferLister); ok {
+		if bl, ok := v.(BufferLister); ok && ownMethod(v, bufferListerType) {
 			out = append(out, withPrefix(prefix, bl.Buffers())...)
+			return false
 		}
 		_, lists := v.(ParameterLister)
-		return !lists
+		return !(lists && ownMethod(v, listerType))
 	}, func(name string, t *tensor.Tensor) {
 		if !t.RequiresGrad() {
 			out = append(out, Parameter{Name: name, Tensor: t})
 		}
 	})
-	return out
+	return firstOfEach(out)
+}
+
+var (
+	listerType       = reflect.TypeFor[ParameterLister]()
+	bufferListerType = reflect.TypeFor[BufferLister]()
+)
+
+// ownMethod reports whether v's method of iface is its own rather than
+// promoted from an embedded field: a struct that embeds a layer (Go hands
+// it the layer's Parameters) is searched field by field, so that its own
+// tensors are found beside the layer's.
+func ownMethod(v any, iface reflect.Type) bool {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return true
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && (f.Type.Implements(iface) || reflect.PointerTo(f.Type).Implements(iface)) {
+			return false
+		}
+	}
+	return true
 }
 
 // StateTensors lists the parameters and then the buffers of m: every
@@ -97,7 +140,20 @@ var tensorType = reflect.TypeFor[*tensor.Tensor]()
 // every module (with the prefix of its entries) and says whether to look
 // inside it; leaf is called on every tensor field of a module looked into.
 func walk(m any, prefix string, enter func(prefix string, v any) bool, leaf func(name string, t *tensor.Tensor)) {
-	seen := map[uintptr]bool{}
+	// Modules are known by address and type: a struct's first field has
+	// the struct's address.
+	type moduleKey struct {
+		p uintptr
+		t reflect.Type
+	}
+	seen := map[moduleKey]bool{}
+	seenTensor := map[*tensor.Tensor]bool{}
+	onceLeaf := func(name string, t *tensor.Tensor) {
+		if !seenTensor[t] {
+			seenTensor[t] = true
+			leaf(name, t)
+		}
+	}
 	var visit func(v reflect.Value, prefix string, isModule bool)
 	visit = func(v reflect.Value, prefix string, isModule bool) {
 		for v.Kind() == reflect.Interface && !v.IsNil() {
@@ -108,10 +164,11 @@ func walk(m any, prefix string, enter func(prefix string, v any) bool, leaf func
 		}
 		if isModule && v.CanInterface() {
 			if v.Kind() == reflect.Pointer {
-				if seen[v.Pointer()] {
+				k := moduleKey{v.Pointer(), v.Type()}
+				if seen[k] {
 					return // a module shared by two fields is listed once, as torch does
 				}
-				seen[v.Pointer()] = true
+				seen[k] = true
 			}
 			if !enter(prefix, v.Interface()) {
 				return
@@ -133,15 +190,21 @@ func walk(m any, prefix string, enter func(prefix string, v any) bool, leaf func
 					continue
 				}
 				fv := v.Field(i)
-				if f.Anonymous && fv.Kind() == reflect.Struct {
-					visit(fv, prefix, false)
+				if f.Anonymous {
+					// An embedded layer's entries are the struct's own, with
+					// no prefix; an embedded plain struct's fields too.
+					if mv, ok := moduleOf(fv); ok {
+						visit(mv, prefix, true)
+					} else if fv.Kind() == reflect.Struct {
+						visit(fv, prefix, false)
+					}
 					continue
 				}
-				visitField(fv, prefix+name, leaf, visit)
+				visitField(fv, prefix+name, onceLeaf, visit)
 			}
 		case reflect.Slice, reflect.Array:
 			for i := range v.Len() {
-				visitField(v.Index(i), prefix+strconv.Itoa(i), leaf, visit)
+				visitField(v.Index(i), prefix+strconv.Itoa(i), onceLeaf, visit)
 			}
 		}
 	}
@@ -157,8 +220,8 @@ func visitField(fv reflect.Value, name string, leaf func(string, *tensor.Tensor)
 		}
 		return
 	}
-	if isModuleValue(fv) {
-		visit(fv, name+".", true)
+	if mv, ok := moduleOf(fv); ok {
+		visit(mv, name+".", true)
 		return
 	}
 	if k := fv.Kind(); k == reflect.Slice || k == reflect.Array {
@@ -166,18 +229,28 @@ func visitField(fv reflect.Value, name string, leaf func(string, *tensor.Tensor)
 	}
 }
 
-func isModuleValue(v reflect.Value) bool {
+// moduleOf returns the module a field holds: the field itself (a pointer
+// to a layer, an interface), or the address of a struct-valued field whose
+// pointer is a Module (layers define Forward on the pointer).
+func moduleOf(v reflect.Value) (reflect.Value, bool) {
 	if !v.CanInterface() {
-		return false
+		return v, false
 	}
 	if v.Kind() == reflect.Interface {
 		if v.IsNil() {
-			return false
+			return v, false
 		}
 		v = v.Elem()
 	}
-	_, ok := v.Interface().(Module)
-	return ok
+	if _, ok := v.Interface().(Module); ok {
+		return v, true
+	}
+	if v.Kind() == reflect.Struct && v.CanAddr() {
+		if _, ok := v.Addr().Interface().(Module); ok {
+			return v.Addr(), true
+		}
+	}
+	return v, false
 }
 
 // fieldName is the state_dict name of a struct field.

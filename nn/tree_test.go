@@ -107,3 +107,49 @@ func TestExplicitParametersWin(t *testing.T) {
 		t.Errorf("Parameters = %v, want %v", got, want)
 	}
 }
+
+// scaledLinear embeds a layer and adds a tensor of its own: Go promotes
+// Linear's Parameters method, which must not hide Scale.
+type scaledLinear struct {
+	*Linear
+	Scale *tensor.Tensor
+}
+
+func (s *scaledLinear) Forward(x *tensor.Tensor) *tensor.Tensor { return s.Linear.Forward(x) }
+
+// byValue holds its layer as a struct value (Forward is on the pointer).
+type byValue struct{ FC Linear }
+
+func (b *byValue) Forward(x *tensor.Tensor) *tensor.Tensor { return b.FC.Forward(x) }
+
+// tied shares one weight tensor between two layers.
+type tied struct{ A, B *Linear }
+
+func (t *tied) Forward(x *tensor.Tensor) *tensor.Tensor { return x }
+
+// bufferOnly lists its buffers itself and has none in fields besides.
+type bufferOnly struct{ Stat *tensor.Tensor }
+
+func (b *bufferOnly) Forward(x *tensor.Tensor) *tensor.Tensor { return x }
+func (b *bufferOnly) Buffers() []Parameter                    { return []Parameter{{"stat", b.Stat}} }
+
+func TestParametersEdgeCases(t *testing.T) {
+	b := tensor.CPU
+	s := &scaledLinear{Linear: NewLinear(b, nil, 2, 2), Scale: tensor.Full(b, nil, 1, 2).SetRequiresGrad(true)}
+	if got, want := names(Parameters(s)), []string{"weight", "bias", "scale"}; !slices.Equal(got, want) {
+		t.Errorf("embedded layer: %v, want %v", got, want)
+	}
+	v := &byValue{FC: *NewLinear(b, nil, 2, 3)}
+	if got, want := names(Parameters(v)), []string{"fc.weight", "fc.bias"}; !slices.Equal(got, want) {
+		t.Errorf("struct-valued layer: %v, want %v", got, want)
+	}
+	tt := &tied{A: NewLinear(b, nil, 2, 2), B: NewLinear(b, nil, 2, 2)}
+	tt.B.Weight = tt.A.Weight
+	if got, want := names(Parameters(tt)), []string{"a.weight", "a.bias", "b.bias"}; !slices.Equal(got, want) {
+		t.Errorf("tied weight: %v, want %v (listed once, as torch does)", got, want)
+	}
+	bo := &bufferOnly{Stat: tensor.Zeros(b, nil, 3)}
+	if got, want := names(Buffers(bo)), []string{"stat"}; !slices.Equal(got, want) {
+		t.Errorf("a Buffers method: %v, want %v (listed once)", got, want)
+	}
+}

@@ -13,8 +13,10 @@
 //   - kernels that do much index arithmetic (divisions) run a 32-bit
 //     instantiation when every index fits comfortably (< 2^30, so that
 //     i + gridDim*blockDim cannot overflow) and a 64-bit one otherwise;
-//   - reductions are deterministic: fixed-shape trees in double precision,
-//     no atomics, so results do not depend on scheduling;
+//   - reductions are deterministic: fixed-shape trees, no atomics, so
+//     results do not depend on scheduling (one exception, documented at
+//     IndexAdd: many repeated indices into a small destination add up
+//     with atomics);
 //   - the module is compiled with --fmad=false: a*b+c is rounded twice, as Go
 //     does on amd64, so elementwise results equal the CPU backend's bit for
 //     bit.
