@@ -142,6 +142,29 @@ func FromMetadata(meta map[string]string) (name string, cfg Config, err error) {
 	return name, cfg, nil
 }
 
+// LoadModelAs is LoadModel for a file that names no architecture (a
+// state dict PyTorch saved): it builds the registered model name with cfg
+// and loads the file into it strictly. A file that names its architecture
+// must name this one.
+func LoadModelAs(path string, b tensor.Backend, name string, cfg Config) (nn.Module, error) {
+	meta, err := nn.ReadSafetensorsMetadata(path)
+	if err != nil {
+		return nil, err
+	}
+	if got, ok := meta[MetaModel]; ok && got != name {
+		return nil, &nn.CheckpointError{File: path, Problem: fmt.Sprintf("holds a %q, not a %q", got, name)}
+	}
+	m, err := New(name, b, cfg)
+	if err != nil {
+		return nil, &nn.CheckpointError{File: path, Problem: err.Error(), Err: err}
+	}
+	if err := nn.LoadFile(path, m); err != nil {
+		release(m)
+		return nil, err
+	}
+	return m, nil
+}
+
 // LoadModel builds the model that the file at path was saved from (named
 // in its metadata, see Metadata; LeNet when there is none) on b and loads
 // its parameters strictly. Errors are one line and name the file.

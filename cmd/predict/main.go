@@ -40,6 +40,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,10 +58,10 @@ const (
 )
 
 type options struct {
-	model, data, device, invert string
-	json, noCenter              bool
-	batch                       int
-	files                       []string
+	model, data, device, invert, arch string
+	json, noCenter                    bool
+	batch                             int
+	files                             []string
 }
 
 func main() {
@@ -91,7 +92,15 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		return fail(exitUsage, "--device %s: %v", o.device, err)
 	}
-	model, name, err := models.LoadModel(o.model, b)
+	var model nn.Module
+	name := o.arch
+	if o.arch != "" {
+		// A state dict without our metadata (one PyTorch saved): the
+		// architecture comes from the flag, for 28x28 grey images.
+		model, err = models.LoadModelAs(o.model, b, o.arch, models.Config{InputShape: []int{1, models.Side, models.Side}, Classes: 10})
+	} else {
+		model, name, err = models.LoadModel(o.model, b)
+	}
 	if err != nil {
 		msg := describe(err)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -112,6 +121,7 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.model, "model", "lenet.safetensors", "checkpoint `path` (safetensors)")
 	fs.StringVar(&o.data, "data", "", "MNIST `dir`ectory for evaluation (default: $MNIST_DIR, then the Go module cache)")
 	fs.StringVar(&o.device, "device", "auto", "`device`: auto, cpu or cuda")
+	fs.StringVar(&o.arch, "arch", "", "the `model` a checkpoint without ember's metadata holds (a PyTorch state dict): "+strings.Join(models.Names(), ", ")+" (default: the file's metadata, else lenet)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per line")
 	fs.IntVar(&o.batch, "batch-size", 1000, "images per forward `pass`")
 	fs.StringVar(&o.invert, "invert", "auto", "invert pictures: `mode` auto (when the background is light), yes or no")
@@ -147,6 +157,8 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 	switch {
 	case o.model == "":
 		return nil, errors.New("--model is empty")
+	case o.arch != "" && !slices.Contains(models.Names(), o.arch):
+		return nil, fmt.Errorf("--arch %q: want one of %s", o.arch, strings.Join(models.Names(), ", "))
 	case o.batch <= 0:
 		return nil, fmt.Errorf("--batch-size %d: want a positive number", o.batch)
 	case o.invert != "auto" && o.invert != "yes" && o.invert != "no":

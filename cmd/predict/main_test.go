@@ -261,3 +261,27 @@ func TestEvaluateOnTestSet(t *testing.T) {
 		t.Errorf("JSON %+v; want accuracy %g, loss %g", r, acc, loss)
 	}
 }
+
+// TestArchOfAPyTorchStateDict: a state dict without ember's metadata (as
+// PyTorch saves one) of a ResNet-9 loads with --arch resnet9 and
+// classifies; without the flag it is taken for LeNet and refused, and a
+// wrong --arch is refused by name.
+func TestArchOfAPyTorchStateDict(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "resnet9.safetensors")
+	m := models.NewResNet9(tensor.CPU, 1, models.DefaultResNet9Config())
+	defer m.Release()
+	if err := nn.SaveFile(path, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runPredict("--model", path, "--arch", "resnet9", f.images[0])
+	if code != 0 || !lineRE.MatchString(strings.TrimSuffix(out, "\n")) {
+		t.Fatalf("--arch resnet9: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut = runPredict("--model", path, f.images[0]); code != 2 || !strings.Contains(errOut, path) {
+		t.Errorf("without --arch: exit %d, stderr %q; want 2 and the file named", code, errOut)
+	}
+	if code, _, errOut = runPredict("--model", path, "--arch", "resnet", f.images[0]); code != 2 || !strings.Contains(errOut, `--arch "resnet"`) {
+		t.Errorf("--arch resnet: exit %d, stderr %q", code, errOut)
+	}
+}
