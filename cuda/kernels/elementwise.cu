@@ -45,11 +45,27 @@ extern "C" __global__ void ember_broadcast(float* dst, const float* s, long long
 }
 
 // y = max(x, 0) with Go's max semantics: NaN propagates, -0 becomes +0.
+__device__ __forceinline__ float ember_relu1(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+
+// 16-byte loads and stores where both pointers allow them (four elements a
+// thread, the tail one by one): the same operation on each element.
 extern "C" __global__ void ember_relu(float* y, const float* x, long long n) {
-    EMBER_LOOP(long long, i, n) {
-        const float v = x[i];
-        y[i] = (v > 0.0f || v != v) ? v : 0.0f;
+    if ((((unsigned long long)y | (unsigned long long)x) & 15) == 0) {
+        const long long n4 = n >> 2;
+        ember_f4* y4 = (ember_f4*)y;
+        const ember_f4* x4 = (const ember_f4*)x;
+        EMBER_LOOP(long long, i, n4) {
+            ember_f4 v = x4[i];
+            v.x = ember_relu1(v.x);
+            v.y = ember_relu1(v.y);
+            v.z = ember_relu1(v.z);
+            v.w = ember_relu1(v.w);
+            y4[i] = v;
+        }
+        EMBER_LOOP(long long, i, n - (n4 << 2)) y[(n4 << 2) + i] = ember_relu1(x[(n4 << 2) + i]);
+        return;
     }
+    EMBER_LOOP(long long, i, n) y[i] = ember_relu1(x[i]);
 }
 
 // dx = dy where y > 0 else 0 (+ dx). A NaN y passes dy, as on the CPU.
