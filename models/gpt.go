@@ -106,7 +106,9 @@ func (m *GPT) Forward(ids *tensor.Tensor) *tensor.Tensor {
 	if err := m.CheckInput(ids); err != nil {
 		panic(err.Error())
 	}
-	positions := m.positions
+	// The positions are long-lived: borrowed into the ids' scope, their
+	// embedding is freed with the step's tensors.
+	positions := ids.Scope().Borrow(m.positions)
 	if t := ids.Dim(1); t < m.Config.Context {
 		positions = positions.Narrow(0, 0, t)
 	}

@@ -35,7 +35,9 @@ func gatherRows(op string, x, idx *Tensor, shape []int, outer, n, inner int) *Te
 	sameBackend(x, idx)
 	x, idx = x.Contiguous(), idx.Contiguous()
 	be := x.st.b
-	out := Empty(be, x.scope, shape...)
+	// The result belongs to a step's scope whichever operand carries it:
+	// an embedding's weight is long-lived, its ids are the step's.
+	out := Empty(be, scopeOf(x, idx), shape...)
 	be.IndexSelect(out.buffer(), x.buffer(), idx.buffer(), outer, n, inner)
 	record(out, op, func(g *Tensor, e *engine) {
 		if dx := e.sinkZeroed(x); !dx.Empty() {
