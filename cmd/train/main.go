@@ -169,7 +169,7 @@ func (o *options) check() error {
 	case !slices.Contains(models.Names(), o.model):
 		return fmt.Errorf("--model %q: want one of %s", o.model, strings.Join(models.Names(), ", "))
 	case !slices.Contains(datasets, o.dataset):
-		return fmt.Errorf("--dataset %q: want one of %s", o.dataset, strings.Join(datasets, ", "))
+		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist (found by the default search), cifar10 or text (with --data)", o.dataset)
 	case o.context < 1:
 		return fmt.Errorf("--context %d: want at least 1 token", o.context)
 	case !finite(o.clipNorm) || o.clipNorm < 0:
