@@ -92,9 +92,14 @@ func (tx *Text) Load(indices []int32) {
 	tx.batch.Backend().Upload(tx.batch.Buffer(), tx.host)
 }
 
-// Batch returns the loaded windows: Inputs are the token ids and Labels
-// the next tokens, int32 [B, T] each.
-func (tx *Text) Batch(*tensor.Scope) Batch { return Batch{Inputs: tx.ids, Labels: tx.targs} }
+// Batch returns the loaded windows: Inputs are the token ids, a copy in s
+// (so that the model's results on them go into s too and are freed with
+// the step), and Labels the next tokens, int32 [B, T] each.
+func (tx *Text) Batch(s *tensor.Scope) Batch {
+	ids := tensor.EmptyOf(tx.ids.Backend(), s, tensor.Int32, tx.ids.Shape()...)
+	tensor.CopyTensor(ids, tx.ids)
+	return Batch{Inputs: ids, Labels: tx.targs}
+}
 
 // Evaluate returns the mean cross entropy per token and the next-token
 // accuracy in percent of the language model m (logits [B, T, V] from ids

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -135,4 +136,60 @@ func TestTextTrainsGPT(t *testing.T) {
 	if !(last < 0.8*first) {
 		t.Errorf("loss %v after 30 steps, from %v: training does not learn", last, first)
 	}
+}
+
+// TestTextRunLeavesNothingToTheCollector: a run on text windows puts every
+// tensor of a step in the step's scope (the GPT's results follow its ids
+// into it), so that nothing is left for the garbage collector.
+func TestTextRunLeavesNothingToTheCollector(t *testing.T) {
+	if embeddingLosesScope() {
+		t.Skip("KNOWN BUG, not Text's: tensor.Embedding puts its output in the weight's scope (none), not the ids', so a GPT's activations are left to the garbage collector (tensor/ops_index.go gatherRows); this test runs once that is fixed (and then finds the one position-embedding output per forward that models.GPT computes from its scope-less position ids, unless that is fixed too)")
+	}
+	collect := func() {
+		for range 3 {
+			runtime.GC()
+		}
+	}
+	collect()
+	before := tensor.Leaks()
+	func() {
+		m := tinyGPT(5)
+		defer m.Release()
+		tx, err := trainer.NewText(tensor.CPU, randomTokens(49, 5), 6, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Release()
+		adam, err := optim.NewAdamW(nn.Parameters(m), optim.DefaultAdamWConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer adam.Release()
+		val, err := trainer.NewText(tensor.CPU, randomTokens(25, 5), 6, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := trainer.Config{Model: m, Optimizer: adam, Data: tx, Epochs: 2, Seed: 1,
+			Evaluate: func(m nn.Module) (float64, float64, error) { return val.Evaluate(tensor.CPU, m, 3) }}
+		if _, err := trainer.Run(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	collect()
+	if n := tensor.Leaks() - before; n != 0 {
+		t.Errorf("%d tensor storages left to the garbage collector", n)
+	}
+}
+
+// embeddingLosesScope reports whether tensor.Embedding's output is left
+// out of the scope of its ids.
+func embeddingLosesScope() bool {
+	s := tensor.NewScope()
+	defer s.Release()
+	w := tensor.Zeros(tensor.CPU, nil, 3, 2)
+	defer w.Release()
+	ids := tensor.FromInt32(tensor.CPU, s, []int32{0, 2}, 2)
+	n := s.Len()
+	tensor.Embedding(w, ids)
+	return s.Len() == n
 }
