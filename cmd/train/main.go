@@ -83,6 +83,7 @@ type options struct {
 	allowOtherData bool // a resume may continue on other data than it was trained on
 
 	memoryLimitBytes int             // --memory-limit parsed
+	resumeLoaded     bool            // the checkpoint's settings are in: the checks between flags apply
 	set              map[string]bool // the flags given on the command line
 }
 
@@ -93,7 +94,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.IntVar(&o.epochs, "epochs", 2, "number of passes over the training set")
-	fs.IntVar(&o.batchSize, "batch-size", 64, "images per step")
+	fs.IntVar(&o.batchSize, "batch-size", 64, "images (or text windows) per step")
 	fs.Float64Var(&o.lr, "lr", 0.01, "learning rate")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initial weights and data order")
@@ -101,8 +102,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.gpu, "gpu", 0, "GPU ordinal among the visible devices (CUDA_VISIBLE_DEVICES applies)")
 	fs.StringVar(&o.dataDir, "data", "", "directory with the four MNIST files (default: $MNIST_DIR, else the copy in the Go module cache)")
 	fs.BoolVar(&o.download, "download", false, "download MNIST into --data (or ./mnist) from the canonical mirrors first")
-	fs.IntVar(&o.limit, "limit", 0, "train on the first N images only (0 = all)")
-	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images only (0 = all 10,000)")
+	fs.IntVar(&o.limit, "limit", 0, "train on the first N images (or text windows) only (0 = all)")
+	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images (or validation windows) only (0 = all)")
 	fs.StringVar(&o.save, "save", "lenet.safetensors", "checkpoint path (safetensors; training state goes beside it)")
 	fs.StringVar(&o.resume, "resume", "", "continue from this checkpoint")
 	fs.IntVar(&o.logInterval, "log-interval", 100, "steps between progress lines")
@@ -174,14 +175,6 @@ func (o *options) check() error {
 		return fmt.Errorf("--context %d: want at least 1 token", o.context)
 	case !finite(o.clipNorm) || o.clipNorm < 0:
 		return fmt.Errorf("--clip-grad-norm %g: want a finite norm, 0 (off) or more", o.clipNorm)
-	case (o.dataset == "text" || o.dataset == "cifar10") && o.dataDir == "":
-		return fmt.Errorf("--dataset %s needs --data (%s)", o.dataset, map[string]string{"text": "a text file", "cifar10": "the directory of CIFAR-10's binary batches"}[o.dataset])
-	case o.dataset == "text" && o.model != "gpt":
-		return fmt.Errorf("--dataset text: --model %s takes images; the text model is gpt", o.model)
-	case o.model == "gpt" && o.dataset != "text":
-		return fmt.Errorf("--model gpt: --dataset %s holds images; gpt trains on --dataset text", o.dataset)
-	case o.dataset != "text" && o.set["context"]:
-		return fmt.Errorf("--context %d applies to --dataset text only", o.context)
 	case o.optimizer != "sgd" && o.optimizer != "adamw":
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
 	case o.schedule != "none" && o.schedule != "onecycle" && o.schedule != "cosine":
@@ -195,6 +188,27 @@ func (o *options) check() error {
 	case o.device == "cpu" && o.memoryLimit != "":
 		return fmt.Errorf("--memory-limit %s does not apply with --device cpu (it caps GPU memory)", o.memoryLimit)
 	}
+	// A resume takes the model, the data set and --data from the
+	// checkpoint: what they must agree on is checked once they are in.
+	if o.resume != "" && !o.resumeLoaded {
+		return o.checkMemoryLimit()
+	}
+	switch {
+	case (o.dataset == "text" || o.dataset == "cifar10") && o.dataDir == "":
+		return fmt.Errorf("--dataset %s needs --data (%s)", o.dataset, map[string]string{"text": "a text file", "cifar10": "the directory of CIFAR-10's binary batches"}[o.dataset])
+	case o.dataset == "text" && o.model != "gpt":
+		return fmt.Errorf("--dataset text: --model %s takes images; the text model is gpt", o.model)
+	case o.model == "gpt" && o.dataset != "text":
+		return fmt.Errorf("--model gpt: --dataset %s holds images; gpt trains on --dataset text", o.dataset)
+	case o.dataset != "text" && o.set["context"]:
+		return fmt.Errorf("--context %d applies to --dataset text only", o.context)
+	case o.dataset == "text" && o.augment:
+		return fmt.Errorf("--augment applies to image sets, not --dataset text")
+	}
+	return o.checkMemoryLimit()
+}
+
+func (o *options) checkMemoryLimit() error {
 	limit, err := parseBytes(o.memoryLimit)
 	if err != nil {
 		return fmt.Errorf("--memory-limit %q: %v", o.memoryLimit, err)

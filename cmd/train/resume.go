@@ -113,6 +113,10 @@ func (t *job) loadResume() error {
 		recorded = append(recorded, "--"+s.name+" "+orDefault(v))
 	}
 	o.model = name // the architecture the weights are for
+	o.resumeLoaded = true
+	if name == "gpt" && len(cfg.InputShape) == 1 && o.context != cfg.InputShape[0] {
+		return usageError{fmt.Errorf("--context %d: the checkpoint %s holds a GPT of context %d; a resume continues the same model", o.context, o.resume, cfg.InputShape[0])}
+	}
 	if err := o.check(); err != nil {
 		return usageError{fmt.Errorf("--resume %s: the recorded settings: %v", o.resume, err)}
 	}

@@ -86,6 +86,10 @@ func TestTrainGPTText(t *testing.T) {
 		t.Errorf("training state flags %v; want context 16, clip-grad-norm 1 and the text's MD5", st.Flags)
 	}
 
+	code, _, errOut = train(t, "--device", "cpu", "--resume", save, "--epochs", "2", "--context", "32")
+	if code != exitUsage || !strings.Contains(errOut, "holds a GPT of context 16") {
+		t.Errorf("resume with another --context: exit %d, %q; want exit 2 naming the checkpoint's context", code, errOut)
+	}
 	code, out, errOut = train(t, "--device", "cpu", "--resume", save, "--epochs", "2")
 	if code != exitOK || !strings.Contains(out, "epoch 2/2: train loss") || !strings.Contains(out, "--context 16") {
 		t.Fatalf("resume: exit %d\n%s%s", code, out, errOut)

@@ -342,6 +342,9 @@ func (t *job) loadText() error {
 	}
 	text, err := data.LoadText(o.dataDir, opt)
 	if err != nil {
+		if opt.Vocab != nil {
+			err = fmt.Errorf("%v (of the checkpoint %s)", err, o.resume)
+		}
 		return t.dataError(err)
 	}
 	raw, err := os.ReadFile(o.dataDir)
