@@ -1,5 +1,6 @@
 // Command train trains a model (LeNet by default, an MLP, ResNet-9,
-// airbench or a GPT) on MNIST, Fashion-MNIST, CIFAR-10 or a text file, on a GPU when one is usable and on the CPU otherwise, and
+// airbench or a GPT) on MNIST, Fashion-MNIST, CIFAR-10, CIFAR-100 or a
+// text file, on a GPU when one is usable and on the CPU otherwise, and
 // saves a checkpoint PyTorch can load. The training itself is package
 // nn/trainer; this command reads the flags, finds the data, picks the
 // device and prints.
@@ -113,7 +114,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
 	fs.StringVar(&o.model, "model", "lenet", "model to train: "+strings.Join(models.Names(), ", "))
-	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the default search), cifar10 (--data: the directory of the binary batches) or text (--data: a text file, byte-level vocabulary, the last 10% for validation)")
+	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the default search), cifar10 or cifar100 (--data: the directory of the binary version; CIFAR-100 with its 100 fine labels) or text (--data: a text file, byte-level vocabulary, the last 10% for validation)")
 	fs.IntVar(&o.context, "context", 256, "tokens per training window with --dataset text")
 	fs.Float64Var(&o.clipNorm, "clip-grad-norm", 0, "clip the gradients to this global norm before each update (0 = off)")
 	fs.StringVar(&o.optimizer, "optimizer", "sgd", "optimiser: sgd (with --momentum) or adamw (torch's defaults besides --lr)")
@@ -170,7 +171,7 @@ func (o *options) check() error {
 	case !slices.Contains(models.Names(), o.model):
 		return fmt.Errorf("--model %q: want one of %s", o.model, strings.Join(models.Names(), ", "))
 	case !slices.Contains(datasets, o.dataset):
-		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist (found by the default search), cifar10 or text (with --data)", o.dataset)
+		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist (found by the default search), cifar10, cifar100 or text (with --data)", o.dataset)
 	case o.context < 1:
 		return fmt.Errorf("--context %d: want at least 1 token", o.context)
 	case !finite(o.clipNorm) || o.clipNorm < 0:
@@ -194,8 +195,8 @@ func (o *options) check() error {
 		return o.checkMemoryLimit()
 	}
 	switch {
-	case (o.dataset == "text" || o.dataset == "cifar10") && o.dataDir == "":
-		return fmt.Errorf("--dataset %s needs --data (%s)", o.dataset, map[string]string{"text": "a text file", "cifar10": "the directory of CIFAR-10's binary batches"}[o.dataset])
+	case (o.dataset == "text" || o.dataset == "cifar10" || o.dataset == "cifar100") && o.dataDir == "":
+		return fmt.Errorf("--dataset %s needs --data (%s)", o.dataset, map[string]string{"text": "a text file", "cifar10": "the directory of CIFAR-10's binary batches", "cifar100": "the directory of CIFAR-100's train.bin and test.bin"}[o.dataset])
 	case o.dataset == "text" && o.model != "gpt":
 		return fmt.Errorf("--dataset text: --model %s takes images; the text model is gpt", o.model)
 	case o.model == "gpt" && o.dataset != "text":
@@ -218,7 +219,7 @@ func (o *options) checkMemoryLimit() error {
 }
 
 // datasets are the --dataset names.
-var datasets = []string{"mnist", "fashion-mnist", "cifar10", "text"}
+var datasets = []string{"mnist", "fashion-mnist", "cifar10", "cifar100", "text"}
 
 // usageError marks errors that exit with status 2.
 type usageError struct{ err error }

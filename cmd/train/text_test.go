@@ -208,3 +208,36 @@ func TestChannelStats(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainCIFAR100 trains the MLP for one epoch on a tiny CIFAR-100
+// directory (records of a coarse and a fine label byte, then the pixels):
+// the model gets the 100 fine classes.
+func TestTrainCIFAR100(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, name := range []string{"train.bin", "test.bin"} {
+		var buf []byte
+		for range 8 {
+			buf = append(buf, byte(rng.IntN(20)), byte(rng.IntN(100)))
+			for range 3072 {
+				buf = append(buf, byte(rng.IntN(256)))
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save := filepath.Join(dir, "m.safetensors")
+	code, out, errOut := train(t, "--device", "cpu", "--model", "mlp", "--dataset", "cifar100", "--data", dir,
+		"--epochs", "1", "--batch-size", "4", "--save", save)
+	if code != exitOK || !strings.Contains(out, "CIFAR-100") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	meta, err := nn.ReadSafetensorsMetadata(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, cfg, err := models.FromMetadata(meta); err != nil || name != "mlp" || cfg.Classes != 100 || !slices.Equal(cfg.InputShape, []int{3, 32, 32}) {
+		t.Errorf("checkpoint model %s %+v (%v); want an MLP of [3, 32, 32] and 100 classes", name, cfg, err)
+	}
+}

@@ -270,14 +270,20 @@ func (t *job) loadData(ctx context.Context) error {
 	switch o.dataset {
 	case "text":
 		return t.loadText()
-	case "cifar10":
-		t.dataDesc, t.dataIdentity = "CIFAR-10 in "+o.dataDir, "cifar10"
+	case "cifar10", "cifar100":
+		name := map[string]string{"cifar10": "CIFAR-10", "cifar100": "CIFAR-100 (fine labels)"}[o.dataset]
+		t.dataDesc, t.dataIdentity = name+" in "+o.dataDir, o.dataset
 		t.logf("data: %s", t.dataDesc)
 		if err := t.checkResumeData(t.dataIdentity, o.dataDir); err != nil {
 			return err
 		}
 		var err error
-		if t.train, t.test, err = data.LoadCIFAR10(o.dataDir); err != nil {
+		if o.dataset == "cifar10" {
+			t.train, t.test, err = data.LoadCIFAR10(o.dataDir)
+		} else {
+			t.train, t.test, err = data.LoadCIFAR100(o.dataDir, data.CIFAR100Fine)
+		}
+		if err != nil {
 			return t.dataError(err)
 		}
 		return nil
