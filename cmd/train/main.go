@@ -1,11 +1,13 @@
-// Command train trains a model (LeNet by default, or an MLP) on MNIST or
-// Fashion-MNIST, on a GPU when one is usable and on the CPU otherwise, and
+// Command train trains a model (LeNet by default, an MLP, ResNet-9,
+// airbench or a GPT) on MNIST, Fashion-MNIST, CIFAR-10, CIFAR-100 or a
+// text file, on a GPU when one is usable and on the CPU otherwise, and
 // saves a checkpoint PyTorch can load. The training itself is package
 // nn/trainer; this command reads the flags, finds the data, picks the
 // device and prints.
 //
 //	go run ./cmd/train --epochs 2
 //	go run ./cmd/train --model mlp --dataset fashion-mnist --optimizer adamw --lr 1e-3 --schedule onecycle
+//	go run ./cmd/train --model gpt --dataset text --data input.txt --optimizer adamw --lr 1e-3 --clip-grad-norm 1
 //
 // See the README for the flags and what the output means.
 package main
@@ -75,11 +77,14 @@ type options struct {
 	dataset     string
 	optimizer   string
 	schedule    string
+	context     int     // --context: tokens per window of --dataset text
+	clipNorm    float64 // --clip-grad-norm, 0 = off
 
 	overwrite      bool // --save and --metrics may replace files train did not write
 	allowOtherData bool // a resume may continue on other data than it was trained on
 
 	memoryLimitBytes int             // --memory-limit parsed
+	resumeLoaded     bool            // the checkpoint's settings are in: the checks between flags apply
 	set              map[string]bool // the flags given on the command line
 }
 
@@ -90,7 +95,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.IntVar(&o.epochs, "epochs", 2, "number of passes over the training set")
-	fs.IntVar(&o.batchSize, "batch-size", 64, "images per step")
+	fs.IntVar(&o.batchSize, "batch-size", 64, "images (or text windows) per step")
 	fs.Float64Var(&o.lr, "lr", 0.01, "learning rate")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initial weights and data order")
@@ -98,8 +103,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.gpu, "gpu", 0, "GPU ordinal among the visible devices (CUDA_VISIBLE_DEVICES applies)")
 	fs.StringVar(&o.dataDir, "data", "", "directory with the four MNIST files (default: $MNIST_DIR, else the copy in the Go module cache)")
 	fs.BoolVar(&o.download, "download", false, "download MNIST into --data (or ./mnist) from the canonical mirrors first")
-	fs.IntVar(&o.limit, "limit", 0, "train on the first N images only (0 = all)")
-	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images only (0 = all 10,000)")
+	fs.IntVar(&o.limit, "limit", 0, "train on the first N images (or text windows) only (0 = all)")
+	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images (or validation windows) only (0 = all)")
 	fs.StringVar(&o.save, "save", "lenet.safetensors", "checkpoint path (safetensors; training state goes beside it)")
 	fs.StringVar(&o.resume, "resume", "", "continue from this checkpoint")
 	fs.IntVar(&o.logInterval, "log-interval", 100, "steps between progress lines")
@@ -109,7 +114,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
 	fs.StringVar(&o.model, "model", "lenet", "model to train: "+strings.Join(models.Names(), ", "))
-	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the Debian package's directory)")
+	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the default search), cifar10 or cifar100 (--data: the directory of the binary version; CIFAR-100 with its 100 fine labels) or text (--data: a text file, byte-level vocabulary, the last 10% for validation)")
+	fs.IntVar(&o.context, "context", 256, "tokens per training window with --dataset text")
+	fs.Float64Var(&o.clipNorm, "clip-grad-norm", 0, "clip the gradients to this global norm before each update (0 = off)")
 	fs.StringVar(&o.optimizer, "optimizer", "sgd", "optimiser: sgd (with --momentum) or adamw (torch's defaults besides --lr)")
 	fs.StringVar(&o.schedule, "schedule", "none", "learning-rate schedule over the whole run: none, onecycle (peak --lr) or cosine (from --lr)")
 	fs.BoolVar(&o.augment, "augment", false, "augment on the device: translate by up to 2 pixels and flip horizontally, normalised by the training set's per-channel mean and deviation")
@@ -163,8 +170,12 @@ func (o *options) check() error {
 		return fmt.Errorf("--save: want a file path")
 	case !slices.Contains(models.Names(), o.model):
 		return fmt.Errorf("--model %q: want one of %s", o.model, strings.Join(models.Names(), ", "))
-	case o.dataset != "mnist" && o.dataset != "fashion-mnist":
-		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist", o.dataset)
+	case !slices.Contains(datasets, o.dataset):
+		return fmt.Errorf("--dataset %q: want mnist or fashion-mnist (found by the default search), cifar10, cifar100 or text (with --data)", o.dataset)
+	case o.context < 1:
+		return fmt.Errorf("--context %d: want at least 1 token", o.context)
+	case !finite(o.clipNorm) || o.clipNorm < 0:
+		return fmt.Errorf("--clip-grad-norm %g: want a finite norm, 0 (off) or more", o.clipNorm)
 	case o.optimizer != "sgd" && o.optimizer != "adamw":
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
 	case o.schedule != "none" && o.schedule != "onecycle" && o.schedule != "cosine":
@@ -178,6 +189,27 @@ func (o *options) check() error {
 	case o.device == "cpu" && o.memoryLimit != "":
 		return fmt.Errorf("--memory-limit %s does not apply with --device cpu (it caps GPU memory)", o.memoryLimit)
 	}
+	// A resume takes the model, the data set and --data from the
+	// checkpoint: what they must agree on is checked once they are in.
+	if o.resume != "" && !o.resumeLoaded {
+		return o.checkMemoryLimit()
+	}
+	switch {
+	case (o.dataset == "text" || o.dataset == "cifar10" || o.dataset == "cifar100") && o.dataDir == "":
+		return fmt.Errorf("--dataset %s needs --data (%s)", o.dataset, map[string]string{"text": "a text file", "cifar10": "the directory of CIFAR-10's binary batches", "cifar100": "the directory of CIFAR-100's train.bin and test.bin"}[o.dataset])
+	case o.dataset == "text" && o.model != "gpt":
+		return fmt.Errorf("--dataset text: --model %s takes images; the text model is gpt", o.model)
+	case o.model == "gpt" && o.dataset != "text":
+		return fmt.Errorf("--model gpt: --dataset %s holds images; gpt trains on --dataset text", o.dataset)
+	case o.dataset != "text" && o.set["context"]:
+		return fmt.Errorf("--context %d applies to --dataset text only", o.context)
+	case o.dataset == "text" && o.augment:
+		return fmt.Errorf("--augment applies to image sets, not --dataset text")
+	}
+	return o.checkMemoryLimit()
+}
+
+func (o *options) checkMemoryLimit() error {
 	limit, err := parseBytes(o.memoryLimit)
 	if err != nil {
 		return fmt.Errorf("--memory-limit %q: %v", o.memoryLimit, err)
@@ -185,6 +217,9 @@ func (o *options) check() error {
 	o.memoryLimitBytes = limit
 	return nil
 }
+
+// datasets are the --dataset names.
+var datasets = []string{"mnist", "fashion-mnist", "cifar10", "cifar100", "text"}
 
 // usageError marks errors that exit with status 2.
 type usageError struct{ err error }

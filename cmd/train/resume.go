@@ -37,6 +37,8 @@ var settings = []setting{
 	{"augment", func(o *options) string { return strconv.FormatBool(o.augment) }, func(o *options, v string) (err error) { o.augment, err = strconv.ParseBool(v); return }},
 	{"nesterov", func(o *options) string { return strconv.FormatBool(o.nesterov) }, func(o *options, v string) (err error) { o.nesterov, err = strconv.ParseBool(v); return }},
 	{"weight-decay", func(o *options) string { return fmt.Sprint(o.weightDecay) }, func(o *options, v string) (err error) { o.weightDecay, err = strconv.ParseFloat(v, 64); return }},
+	{"context", func(o *options) string { return strconv.Itoa(o.context) }, func(o *options, v string) (err error) { o.context, err = strconv.Atoi(v); return }},
+	{"clip-grad-norm", func(o *options) string { return fmt.Sprint(o.clipNorm) }, func(o *options, v string) (err error) { o.clipNorm, err = strconv.ParseFloat(v, 64); return }},
 }
 
 // dataFlag is how --data is recorded: as an absolute path, so that a resume
@@ -84,7 +86,7 @@ func (t *job) loadResume() error {
 	if err != nil {
 		return usageError{err}
 	}
-	t.resumed, t.resumeModel = st, m
+	t.resumed, t.resumeModel, t.resumeMeta = st, m, meta
 
 	var recorded, overridden, missing []string
 	for _, s := range settings {
@@ -111,6 +113,10 @@ func (t *job) loadResume() error {
 		recorded = append(recorded, "--"+s.name+" "+orDefault(v))
 	}
 	o.model = name // the architecture the weights are for
+	o.resumeLoaded = true
+	if name == "gpt" && len(cfg.InputShape) == 1 && o.context != cfg.InputShape[0] {
+		return usageError{fmt.Errorf("--context %d: the checkpoint %s holds a GPT of context %d; a resume continues the same model", o.context, o.resume, cfg.InputShape[0])}
+	}
 	if err := o.check(); err != nil {
 		return usageError{fmt.Errorf("--resume %s: the recorded settings: %v", o.resume, err)}
 	}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
@@ -36,6 +40,12 @@ type job struct {
 	trainSet     *trainer.Images
 	testSet      *trainer.Images
 
+	text                *data.Text    // --dataset text: the tokens and the vocabulary
+	trainText, testText *trainer.Text // its windows on the device
+	source              trainer.Source
+	dropout             *tensor.DeviceGenerator // the model's dropout masks, drawn on the device
+	resumeMeta          map[string]string       // the resumed model file's metadata
+
 	resumed     *models.TrainingState // from --resume, or nil
 	resumeModel nn.Module             // its weights, on the CPU until the device model exists
 
@@ -52,6 +62,14 @@ func (t *job) main(ctx context.Context) (code int) {
 			if s != nil {
 				s.Release()
 			}
+		}
+		for _, s := range []*trainer.Text{t.trainText, t.testText} {
+			if s != nil {
+				s.Release()
+			}
+		}
+		if t.dropout != nil {
+			t.dropout.Release()
 		}
 		if t.dev != nil {
 			t.dev.close()
@@ -112,14 +130,20 @@ func (t *job) setup(ctx context.Context) error {
 	if err := t.loadData(ctx); err != nil {
 		return err
 	}
-	if o.limit > 0 && o.limit < t.train.N {
-		t.train = firstN(t.train, o.limit)
-	}
-	if o.testLimit > 0 && o.testLimit < t.test.N {
-		t.test = firstN(t.test, o.testLimit)
-	}
-	if t.train.N < o.batchSize {
-		return usageError{fmt.Errorf("--batch-size %d is larger than the %d training images", o.batchSize, t.train.N)}
+	if t.text != nil {
+		if err := t.limitText(); err != nil {
+			return err
+		}
+	} else {
+		if o.limit > 0 && o.limit < t.train.N {
+			t.train = firstN(t.train, o.limit)
+		}
+		if o.testLimit > 0 && o.testLimit < t.test.N {
+			t.test = firstN(t.test, o.testLimit)
+		}
+		if t.train.N < o.batchSize {
+			return usageError{fmt.Errorf("--batch-size %d is larger than the %d training images", o.batchSize, t.train.N)}
+		}
 	}
 
 	// This run is the only writer of --save: clear temporary files that a
@@ -137,40 +161,34 @@ func (t *job) setup(ctx context.Context) error {
 
 	return guarded(func() (err error) {
 		b := t.dev.backend
-		scale, shift := trainer.MNISTScale, trainer.MNISTShift
-		var mean, std float32
-		if o.dataset != "mnist" {
-			// Other data sets are normalised by their own training
-			// set's statistics, as zoo.py does.
-			mean, std = pixelStats(t.train.Images)
-			scale, shift = 1/(255*std), -mean/std
-		}
-		if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, scale, shift); err != nil {
-			return err
-		}
-		if t.testSet, err = trainer.NewImages(b, t.test, 0, scale, shift); err != nil {
-			return err
-		}
-		if o.augment {
-			if std == 0 {
-				mean, std = float32(data.Mean), float32(data.Std)
+		if t.text != nil {
+			if t.trainText, err = trainer.NewText(b, t.text.Train, o.context, o.batchSize); err != nil {
+				return err
 			}
-			means, stds := make([]float32, t.train.NumChannels()), make([]float32, t.train.NumChannels())
-			for c := range means {
-				means[c], stds[c] = mean, std
+			if t.testText, err = trainer.NewText(b, t.text.Val, o.context, 0); err != nil {
+				return err
 			}
-			a := &trainer.Augmentation{Pad: 2, FlipProb: 0.5, Mean: means, Std: stds, Seed: o.seed}
-			if err := t.trainSet.SetAugmentation(a); err != nil {
-				return usageError{fmt.Errorf("--augment: %v", err)}
+			t.source = t.trainText
+			t.modelCfg = models.Config{InputShape: []int{o.context}, Classes: t.text.Vocab.Size(), Seed: o.seed}
+		} else {
+			if err := t.setupImages(b); err != nil {
+				return err
 			}
+			t.source = t.trainSet
+			t.modelCfg = models.Config{InputShape: []int{t.train.NumChannels(), t.train.Rows, t.train.Cols}, Classes: t.train.NumClasses(), Seed: o.seed}
 		}
-		if t.dev.memory != nil {
-			t.dev.memory.MarkDataset(t.trainSet.Bytes() + t.testSet.Bytes())
-		}
-		t.modelCfg = models.Config{InputShape: []int{t.train.NumChannels(), t.train.Rows, t.train.Cols}, Classes: t.train.NumClasses(), Seed: o.seed}
 		if t.model, err = models.New(o.model, b, t.modelCfg); err != nil {
 			return usageError{err}
 		}
+		// Dropout masks are drawn on the device (so that a captured step
+		// draws new ones on every replay), from a stream fixed by the seed
+		// and, after a resume, by the step the run continues from.
+		seed := o.seed
+		if t.resumed != nil {
+			seed = mixSeed(o.seed, uint64(t.resumed.GlobalStep))
+		}
+		t.dropout = tensor.NewDeviceGenerator(b, seed)
+		nn.SetRandomSource(t.model, t.dropout)
 		if t.optimizer, err = t.newOptimizer(); err != nil {
 			return usageError{err}
 		}
@@ -178,11 +196,98 @@ func (t *job) setup(ctx context.Context) error {
 	})
 }
 
+// mixSeed derives the seed of a resumed run's dropout stream (splitmix64's
+// finaliser of seed and step), so that it differs from the stream of the
+// steps already taken.
+func mixSeed(seed, step uint64) uint64 {
+	z := seed + (step+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// setupImages uploads the image sets, normalised as the data set asks:
+// MNIST by its usual constants, other sets by their own training set's
+// statistics (as zoo.py does): one scale and shift over all channels for
+// the plain gather, the mean and deviation of each channel for --augment.
+func (t *job) setupImages(b tensor.Backend) (err error) {
+	o := t.opt
+	scale, shift := trainer.MNISTScale, trainer.MNISTShift
+	channels := t.train.NumChannels()
+	means, stds := make([]float32, channels), make([]float32, channels)
+	for c := range means {
+		means[c], stds[c] = float32(data.Mean), float32(data.Std)
+	}
+	if o.dataset != "mnist" {
+		mean, std := pixelStats(t.train.Images)
+		scale, shift = 1/(255*std), -mean/std
+		means, stds = channelStats(t.train)
+	}
+	if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, scale, shift); err != nil {
+		return err
+	}
+	if t.testSet, err = trainer.NewImages(b, t.test, 0, scale, shift); err != nil {
+		return err
+	}
+	if o.augment {
+		a := &trainer.Augmentation{Pad: 2, FlipProb: 0.5, Mean: means, Std: stds, Seed: o.seed}
+		if err := t.trainSet.SetAugmentation(a); err != nil {
+			return usageError{fmt.Errorf("--augment: %v", err)}
+		}
+	}
+	if t.dev.memory != nil {
+		t.dev.memory.MarkDataset(t.trainSet.Bytes() + t.testSet.Bytes())
+	}
+	return nil
+}
+
+// limitText applies --limit and --test-limit (counted in windows) to the
+// text and checks that there are enough windows for a batch and for
+// validation.
+func (t *job) limitText() error {
+	o, tx := t.opt, t.text
+	ctx := o.context
+	if o.limit > 0 && o.limit < trainer.TextWindows(len(tx.Train), ctx) {
+		tx.Train = tx.Train[:o.limit*ctx+1]
+	}
+	if o.testLimit > 0 && o.testLimit < trainer.TextWindows(len(tx.Val), ctx) {
+		tx.Val = tx.Val[:o.testLimit*ctx+1]
+	}
+	if n := trainer.TextWindows(len(tx.Train), ctx); n < o.batchSize {
+		return usageError{fmt.Errorf("--batch-size %d is larger than the %d training windows of --context %d tokens in %s (%d tokens)", o.batchSize, n, ctx, o.dataDir, len(tx.Train))}
+	}
+	if trainer.TextWindows(len(tx.Val), ctx) == 0 {
+		return usageError{fmt.Errorf("%s: its validation part (the last 10%%, %d tokens) holds no window of --context %d tokens and its next token; give a longer text or a smaller --context", o.dataDir, len(tx.Val), ctx)}
+	}
+	return nil
+}
+
 // loadData finds the data set --dataset and --data name (downloading MNIST
 // first with --download), checks it against the resumed checkpoint's, and
 // loads it.
 func (t *job) loadData(ctx context.Context) error {
 	o := t.opt
+	switch o.dataset {
+	case "text":
+		return t.loadText()
+	case "cifar10", "cifar100":
+		name := map[string]string{"cifar10": "CIFAR-10", "cifar100": "CIFAR-100 (fine labels)"}[o.dataset]
+		t.dataDesc, t.dataIdentity = name+" in "+o.dataDir, o.dataset
+		t.logf("data: %s", t.dataDesc)
+		if err := t.checkResumeData(t.dataIdentity, o.dataDir); err != nil {
+			return err
+		}
+		var err error
+		if o.dataset == "cifar10" {
+			t.train, t.test, err = data.LoadCIFAR10(o.dataDir)
+		} else {
+			t.train, t.test, err = data.LoadCIFAR100(o.dataDir, data.CIFAR100Fine)
+		}
+		if err != nil {
+			return t.dataError(err)
+		}
+		return nil
+	}
 	if o.dataset == "fashion-mnist" {
 		loc, err := data.LocateFashionMNIST(o.dataDir)
 		if err != nil {
@@ -230,6 +335,58 @@ func (t *job) loadData(ctx context.Context) error {
 	return nil
 }
 
+// loadText reads --data as a text file of bytes (the vocabulary is its
+// distinct bytes, or the resumed checkpoint's), the last 10% of the tokens
+// held out for validation. The data's identity is the file's MD5.
+func (t *job) loadText() error {
+	o := t.opt
+	opt := data.TextOptions{Level: data.ByteLevel, ValFraction: 0.1}
+	if t.resumeMeta != nil {
+		if v, err := models.VocabFromMetadata(o.resume, t.resumeMeta); err == nil {
+			opt.Vocab = v
+		}
+	}
+	text, err := data.LoadText(o.dataDir, opt)
+	if err != nil {
+		if opt.Vocab != nil {
+			err = fmt.Errorf("%v (of the checkpoint %s)", err, o.resume)
+		}
+		return t.dataError(err)
+	}
+	raw, err := os.ReadFile(o.dataDir)
+	if err != nil {
+		return t.dataError(err)
+	}
+	if err := checkText(raw); err != nil {
+		return t.dataError(fmt.Errorf("--data %s: %v; --dataset text reads a UTF-8 text file", o.dataDir, err))
+	}
+	sum := md5.Sum(raw)
+	t.text = text
+	t.dataIdentity = "text md5 " + hex.EncodeToString(sum[:])
+	t.dataDesc = fmt.Sprintf("%s: %d bytes, a vocabulary of %d byte values, %d tokens for training and %d for validation", o.dataDir, len(raw), text.Vocab.Size(), len(text.Train), len(text.Val))
+	t.logf("data: %s", t.dataDesc)
+	return t.checkResumeData(t.dataIdentity, o.dataDir)
+}
+
+// checkText refuses what is not text: an empty file, a NUL byte or bytes
+// that are not UTF-8 (a binary file given by mistake).
+func checkText(b []byte) error {
+	if len(b) == 0 {
+		return errors.New("the file is empty")
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return fmt.Errorf("a NUL byte at offset %d: not text", i)
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return fmt.Errorf("the bytes at offset %d are not UTF-8: not text", i)
+		}
+		i += n
+	}
+	return nil
+}
+
 func (t *job) dataError(err error) error {
 	if t.dataFromCheckpoint {
 		return usageError{fmt.Errorf("%v (the data set %s was trained on; give --data to use another)", err, t.opt.resume)}
@@ -253,23 +410,65 @@ func pixelStats(px []uint8) (mean, std float32) {
 	return float32(m), float32(math.Sqrt((sq - n*m*m) / (n - 1)))
 }
 
+// channelStats is the mean and (unbiased) standard deviation of each
+// channel's pixels on a 0-1 scale.
+func channelStats(d *data.Dataset) (means, stds []float32) {
+	c, plane := d.NumChannels(), d.Rows*d.Cols
+	means, stds = make([]float32, c), make([]float32, c)
+	for ch := range c {
+		var px []uint8
+		for i := 0; i < d.N; i++ {
+			start := (i*c + ch) * plane
+			px = append(px, d.Images[start:start+plane]...)
+		}
+		means[ch], stds[ch] = pixelStats(px)
+	}
+	return means, stds
+}
+
 // newOptimizer builds the optimiser --optimizer names.
 func (t *job) newOptimizer() (trainer.Optimizer, error) {
 	o := t.opt
 	params := nn.Parameters(t.model)
+	var opt gradOptimizer
+	var err error
 	if o.optimizer == "adamw" {
 		cfg := optim.DefaultAdamWConfig()
 		cfg.LR = o.lr
-		return optim.NewAdamGroups(optim.DecayGroups(params, o.lr, cfg.WeightDecay), cfg, true)
+		opt, err = optim.NewAdamGroups(optim.DecayGroups(params, o.lr, cfg.WeightDecay), cfg, true)
+	} else {
+		opt, err = optim.NewSGD(params, optim.SGDConfig{LR: o.lr, Momentum: o.momentum, Nesterov: o.nesterov, WeightDecay: o.weightDecay})
 	}
-	return optim.NewSGD(params, optim.SGDConfig{LR: o.lr, Momentum: o.momentum, Nesterov: o.nesterov, WeightDecay: o.weightDecay})
+	if err != nil || o.clipNorm == 0 {
+		return opt, err
+	}
+	return clippedOptimizer{opt, o.clipNorm}, nil
+}
+
+// gradOptimizer is an optimiser whose gradients are one packed tensor.
+type gradOptimizer interface {
+	trainer.Optimizer
+	Gradients() *tensor.Tensor
+}
+
+// clippedOptimizer clips the gradients to a global norm before each
+// update (--clip-grad-norm), on the device, so that the clip is part of
+// the captured step.
+type clippedOptimizer struct {
+	gradOptimizer
+	maxNorm float64
+}
+
+func (c clippedOptimizer) StepAndZeroGrad() {
+	optim.ClipGradNorm(nil, c.Gradients(), c.maxNorm).Release()
+	c.gradOptimizer.StepAndZeroGrad()
 }
 
 // schedule is the learning-rate schedule --schedule names over the whole
 // run, nil for none.
 func (t *job) schedule() optim.Schedule {
 	o := t.opt
-	total := o.epochs * (t.train.N / o.batchSize)
+	total := o.epochs * (t.source.Len() / o.batchSize)
 	switch o.schedule {
 	case "onecycle":
 		return optim.NewOneCycleLR(o.lr, total)
@@ -299,19 +498,36 @@ func firstN(d *data.Dataset, n int) *data.Dataset {
 // run trains with package trainer.
 func (t *job) run(ctx context.Context) error {
 	o := t.opt
+	meta := models.Metadata(o.model, t.modelCfg)
+	if t.text != nil {
+		var err error
+		if meta, err = models.VocabMetadata(meta, t.text.Vocab); err != nil {
+			return err
+		}
+	}
 	cfg := trainer.Config{
-		Model: t.model, Optimizer: t.optimizer, Data: t.trainSet,
+		Model: t.model, Optimizer: t.optimizer, Data: t.source,
 		Evaluate: func(m nn.Module) (float64, float64, error) {
-			// Batches no larger than the training batch (at most 1000), so
-			// that evaluation never needs more device memory than training.
+			// In evaluation mode (no dropout, batch norm's running
+			// statistics), in batches no larger than the training batch
+			// (at most 1000), so that evaluation never needs more device
+			// memory than training.
+			nn.SetTraining(m, false)
+			defer nn.SetTraining(m, true)
+			if t.text != nil {
+				return t.testText.Evaluate(t.dev.backend, m, o.batchSize)
+			}
 			return t.testSet.Evaluate(m, min(o.batchSize, 1000))
 		},
 		Schedule: t.schedule(), Epochs: o.epochs, Seed: o.seed, LogInterval: o.logInterval,
-		Checkpoint: o.save, Flags: t.flags(), ModelMetadata: models.Metadata(o.model, t.modelCfg),
+		Checkpoint: o.save, Flags: t.flags(), ModelMetadata: meta,
 		Eager: t.dev.gpu == nil || o.noGraph, GraphHint: " (--no-graph launches eagerly)",
 		Log: t.out, Progress: t.errOut,
 	}
-	if t.test.N < 10000 {
+	switch {
+	case t.text != nil && o.testLimit > 0:
+		cfg.EvalNote = fmt.Sprintf(" (first %d validation windows)", t.testText.Len())
+	case t.text == nil && t.test.N < 10000:
 		cfg.EvalNote = fmt.Sprintf(" (first %d test images)", t.test.N)
 	}
 	if t.dev.memory != nil {
@@ -386,7 +602,11 @@ func (t *job) printBench() {
 	t.logf("| batch size | %d |", t.opt.batchSize)
 	for i, s := range r.EpochSeconds {
 		t.logf("| epoch %d seconds | %.4f |", i+1, s)
-		t.logf("| epoch %d images/s | %.0f |", i+1, float64(t.train.N/t.opt.batchSize*t.opt.batchSize)/s)
+		unit := "images"
+		if t.text != nil {
+			unit = "windows"
+		}
+		t.logf("| epoch %d %s/s | %.0f |", i+1, unit, float64(t.source.Len()/t.opt.batchSize*t.opt.batchSize)/s)
 	}
 	if len(r.StepTimes) > 0 {
 		t.logf("| step time (median over log windows, without the first step's) | %.1f us |", med*1e6)

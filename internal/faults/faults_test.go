@@ -391,6 +391,34 @@ func faults() []fault {
 		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: -1})
 	}
 
+	// Text for train's GPT: $D/in.txt is what setup writes there.
+	gpt := func(name string, put func(t *testing.T, path string), want string, extra ...string) fault {
+		args := append([]string{"--device", "cpu", "--model", "gpt", "--dataset", "text", "--data", "$D/in.txt", "--context", "8",
+			"--batch-size", "2", "--epochs", "1", "--optimizer", "adamw", "--lr", "1e-3", "--save", "$D/out.safetensors"}, extra...)
+		var setup func(t *testing.T, d string)
+		if put != nil {
+			setup = at("in.txt", put)
+		}
+		return fault{name: "train text " + name, cmd: "train", args: args, setup: setup, code: 2, want: want, stdout: -1}
+	}
+	someText := writeBytes(bytes.Repeat([]byte("to be or not to be\n"), 20))
+	add(
+		fault{name: "train text without --data", cmd: "train", args: []string{"--device", "cpu", "--model", "gpt", "--dataset", "text"}, code: 2, want: "--dataset text needs --data (a text file)", stdout: -1},
+		gpt("missing file", nil, "$D/in.txt: no such file"),
+		gpt("empty file", writeBytes(nil), "$D/in.txt: empty text"),
+		gpt("binary garbage", writeBytes([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0xff, 0xfe}), "$D/in.txt: a NUL byte at offset 7: not text"),
+		gpt("invalid UTF-8", writeBytes([]byte("abc\xff\xfedef")), "$D/in.txt: the bytes at offset 3 are not UTF-8"),
+		gpt("is a directory", func(t *testing.T, p string) { os.Mkdir(p, 0o755) }, "$D/in.txt"),
+		gpt("context 0", someText, "--context 0: want at least 1 token", "--context", "0"),
+		gpt("clip-grad-norm -1", someText, "--clip-grad-norm -1: want a finite norm", "--clip-grad-norm", "-1"),
+		gpt("clip-grad-norm NaN", someText, "--clip-grad-norm NaN", "--clip-grad-norm", "NaN"),
+		gpt("context longer than the text", someText, "--batch-size 2 is larger than the 0 training windows of --context 1000 tokens", "--context", "1000"),
+		gpt("lenet on text", someText, "--model lenet takes images", "--model", "lenet"),
+		fault{name: "train gpt on images", cmd: "train", args: trainArgs("--model", "gpt"), code: 2, want: "--model gpt: --dataset mnist holds images", stdout: -1},
+		fault{name: "train cifar10 without --data", cmd: "train", args: []string{"--device", "cpu", "--dataset", "cifar10"}, code: 2, want: "--dataset cifar10 needs --data", stdout: -1},
+		fault{name: "train cifar10 in an MNIST directory", cmd: "train", args: trainArgs("--model", "resnet9", "--dataset", "cifar10"), code: 2, want: "data_batch_1.bin", stdout: -1},
+	)
+
 	// Data files of train.
 	train := func(name string, setup func(t *testing.T, d string), want string) fault {
 		return fault{name: "train data " + name, cmd: "train", args: trainArgs("--data", "$D/data"), setup: setup, code: 2, want: want, stdout: -1}
