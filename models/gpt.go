@@ -143,3 +143,32 @@ func releaseState(m nn.Module) {
 		p.Tensor.Release()
 	}
 }
+
+// Generate continues prompt (token ids, at least one) by n tokens, each the
+// most likely next token given the last Context ones (greedy decoding, so
+// that the same checkpoint and prompt give the same text), in evaluation
+// mode (in which it leaves the model) and without recording a graph. It
+// returns the n new ids.
+func (m *GPT) Generate(prompt []int32, n int) ([]int32, error) {
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("models: GPT.Generate: an empty prompt; give at least one token")
+	}
+	for i, id := range prompt {
+		if id < 0 || int(id) >= m.Config.Vocab {
+			return nil, fmt.Errorf("models: GPT.Generate: prompt token %d is %d, outside the vocabulary of %d", i, id, m.Config.Vocab)
+		}
+	}
+	nn.SetTraining(m, false)
+	b := m.Head.Weight.Backend()
+	s := tensor.NewNoGradScope()
+	defer s.Release()
+	seq := append([]int32(nil), prompt...)
+	for range n {
+		s.Reset()
+		ctx := seq[max(0, len(seq)-m.Config.Context):]
+		logits := m.Forward(tensor.FromInt32(b, s, ctx, 1, len(ctx))) // [1, t, V]
+		last := logits.Narrow(1, len(ctx)-1, 1).Reshape(1, m.Config.Vocab)
+		seq = append(seq, tensor.ArgmaxAxis(last, 1, false).Int32s()[0])
+	}
+	return seq[len(prompt):], nil
+}

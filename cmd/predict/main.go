@@ -59,6 +59,8 @@ const (
 
 type options struct {
 	model, data, device, invert, arch string
+	prompt                            string
+	tokens                            int
 	json, noCenter                    bool
 	batch                             int
 	files                             []string
@@ -108,6 +110,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		}
 		return fail(exitUsage, "%s", msg)
 	}
+	if gpt, ok := model.(*models.GPT); ok {
+		return generate(o, gpt, stdout, fail)
+	}
+	if o.prompt != "" {
+		return fail(exitUsage, "--prompt: %s holds a %s, which classifies images; --prompt is for a language model (gpt)", o.model, name)
+	}
 	if len(o.files) == 0 {
 		return evaluate(o, model, name, b, desc, stdout, stderr, fail)
 	}
@@ -121,6 +129,8 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.model, "model", "lenet.safetensors", "checkpoint `path` (safetensors)")
 	fs.StringVar(&o.data, "data", "", "MNIST `dir`ectory for evaluation (default: $MNIST_DIR, then the Go module cache)")
 	fs.StringVar(&o.device, "device", "auto", "`device`: auto, cpu or cuda")
+	fs.StringVar(&o.prompt, "prompt", "", "for a language model (gpt): the `text` to continue")
+	fs.IntVar(&o.tokens, "tokens", 200, "for a language model: how many tokens to generate")
 	fs.StringVar(&o.arch, "arch", "", "the `model` a checkpoint without ember's metadata holds (a PyTorch state dict): "+strings.Join(models.Names(), ", ")+" (default: the file's metadata, else lenet)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per line")
 	fs.IntVar(&o.batch, "batch-size", 1000, "images per forward `pass`")
@@ -159,6 +169,8 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 		return nil, errors.New("--model is empty")
 	case o.arch != "" && !slices.Contains(models.Names(), o.arch):
 		return nil, fmt.Errorf("--arch %q: want one of %s", o.arch, strings.Join(models.Names(), ", "))
+	case o.tokens < 0:
+		return nil, fmt.Errorf("--tokens %d: want zero or more", o.tokens)
 	case o.batch <= 0:
 		return nil, fmt.Errorf("--batch-size %d: want a positive number", o.batch)
 	case o.invert != "auto" && o.invert != "yes" && o.invert != "no":
@@ -167,6 +179,42 @@ func parseArgs(args []string, stdout io.Writer) (*options, error) {
 		return nil, errors.New("--data is for evaluating on MNIST; it cannot be combined with image files")
 	}
 	return o, nil
+}
+
+// generate continues --prompt with --tokens tokens of a language model,
+// greedily, with the vocabulary its checkpoint records.
+func generate(o *options, m *models.GPT, stdout io.Writer, fail func(int, string, ...any) int) int {
+	meta, err := nn.ReadSafetensorsMetadata(o.model)
+	if err != nil {
+		return fail(exitUsage, "%s", describe(err))
+	}
+	vocab, err := models.VocabFromMetadata(o.model, meta)
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	if len(o.files) > 0 {
+		return fail(exitUsage, "%s holds a language model: give --prompt, not image files", o.model)
+	}
+	if o.prompt == "" {
+		return fail(exitUsage, "--prompt: %s holds a language model; give the text to continue", o.model)
+	}
+	ids, err := vocab.Encode([]byte(o.prompt), "--prompt")
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	var out []int32
+	if err := tensor.Guard(func() { out, err = m.Generate(ids, o.tokens) }); err != nil {
+		return fail(exitFailure, "generating: %v", err)
+	}
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	text, err := vocab.Decode(out)
+	if err != nil {
+		return fail(exitFailure, "decoding: %v", err)
+	}
+	fmt.Fprintf(stdout, "%s%s\n", o.prompt, text)
+	return exitOK
 }
 
 // evaluate runs the model over the MNIST test set.

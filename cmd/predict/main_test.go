@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
@@ -283,5 +284,41 @@ func TestArchOfAPyTorchStateDict(t *testing.T) {
 	}
 	if code, _, errOut = runPredict("--model", path, "--arch", "resnet", f.images[0]); code != 2 || !strings.Contains(errOut, `--arch "resnet"`) {
 		t.Errorf("--arch resnet: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestGenerateText: a GPT checkpoint (its vocabulary in the metadata)
+// continues a prompt; image files or no prompt are refused, one line.
+func TestGenerateText(t *testing.T) {
+	dir := t.TempDir()
+	v, err := data.NewVocab([]byte("abcdefgh \n"), data.ByteLevel, "corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := models.Config{InputShape: []int{8}, Classes: v.Size()}
+	m, err := models.New("gpt", tensor.CPU, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := models.VocabMetadata(models.Metadata("gpt", cfg), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "gpt.safetensors")
+	if err := nn.SaveFile(path, m, meta); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runPredict("--model", path, "--prompt", "abc", "--tokens", "6")
+	if code != 0 || !strings.HasPrefix(out, "abc") || len(out) != len("abc")+6+1 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want abc and 6 more bytes", code, out, errOut)
+	}
+	if _, again, _ := runPredict("--model", path, "--prompt", "abc", "--tokens", "6"); again != out {
+		t.Errorf("greedy decoding differs between runs: %q and %q", out, again)
+	}
+	if code, _, errOut = runPredict("--model", path); code != 2 || !strings.Contains(errOut, "--prompt") {
+		t.Errorf("no prompt: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut = runPredict("--model", path, "--prompt", "xyz"); code != 2 || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("a prompt outside the vocabulary: exit %d, %q", code, errOut)
 	}
 }
