@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -108,6 +107,12 @@ func softmax(row []float32) (int, []float32) {
 // that disagree, and images the model does not take (an InputChecker's
 // word), are an error saying what was expected.
 func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, batch int) (accuracy, meanLoss float64, err error) {
+	return EvaluateNormalized(m, b, images, labels, n, batch, MNISTNormalization)
+}
+
+// EvaluateNormalized is Evaluate with the pixels normalised by norm (the
+// one a checkpoint records: NormalizationFromMetadata).
+func EvaluateNormalized(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, batch int, norm Normalization) (accuracy, meanLoss float64, err error) {
 	if n <= 0 {
 		return 0, 0, nil
 	}
@@ -129,7 +134,7 @@ func Evaluate(m nn.Module, b tensor.Backend, images []uint8, labels []uint8, n, 
 	for lo := 0; lo < n; lo += batch {
 		hi := min(lo+batch, n)
 		bs := hi - lo
-		data.Normalize(x, images[lo*size:hi*size])
+		norm.Apply(x, images[lo*size:hi*size])
 		for i := range bs {
 			y[i] = int32(labels[lo+i])
 		}

@@ -61,6 +61,7 @@ type options struct {
 	model, data, device, invert, arch string
 	prompt                            string
 	tokens                            int
+	norm                              models.Normalization
 	json, noCenter                    bool
 	batch                             int
 	files                             []string
@@ -112,6 +113,14 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	if gpt, ok := model.(*models.GPT); ok {
 		return generate(o, gpt, stdout, fail)
+	}
+	// Images are normalised as the model was trained (MNIST's constants
+	// unless the checkpoint records others).
+	o.norm = models.MNISTNormalization
+	if meta, merr := nn.ReadSafetensorsMetadata(o.model); merr == nil {
+		if o.norm, err = models.NormalizationFromMetadata(o.model, meta); err != nil {
+			return fail(exitUsage, "%v", err)
+		}
 	}
 	if o.prompt != "" {
 		return fail(exitUsage, "--prompt: %s holds a %s, which classifies images; --prompt is for a language model (gpt)", o.model, name)
@@ -240,7 +249,7 @@ func evaluate(o *options, m nn.Module, name string, b tensor.Backend, desc strin
 	var acc, loss float64
 	var eerr error
 	if err := tensor.Guard(func() {
-		acc, loss, eerr = models.Evaluate(m, b, test.Images, test.Labels, test.N, o.batch)
+		acc, loss, eerr = models.EvaluateNormalized(m, b, test.Images, test.Labels, test.N, o.batch, o.norm)
 	}); err != nil {
 		return fail(exitFailure, "evaluating on %s: %v", desc, err)
 	}
@@ -273,7 +282,7 @@ func classify(o *options, m nn.Module, b tensor.Backend, stdout, stderr io.Write
 		pixels = append(pixels, px...)
 	}
 	x := make([]float32, len(pixels))
-	data.Normalize(x, pixels)
+	o.norm.Apply(x, pixels)
 	for lo := 0; lo < len(files); lo += o.batch {
 		hi := min(lo+o.batch, len(files))
 		var classes []int

@@ -31,6 +31,7 @@ type job struct {
 	dev       *device
 	model     nn.Module
 	modelCfg  models.Config
+	norm      *models.Normalization // nil: MNIST's
 	optimizer trainer.Optimizer
 
 	dataDesc     string // the data: line
@@ -220,7 +221,8 @@ func (t *job) setupImages(b tensor.Backend) (err error) {
 	}
 	if o.dataset != "mnist" {
 		mean, std := pixelStats(t.train.Images)
-		scale, shift = 1/(255*std), -mean/std
+		t.norm = &models.Normalization{Mean: mean, Std: std}
+		scale, shift = t.norm.ScaleShift()
 		means, stds = channelStats(t.train)
 	}
 	if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, scale, shift); err != nil {
@@ -499,6 +501,10 @@ func firstN(d *data.Dataset, n int) *data.Dataset {
 func (t *job) run(ctx context.Context) error {
 	o := t.opt
 	meta := models.Metadata(o.model, t.modelCfg)
+	if t.norm != nil {
+		// predict normalises as training did.
+		meta = models.NormalizationMetadata(meta, *t.norm)
+	}
 	if t.text != nil {
 		var err error
 		if meta, err = models.VocabMetadata(meta, t.text.Vocab); err != nil {
