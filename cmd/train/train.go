@@ -236,6 +236,11 @@ func (t *job) setupImages(b tensor.Backend) (err error) {
 		if err := t.trainSet.SetAugmentation(a); err != nil {
 			return usageError{fmt.Errorf("--augment: %v", err)}
 		}
+		// The test set per channel too (Evaluate gathers it without the
+		// random parts).
+		if err := t.testSet.SetAugmentation(&trainer.Augmentation{Mean: means, Std: stds, Seed: o.seed}); err != nil {
+			return usageError{fmt.Errorf("--augment: %v", err)}
+		}
 	}
 	if t.dev.memory != nil {
 		t.dev.memory.MarkDataset(t.trainSet.Bytes() + t.testSet.Bytes())

@@ -200,7 +200,17 @@ func (im *Images) evaluate(m nn.Module, batch int) (loss, accuracy float64) {
 		}
 		s := tensor.NewNoGradScope()
 		ix := tensor.FromInt32(b, s, idx[:n], n)
-		x := tensor.GatherNormalize(s, im.pixels, ix, im.scale, im.shift).Reshape(n, d.NumChannels(), d.Rows, d.Cols)
+		var x *tensor.Tensor
+		if im.aug != nil {
+			// The set's per-channel normalisation, without the random
+			// crop, flip and cutout: evaluation sees what training saw,
+			// un-augmented.
+			spec := im.spec()
+			spec.Pad, spec.FlipProb, spec.Cutout = 0, 0, 0
+			x = tensor.AugmentGather(s, im.pixels.Reshape(d.N, d.NumChannels(), d.Rows, d.Cols), ix, im.augNorm, spec)
+		} else {
+			x = tensor.GatherNormalize(s, im.pixels, ix, im.scale, im.shift).Reshape(n, d.NumChannels(), d.Rows, d.Cols)
+		}
 		y := tensor.FromInt32(b, s, labels[:n], n)
 		logits := m.Forward(x)
 		lossSum += float64(tensor.CrossEntropy(logits, y).Item()) * float64(n)
