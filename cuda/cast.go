@@ -77,24 +77,11 @@ func (b *Backend) MatMulBatchedLowp(c, x, y tensor.Buffer, batch, m, n, k int, s
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 { // no products: c_i = beta·c_i (0 when beta is 0, NaN too, as on the CPU)
-		for i := 0; i < batch; i++ {
-			p := pc + uintptr(4*i*strideC)
-			if beta == 0 {
-				devCheck(op, b.x.memset32(p, 0, m*n))
-			} else {
-				b.launch(op, b.k.scale, m*n, p, beta, int64(m*n))
-			}
-		}
+	if k == 0 {
+		b.scaleBatched(op, pc, batch, m*n, strideC, beta)
 		return
 	}
-	lda, ldb := k, n
-	if transA {
-		lda = m
-	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := gemmLeading(m, n, k, transA, transB)
 	x16, ok := b.x.(bf16GemmExec)
 	if !ok {
 		panic(&tensor.Error{Op: op, Err: errors.New("cuda: this executor has no bfloat16 GEMM")})

@@ -87,24 +87,11 @@ func (b *Backend) MatMulBatched(c, a, bm tensor.Buffer, batch, m, n, k int, stri
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 { // no products: c_i = beta·c_i (0 when beta is 0, NaN too, as on the CPU), gaps untouched
-		for i := 0; i < batch; i++ {
-			p := pc + uintptr(4*i*strideC)
-			if beta == 0 {
-				devCheck(op, b.x.memset32(p, 0, m*n))
-			} else {
-				b.launch(op, b.k.scale, m*n, p, beta, int64(m*n))
-			}
-		}
+	if k == 0 {
+		b.scaleBatched(op, pc, batch, m*n, strideC, beta)
 		return
 	}
-	lda, ldb := k, n
-	if transA {
-		lda = m
-	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := gemmLeading(m, n, k, transA, transB)
 	if x, ok := b.x.(stridedBatchedExec); ok {
 		devCheck(op, x.sgemmStridedBatched(transA, transB, m, n, k, alpha, pa, lda, int64(strideA), pb, ldb, int64(strideB),
 			beta, pc, n, int64(strideC), batch))
@@ -114,4 +101,32 @@ func (b *Backend) MatMulBatched(c, a, bm tensor.Buffer, batch, m, n, k int, stri
 		devCheck(op, b.x.sgemm(transA, transB, m, n, k, alpha, pa+uintptr(4*i*strideA), lda, pb+uintptr(4*i*strideB), ldb,
 			beta, pc+uintptr(4*i*strideC), n))
 	}
+}
+
+// scaleBatched sets each of batch matrices of size elements, strideC
+// apart, to beta times itself (0 when beta is 0, NaN included, as on the
+// CPU), leaving the gaps between them untouched: a batched product with
+// no terms (k == 0).
+func (b *Backend) scaleBatched(op string, pc uintptr, batch, size, strideC int, beta float32) {
+	for i := 0; i < batch; i++ {
+		p := pc + uintptr(4*i*strideC)
+		if beta == 0 {
+			devCheck(op, b.x.memset32(p, 0, size))
+		} else {
+			b.launch(op, b.k.scale, size, p, beta, int64(size))
+		}
+	}
+}
+
+// gemmLeading is the leading dimensions of dense row-major operands of an
+// m×n×k product (a is k×m when transA, b is n×k when transB).
+func gemmLeading(m, n, k int, transA, transB bool) (lda, ldb int) {
+	lda, ldb = k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	return lda, ldb
 }
