@@ -89,102 +89,6 @@ extern "C" __global__ void ember_reduce_rows_warp(float* dstfOrNull, int* dstiOr
     }
 }
 
-// Long rows, a block each (blockDim.x a multiple of 32, at most 1024):
-// each thread strides over the row, warps combine by shuffles, warp 0
-// combines the warps' results in order.
-extern "C" __global__ void ember_reduce_rows_block(float* dstfOrNull, int* dstiOrNull, const float* x, long long rows, long long n,
-                                                   int op, int acc) {
-    __shared__ double psum[32];
-    __shared__ float pv[32];
-    __shared__ long long pat[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* row = x + r * n;
-        double sum = 0.0;
-        ember_best best = {0.0f, -1};
-        for (long long k = threadIdx.x; k < n; k += blockDim.x) {
-            const float v = row[k];
-            if (op == EMBER_R_SUM) {
-                sum += (double)v;
-            } else {
-                const ember_best c = {sign * v, k};
-                if (ember_better(c, best)) best = c;
-            }
-        }
-        if (op == EMBER_R_SUM) {
-            sum = ember_warp_sum_d(sum);
-        } else {
-            best = ember_warp_best(best);
-        }
-        if (lane == 0) {
-            psum[warp] = sum;
-            pv[warp] = best.v;
-            pat[warp] = best.at;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            double s = lane < nw ? psum[lane] : 0.0;
-            ember_best b = {0.0f, -1};
-            if (lane < nw) {
-                b.v = pv[lane];
-                b.at = pat[lane];
-            }
-            if (op == EMBER_R_SUM) {
-                s = ember_warp_sum_d(s);
-            } else {
-                b = ember_warp_best(b);
-            }
-            if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, s, b);
-        }
-        __syncthreads();
-    }
-}
-
-// Columns: block (32, 8); threadIdx.x picks one of 32 adjacent columns
-// j = o*inner + i of the outer*inner outputs, threadIdx.y one of 8
-// interleaved parts of the axis. Blocks stride over column groups.
-extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull, const float* x, long long outer, long long n,
-                                             long long inner, int op, int acc) {
-    __shared__ double psum[8][32];
-    __shared__ float pv[8][32];
-    __shared__ long long pat[8][32];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const long long cols = outer * inner;
-    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
-    for (long long j0 = (long long)blockIdx.x * 32; j0 < cols; j0 += (long long)gridDim.x * 32) {
-        const long long j = j0 + tx;
-        double sum = 0.0;
-        ember_best best = {0.0f, -1};
-        if (j < cols) {
-            const long long o = j / inner, i = j - o * inner;
-            const float* col = x + o * n * inner + i;
-            for (long long k = ty; k < n; k += 8) {
-                const float v = col[k * inner];
-                if (op == EMBER_R_SUM) {
-                    sum += (double)v;
-                } else {
-                    const ember_best c = {sign * v, k};
-                    if (ember_better(c, best)) best = c;
-                }
-            }
-        }
-        psum[ty][tx] = sum;
-        pv[ty][tx] = best.v;
-        pat[ty][tx] = best.at;
-        __syncthreads();
-        if (ty == 0 && j < cols) {
-            for (int p = 1; p < 8; p++) {
-                sum += psum[p][tx];
-                const ember_best c = {pv[p][tx], pat[p][tx]};
-                if (ember_better(c, best)) best = c;
-            }
-            ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best);
-        }
-        __syncthreads();
-    }
-}
-
 // ember_block_reduce reduces row[lo, hi) over the block (blockDim.x a
 // multiple of 32, at most 1024; every thread must call it): each thread
 // strides over the range, warps combine by shuffles, warp 0 combines the
@@ -233,6 +137,63 @@ __device__ __forceinline__ void ember_block_reduce(const float* row, long long l
         bestOut = b;
     }
     __syncthreads();
+}
+
+// Long rows, a block each (blockDim.x a multiple of 32, at most 1024):
+// ember_block_reduce over the whole row.
+extern "C" __global__ void ember_reduce_rows_block(float* dstfOrNull, int* dstiOrNull, const float* x, long long rows, long long n,
+                                                   int op, int acc) {
+    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        double s = 0.0;
+        ember_best b = {0.0f, -1};
+        ember_block_reduce(x + r * n, 0, n, op, sign, s, b);
+        if (threadIdx.x == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, s, b);
+    }
+}
+
+// Columns: block (32, 8); threadIdx.x picks one of 32 adjacent columns
+// j = o*inner + i of the outer*inner outputs, threadIdx.y one of 8
+// interleaved parts of the axis. Blocks stride over column groups.
+extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull, const float* x, long long outer, long long n,
+                                             long long inner, int op, int acc) {
+    __shared__ double psum[8][32];
+    __shared__ float pv[8][32];
+    __shared__ long long pat[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long cols = outer * inner;
+    const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
+    for (long long j0 = (long long)blockIdx.x * 32; j0 < cols; j0 += (long long)gridDim.x * 32) {
+        const long long j = j0 + tx;
+        double sum = 0.0;
+        ember_best best = {0.0f, -1};
+        if (j < cols) {
+            const long long o = j / inner, i = j - o * inner;
+            const float* col = x + o * n * inner + i;
+            for (long long k = ty; k < n; k += 8) {
+                const float v = col[k * inner];
+                if (op == EMBER_R_SUM) {
+                    sum += (double)v;
+                } else {
+                    const ember_best c = {sign * v, k};
+                    if (ember_better(c, best)) best = c;
+                }
+            }
+        }
+        psum[ty][tx] = sum;
+        pv[ty][tx] = best.v;
+        pat[ty][tx] = best.at;
+        __syncthreads();
+        if (ty == 0 && j < cols) {
+            for (int p = 1; p < 8; p++) {
+                sum += psum[p][tx];
+                const ember_best c = {pv[p][tx], pat[p][tx]};
+                if (ember_better(c, best)) best = c;
+            }
+            ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best);
+        }
+        __syncthreads();
+    }
 }
 
 // Few long rows, pass 1: block (c, r) reduces chunk c (chunk elements) of
