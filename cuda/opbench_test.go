@@ -449,6 +449,13 @@ func opCases() []opCase {
 					return tensor.ScaledDotProductAttention(s.Borrow(q), s.Borrow(k), s.Borrow(v), true, 0)
 				}, []*tensor.Tensor{q, k, v}
 			}},
+		opCase{op: "ScaledDotProductAttention", shape: shapeName(gptQKV) + " causal dropout 0.2", fwdFlops: attnFwd, bwdFlops: 2.5 * attnFwd,
+			setup: func(b tensor.Backend, rng *rand.Rand) (func(*tensor.Scope) *tensor.Tensor, []*tensor.Tensor) {
+				q, k, v := benchUniform(b, rng, true, gptQKV...), benchUniform(b, rng, true, gptQKV...), benchUniform(b, rng, true, gptQKV...)
+				return func(s *tensor.Scope) *tensor.Tensor {
+					return tensor.ScaledDotProductAttentionDropout(s.Borrow(q), s.Borrow(k), s.Borrow(v), true, 0, 0.2, gen)
+				}, []*tensor.Tensor{q, k, v}
+			}},
 		opCase{op: "MatMul", shape: fmt.Sprintf("[%d,%d]x[%d,%d]", gptRows, gptWidth, gptWidth, gptQKVOut), fwdFlops: 2 * m * n * k, bwdFlops: 4 * m * n * k,
 			setup: func(b tensor.Backend, rng *rand.Rand) (func(*tensor.Scope) *tensor.Tensor, []*tensor.Tensor) {
 				x, w := benchUniform(b, rng, true, gptRows, gptWidth), benchUniform(b, rng, true, gptWidth, gptQKVOut)
