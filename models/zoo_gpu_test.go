@@ -34,6 +34,8 @@ import (
 // eagerly instead of replaying a captured CUDA graph.
 // EMBER_ZOO_PRECISION=bf16 runs the GPT's matrix products under bfloat16
 // autocast (zoo.py's "gpt bf16"); fp32, the default, leaves them float32.
+// EMBER_ZOO_ATTENTION=composed hides the backend's fused attention, so that
+// attention is composed of products, softmax and dropout (to compare).
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -73,10 +75,23 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes})
+			var be tensor.Backend = b
+			switch a := os.Getenv("EMBER_ZOO_ATTENTION"); a {
+			case "", "fused":
+			case "composed":
+				be = zooComposedAttention{b}
+			default:
+				t.Fatalf("EMBER_ZOO_ATTENTION=%q; want fused or composed", a)
+			}
+			runs[name](t, &zooEnv{b: be, gpu: b, sizes: sizes})
 		})
 	}
 }
+
+// zooComposedAttention is the GPU backend without its fused attention.
+type zooComposedAttention struct{ *cuda.Backend }
+
+func (zooComposedAttention) AttentionSupported(d, dv int) bool { return false }
 
 // zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
 // statistics) or, for the smoke test of this harness, on the CPU.
