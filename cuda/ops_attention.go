@@ -6,10 +6,11 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// Tile sizes of kernels/attention.cu: every kernel takes 32 queries (the
-// forward, dQ) or 32 keys (dK, dV) per block of 128 threads.
+// Tile sizes of kernels/attention.cu: the forward takes 64 queries per
+// block of 256 threads, the two backward kernels 32 queries (dQ) or 32
+// keys (dK, dV) per block of 128.
 const (
-	attnFwdRows, attnFwdThreads = 32, 128
+	attnFwdRows, attnFwdThreads = 64, 256
 	attnBwdRows, attnBwdThreads = 32, 128
 )
 
@@ -52,7 +53,7 @@ func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.Atte
 		state, int64(drop.Seed), int64(drop.Offset)}
 }
 
-// AttentionForward runs ember_attention_fwd_dD: a block per 32 queries of
+// AttentionForward runs ember_attention_fwd_dD: a block per 64 queries of
 // a head, the heaviest causal tiles first.
 func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
 	const op = "attention"

@@ -22,6 +22,7 @@
 // tx + 16j. Shared rows are padded to D + 4 floats, so that the 16-byte row
 // reads of a quarter warp fall in distinct banks.
 
+#define EMBER_ATT_BN 32  // keys (dQ, forward) or queries (dK/dV) per inner tile
 #define EMBER_ATT_LOG2E 1.4426950408889634f
 #define EMBER_ATT_LN2 0.6931471805599453f
 
@@ -38,16 +39,17 @@ __device__ __forceinline__ void ember_att_seed(const int* stateOrNull, long long
     }
 }
 
-// keepm[r·COLS + c] = 1 when weight (bh, q0 + r, k0 + c) is kept: its
+// keepm[r·BN + c] = 1 when weight (bh, q0 + r, k0 + c) is kept: its
 // Bernoulli draw of probability keep is 1. Four consecutive weights per
 // thread step; they share one Philox block when S is a multiple of 4 (and
 // span at most two otherwise). Weights outside [T, S] get bits that are
 // never read.
-template <int ROWS, int COLS, int NT>
+template <int ROWS, int NT>
 __device__ __forceinline__ void ember_att_keep(unsigned char* keepm, long long bh, int q0, int k0, int T, int S,
                                                unsigned long long seed, unsigned long long off, float keep) {
-    for (int g = threadIdx.x; g < ROWS * COLS / 4; g += NT) {
-        const int r = g / (COLS / 4), c = (g % (COLS / 4)) * 4;
+    constexpr int BN = EMBER_ATT_BN;
+    for (int g = threadIdx.x; g < ROWS * BN / 4; g += NT) {
+        const int r = g / (BN / 4), c = (g % (BN / 4)) * 4;
         const unsigned long long e0 = (unsigned long long)(bh * T + q0 + r) * (unsigned long long)S + (unsigned long long)(k0 + c);
         const unsigned long long blk = e0 >> 2;
         unsigned int w[4] = {(unsigned int)(off + blk), (unsigned int)((off + blk) >> 32), 0u, 0u};
@@ -58,7 +60,7 @@ __device__ __forceinline__ void ember_att_keep(unsigned char* keepm, long long b
         for (int i = 0; i < 4; i++) {
             const unsigned long long e = e0 + i;
             const unsigned int word = (e >> 2) == blk ? w[e & 3] : w2[e & 3];
-            keepm[r * COLS + c + i] = ember_unit24(word) < keep ? 1 : 0;
+            keepm[r * BN + c + i] = ember_unit24(word) < keep ? 1 : 0;
         }
     }
 }
@@ -78,7 +80,7 @@ __device__ __forceinline__ void ember_att_load(float* dst, const float* src, int
 template <int D, int NJ>
 __device__ __forceinline__ void ember_att_abt(float acc[4][NJ], const float* A, const float* B, int ty, int tx) {
     constexpr int LD = D + 4;
-#pragma unroll 2
+#pragma unroll 4
     for (int c = 0; c < D; c += 4) {
         ember_f4 a[4], b[NJ];
 #pragma unroll
@@ -100,13 +102,13 @@ __device__ __forceinline__ void ember_att_abt(float acc[4][NJ], const float* A, 
     }
 }
 
-// acc[i][c] += Σ_n P[4ty+i][n]·V[n][tx+16c] over the N columns of P
-// (stride N + 4) and rows of V (stride D + 4).
-template <int D, int N>
+// acc[i][c] += Σ_n P[4ty+i][n]·V[n][tx+16c] over the BN columns of P
+// (stride BN + 4) and rows of V (stride D + 4).
+template <int D>
 __device__ __forceinline__ void ember_att_pv(float acc[4][D / 16], const float* P, const float* V, int ty, int tx) {
-    constexpr int LD = D + 4, LDP = N + 4, DC = D / 16;
+    constexpr int LD = D + 4, LDP = EMBER_ATT_BN + 4, DC = D / 16;
 #pragma unroll 2
-    for (int n = 0; n < N; n += 4) {
+    for (int n = 0; n < EMBER_ATT_BN; n += 4) {
         ember_f4 p[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) p[i] = *reinterpret_cast<const ember_f4*>(P + (4 * ty + i) * LDP + n);
@@ -137,25 +139,15 @@ __device__ __forceinline__ float ember_att_row_sum(float v) {
     return v;
 }
 
-// Every kernel: 128 threads, a tile of 32 rows (queries, or keys for dK
-// and dV) against inner tiles of 64 (keys, or queries); each thread owns 4
-// rows and 4 columns of a 32x64 product. Shared memory (static, at most
-// 48 KiB) holds one inner tile at a time: the dQ kernel loads V and then K
-// into one buffer, the dK/dV kernel Q, dO and Q again.
-#define EMBER_ATT_ROWS 32
-#define EMBER_ATT_COLS 64
-#define EMBER_ATT_NT 128
-
-// Forward: a block per tile of 32 queries of one head (bh). out [BH, T,
-// D]; lse [BH, T] the natural log-sum-exp of each row's scaled, masked
-// scores (before dropout). keep < 1 applies dropout with mask values
-// dscale.
-template <int D>
+// Forward: a block of 4·ROWS threads per tile of ROWS queries of one head
+// (bh). out [BH, T, D]; lse [BH, T] the natural log-sum-exp of each row's
+// scaled, masked scores (before dropout). keep < 1 applies dropout with
+// mask values dscale.
+template <int D, int ROWS>
 __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                               const int* stateOrNull, long long seed, long long offset) {
-    constexpr int ROWS = EMBER_ATT_ROWS, BN = EMBER_ATT_COLS, NT = EMBER_ATT_NT, NJ = BN / 16;
-    constexpr int LD = D + 4, LDP = BN + 4, DC = D / 16;
+    constexpr int BN = EMBER_ATT_BN, LD = D + 4, LDP = BN + 4, NT = ROWS * 4, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sq[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float skv[BN * LD];
     __shared__ __attribute__((aligned(16))) float sp[ROWS * LDP];
@@ -188,21 +180,18 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
     for (int k0 = 0; k0 < kend; k0 += BN) {
         __syncthreads();  // the previous tile's products are done with skv, sp
         ember_att_load<D, BN, NT>(skv, k, k0, S);
-        if (drop) ember_att_keep<ROWS, BN, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
+        if (drop) ember_att_keep<ROWS, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
-        float s[4][NJ];
+        float s[4][2];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) s[i][j] = 0.0f;
-        }
-        ember_att_abt<D, NJ>(s, sq, skv, ty, tx);
+        for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = 0.0f;
+        ember_att_abt<D, 2>(s, sq, skv, ty, tx);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int qi = q0 + 4 * ty + i;
             float mx = ember_neg_inf();
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
+            for (int j = 0; j < 2; j++) {
                 const int kj = k0 + tx + 16 * j;
                 const bool ok = kj < S && (!causal || kj <= qi);
                 s[i][j] = ok ? s[i][j] * sc : ember_neg_inf();
@@ -214,7 +203,7 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
             const float alpha = none ? 1.0f : exp2f(m[i] - mnew);
             float rs = 0.0f;
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
+            for (int j = 0; j < 2; j++) {
                 const float p = none ? 0.0f : exp2f(s[i][j] - mnew);
                 rs += p;
                 float pd = p;
@@ -230,7 +219,7 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
         __syncthreads();  // every thread is done reading K
         ember_att_load<D, BN, NT>(skv, v, k0, S);
         __syncthreads();
-        ember_att_pv<D, BN>(o, sp, skv, ty, tx);
+        ember_att_pv<D>(o, sp, skv, ty, tx);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -243,20 +232,20 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
     }
 }
 
-// dQ: a block per tile of 32 queries. It first sets delta[t] = Σ_c
-// dO[t][c]·O[t][c] for its rows (read by the dK/dV kernel, launched after
-// it). dq = scale·Σ_s dS·k with dS = P·(M·dO·vᵀ - delta), M the dropout
-// mask values (1 without dropout).
+// dQ: a block of 128 threads per tile of 32 queries. It first sets
+// delta[t] = Σ_c dO[t][c]·O[t][c] for its rows (read by the dK/dV kernel,
+// launched after it). dq = scale·Σ_s dS·k with dS = P·(M·dO·vᵀ - delta),
+// M the dropout mask values (1 without dropout).
 template <int D>
 __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
                                              long long seed, long long offset) {
-    constexpr int ROWS = EMBER_ATT_ROWS, BN = EMBER_ATT_COLS, NT = EMBER_ATT_NT, NJ = BN / 16;
-    constexpr int LD = D + 4, LDP = BN + 4, DC = D / 16;
+    constexpr int ROWS = 32, BN = EMBER_ATT_BN, LD = D + 4, LDP = BN + 4, NT = 128, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sq[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float sdo[ROWS * LD];
-    __shared__ __attribute__((aligned(16))) float skv[BN * LD];
+    __shared__ __attribute__((aligned(16))) float sk[BN * LD];
+    __shared__ __attribute__((aligned(16))) float sv[BN * LD];
     __shared__ __attribute__((aligned(16))) float sds[ROWS * LDP];
     __shared__ unsigned char skeep[ROWS * BN];
     __shared__ float slse[ROWS], sdelta[ROWS];
@@ -300,26 +289,21 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
     }
     const int kend = causal ? ember_imin(S, q0 + ROWS) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
-        __syncthreads();  // the previous tile is done with skv, sds
-        ember_att_load<D, BN, NT>(skv, v, k0, S);
-        if (drop) ember_att_keep<ROWS, BN, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
-        float s[4][NJ], dp[4][NJ];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) s[i][j] = dp[i][j] = 0.0f;
-        }
-        ember_att_abt<D, NJ>(dp, sdo, skv, ty, tx);
-        __syncthreads();  // done with V
-        ember_att_load<D, BN, NT>(skv, k, k0, S);
+        ember_att_load<D, BN, NT>(sk, k, k0, S);
+        ember_att_load<D, BN, NT>(sv, v, k0, S);
+        if (drop) ember_att_keep<ROWS, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
-        ember_att_abt<D, NJ>(s, sq, skv, ty, tx);
+        float s[4][2], dp[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = dp[i][0] = dp[i][1] = 0.0f;
+        ember_att_abt<D, 2>(s, sq, sk, ty, tx);
+        ember_att_abt<D, 2>(dp, sdo, sv, ty, tx);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = 4 * ty + i, qi = q0 + r;
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
+            for (int j = 0; j < 2; j++) {
                 const int kj = k0 + tx + 16 * j;
                 const bool ok = qi < T && kj < S && (!causal || kj <= qi);
                 const float p = ok ? exp2f(s[i][j] * sc - slse[r]) : 0.0f;
@@ -329,7 +313,7 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
             }
         }
         __syncthreads();
-        ember_att_pv<D, BN>(acc, sds, skv, ty, tx);
+        ember_att_pv<D>(acc, sds, sk, ty, tx);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -340,18 +324,18 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
     }
 }
 
-// dK and dV: a block per tile of 32 keys, over the tiles of 64 queries
-// that see them. dv = Σ_t M·P·dO, dk = scale·Σ_t dS·q.
+// dK and dV: a block of 128 threads per tile of 32 keys, over the tiles of
+// queries that see them. dv = Σ_t M·P·dO, dk = scale·Σ_t dS·q.
 template <int D>
 __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
                                               const float* lse, const float* delta, const float* dout, int BH, int T,
-                                              int S, int causal, float scale, float keep, float dscale,
-                                              const int* stateOrNull, long long seed, long long offset) {
-    constexpr int ROWS = EMBER_ATT_ROWS, BQ = EMBER_ATT_COLS, NT = EMBER_ATT_NT, NJ = BQ / 16;
-    constexpr int LD = D + 4, LDP = BQ + 4, DC = D / 16;
+                                              int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
+                                              long long seed, long long offset) {
+    constexpr int ROWS = 32, BQ = EMBER_ATT_BN, LD = D + 4, LDP = BQ + 4, NT = 128, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sk[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float sv[ROWS * LD];
-    __shared__ __attribute__((aligned(16))) float sx[BQ * LD];  // Q, then dO, then Q
+    __shared__ __attribute__((aligned(16))) float sq[BQ * LD];
+    __shared__ __attribute__((aligned(16))) float sdo[BQ * LD];
     __shared__ __attribute__((aligned(16))) float sp[ROWS * LDP];
     __shared__ unsigned char skeep[BQ * ROWS];  // [query][key], as ember_att_keep draws them
     __shared__ float slse[BQ], sdelta[BQ];
@@ -384,51 +368,46 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
     // Queries before k0 see none of these keys under the causal mask.
     const int qstart = causal ? (k0 / BQ) * BQ : 0;
     for (int q0 = qstart; q0 < T; q0 += BQ) {
-        __syncthreads();  // the previous tile is done with sx, sp
-        ember_att_load<D, BQ, NT>(sx, q, q0, T);
+        __syncthreads();
+        ember_att_load<D, BQ, NT>(sq, q, q0, T);
+        ember_att_load<D, BQ, NT>(sdo, dout, q0, T);
         if (tid < BQ) {
             const int qi = q0 + tid;
             slse[tid] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
             sdelta[tid] = qi < T ? delta[qi] : 0.0f;
         }
-        if (drop) ember_att_keep<BQ, ROWS, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
+        if (drop) ember_att_keep<BQ, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
-        float s[4][NJ], dp[4][NJ];
+        float s[4][2], dp[4][2];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) s[i][j] = dp[i][j] = 0.0f;
-        }
-        ember_att_abt<D, NJ>(s, sk, sx, ty, tx);  // [key][query]
-        __syncthreads();                          // done with Q
-        ember_att_load<D, BQ, NT>(sx, dout, q0, T);
-        __syncthreads();
-        ember_att_abt<D, NJ>(dp, sv, sx, ty, tx);  // dPᵀ
+        for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = dp[i][0] = dp[i][1] = 0.0f;
+        ember_att_abt<D, 2>(s, sk, sq, ty, tx);   // [key][query]
+        ember_att_abt<D, 2>(dp, sv, sdo, ty, tx);  // dPᵀ
+        float ds[4][2];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = 4 * ty + i, kj = k0 + r;
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
+            for (int j = 0; j < 2; j++) {
                 const int cq = tx + 16 * j, qi = q0 + cq;
                 const bool ok = qi < T && kj < S && (!causal || kj <= qi);
                 const float p = ok ? exp2f(s[i][j] * sc - slse[cq]) : 0.0f;
                 float mk = 1.0f;
                 if (drop) mk = skeep[cq * ROWS + r] ? dscale : 0.0f;
-                s[i][j] = p * (dp[i][j] * mk - sdelta[cq]);  // dS from here on
+                ds[i][j] = p * (dp[i][j] * mk - sdelta[cq]);
                 sp[r * LDP + cq] = p * mk;
             }
         }
         __syncthreads();
-        ember_att_pv<D, BQ>(gv, sp, sx, ty, tx);
-        __syncthreads();  // done with dO and sp
+        ember_att_pv<D>(gv, sp, sdo, ty, tx);
+        __syncthreads();
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #pragma unroll
-            for (int j = 0; j < NJ; j++) sp[(4 * ty + i) * LDP + tx + 16 * j] = s[i][j];
+            for (int j = 0; j < 2; j++) sp[(4 * ty + i) * LDP + tx + 16 * j] = ds[i][j];
         }
-        ember_att_load<D, BQ, NT>(sx, q, q0, T);
         __syncthreads();
-        ember_att_pv<D, BQ>(gk, sp, sx, ty, tx);
+        ember_att_pv<D>(gk, sp, sq, ty, tx);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -447,7 +426,7 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
 extern "C" __global__ void ember_attention_fwd_d16(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                               const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<16>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+    ember_att_fwd<16, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
 }
 extern "C" __global__ void ember_attention_dq_d16(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
@@ -465,7 +444,7 @@ extern "C" __global__ void ember_attention_dkv_d16(float* dk, float* dv, const f
 extern "C" __global__ void ember_attention_fwd_d32(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                               const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<32>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+    ember_att_fwd<32, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
 }
 extern "C" __global__ void ember_attention_dq_d32(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
@@ -483,7 +462,7 @@ extern "C" __global__ void ember_attention_dkv_d32(float* dk, float* dv, const f
 extern "C" __global__ void ember_attention_fwd_d64(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                               const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+    ember_att_fwd<64, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
 }
 extern "C" __global__ void ember_attention_dq_d64(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
