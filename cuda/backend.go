@@ -52,7 +52,9 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-var _ tensor.Backend = (*Backend)(nil)
+// The CUDA backend has its own kernels for every operation of
+// tensor.CompleteBackend: Complete hands it back unwrapped.
+var _ tensor.CompleteBackend = (*Backend)(nil)
 
 // BackendOptions configures NewBackend.
 type BackendOptions struct {

@@ -16,6 +16,9 @@ import (
 // available and is the reference the CUDA backend is tested against.
 var CPU Backend = &cpuBackend{}
 
+// The CPU backend has every optional interface (cpu*.go).
+var _ CompleteBackend = (*cpuBackend)(nil)
+
 type cpuBackend struct{}
 
 // cpuMem is host memory of one of the element types (h: bfloat16 bit

@@ -244,7 +244,7 @@ func testPooling(e *env) {
 				wantY, wantI := refMaxPoolGeneral(x, g)
 				y := e.nanOut("y", len(wantY))
 				idx := e.i32("argmax", fillI(len(wantI), -1), false)
-				e.b.MaxPool2d(y.win, idx.win, e.in("x", x), g)
+				tensor.Complete(e.b).MaxPool2d(y.win, idx.win, e.in("x", x), g)
 				shape := dims(g.N, g.C, g.OutH(), g.OutW())
 				e.exactF("MaxPool2d y", shape, e.getF(y), wantY)
 				exactI(e, "MaxPool2d argmax", shape, e.getI(idx), wantI)
@@ -261,7 +261,7 @@ func testPooling(e *env) {
 					dx = e.f32("dx0", dx0, false)
 				}
 				want, bound := refRoute(dy, idx, dx0, g.N*g.C, g.H*g.W)
-				e.b.MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
+				tensor.Complete(e.b).MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
 				e.near("MaxPool2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), want, bound, tolElem)
 			})
 		}
