@@ -435,3 +435,28 @@ func itoa(n int) string {
 	}
 	return string(d)
 }
+
+// TestGPUCoreOnly runs the fallbacks on the GPU's core alone
+// (tensortest.CoreOnly hides every optional interface of the backend):
+// CompleteBackend's operations against the references, the tensor layer
+// against the CPU, and LeNet's training curve against the CPU's (1e-3
+// relative per step, as TestGPUBackendTrainingCurve, over fewer steps).
+func TestGPUCoreOnly(t *testing.T) {
+	b := tensortest.CoreOnly(newGPUBackend(t, BackendOptions{}))
+	tensortest.RunComplete(t, b)
+	tensortest.RunAutograd(t, b)
+	const steps, seed = 20, 1
+	gpu, err := modelstest.TrainingCurve(b, steps, seed)
+	if err != nil {
+		t.Fatalf("core-only GPU training: %v", err)
+	}
+	cpu, err := modelstest.TrainingCurve(tensor.CPU, steps, seed)
+	if err != nil {
+		t.Fatalf("CPU training: %v", err)
+	}
+	for i := range cpu {
+		if rel := math.Abs(float64(gpu[i])-float64(cpu[i])) / math.Abs(float64(cpu[i])); !(rel <= 1e-3) {
+			t.Errorf("step %d: core-only GPU loss %.7g, CPU loss %.7g (relative difference %.2g > 1e-3)", i, gpu[i], cpu[i], rel)
+		}
+	}
+}

@@ -172,69 +172,78 @@ func (c composed) BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate
 	}
 }
 
-// maxPoolChunk bounds the elements of MaxPool2d's fallback's masked
-// scores (16 MiB of float32).
-const maxPoolChunk = 1 << 22
-
-// MaxPool2d without a MaxPoolBackend: the only int32 results of the core
-// are a Reduce's indices, so the argmax of a window is taken over its whole
-// plane, with the positions outside the window masked to -Inf: scores
-// [planes, H·W, OutH·OutW], reduced over the middle axis, give each output
-// the first (row-major) position of its maximum directly. The inputs are
-// first clamped to -MaxFloat32 so that a window of -Inf still points
-// inside itself; the maxima are then read back at those positions (one
-// IndexSelect per plane), so that they are exact, -Inf and NaN included.
-// The clamp makes -Inf tie with -MaxFloat32, the one case where the
-// position may differ from the kernel's.
+// MaxPool2d without a MaxPoolBackend gathers the window's KH·KW taps of
+// every output into taps [KH·KW, outputs] (one strided CopyView per tap,
+// padding left at -Inf), so that the maxima are one Reduce over the first
+// axis and the first of them in row-major order is its ReduceArgmax. The
+// argmax pass reads the inputs clamped to -MaxFloat32, so that a window of
+// -Inf inputs does not pick a padding tap before them (-Inf then ties with
+// -MaxFloat32: the one case where the position may differ from the
+// kernel's). The core has no integer arithmetic, so the taps' indices are
+// turned into positions in the plane on the host: one small download and
+// upload, which wait for the device.
 func (c composed) MaxPool2d(y, argmax, x Buffer, g PoolGeom) {
 	if f, ok := c.Backend.(MaxPoolBackend); ok {
 		f.MaxPool2d(y, argmax, x, g)
 		return
 	}
-	planes, hw, ohw := g.N*g.C, g.H*g.W, g.OutH()*g.OutW()
-	if planes == 0 || ohw == 0 {
+	planes, oh, ow := g.N*g.C, g.OutH(), g.OutW()
+	outs, taps := planes*oh*ow, g.KH*g.KW
+	if outs == 0 {
 		return
 	}
-	if hw == 0 || g.KH <= 0 || g.KW <= 0 {
-		panic(fmt.Sprintf("tensor: MaxPool2d of %dx%d planes with a %dx%d window", g.H, g.W, g.KH, g.KW))
+	if taps <= 0 || g.StrideH <= 0 || g.StrideW <= 0 {
+		panic(fmt.Sprintf("tensor: MaxPool2d with a %dx%d window, strides %d,%d", g.KH, g.KW, g.StrideH, g.StrideW))
 	}
-	mask := make([]float32, hw*ohw) // mask[pos, o]: pos lies in o's window
-	for i := 0; i < g.OutH(); i++ {
-		for j := 0; j < g.OutW(); j++ {
-			o := i*g.OutW() + j
-			for r := range g.KH {
-				h := i*g.StrideH - g.PadH + r
-				for s := range g.KW {
-					if w := j*g.StrideW - g.PadW + s; h >= 0 && h < g.H && w >= 0 && w < g.W {
-						mask[(h*g.W+w)*ohw+o] = 1
-					}
+	t := scratch(c.Backend, taps*outs)
+	defer c.Free(t)
+	gather := func(src Buffer) {
+		c.Fill(t, float32(math.Inf(-1)))
+		for r := range g.KH {
+			i0, i1 := tapRange(r, g.PadH, g.StrideH, g.H, oh)
+			for s := range g.KW {
+				j0, j1 := tapRange(s, g.PadW, g.StrideW, g.W, ow)
+				if i0 >= i1 || j0 >= j1 {
+					continue
 				}
+				k := r*g.KW + s
+				dst := View{Buf: t.Slice(k*outs+i0*ow+j0, outs-i0*ow-j0), Strides: []int{oh * ow, ow, 1}}
+				at := (i0*g.StrideH-g.PadH+r)*g.W + j0*g.StrideW - g.PadW + s
+				from := View{Buf: src.Slice(at, src.Len-at), Strides: []int{g.H * g.W, g.StrideH * g.W, g.StrideW}}
+				c.CopyView(dst, from, []int{planes, i1 - i0, j1 - j0}, false)
 			}
 		}
 	}
-	m := scratch(c.Backend, hw*ohw)
-	defer c.Free(m)
-	c.Upload(m, mask)
-	ninf := scratch(c.Backend, 1)
-	defer c.Free(ninf)
-	c.Fill(ninf, float32(math.Inf(-1)))
-	chunk := max(1, min(planes, maxPoolChunk/(hw*ohw)))
-	clamped := scratch(c.Backend, chunk*hw)
+	gather(x)
+	c.Reduce(ReduceMax, y, t, 1, taps, outs, false)
+	clamped := scratch(c.Backend, x.Len)
 	defer c.Free(clamped)
-	scores := scratch(c.Backend, chunk*hw*ohw)
-	defer c.Free(scores)
-	for p0 := 0; p0 < planes; p0 += chunk {
-		np := min(chunk, planes-p0)
-		xs := x.Slice(p0*hw, np*hw)
-		c.Unary(OpClamp, clamped, flat(xs), []int{np * hw}, -math.MaxFloat32, float32(math.Inf(1)))
-		shape := []int{np, hw, ohw}
-		c.Where(scores, View{Buf: m, Strides: []int{0, ohw, 1}}, View{Buf: clamped, Strides: []int{hw, 1, 0}},
-			View{Buf: ninf, Strides: []int{0, 0, 0}}, shape)
-		c.Reduce(ReduceArgmax, argmax.Slice(p0*ohw, np*ohw), scores.Slice(0, np*hw*ohw), np, hw, ohw, false)
+	c.Unary(OpClamp, clamped, flat(x), []int{x.Len}, -math.MaxFloat32, float32(math.Inf(1)))
+	gather(clamped)
+	c.Reduce(ReduceArgmax, argmax, t, 1, taps, outs, false)
+	pos := make([]int32, outs)
+	c.Download(pos, argmax)
+	for o, k := range pos {
+		i, j := o/ow%oh, o%ow
+		r, s := int(k)/g.KW, int(k)%g.KW
+		pos[o] = int32((i*g.StrideH-g.PadH+r)*g.W + j*g.StrideW - g.PadW + s)
 	}
-	for p := range planes {
-		c.IndexSelect(y.Slice(p*ohw, ohw), x.Slice(p*hw, hw), argmax.Slice(p*ohw, ohw), 1, hw, 1)
+	c.Upload(argmax, pos)
+}
+
+// tapRange is the range [lo, hi) of output rows (or columns) whose tap r
+// of the window falls inside the input's n rows: lo·stride - pad + r >= 0
+// and (hi-1)·stride - pad + r < n.
+func tapRange(r, pad, stride, n, out int) (lo, hi int) {
+	lo = max(0, (pad-r+stride-1)/stride)
+	if pad-r <= 0 {
+		lo = 0
 	}
+	hi = min(out, (n-1+pad-r)/stride+1)
+	if n-1+pad-r < 0 {
+		hi = 0
+	}
+	return lo, max(lo, hi)
 }
 
 // MaxPool2dBackward without a MaxPoolBackend: one IndexAdd per plane (the
