@@ -6,7 +6,7 @@ import "fmt"
 // backward closure it records; the backend does the arithmetic.
 
 // Add returns a + b, broadcast as NumPy does. Dense operands of one shape
-// take the backend's Add (the path LeNet's results depend on); others the
+// take ArithmeticBackend's Add (the path LeNet's results depend on); others the
 // strided core, with the gradient of a broadcast operand summed back to
 // its shape.
 func Add(a, b *Tensor) *Tensor {
@@ -26,7 +26,7 @@ func Add(a, b *Tensor) *Tensor {
 }
 
 // Mul returns a * b elementwise, broadcast as NumPy does (dense operands
-// of one shape take the backend's Mul, as Add).
+// of one shape take ArithmeticBackend's Mul, as Add).
 func Mul(a, b *Tensor) *Tensor {
 	if !plainOperands(a, b) {
 		return mulBroadcast(a, b)

@@ -5,8 +5,8 @@ import "github.com/ember-ml/ember/tensor"
 // CoreOnly returns b seen through the tensor.Backend interface alone: every
 // optional interface of b (tensor.CompleteBackend's parts, the fused and
 // layer-level ones) is hidden, so that the tensor layer and the packages
-// above it take the fallbacks they compose from the core. It is a new
-// backend that implements only the core, built from b. Running RunBackend,
+// above it take the fallbacks they compose from the core: b behaves as a
+// new backend that implements nothing more than the core. Running RunBackend,
 // RunAutograd or a model on it checks those fallbacks against the same
 // references and tolerances as b's own kernels; the suite compares
 // CoreOnly(tensor.CPU) with its float64 references, as it does tensor.CPU.
