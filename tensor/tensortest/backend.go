@@ -84,9 +84,7 @@ type namedTest struct {
 	f    func(e *env)
 }
 
-// completeTests check tensor.CompleteBackend's operations (max pooling
-// with padding and ceil mode is in Pooling, with the average pooling of
-// tensor.PoolBackend).
+// completeTests check tensor.CompleteBackend's operations.
 var completeTests = []namedTest{
 	{"Add", testAdd},
 	{"Mul", testMul},
@@ -100,6 +98,7 @@ var completeTests = []namedTest{
 	{"BiasGrad", testBiasGrad},
 	{"MaxPool2d", testMaxPool2d},
 	{"MaxPool2dBackward", testMaxPool2dBackward},
+	{"MaxPool2dGeneral", testMaxPoolGeneral},
 	{"CrossEntropy", testCrossEntropy},
 	{"Argmax", testArgmax},
 	{"SGD", testSGD},

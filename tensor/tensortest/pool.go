@@ -224,13 +224,11 @@ func (e *env) poolInput(kind string, n int) []float32 {
 	return e.distinct(n)
 }
 
-// testPooling checks max pooling with padding and ceil mode (exact maxima
-// and positions; the backward pass tolElem, a few additions per element),
-// and, on a PoolBackend, average pooling (tolAcc relative to Σ|x|/divisor:
-// a sum of at most KH·KW terms and one division) and adaptive pooling
-// (likewise; maxima exact). Backward passes overwrite (dx NaN before) or
-// accumulate (random dx before).
-func testPooling(e *env) {
+// testMaxPoolGeneral checks max pooling with padding and ceil mode (exact
+// maxima and positions; the backward pass tolElem, a few additions per
+// element). Backward passes overwrite (dx NaN before) or accumulate
+// (random dx before).
+func testMaxPoolGeneral(e *env) {
 	for _, g := range maxPoolGeneralCases {
 		if g.OutH() != refPoolOut(g.H, g.KH, g.StrideH, g.PadH, g.CeilMode) || g.OutW() != refPoolOut(g.W, g.KW, g.StrideW, g.PadW, g.CeilMode) {
 			e.fail("PoolGeom %s: OutH/OutW %d,%d, reference %d,%d", poolGeneralStr(g), g.OutH(), g.OutW(),
@@ -266,6 +264,13 @@ func testPooling(e *env) {
 			})
 		}
 	}
+}
+
+// testPooling checks, on a PoolBackend, average pooling (tolAcc relative
+// to Σ|x|/divisor: a sum of at most KH·KW terms and one division) and
+// adaptive pooling (likewise; maxima exact), as testMaxPoolGeneral does max
+// pooling.
+func testPooling(e *env) {
 	pb, ok := e.b.(tensor.PoolBackend)
 	if !ok {
 		e.t.Skipf("backend %s does not implement tensor.PoolBackend: average and adaptive pooling not checked", e.b.Name())
