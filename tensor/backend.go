@@ -245,7 +245,7 @@ type SGDStep struct {
 // small core of memory, copies, strided elementwise operations by op code,
 // reductions, gathers, matrix products, convolution and random numbers.
 // Everything else a backend may add is an optional interface, found by a
-// type assertion where it is used, and every one has a fallback:
+// type assertion where it is used; all but a few have a fallback:
 //
 //   - CompleteBackend's parts (ArithmeticBackend, BiasBackend,
 //     MaxPoolBackend, CrossEntropyBackend, SGDBackend, GatherBackend) are
