@@ -89,12 +89,6 @@ import (
 	"sync/atomic"
 )
 
-// Stream identifies a CUDA stream (0 = the legacy default stream).
-type Stream uintptr
-
-// Event identifies a recorded CUDA event.
-type Event uintptr
-
 // DeviceMemory is what the allocator needs from a driver. The real
 // implementation wraps cuMemAlloc/cuMemFree/cuMemGetInfo/cuEvent*; tests use a fake.
 type DeviceMemory interface {
@@ -113,10 +107,6 @@ type DeviceMemory interface {
 type EventSynchronizer interface {
 	EventSynchronize(e Event) error // blocks until e has completed
 }
-
-// ErrDeviceOutOfMemory is wrapped by every out-of-memory error, whether the
-// driver ran out or the allocator's limit was reached.
-var ErrDeviceOutOfMemory = errors.New("cuda: device out of memory")
 
 // ErrInvalidBlock is wrapped by the errors of Free for a nil block, a block
 // already freed, or a block of another allocator. Such a free is always a bug

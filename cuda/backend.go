@@ -1181,7 +1181,7 @@ const defaultBLASWorkspaceMiB = 32
 // that every device buffer is counted in one place (the options may ask for
 // another size, none, or cuBLAS's own).
 func (b *Backend) setBLASWorkspace() error {
-	if b.opt.BLASOwnWorkspace || cublasFn.setWorkspace == 0 {
+	if b.opt.BLASOwnWorkspace || !b.blas.CanSetWorkspace() {
 		return nil
 	}
 	mib := defaultBLASWorkspaceMiB

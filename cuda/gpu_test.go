@@ -4,6 +4,8 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/ember-ml/ember/cuda/driver"
 )
 
 // GPU test support. Tests that need a GPU call requireGPU, which returns a
@@ -91,4 +93,10 @@ func gpuCheck(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rowMajorGemm checks a GEMM's arguments for the recording executors
+// (driver.CheckRowMajorGemm).
+func rowMajorGemm(transA, transB bool, m, n, k, lda, ldb, ldc int) (struct{}, error) {
+	return struct{}{}, driver.CheckRowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
 }

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -14,29 +14,33 @@ import (
 
 // This file opens the NVIDIA shared libraries at run time with purego (no
 // cgo): the driver (libcuda.so.1), the runtime compiler (libnvrtc.so.N) and
-// cuBLAS (libcublas.so.N). Each library is opened lazily, on the first call
+// cuBLAS (libcublas.so.N) here, and through Library, RequiredSymbol and
+// CCall the other libraries package cuda binds (cuDNN, NCCL). Each library is opened lazily, on the first call
 // that needs it, and the result (handle or error) is remembered.
 
 // LibraryError reports that a CUDA shared library could not be opened or
-// lacks a required libSymbol. Its message says which library and what to
+// lacks a required Symbol. Its message says which library and what to
 // install.
 type LibraryError struct {
 	Library string   // "CUDA driver", "NVRTC", "cuBLAS"
 	Tried   []string // file names tried, in order
-	Missing string   // a required libSymbol that was not found ("" when the library itself was not found)
+	Missing string   // a required Symbol that was not found ("" when the library itself was not found)
 	Detail  string   // the dynamic loader's message for the first candidate, when it is not a plain "not found"
 	msg     string
 }
 
 func (e *LibraryError) Error() string { return e.msg }
 
-// library is one shared library opened on first use.
-type sharedLib struct {
-	what    string   // human name: "CUDA driver"
-	names   []string // candidate file names, tried in order
-	display string   // how the candidates are listed in the error message
-	install string   // what to install, for the error message
-	dirs    func() []string
+// Library is one shared library opened on first use: the driver, NVRTC and
+// cuBLAS here, cuDNN and NCCL in package cuda. Set the exported fields; Open
+// dlopens the first candidate that loads and remembers the result (handle
+// or error), and Resolve looks up its C functions.
+type Library struct {
+	What    string          // human name: "CUDA driver", for error messages
+	Names   []string        // candidate file names, tried in order
+	Display string          // how the candidates are listed in the error message
+	Install string          // what to install, for the error message
+	Dirs    func() []string // directories searched after the dynamic loader's own, or nil
 
 	once   sync.Once
 	handle uintptr
@@ -44,9 +48,9 @@ type sharedLib struct {
 	err    error
 }
 
-// extraLibDirs are searched after the dynamic loader's own search
+// ExtraLibDirs are searched after the dynamic loader's own search
 // (LD_LIBRARY_PATH, DT_RUNPATH, /etc/ld.so.cache, /lib, /usr/lib).
-func extraLibDirs() []string {
+func ExtraLibDirs() []string {
 	var dirs []string
 	for _, env := range []string{"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"} {
 		if v := os.Getenv(env); v != "" {
@@ -58,12 +62,12 @@ func extraLibDirs() []string {
 
 func driverLibDirs() []string {
 	// WSL2 ships libcuda.so.1 outside the loader's default search path.
-	return append(extraLibDirs(), "/usr/lib/wsl/lib", "/usr/lib64/nvidia", "/usr/lib/x86_64-linux-gnu/nvidia/current")
+	return append(ExtraLibDirs(), "/usr/lib/wsl/lib", "/usr/lib64/nvidia", "/usr/lib/x86_64-linux-gnu/nvidia/current")
 }
 
 // candidates lists the paths tried for lib, in order: for each file name,
 // first the bare name (standard dlopen search), then the extra directories.
-func (l *sharedLib) candidates() []string {
+func (l *Library) candidates() []string {
 	var out []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -73,10 +77,10 @@ func (l *sharedLib) candidates() []string {
 		}
 	}
 	var dirs []string
-	if l.dirs != nil {
-		dirs = l.dirs()
+	if l.Dirs != nil {
+		dirs = l.Dirs()
 	}
-	for _, n := range l.names {
+	for _, n := range l.Names {
 		add(n)
 		for _, d := range dirs {
 			add(filepath.Join(d, n))
@@ -85,8 +89,9 @@ func (l *sharedLib) candidates() []string {
 	return out
 }
 
-// open dlopens the first candidate that loads.
-func (l *sharedLib) open() (uintptr, error) {
+// Open dlopens the first candidate that loads. The first call decides:
+// later calls return the same handle or error.
+func (l *Library) Open() (uintptr, error) {
 	l.once.Do(func() {
 		var firstDetail string
 		for _, p := range l.candidates() {
@@ -108,33 +113,34 @@ func (l *sharedLib) open() (uintptr, error) {
 	return l.handle, l.err
 }
 
-func (l *sharedLib) notFound(detail string) *LibraryError {
-	msg := fmt.Sprintf("%s not found: tried %s (install %s)", l.what, l.display, l.install)
-	if l.what == "CUDA driver" {
-		msg = fmt.Sprintf("no CUDA driver: %s not found (install %s)", l.display, l.install)
+func (l *Library) notFound(detail string) *LibraryError {
+	msg := fmt.Sprintf("%s not found: tried %s (install %s)", l.What, l.Display, l.Install)
+	if l.What == "CUDA driver" {
+		msg = fmt.Sprintf("no CUDA driver: %s not found (install %s)", l.Display, l.Install)
 	}
 	if detail != "" {
 		msg += "; loader said: " + detail
 	}
-	return &LibraryError{Library: l.what, Tried: l.candidates(), Detail: detail, msg: msg}
+	return &LibraryError{Library: l.What, Tried: l.candidates(), Detail: detail, msg: msg}
 }
 
-func (l *sharedLib) missingSymbol(name string) *LibraryError {
+func (l *Library) missingSymbol(name string) *LibraryError {
 	return &LibraryError{
-		Library: l.what, Tried: []string{l.path}, Missing: name,
-		msg: fmt.Sprintf("%s %s does not export %s (too old? install a newer %s)", l.what, l.path, name, l.install),
+		Library: l.What, Tried: []string{l.path}, Missing: name,
+		msg: fmt.Sprintf("%s %s does not export %s (too old? install a newer %s)", l.What, l.path, name, l.Install),
 	}
 }
 
-// symbols resolves a table of symbols. Each entry is a destination and a
-// list of alternative names (newest first); optional entries may stay 0.
-type libSymbol struct {
+// Symbol is one entry of a table of C functions for Resolve: a destination
+// and a list of alternative names (newest first); optional entries may stay
+// 0 when the library lacks them.
+type Symbol struct {
 	dst      *uintptr
 	names    []string
 	optional bool
 }
 
-func (l *sharedLib) resolve(h uintptr, syms []libSymbol) error {
+func (l *Library) Resolve(h uintptr, syms []Symbol) error {
 	for _, s := range syms {
 		*s.dst = 0
 		for _, n := range s.names {
@@ -150,9 +156,12 @@ func (l *sharedLib) resolve(h uintptr, syms []libSymbol) error {
 	return nil
 }
 
-func reqSym(dst *uintptr, names ...string) libSymbol { return libSymbol{dst: dst, names: names} }
-func optSym(dst *uintptr, names ...string) libSymbol {
-	return libSymbol{dst: dst, names: names, optional: true}
+// RequiredSymbol is a Symbol that Resolve must find under one of names.
+func RequiredSymbol(dst *uintptr, names ...string) Symbol { return Symbol{dst: dst, names: names} }
+
+// OptionalSymbol is a Symbol that may be missing (its destination is then 0).
+func OptionalSymbol(dst *uintptr, names ...string) Symbol {
+	return Symbol{dst: dst, names: names, optional: true}
 }
 
 // versionedNames orders sonames "base.N" for the majors given, newest
@@ -172,21 +181,21 @@ func versionedNames(base string, majors []int, maxMajor int) []string {
 	return append(ok, tooNew...)
 }
 
-// call invokes the C function fn with integer/pointer arguments and returns
+// CCall invokes the C function fn with integer/pointer arguments and returns
 // its integer result. Pointers to Go memory may be passed converted to
 // uintptr in the call expression itself: go:uintptrescapes keeps them alive
 // and on the heap for the duration of the call (unsafe.Pointer rule 4).
 // None of the functions called through it take float arguments by value.
 //
 //go:uintptrescapes
-func cCall(fn uintptr, args ...uintptr) uintptr {
+func CCall(fn uintptr, args ...uintptr) uintptr {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return r
 }
 
-// goString copies the NUL-terminated C string at p (static or C-owned
+// GoString copies the NUL-terminated C string at p (static or C-owned
 // memory) into a Go string.
-func goString(p uintptr) string {
+func GoString(p uintptr) string {
 	if p == 0 {
 		return ""
 	}
@@ -210,4 +219,5 @@ func cString(s string) []byte {
 	return b
 }
 
-var errNilDevice = errors.New("cuda: nil or closed Device")
+// ErrNilDevice is returned for a call on a nil or closed Device.
+var ErrNilDevice = errors.New("cuda: nil or closed Device")

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"sync"
@@ -6,16 +6,16 @@ import (
 )
 
 // Bindings to the CUDA driver API (libcuda.so.1). Every entry is the address
-// of the C function; they are called through cCall() with integer/pointer
-// arguments only. C signatures (cuda.h) are noted next to each libSymbol.
+// of the C function; they are called through CCall() with integer/pointer
+// arguments only. C signatures (cuda.h) are noted next to each Symbol.
 // CUresult is a C enum (32 bits): results are truncated with uint32().
 
-var driverLib = &sharedLib{
-	what:    "CUDA driver",
-	names:   []string{"libcuda.so.1", "libcuda.so"},
-	display: "libcuda.so.1",
-	install: "the NVIDIA driver",
-	dirs:    driverLibDirs,
+var driverLib = &Library{
+	What:    "CUDA driver",
+	Names:   []string{"libcuda.so.1", "libcuda.so"},
+	Display: "libcuda.so.1",
+	Install: "the NVIDIA driver",
+	Dirs:    driverLibDirs,
 }
 
 var cuDrv struct {
@@ -135,82 +135,82 @@ var (
 // same error.
 func loadDriver() error {
 	driverOnce.Do(func() {
-		h, err := driverLib.open()
+		h, err := driverLib.Open()
 		if err != nil {
 			driverErr = err
 			return
 		}
 		d := &cuDrv
-		err = driverLib.resolve(h, []libSymbol{
-			reqSym(&d.cuInit, "cuInit"),
-			reqSym(&d.cuDriverGetVersion, "cuDriverGetVersion"),
-			reqSym(&d.cuGetErrorName, "cuGetErrorName"),
-			reqSym(&d.cuGetErrorString, "cuGetErrorString"),
-			reqSym(&d.cuDeviceGetCount, "cuDeviceGetCount"),
-			reqSym(&d.cuDeviceGet, "cuDeviceGet"),
-			reqSym(&d.cuDeviceGetName, "cuDeviceGetName"),
-			reqSym(&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"),
-			reqSym(&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"),
-			reqSym(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
-			reqSym(&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
-			reqSym(&d.cuCtxSetCurrent, "cuCtxSetCurrent"),
-			reqSym(&d.cuCtxGetCurrent, "cuCtxGetCurrent"),
-			reqSym(&d.cuCtxSynchronize, "cuCtxSynchronize"),
-			reqSym(&d.cuMemAlloc, "cuMemAlloc_v2"),
-			reqSym(&d.cuMemFree, "cuMemFree_v2"),
-			reqSym(&d.cuMemGetInfo, "cuMemGetInfo_v2"),
-			optSym(&d.cuMemHostAlloc, "cuMemHostAlloc"),
-			optSym(&d.cuMemFreeHost, "cuMemFreeHost"),
-			optSym(&d.cuMemAddressReserve, "cuMemAddressReserve"),
-			optSym(&d.cuMemAddressFree, "cuMemAddressFree"),
-			optSym(&d.cuMemCreate, "cuMemCreate"),
-			optSym(&d.cuMemRelease, "cuMemRelease"),
-			optSym(&d.cuMemMap, "cuMemMap"),
-			optSym(&d.cuMemUnmap, "cuMemUnmap"),
-			optSym(&d.cuMemSetAccess, "cuMemSetAccess"),
-			optSym(&d.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
-			optSym(&d.cuModuleGetFunctionCount, "cuModuleGetFunctionCount"),
-			optSym(&d.cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions"),
-			optSym(&d.cuFuncGetName, "cuFuncGetName"),
-			reqSym(&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
-			reqSym(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
-			reqSym(&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
-			reqSym(&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
-			reqSym(&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
-			reqSym(&d.cuMemsetD32Async, "cuMemsetD32Async"),
-			reqSym(&d.cuStreamCreate, "cuStreamCreate"),
-			reqSym(&d.cuStreamSynchronize, "cuStreamSynchronize"),
-			reqSym(&d.cuStreamDestroy, "cuStreamDestroy_v2"),
-			reqSym(&d.cuEventCreate, "cuEventCreate"),
-			reqSym(&d.cuEventRecord, "cuEventRecord"),
-			reqSym(&d.cuEventQuery, "cuEventQuery"),
-			reqSym(&d.cuEventSynchronize, "cuEventSynchronize"),
-			reqSym(&d.cuEventElapsedTime, "cuEventElapsedTime", "cuEventElapsedTime_v2"),
-			reqSym(&d.cuEventDestroy, "cuEventDestroy_v2"),
-			reqSym(&d.cuStreamWaitEvent, "cuStreamWaitEvent"),
-			reqSym(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
-			reqSym(&d.cuStreamEndCapture, "cuStreamEndCapture"),
-			reqSym(&d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
-			reqSym(&d.cuGraphLaunch, "cuGraphLaunch"),
-			reqSym(&d.cuGraphDestroy, "cuGraphDestroy"),
-			reqSym(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
-			reqSym(&d.cuModuleLoadData, "cuModuleLoadData"),
-			reqSym(&d.cuModuleGetFunction, "cuModuleGetFunction"),
-			reqSym(&d.cuModuleUnload, "cuModuleUnload"),
-			reqSym(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
-			reqSym(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
-			reqSym(&d.cuLaunchKernel, "cuLaunchKernel"),
+		err = driverLib.Resolve(h, []Symbol{
+			RequiredSymbol(&d.cuInit, "cuInit"),
+			RequiredSymbol(&d.cuDriverGetVersion, "cuDriverGetVersion"),
+			RequiredSymbol(&d.cuGetErrorName, "cuGetErrorName"),
+			RequiredSymbol(&d.cuGetErrorString, "cuGetErrorString"),
+			RequiredSymbol(&d.cuDeviceGetCount, "cuDeviceGetCount"),
+			RequiredSymbol(&d.cuDeviceGet, "cuDeviceGet"),
+			RequiredSymbol(&d.cuDeviceGetName, "cuDeviceGetName"),
+			RequiredSymbol(&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"),
+			RequiredSymbol(&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"),
+			RequiredSymbol(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+			RequiredSymbol(&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
+			RequiredSymbol(&d.cuCtxSetCurrent, "cuCtxSetCurrent"),
+			RequiredSymbol(&d.cuCtxGetCurrent, "cuCtxGetCurrent"),
+			RequiredSymbol(&d.cuCtxSynchronize, "cuCtxSynchronize"),
+			RequiredSymbol(&d.cuMemAlloc, "cuMemAlloc_v2"),
+			RequiredSymbol(&d.cuMemFree, "cuMemFree_v2"),
+			RequiredSymbol(&d.cuMemGetInfo, "cuMemGetInfo_v2"),
+			OptionalSymbol(&d.cuMemHostAlloc, "cuMemHostAlloc"),
+			OptionalSymbol(&d.cuMemFreeHost, "cuMemFreeHost"),
+			OptionalSymbol(&d.cuMemAddressReserve, "cuMemAddressReserve"),
+			OptionalSymbol(&d.cuMemAddressFree, "cuMemAddressFree"),
+			OptionalSymbol(&d.cuMemCreate, "cuMemCreate"),
+			OptionalSymbol(&d.cuMemRelease, "cuMemRelease"),
+			OptionalSymbol(&d.cuMemMap, "cuMemMap"),
+			OptionalSymbol(&d.cuMemUnmap, "cuMemUnmap"),
+			OptionalSymbol(&d.cuMemSetAccess, "cuMemSetAccess"),
+			OptionalSymbol(&d.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+			OptionalSymbol(&d.cuModuleGetFunctionCount, "cuModuleGetFunctionCount"),
+			OptionalSymbol(&d.cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions"),
+			OptionalSymbol(&d.cuFuncGetName, "cuFuncGetName"),
+			RequiredSymbol(&d.cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
+			RequiredSymbol(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+			RequiredSymbol(&d.cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
+			RequiredSymbol(&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+			RequiredSymbol(&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+			RequiredSymbol(&d.cuMemsetD32Async, "cuMemsetD32Async"),
+			RequiredSymbol(&d.cuStreamCreate, "cuStreamCreate"),
+			RequiredSymbol(&d.cuStreamSynchronize, "cuStreamSynchronize"),
+			RequiredSymbol(&d.cuStreamDestroy, "cuStreamDestroy_v2"),
+			RequiredSymbol(&d.cuEventCreate, "cuEventCreate"),
+			RequiredSymbol(&d.cuEventRecord, "cuEventRecord"),
+			RequiredSymbol(&d.cuEventQuery, "cuEventQuery"),
+			RequiredSymbol(&d.cuEventSynchronize, "cuEventSynchronize"),
+			RequiredSymbol(&d.cuEventElapsedTime, "cuEventElapsedTime", "cuEventElapsedTime_v2"),
+			RequiredSymbol(&d.cuEventDestroy, "cuEventDestroy_v2"),
+			RequiredSymbol(&d.cuStreamWaitEvent, "cuStreamWaitEvent"),
+			RequiredSymbol(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
+			RequiredSymbol(&d.cuStreamEndCapture, "cuStreamEndCapture"),
+			RequiredSymbol(&d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
+			RequiredSymbol(&d.cuGraphLaunch, "cuGraphLaunch"),
+			RequiredSymbol(&d.cuGraphDestroy, "cuGraphDestroy"),
+			RequiredSymbol(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
+			RequiredSymbol(&d.cuModuleLoadData, "cuModuleLoadData"),
+			RequiredSymbol(&d.cuModuleGetFunction, "cuModuleGetFunction"),
+			RequiredSymbol(&d.cuModuleUnload, "cuModuleUnload"),
+			RequiredSymbol(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
+			RequiredSymbol(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
+			RequiredSymbol(&d.cuLaunchKernel, "cuLaunchKernel"),
 		})
 		if err != nil {
 			driverErr = err
 			return
 		}
-		if r := uint32(cCall(cuDrv.cuInit, 0)); r != cudaSuccess {
+		if r := uint32(CCall(cuDrv.cuInit, 0)); r != cudaSuccess {
 			driverErr = newDriverError("cuInit", r)
 			return
 		}
 		var v int32
-		if r := uint32(cCall(cuDrv.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); r == cudaSuccess {
+		if r := uint32(CCall(cuDrv.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); r == cudaSuccess {
 			driverVersion = int(v)
 		}
 	})

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -16,9 +16,6 @@ import (
 
 	"github.com/ebitengine/purego"
 )
-
-// Device must satisfy the caching allocator's driver interface (alloc.go).
-var _ DeviceMemory = (*Device)(nil)
 
 // ---------------------------------------------------------------------------
 // CPU tests: errors, library loading, Available.
@@ -158,10 +155,10 @@ func containsString(list []string, s string) bool {
 }
 
 func TestLibraryNotFoundMessages(t *testing.T) {
-	l := &sharedLib{what: "NVRTC", names: []string{"libember-nonexistent.so.13", "libember-nonexistent.so.12"},
-		display: "libnvrtc.so.13, .12, .11", install: "the CUDA runtime compiler, e.g. cuda-nvrtc",
-		dirs: func() []string { return []string{t.TempDir()} }}
-	_, err := l.open()
+	l := &Library{What: "NVRTC", Names: []string{"libember-nonexistent.so.13", "libember-nonexistent.so.12"},
+		Display: "libnvrtc.so.13, .12, .11", Install: "the CUDA runtime compiler, e.g. cuda-nvrtc",
+		Dirs: func() []string { return []string{t.TempDir()} }}
+	_, err := l.Open()
 	if err == nil {
 		t.Fatal("opened a nonexistent library")
 	}
@@ -174,12 +171,12 @@ func TestLibraryNotFoundMessages(t *testing.T) {
 		t.Errorf("LibraryError = %+v", le)
 	}
 	// The outcome is remembered.
-	if _, err2 := l.open(); err2 != err {
+	if _, err2 := l.Open(); err2 != err {
 		t.Error("second open did not return the remembered error")
 	}
 
-	d := &sharedLib{what: "CUDA driver", names: []string{"libember-nonexistent-cuda.so.1"}, display: "libcuda.so.1", install: "the NVIDIA driver"}
-	_, err = d.open()
+	d := &Library{What: "CUDA driver", Names: []string{"libember-nonexistent-cuda.so.1"}, Display: "libcuda.so.1", Install: "the NVIDIA driver"}
+	_, err = d.Open()
 	if want := "no CUDA driver: libcuda.so.1 not found (install the NVIDIA driver)"; err == nil || err.Error() != want {
 		t.Errorf("driver message = %v, want %q", err, want)
 	}
@@ -192,9 +189,9 @@ func TestLibraryPresentButBroken(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "libember-broken.so.1"), []byte("not an ELF file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l := &sharedLib{what: "cuBLAS", names: []string{"libember-broken.so.1"}, display: "libember-broken.so.1", install: "nothing",
-		dirs: func() []string { return []string{dir} }}
-	_, err := l.open()
+	l := &Library{What: "cuBLAS", Names: []string{"libember-broken.so.1"}, Display: "libember-broken.so.1", Install: "nothing",
+		Dirs: func() []string { return []string{dir} }}
+	_, err := l.Open()
 	var le *LibraryError
 	if !errors.As(err, &le) {
 		t.Fatalf("err = %v", err)
@@ -265,15 +262,15 @@ func TestCallThroughPurego(t *testing.T) {
 		t.Skip(err)
 	}
 	s := cString("hello, gpu")
-	if n := cCall(strlen, uintptr(unsafe.Pointer(&s[0]))); n != 10 {
+	if n := CCall(strlen, uintptr(unsafe.Pointer(&s[0]))); n != 10 {
 		t.Errorf("strlen = %d", n)
 	}
-	if got := goString(uintptr(unsafe.Pointer(&s[0]))); got != "hello, gpu" {
+	if got := GoString(uintptr(unsafe.Pointer(&s[0]))); got != "hello, gpu" {
 		t.Errorf("goString = %q", got)
 	}
 	runtime.KeepAlive(s)
-	if goString(0) != "" {
-		t.Error("goString(0)")
+	if GoString(0) != "" {
+		t.Error("GoString(0)")
 	}
 	// memcpy into a Go out-parameter, like every cuXxx(&out, ...) call.
 	memcpy, err := purego.Dlsym(h, "memcpy")
@@ -282,7 +279,7 @@ func TestCallThroughPurego(t *testing.T) {
 	}
 	var out uint64
 	in := uint64(0x1122334455667788)
-	cCall(memcpy, uintptr(unsafe.Pointer(&out)), uintptr(unsafe.Pointer(&in)), 8)
+	CCall(memcpy, uintptr(unsafe.Pointer(&out)), uintptr(unsafe.Pointer(&in)), 8)
 	if out != in {
 		t.Errorf("out-parameter = %#x", out)
 	}
@@ -512,7 +509,7 @@ func TestGPUThreadWithoutContext(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // this goroutine's thread exits with it
-		if r := cCall(cuDrv.cuCtxSetCurrent, 0); uint32(r) != 0 {
+		if r := CCall(cuDrv.cuCtxSetCurrent, 0); uint32(r) != 0 {
 			errc <- newDriverError("cuCtxSetCurrent", uint32(r))
 			return
 		}
@@ -522,7 +519,7 @@ func TestGPUThreadWithoutContext(t *testing.T) {
 			return
 		}
 		var cur uintptr
-		cCall(cuDrv.cuCtxGetCurrent, uintptr(unsafe.Pointer(&cur)))
+		CCall(cuDrv.cuCtxGetCurrent, uintptr(unsafe.Pointer(&cur)))
 		if cur != d.ctx {
 			errc <- fmt.Errorf("context current after the call = %#x, want %#x", cur, d.ctx)
 			return
@@ -563,7 +560,7 @@ func TestGPUConcurrentLaunches(t *testing.T) {
 			defer polluters.Done()
 			for !stop.Load() {
 				runtime.LockOSThread()
-				cCall(cuDrv.cuCtxSetCurrent, 0)
+				CCall(cuDrv.cuCtxSetCurrent, 0)
 				runtime.UnlockOSThread()
 				runtime.Gosched()
 			}

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"fmt"
@@ -68,12 +68,12 @@ func newDriverError(callName string, code uint32) *Error {
 func driverErrorText(code uint32) (name, msg string) {
 	if cuDrv.cuGetErrorName != 0 {
 		var p uintptr
-		if uint32(cCall(cuDrv.cuGetErrorName, uintptr(code), uintptr(unsafe.Pointer(&p)))) == cudaSuccess {
-			name = goString(p)
+		if uint32(CCall(cuDrv.cuGetErrorName, uintptr(code), uintptr(unsafe.Pointer(&p)))) == cudaSuccess {
+			name = GoString(p)
 		}
 		var q uintptr
-		if uint32(cCall(cuDrv.cuGetErrorString, uintptr(code), uintptr(unsafe.Pointer(&q)))) == cudaSuccess {
-			msg = goString(q)
+		if uint32(CCall(cuDrv.cuGetErrorString, uintptr(code), uintptr(unsafe.Pointer(&q)))) == cudaSuccess {
+			msg = GoString(q)
 		}
 	}
 	if name == "" {
@@ -165,7 +165,7 @@ var nvrtcResultNames = map[int]string{
 func newNVRTCError(callName string, code uint32, detail string) *Error {
 	name := nvrtcResultNames[int(code)]
 	if nvrtcFn.nvrtcGetErrorString != 0 {
-		if s := goString(cCall(nvrtcFn.nvrtcGetErrorString, uintptr(code))); strings.HasPrefix(s, "NVRTC_") && !strings.Contains(s, " ") {
+		if s := GoString(CCall(nvrtcFn.nvrtcGetErrorString, uintptr(code))); strings.HasPrefix(s, "NVRTC_") && !strings.Contains(s, " ") {
 			name = s
 		}
 	}

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"fmt"
@@ -14,11 +14,11 @@ import (
 // is a C enum: results are truncated with uint32(). NVRTC needs no CUDA
 // context; compiling does not touch the GPU.
 
-var nvrtcLib = &sharedLib{
-	what:    "NVRTC",
-	display: "libnvrtc.so.13, .12, .11",
-	install: "the CUDA runtime compiler, e.g. cuda-nvrtc",
-	dirs:    extraLibDirs,
+var nvrtcLib = &Library{
+	What:    "NVRTC",
+	Display: "libnvrtc.so.13, .12, .11",
+	Install: "the CUDA runtime compiler, e.g. cuda-nvrtc",
+	Dirs:    ExtraLibDirs,
 }
 
 var nvrtcFn struct {
@@ -58,33 +58,33 @@ func nvrtcNames(driverMajor int) []string {
 
 func loadNVRTC() error {
 	nvrtcOnce.Do(func() {
-		nvrtcLib.names = nvrtcNames(driverMajor())
-		h, err := nvrtcLib.open()
+		nvrtcLib.Names = nvrtcNames(driverMajor())
+		h, err := nvrtcLib.Open()
 		if err != nil {
 			nvrtcErr = err
 			return
 		}
 		n := &nvrtcFn
-		if err := nvrtcLib.resolve(h, []libSymbol{
-			reqSym(&n.nvrtcVersion, "nvrtcVersion"),
-			reqSym(&n.nvrtcGetErrorString, "nvrtcGetErrorString"),
-			reqSym(&n.nvrtcCreateProgram, "nvrtcCreateProgram"),
-			reqSym(&n.nvrtcDestroyProgram, "nvrtcDestroyProgram"),
-			reqSym(&n.nvrtcCompileProgram, "nvrtcCompileProgram"),
-			reqSym(&n.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize"),
-			reqSym(&n.nvrtcGetProgramLog, "nvrtcGetProgramLog"),
-			reqSym(&n.nvrtcGetPTXSize, "nvrtcGetPTXSize"),
-			reqSym(&n.nvrtcGetPTX, "nvrtcGetPTX"),
-			optSym(&n.nvrtcGetCUBINSize, "nvrtcGetCUBINSize"),
-			optSym(&n.nvrtcGetCUBIN, "nvrtcGetCUBIN"),
-			optSym(&n.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs"),
-			optSym(&n.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs"),
+		if err := nvrtcLib.Resolve(h, []Symbol{
+			RequiredSymbol(&n.nvrtcVersion, "nvrtcVersion"),
+			RequiredSymbol(&n.nvrtcGetErrorString, "nvrtcGetErrorString"),
+			RequiredSymbol(&n.nvrtcCreateProgram, "nvrtcCreateProgram"),
+			RequiredSymbol(&n.nvrtcDestroyProgram, "nvrtcDestroyProgram"),
+			RequiredSymbol(&n.nvrtcCompileProgram, "nvrtcCompileProgram"),
+			RequiredSymbol(&n.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize"),
+			RequiredSymbol(&n.nvrtcGetProgramLog, "nvrtcGetProgramLog"),
+			RequiredSymbol(&n.nvrtcGetPTXSize, "nvrtcGetPTXSize"),
+			RequiredSymbol(&n.nvrtcGetPTX, "nvrtcGetPTX"),
+			OptionalSymbol(&n.nvrtcGetCUBINSize, "nvrtcGetCUBINSize"),
+			OptionalSymbol(&n.nvrtcGetCUBIN, "nvrtcGetCUBIN"),
+			OptionalSymbol(&n.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs"),
+			OptionalSymbol(&n.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs"),
 		}); err != nil {
 			nvrtcErr = err
 			return
 		}
 		var major, minor int32
-		if err := nvrtcCheck("nvrtcVersion", cCall(nvrtcFn.nvrtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); err != nil {
+		if err := nvrtcCheck("nvrtcVersion", CCall(nvrtcFn.nvrtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); err != nil {
 			nvrtcErr = err
 			return
 		}
@@ -92,9 +92,9 @@ func loadNVRTC() error {
 		nvrtcVersStr = fmt.Sprintf("%d.%d", major, minor)
 		if nvrtcFn.nvrtcGetNumSupportedArchs != 0 && nvrtcFn.nvrtcGetSupportedArchs != 0 {
 			var count int32
-			if uint32(cCall(nvrtcFn.nvrtcGetNumSupportedArchs, uintptr(unsafe.Pointer(&count)))) == 0 && count > 0 && count < 1024 {
+			if uint32(CCall(nvrtcFn.nvrtcGetNumSupportedArchs, uintptr(unsafe.Pointer(&count)))) == 0 && count > 0 && count < 1024 {
 				archs := make([]int32, count)
-				if uint32(cCall(nvrtcFn.nvrtcGetSupportedArchs, uintptr(unsafe.Pointer(&archs[0])))) == 0 {
+				if uint32(CCall(nvrtcFn.nvrtcGetSupportedArchs, uintptr(unsafe.Pointer(&archs[0])))) == 0 {
 					for _, a := range archs {
 						nvrtcArchs = append(nvrtcArchs, int(a))
 					}
@@ -178,11 +178,11 @@ func nvrtcCompile(src, name string, opts []string, cubin bool) (compileResult, e
 	// context, so no device lock is taken.
 	csrc, cname := cString(src), cString(name)
 	var prog uintptr
-	if err := nvrtcCheck("nvrtcCreateProgram", cCall(nvrtcFn.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
+	if err := nvrtcCheck("nvrtcCreateProgram", CCall(nvrtcFn.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
 		uintptr(unsafe.Pointer(&csrc[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0)); err != nil {
 		return compileResult{}, err
 	}
-	defer func() { cCall(nvrtcFn.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
+	defer func() { CCall(nvrtcFn.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
 
 	// options: an array of C string pointers into Go memory. The strings
 	// are heap slices (they do not move) kept alive below; the array is
@@ -193,7 +193,7 @@ func nvrtcCompile(src, name string, opts []string, cubin bool) (compileResult, e
 		copts[i] = cString(o)
 		ptrs[i] = uintptr(unsafe.Pointer(&copts[i][0]))
 	}
-	r := cCall(nvrtcFn.nvrtcCompileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
+	r := CCall(nvrtcFn.nvrtcCompileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
 	runtime.KeepAlive(copts)
 	log := programLog(prog)
 	if uint32(r) != 0 {
@@ -211,14 +211,14 @@ func nvrtcCompile(src, name string, opts []string, cubin bool) (compileResult, e
 		getSize, get, kind, what = nvrtcFn.nvrtcGetCUBINSize, nvrtcFn.nvrtcGetCUBIN, ImageCUBIN, "nvrtcGetCUBIN"
 	}
 	var size uintptr
-	if err := nvrtcCheck(what+"Size", cCall(getSize, prog, uintptr(unsafe.Pointer(&size)))); err != nil {
+	if err := nvrtcCheck(what+"Size", CCall(getSize, prog, uintptr(unsafe.Pointer(&size)))); err != nil {
 		return compileResult{}, err
 	}
 	if size == 0 {
 		return compileResult{}, fmt.Errorf("cuda: %s returned an empty image (options %s)", what, strings.Join(opts, " "))
 	}
 	img := make([]byte, size)
-	if err := nvrtcCheck(what, cCall(get, prog, uintptr(unsafe.Pointer(&img[0])))); err != nil {
+	if err := nvrtcCheck(what, CCall(get, prog, uintptr(unsafe.Pointer(&img[0])))); err != nil {
 		return compileResult{}, err
 	}
 	if kind == ImagePTX && img[len(img)-1] != 0 {
@@ -229,11 +229,11 @@ func nvrtcCompile(src, name string, opts []string, cubin bool) (compileResult, e
 
 func programLog(prog uintptr) string {
 	var n uintptr
-	if uint32(cCall(nvrtcFn.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&n)))) != 0 || n <= 1 {
+	if uint32(CCall(nvrtcFn.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&n)))) != 0 || n <= 1 {
 		return ""
 	}
 	buf := make([]byte, n)
-	if uint32(cCall(nvrtcFn.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != 0 {
+	if uint32(CCall(nvrtcFn.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != 0 {
 		return ""
 	}
 	if i := strings.IndexByte(string(buf), 0); i >= 0 {

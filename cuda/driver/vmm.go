@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 // Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap):
 // the driver side of the allocator's expandable segments. Every page gets its
@@ -63,7 +63,7 @@ func (d *Device) PageSize() int {
 		var g uintptr
 		prop := d.allocationProp()
 		err := d.Do(func() error {
-			return cuCheck("cuMemGetAllocationGranularity", cCall(cuDrv.cuMemGetAllocationGranularity,
+			return cuCheck("cuMemGetAllocationGranularity", CCall(cuDrv.cuMemGetAllocationGranularity,
 				uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(&prop)), cuMemAllocGranularityMinim))
 		})
 		if err != nil || g == 0 || g&(g-1) != 0 {
@@ -88,7 +88,7 @@ func (d *Device) ReserveAddress(bytes int) (uintptr, error) {
 	}
 	var p uintptr
 	err := d.Do(func() error {
-		return cuCheck("cuMemAddressReserve", cCall(cuDrv.cuMemAddressReserve, uintptr(unsafe.Pointer(&p)), uintptr(bytes), uintptr(page), 0, 0))
+		return cuCheck("cuMemAddressReserve", CCall(cuDrv.cuMemAddressReserve, uintptr(unsafe.Pointer(&p)), uintptr(bytes), uintptr(page), 0, 0))
 	})
 	return p, err
 }
@@ -99,7 +99,7 @@ func (d *Device) FreeAddress(ptr uintptr, bytes int) error {
 		return errNoVMM
 	}
 	return d.Do(func() error {
-		return cuCheck("cuMemAddressFree", cCall(cuDrv.cuMemAddressFree, ptr, uintptr(bytes)))
+		return cuCheck("cuMemAddressFree", CCall(cuDrv.cuMemAddressFree, ptr, uintptr(bytes)))
 	})
 }
 
@@ -129,18 +129,18 @@ func (d *Device) MapPages(ptr uintptr, bytes int) error {
 				return fmt.Errorf("cuda: MapPages: page %#x is already mapped", q)
 			}
 			var h uint64
-			if err := cuCheck("cuMemCreate", cCall(cuDrv.cuMemCreate, uintptr(unsafe.Pointer(&h)), uintptr(page), uintptr(unsafe.Pointer(&prop)), 0)); err != nil {
+			if err := cuCheck("cuMemCreate", CCall(cuDrv.cuMemCreate, uintptr(unsafe.Pointer(&h)), uintptr(page), uintptr(unsafe.Pointer(&prop)), 0)); err != nil {
 				return err
 			}
-			if err := cuCheck("cuMemMap", cCall(cuDrv.cuMemMap, q, uintptr(page), 0, uintptr(h), 0)); err != nil {
-				cCall(cuDrv.cuMemRelease, uintptr(h))
+			if err := cuCheck("cuMemMap", CCall(cuDrv.cuMemMap, q, uintptr(page), 0, uintptr(h), 0)); err != nil {
+				CCall(cuDrv.cuMemRelease, uintptr(h))
 				return err
 			}
 			d.pages.handles[q] = h
 			mapped = append(mapped, q)
 		}
 		access := cuMemAccessDesc{locationType: cuMemLocationTypeDevice, locationID: d.dev, flags: cuMemAccessProtReadWrite}
-		return cuCheck("cuMemSetAccess", cCall(cuDrv.cuMemSetAccess, ptr, uintptr(bytes), uintptr(unsafe.Pointer(&access)), 1))
+		return cuCheck("cuMemSetAccess", CCall(cuDrv.cuMemSetAccess, ptr, uintptr(bytes), uintptr(unsafe.Pointer(&access)), 1))
 	})
 	if err != nil && len(mapped) > 0 {
 		// Nothing used these pages yet: give them back at once.
@@ -183,12 +183,12 @@ func (d *Device) unmapLocked(pages []uintptr, page int) error {
 		var errs []error
 		for _, q := range pages {
 			h := d.pages.handles[q]
-			if err := cuCheck("cuMemUnmap", cCall(cuDrv.cuMemUnmap, q, uintptr(page))); err != nil {
+			if err := cuCheck("cuMemUnmap", CCall(cuDrv.cuMemUnmap, q, uintptr(page))); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			delete(d.pages.handles, q)
-			if err := cuCheck("cuMemRelease", cCall(cuDrv.cuMemRelease, uintptr(h))); err != nil {
+			if err := cuCheck("cuMemRelease", CCall(cuDrv.cuMemRelease, uintptr(h))); err != nil {
 				errs = append(errs, err)
 			}
 		}

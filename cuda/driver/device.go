@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -83,7 +83,7 @@ func DeviceCount() (int, error) {
 		return 0, err
 	}
 	var n int32
-	if err := cuCheck("cuDeviceGetCount", cCall(cuDrv.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+	if err := cuCheck("cuDeviceGetCount", CCall(cuDrv.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
 		return 0, err
 	}
 	return int(n), nil
@@ -155,12 +155,12 @@ func Open(ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: device ordinal %d out of range: %d device(s) visible", ordinal, n)
 	}
 	d := &Device{ordinal: ordinal}
-	if err := cuCheck("cuDeviceGet", cCall(cuDrv.cuDeviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(ordinal))); err != nil {
+	if err := cuCheck("cuDeviceGet", CCall(cuDrv.cuDeviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(ordinal))); err != nil {
 		return nil, err
 	}
 	dev := uintptr(d.dev)
 	name := make([]byte, 256)
-	if err := cuCheck("cuDeviceGetName", cCall(cuDrv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), dev)); err != nil {
+	if err := cuCheck("cuDeviceGetName", CCall(cuDrv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), dev)); err != nil {
 		return nil, err
 	}
 	for i, c := range name {
@@ -172,7 +172,7 @@ func Open(ordinal int) (*Device, error) {
 	d.name = string(name)
 	attr := func(a int) (int, error) {
 		var v int32
-		err := cuCheck("cuDeviceGetAttribute", cCall(cuDrv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), dev))
+		err := cuCheck("cuDeviceGetAttribute", CCall(cuDrv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), dev))
 		return int(v), err
 	}
 	if d.major, err = attr(cuDevAttrComputeCapabilityMajr); err != nil {
@@ -191,11 +191,11 @@ func Open(ordinal int) (*Device, error) {
 		d.vmm = true
 	}
 	var total uintptr
-	if err := cuCheck("cuDeviceTotalMem_v2", cCall(cuDrv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), dev)); err != nil {
+	if err := cuCheck("cuDeviceTotalMem_v2", CCall(cuDrv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), dev)); err != nil {
 		return nil, err
 	}
 	d.totalMem = int(total)
-	if err := cuCheck("cuDevicePrimaryCtxRetain", cCall(cuDrv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), dev)); err != nil {
+	if err := cuCheck("cuDevicePrimaryCtxRetain", CCall(cuDrv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), dev)); err != nil {
 		return nil, err
 	}
 	d.cache.Store(DefaultKernelCache())
@@ -211,7 +211,7 @@ func (d *Device) Close() error {
 	if d == nil || !d.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return cuCheck("cuDevicePrimaryCtxRelease_v2", cCall(cuDrv.cuDevicePrimaryCtxRelease, uintptr(d.dev)))
+	return cuCheck("cuDevicePrimaryCtxRelease_v2", CCall(cuDrv.cuDevicePrimaryCtxRelease, uintptr(d.dev)))
 }
 
 // enter pins the calling goroutine to its OS thread and makes d's context
@@ -219,12 +219,12 @@ func (d *Device) Close() error {
 func (d *Device) enter() error {
 	if d == nil || d.closed.Load() {
 		if d == nil {
-			return errNilDevice
+			return ErrNilDevice
 		}
 		return ErrClosed
 	}
 	runtime.LockOSThread()
-	if r := cCall(cuDrv.cuCtxSetCurrent, d.ctx); uint32(r) != cudaSuccess {
+	if r := CCall(cuDrv.cuCtxSetCurrent, d.ctx); uint32(r) != cudaSuccess {
 		runtime.UnlockOSThread()
 		return newDriverError("cuCtxSetCurrent", uint32(r))
 	}
@@ -240,6 +240,15 @@ func (d *Device) enter() error {
 var testHookEnter func()
 
 func (d *Device) leave() { runtime.UnlockOSThread() }
+
+// Enter is enter for the bindings of other NVIDIA libraries (package cuda's
+// cuDNN and NCCL), whose calls must run on the device's context: it pins the
+// calling goroutine to its OS thread and makes d's context current there.
+// Every successful Enter must be followed by Leave; prefer Do.
+func (d *Device) Enter() error { return d.enter() }
+
+// Leave ends what Enter began: it unpins the goroutine from its thread.
+func (d *Device) Leave() { d.leave() }
 
 // Do runs fn on the calling goroutine's OS thread with the device's context
 // current and the goroutine locked to that thread until fn returns. Use it
@@ -279,7 +288,7 @@ func (d *Device) MemGetInfo() (free, total int, err error) {
 		return 0, 0, err
 	}
 	var f, t uintptr
-	r := cCall(cuDrv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
+	r := CCall(cuDrv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
 	d.leave()
 	if err := cuCheck("cuMemGetInfo_v2", r); err != nil {
 		return 0, 0, err
@@ -298,7 +307,7 @@ func (d *Device) MemAlloc(bytes int) (uintptr, error) {
 		return 0, err
 	}
 	var p uintptr
-	r := cCall(cuDrv.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes))
+	r := CCall(cuDrv.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes))
 	d.leave()
 	if err := cuCheck("cuMemAlloc_v2", r); err != nil {
 		return 0, err
@@ -315,7 +324,7 @@ func (d *Device) MemFree(ptr uintptr) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuMemFree, ptr)
+	r := CCall(cuDrv.cuMemFree, ptr)
 	d.leave()
 	return cuCheck("cuMemFree_v2", r)
 }
@@ -330,7 +339,7 @@ func (d *Device) NewStream() (Stream, error) {
 		return 0, err
 	}
 	var s uintptr
-	r := cCall(cuDrv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
+	r := CCall(cuDrv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
 	d.leave()
 	if err := cuCheck("cuStreamCreate", r); err != nil {
 		return 0, err
@@ -345,7 +354,7 @@ func (d *Device) Synchronize(s Stream) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuStreamSynchronize, uintptr(s))
+	r := CCall(cuDrv.cuStreamSynchronize, uintptr(s))
 	d.leave()
 	return cuCheck("cuStreamSynchronize", r)
 }
@@ -356,7 +365,7 @@ func (d *Device) SynchronizeDevice() error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuCtxSynchronize)
+	r := CCall(cuDrv.cuCtxSynchronize)
 	d.leave()
 	return cuCheck("cuCtxSynchronize", r)
 }
@@ -370,7 +379,7 @@ func (d *Device) DestroyStream(s Stream) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuStreamDestroy, uintptr(s))
+	r := CCall(cuDrv.cuStreamDestroy, uintptr(s))
 	d.leave()
 	return cuCheck("cuStreamDestroy_v2", r)
 }
@@ -389,7 +398,7 @@ func (d *Device) NewEvent(timing bool) (Event, error) {
 		return 0, err
 	}
 	var e uintptr
-	r := cCall(cuDrv.cuEventCreate, uintptr(unsafe.Pointer(&e)), flags)
+	r := CCall(cuDrv.cuEventCreate, uintptr(unsafe.Pointer(&e)), flags)
 	d.leave()
 	if err := cuCheck("cuEventCreate", r); err != nil {
 		return 0, err
@@ -403,7 +412,7 @@ func (d *Device) RecordEvent(e Event, s Stream) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuEventRecord, uintptr(e), uintptr(s))
+	r := CCall(cuDrv.cuEventRecord, uintptr(e), uintptr(s))
 	d.leave()
 	return cuCheck("cuEventRecord", r)
 }
@@ -415,7 +424,7 @@ func (d *Device) StreamWaitEvent(s Stream, e Event) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0)
+	r := CCall(cuDrv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0)
 	d.leave()
 	return cuCheck("cuStreamWaitEvent", r)
 }
@@ -440,7 +449,7 @@ func (d *Device) EventQuery(e Event) (bool, error) {
 	if err := d.enter(); err != nil {
 		return false, err
 	}
-	r := cCall(cuDrv.cuEventQuery, uintptr(e))
+	r := CCall(cuDrv.cuEventQuery, uintptr(e))
 	d.leave()
 	switch uint32(r) {
 	case cudaSuccess:
@@ -456,7 +465,7 @@ func (d *Device) EventSynchronize(e Event) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuEventSynchronize, uintptr(e))
+	r := CCall(cuDrv.cuEventSynchronize, uintptr(e))
 	d.leave()
 	return cuCheck("cuEventSynchronize", r)
 }
@@ -472,7 +481,7 @@ func (d *Device) EventElapsed(start, end Event) (time.Duration, error) {
 		return 0, err
 	}
 	var ms float32
-	r := cCall(cuDrv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))
+	r := CCall(cuDrv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))
 	d.leave()
 	if err := cuCheck("cuEventElapsedTime", r); err != nil {
 		return 0, err
@@ -489,7 +498,7 @@ func (d *Device) EventDestroy(e Event) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuEventDestroy, uintptr(e))
+	r := CCall(cuDrv.cuEventDestroy, uintptr(e))
 	d.leave()
 	return cuCheck("cuEventDestroy_v2", r)
 }
@@ -529,14 +538,14 @@ func (d *Device) CopyHtoD(dst uintptr, src unsafe.Pointer, bytes int, s Stream) 
 		// cuMemcpyHtoD returns once pageable src is staged, possibly before
 		// the DMA has landed; synchronizing the legacy stream makes the data
 		// visible to work queued on any stream afterwards.
-		r = cCall(cuDrv.cuMemcpyHtoD, dst, uintptr(src), uintptr(bytes))
+		r = CCall(cuDrv.cuMemcpyHtoD, dst, uintptr(src), uintptr(bytes))
 		if uint32(r) == cudaSuccess {
 			name = "cuStreamSynchronize"
-			r = cCall(cuDrv.cuStreamSynchronize, 0)
+			r = CCall(cuDrv.cuStreamSynchronize, 0)
 		}
 	} else {
 		name = "cuMemcpyHtoDAsync_v2"
-		r = cCall(cuDrv.cuMemcpyHtoDAsync, dst, uintptr(src), uintptr(bytes), uintptr(s))
+		r = CCall(cuDrv.cuMemcpyHtoDAsync, dst, uintptr(src), uintptr(bytes), uintptr(s))
 	}
 	d.leave()
 	return cuCheck(name, r)
@@ -553,12 +562,12 @@ func (d *Device) CopyDtoH(dst unsafe.Pointer, src uintptr, bytes int, s Stream) 
 	}
 	defer d.leave()
 	if s == 0 {
-		return cuCheck("cuMemcpyDtoH_v2", cCall(cuDrv.cuMemcpyDtoH, uintptr(dst), src, uintptr(bytes)))
+		return cuCheck("cuMemcpyDtoH_v2", CCall(cuDrv.cuMemcpyDtoH, uintptr(dst), src, uintptr(bytes)))
 	}
-	if err := cuCheck("cuMemcpyDtoHAsync_v2", cCall(cuDrv.cuMemcpyDtoHAsync, uintptr(dst), src, uintptr(bytes), uintptr(s))); err != nil {
+	if err := cuCheck("cuMemcpyDtoHAsync_v2", CCall(cuDrv.cuMemcpyDtoHAsync, uintptr(dst), src, uintptr(bytes), uintptr(s))); err != nil {
 		return err
 	}
-	err := cuCheck("cuStreamSynchronize", cCall(cuDrv.cuStreamSynchronize, uintptr(s)))
+	err := cuCheck("cuStreamSynchronize", CCall(cuDrv.cuStreamSynchronize, uintptr(s)))
 	runtime.KeepAlive(dst)
 	return err
 }
@@ -571,7 +580,7 @@ func (d *Device) CopyDtoD(dst, src uintptr, bytes int, s Stream) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuMemcpyDtoDAsync, dst, src, uintptr(bytes), uintptr(s))
+	r := CCall(cuDrv.cuMemcpyDtoDAsync, dst, src, uintptr(bytes), uintptr(s))
 	d.leave()
 	return cuCheck("cuMemcpyDtoDAsync_v2", r)
 }
@@ -585,7 +594,7 @@ func (d *Device) Memset32(dst uintptr, value uint32, count int, s Stream) error 
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuMemsetD32Async, dst, uintptr(value), uintptr(count), uintptr(s))
+	r := CCall(cuDrv.cuMemsetD32Async, dst, uintptr(value), uintptr(count), uintptr(s))
 	d.leave()
 	return cuCheck("cuMemsetD32Async", r)
 }
@@ -633,7 +642,7 @@ func (d *Device) BeginCapture(s Stream) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuStreamBeginCapture, uintptr(s), cuStreamCaptureModeRelaxed)
+	r := CCall(cuDrv.cuStreamBeginCapture, uintptr(s), cuStreamCaptureModeRelaxed)
 	d.leave()
 	return cuCheck("cuStreamBeginCapture_v2", r)
 }
@@ -646,7 +655,7 @@ func (d *Device) EndCapture(s Stream) (*Graph, error) {
 		return nil, err
 	}
 	var g uintptr
-	r := cCall(cuDrv.cuStreamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))
+	r := CCall(cuDrv.cuStreamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))
 	d.leave()
 	if err := cuCheck("cuStreamEndCapture", r); err != nil {
 		return nil, err
@@ -665,7 +674,7 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 		return nil, err
 	}
 	var ge uintptr
-	r := cCall(cuDrv.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&ge)), g.h, 0)
+	r := CCall(cuDrv.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&ge)), g.h, 0)
 	g.d.leave()
 	if err := cuCheck("cuGraphInstantiateWithFlags", r); err != nil {
 		return nil, err
@@ -681,7 +690,7 @@ func (g *Graph) Destroy() error {
 	if err := g.d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuGraphDestroy, g.h)
+	r := CCall(cuDrv.cuGraphDestroy, g.h)
 	g.d.leave()
 	g.h = 0
 	return cuCheck("cuGraphDestroy", r)
@@ -693,7 +702,7 @@ func (ge *GraphExec) Launch(s Stream) error {
 	if err := ge.d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuGraphLaunch, ge.h, uintptr(s))
+	r := CCall(cuDrv.cuGraphLaunch, ge.h, uintptr(s))
 	ge.d.leave()
 	return cuCheck("cuGraphLaunch", r)
 }
@@ -706,7 +715,7 @@ func (ge *GraphExec) Destroy() error {
 	if err := ge.d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuGraphExecDestroy, ge.h)
+	r := CCall(cuDrv.cuGraphExecDestroy, ge.h)
 	ge.d.leave()
 	ge.h = 0
 	return cuCheck("cuGraphExecDestroy", r)

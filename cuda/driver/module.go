@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -147,7 +147,7 @@ func (d *Device) loadModule(image []byte, kind ImageKind, arch string) (*Module,
 		return nil, err
 	}
 	var h uintptr
-	r := cCall(cuDrv.cuModuleLoadData, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&image[0])))
+	r := CCall(cuDrv.cuModuleLoadData, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&image[0])))
 	d.leave()
 	if err := cuCheck("cuModuleLoadData", r); err != nil {
 		var e *Error
@@ -161,7 +161,7 @@ func (d *Device) loadModule(image []byte, kind ImageKind, arch string) (*Module,
 }
 
 // Function returns the kernel named name (cuModuleGetFunction). The name is
-// the libSymbol name: declare kernels extern "C" to look them up by their
+// the Symbol name: declare kernels extern "C" to look them up by their
 // source name.
 func (m *Module) Function(name string) (*Function, error) {
 	m.mu.Lock()
@@ -177,7 +177,7 @@ func (m *Module) Function(name string) (*Function, error) {
 		return nil, err
 	}
 	var h uintptr
-	r := cCall(cuDrv.cuModuleGetFunction, uintptr(unsafe.Pointer(&h)), m.h, uintptr(unsafe.Pointer(&cname[0])))
+	r := CCall(cuDrv.cuModuleGetFunction, uintptr(unsafe.Pointer(&h)), m.h, uintptr(unsafe.Pointer(&cname[0])))
 	m.d.leave()
 	if err := cuCheck("cuModuleGetFunction", r); err != nil {
 		var e *Error
@@ -194,15 +194,15 @@ func (m *Module) Function(name string) (*Function, error) {
 	return f, nil
 }
 
-// errNoEnumeration is FunctionNames' error on drivers older than CUDA 12.4.
-var errNoEnumeration = errors.New("cuda: the driver cannot list a module's kernels (CUDA 12.4 or later can)")
+// ErrNoEnumeration is FunctionNames' error on drivers older than CUDA 12.4.
+var ErrNoEnumeration = errors.New("cuda: the driver cannot list a module's kernels (CUDA 12.4 or later can)")
 
 // FunctionNames lists the kernels the module holds, by the names Function
-// takes (cuModuleEnumerateFunctions, CUDA 12.4 and later; errNoEnumeration
+// takes (cuModuleEnumerateFunctions, CUDA 12.4 and later; ErrNoEnumeration
 // on older drivers).
 func (m *Module) FunctionNames() ([]string, error) {
 	if cuDrv.cuModuleGetFunctionCount == 0 || cuDrv.cuModuleEnumerateFunctions == 0 || cuDrv.cuFuncGetName == 0 {
-		return nil, errNoEnumeration
+		return nil, ErrNoEnumeration
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -214,23 +214,23 @@ func (m *Module) FunctionNames() ([]string, error) {
 	}
 	defer m.d.leave()
 	var n uint32
-	if err := cuCheck("cuModuleGetFunctionCount", cCall(cuDrv.cuModuleGetFunctionCount, uintptr(unsafe.Pointer(&n)), m.h)); err != nil {
+	if err := cuCheck("cuModuleGetFunctionCount", CCall(cuDrv.cuModuleGetFunctionCount, uintptr(unsafe.Pointer(&n)), m.h)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
 	hs := make([]uintptr, n)
-	if err := cuCheck("cuModuleEnumerateFunctions", cCall(cuDrv.cuModuleEnumerateFunctions, uintptr(unsafe.Pointer(&hs[0])), uintptr(n), m.h)); err != nil {
+	if err := cuCheck("cuModuleEnumerateFunctions", CCall(cuDrv.cuModuleEnumerateFunctions, uintptr(unsafe.Pointer(&hs[0])), uintptr(n), m.h)); err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, n)
 	for _, h := range hs {
 		var p uintptr
-		if err := cuCheck("cuFuncGetName", cCall(cuDrv.cuFuncGetName, uintptr(unsafe.Pointer(&p)), h)); err != nil {
+		if err := cuCheck("cuFuncGetName", CCall(cuDrv.cuFuncGetName, uintptr(unsafe.Pointer(&p)), h)); err != nil {
 			return nil, err
 		}
-		names = append(names, goString(p))
+		names = append(names, GoString(p))
 	}
 	return names, nil
 }
@@ -246,7 +246,7 @@ func (m *Module) Unload() error {
 	if err := m.d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuModuleUnload, m.h)
+	r := CCall(cuDrv.cuModuleUnload, m.h)
 	m.d.leave()
 	m.h = 0
 	m.funcs = nil
@@ -259,7 +259,7 @@ func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
 	if err := f.m.d.enter(); err != nil {
 		return err
 	}
-	r := cCall(cuDrv.cuFuncSetAttribute, f.h, cuFuncAttrMaxDynamicSharedSizeBytes, uintptr(bytes))
+	r := CCall(cuDrv.cuFuncSetAttribute, f.h, cuFuncAttrMaxDynamicSharedSizeBytes, uintptr(bytes))
 	f.m.d.leave()
 	return cuCheck("cuFuncSetAttribute", r)
 }
@@ -275,14 +275,14 @@ func (f *Function) attr(a int) (int, error) {
 		return 0, err
 	}
 	var v int32
-	r := cCall(cuDrv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), f.h)
+	r := CCall(cuDrv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), f.h)
 	f.m.d.leave()
 	return int(v), cuCheck("cuFuncGetAttribute", r)
 }
 
-// maxKernelParams bounds the arguments of one launch (64 x 8 bytes is far
+// MaxKernelParams bounds the arguments of one launch (64 x 8 bytes is far
 // below the 4 KiB kernel parameter limit).
-const maxKernelParams = 64
+const MaxKernelParams = 64
 
 // argBuf is the kernelParams storage of one launch: vals holds each
 // argument's bytes, ptrs[i] = &vals[i] is the void** array cuLaunchKernel
@@ -293,8 +293,8 @@ const maxKernelParams = 64
 // cuLaunchKernel copies the parameter values before returning (also when
 // the launch is captured into a graph), so a buffer is reusable at once.
 type argBuf struct {
-	vals [maxKernelParams]uint64
-	ptrs [maxKernelParams]uintptr
+	vals [MaxKernelParams]uint64
+	ptrs [MaxKernelParams]uintptr
 }
 
 var argPool = sync.Pool{New: func() any {
@@ -389,7 +389,7 @@ func (f *Function) Launch(grid, block Dim3, sharedMem int, s Stream, args ...any
 		argPool.Put(buf)
 		return err
 	}
-	r := cCall(cuDrv.cuLaunchKernel, f.h,
+	r := CCall(cuDrv.cuLaunchKernel, f.h,
 		uintptr(g[0]), uintptr(g[1]), uintptr(g[2]),
 		uintptr(b[0]), uintptr(b[1]), uintptr(b[2]),
 		uintptr(sharedMem), uintptr(s), uintptr(params), 0)

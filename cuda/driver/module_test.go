@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"math"
@@ -97,7 +97,7 @@ func TestKernelParamsLayout(t *testing.T) {
 	if err := packArgs(b.vals[:], args); err != nil {
 		t.Fatal(err)
 	}
-	pp := (*[maxKernelParams]unsafe.Pointer)(b.kernelParams(len(args)))
+	pp := (*[MaxKernelParams]unsafe.Pointer)(b.kernelParams(len(args)))
 	if got := *(*uintptr)(pp[0]); got != 0x1234_5678_9abc {
 		t.Errorf("param 0 (T*) = %#x", got)
 	}

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -32,11 +32,11 @@ import (
 // and the leading dimensions swapped with their operands. No data is
 // transposed or copied.
 
-var cublasLib = &sharedLib{
-	what:    "cuBLAS",
-	display: "libcublas.so.13, .12, .11",
-	install: "cuBLAS, e.g. the CUDA toolkit's libcublas package",
-	dirs:    extraLibDirs,
+var cublasLib = &Library{
+	What:    "cuBLAS",
+	Display: "libcublas.so.13, .12, .11",
+	Install: "cuBLAS, e.g. the CUDA toolkit's libcublas package",
+	Dirs:    ExtraLibDirs,
 }
 
 var cublasFn struct {
@@ -81,24 +81,24 @@ func cublasNames(driverMajor int) []string {
 
 func loadCublas() error {
 	cublasOnce.Do(func() {
-		cublasLib.names = cublasNames(driverMajor())
-		h, err := cublasLib.open()
+		cublasLib.Names = cublasNames(driverMajor())
+		h, err := cublasLib.Open()
 		if err != nil {
 			cublasErr = err
 			return
 		}
 		c := &cublasFn
-		cublasErr = cublasLib.resolve(h, []libSymbol{
-			reqSym(&c.create, "cublasCreate_v2", "cublasCreate"),
-			reqSym(&c.destroy, "cublasDestroy_v2", "cublasDestroy"),
-			reqSym(&c.getVersion, "cublasGetVersion_v2", "cublasGetVersion"),
-			reqSym(&c.setStream, "cublasSetStream_v2", "cublasSetStream"),
-			reqSym(&c.setMathMode, "cublasSetMathMode"),
-			optSym(&c.setWorkspace, "cublasSetWorkspace_v2", "cublasSetWorkspace"),
-			reqSym(&c.sgemm, "cublasSgemm_v2", "cublasSgemm"),
-			reqSym(&c.sgemmStridedBatched, "cublasSgemmStridedBatched"),
-			optSym(&c.gemmEx, "cublasGemmEx"),
-			optSym(&c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx"),
+		cublasErr = cublasLib.Resolve(h, []Symbol{
+			RequiredSymbol(&c.create, "cublasCreate_v2", "cublasCreate"),
+			RequiredSymbol(&c.destroy, "cublasDestroy_v2", "cublasDestroy"),
+			RequiredSymbol(&c.getVersion, "cublasGetVersion_v2", "cublasGetVersion"),
+			RequiredSymbol(&c.setStream, "cublasSetStream_v2", "cublasSetStream"),
+			RequiredSymbol(&c.setMathMode, "cublasSetMathMode"),
+			OptionalSymbol(&c.setWorkspace, "cublasSetWorkspace_v2", "cublasSetWorkspace"),
+			RequiredSymbol(&c.sgemm, "cublasSgemm_v2", "cublasSgemm"),
+			RequiredSymbol(&c.sgemmStridedBatched, "cublasSgemmStridedBatched"),
+			OptionalSymbol(&c.gemmEx, "cublasGemmEx"),
+			OptionalSymbol(&c.gemmStridedBatchedEx, "cublasGemmStridedBatchedEx"),
 		})
 	})
 	return cublasErr
@@ -130,16 +130,16 @@ func (d *Device) NewBLAS(s Stream) (*BLAS, error) {
 	}
 	defer d.leave()
 	var h uintptr
-	if err := cublasCheck("cublasCreate_v2", cCall(cublasFn.create, uintptr(unsafe.Pointer(&h)))); err != nil {
+	if err := cublasCheck("cublasCreate_v2", CCall(cublasFn.create, uintptr(unsafe.Pointer(&h)))); err != nil {
 		return nil, err
 	}
 	b := &BLAS{d: d, h: h, stream: s, scal: new([2]float32)}
-	if err := cublasCheck("cublasSetStream_v2", cCall(cublasFn.setStream, h, uintptr(s))); err != nil {
-		cCall(cublasFn.destroy, h)
+	if err := cublasCheck("cublasSetStream_v2", CCall(cublasFn.setStream, h, uintptr(s))); err != nil {
+		CCall(cublasFn.destroy, h)
 		return nil, err
 	}
-	if err := cublasCheck("cublasSetMathMode", cCall(cublasFn.setMathMode, h, cublasDefaultMath)); err != nil {
-		cCall(cublasFn.destroy, h)
+	if err := cublasCheck("cublasSetMathMode", CCall(cublasFn.setMathMode, h, cublasDefaultMath)); err != nil {
+		CCall(cublasFn.destroy, h)
 		return nil, err
 	}
 	return b, nil
@@ -159,7 +159,7 @@ func (b *BLAS) Stream() Stream {
 func (b *BLAS) SetStream(s Stream) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.do("cublasSetStream_v2", func() uintptr { return cCall(cublasFn.setStream, b.h, uintptr(s)) }, func() { b.stream = s })
+	return b.do("cublasSetStream_v2", func() uintptr { return CCall(cublasFn.setStream, b.h, uintptr(s)) }, func() { b.stream = s })
 }
 
 // SetTF32 selects the math mode: on = CUBLAS_TF32_TENSOR_OP_MATH (FP32
@@ -173,7 +173,7 @@ func (b *BLAS) SetTF32(on bool) error {
 	if on {
 		mode = cublasTF32TensorOpMath
 	}
-	return b.do("cublasSetMathMode", func() uintptr { return cCall(cublasFn.setMathMode, b.h, mode) }, func() { b.tf32 = on })
+	return b.do("cublasSetMathMode", func() uintptr { return CCall(cublasFn.setMathMode, b.h, mode) }, func() { b.tf32 = on })
 }
 
 // SetWorkspace gives cuBLAS the device memory [ptr, ptr+bytes) as its
@@ -186,8 +186,12 @@ func (b *BLAS) SetWorkspace(ptr uintptr, bytes int) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.do("cublasSetWorkspace_v2", func() uintptr { return cCall(cublasFn.setWorkspace, b.h, ptr, uintptr(bytes)) }, func() {})
+	return b.do("cublasSetWorkspace_v2", func() uintptr { return CCall(cublasFn.setWorkspace, b.h, ptr, uintptr(bytes)) }, func() {})
 }
+
+// CanSetWorkspace reports whether this cuBLAS has cublasSetWorkspace_v2,
+// without which SetWorkspace fails and cuBLAS keeps its own workspace.
+func (b *BLAS) CanSetWorkspace() bool { return cublasFn.setWorkspace != 0 }
 
 // TF32 reports whether TF32 math is enabled.
 func (b *BLAS) TF32() bool {
@@ -201,7 +205,7 @@ func (b *BLAS) Version() (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var v int32
-	err := b.do("cublasGetVersion_v2", func() uintptr { return cCall(cublasFn.getVersion, b.h, uintptr(unsafe.Pointer(&v))) }, nil)
+	err := b.do("cublasGetVersion_v2", func() uintptr { return CCall(cublasFn.getVersion, b.h, uintptr(unsafe.Pointer(&v))) }, nil)
 	return int(v), err
 }
 
@@ -212,7 +216,7 @@ func (b *BLAS) Close() error {
 	if b.h == 0 {
 		return nil
 	}
-	err := b.do("cublasDestroy_v2", func() uintptr { return cCall(cublasFn.destroy, b.h) }, nil)
+	err := b.do("cublasDestroy_v2", func() uintptr { return CCall(cublasFn.destroy, b.h) }, nil)
 	b.h = 0
 	return err
 }
@@ -249,6 +253,14 @@ func cublasOp(t bool) int {
 		return cublasOpT
 	}
 	return cublasOpN
+}
+
+// CheckRowMajorGemm reports what is wrong with a row-major GEMM's shape and
+// leading dimensions, as Sgemm would (nil when they are valid): for
+// executors that record launches instead of running them.
+func CheckRowMajorGemm(transA, transB bool, m, n, k, lda, ldb, ldc int) error {
+	_, err := rowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
+	return err
 }
 
 // rowMajorGemm validates a row-major GEMM and maps it onto column-major
@@ -303,7 +315,7 @@ func (b *BLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr,
 	defer b.mu.Unlock()
 	b.scal[0], b.scal[1] = alpha, beta
 	return b.do("cublasSgemm_v2", func() uintptr {
-		return cCall(cublasFn.sgemm, b.h, uintptr(g.transa), uintptr(g.transb),
+		return CCall(cublasFn.sgemm, b.h, uintptr(g.transa), uintptr(g.transb),
 			uintptr(g.m), uintptr(g.n), uintptr(g.k),
 			uintptr(unsafe.Pointer(&b.scal[0])),
 			bm, uintptr(g.lda), // first operand: B
@@ -340,7 +352,7 @@ func (b *BLAS) SgemmStridedBatched(transA, transB bool, m, n, k int, alpha float
 	defer b.mu.Unlock()
 	b.scal[0], b.scal[1] = alpha, beta
 	return b.do("cublasSgemmStridedBatched", func() uintptr {
-		return cCall(cublasFn.sgemmStridedBatched, b.h, uintptr(g.transa), uintptr(g.transb),
+		return CCall(cublasFn.sgemmStridedBatched, b.h, uintptr(g.transa), uintptr(g.transb),
 			uintptr(g.m), uintptr(g.n), uintptr(g.k),
 			uintptr(unsafe.Pointer(&b.scal[0])),
 			bm, uintptr(g.lda), uintptr(strideB), // first operand: B
@@ -377,7 +389,7 @@ func (b *BLAS) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a uintp
 	b.scal[0], b.scal[1] = alpha, beta
 	algo := int32(cublasGemmDefault)
 	return b.do("cublasGemmEx", func() uintptr {
-		return cCall(cublasFn.gemmEx, b.h, uintptr(g.transa), uintptr(g.transb),
+		return CCall(cublasFn.gemmEx, b.h, uintptr(g.transa), uintptr(g.transb),
 			uintptr(g.m), uintptr(g.n), uintptr(g.k),
 			uintptr(unsafe.Pointer(&b.scal[0])),
 			bm, cudaR16BF, uintptr(g.lda), // first operand: B
@@ -415,7 +427,7 @@ func (b *BLAS) GemmStridedBatchedBF16(transA, transB bool, m, n, k int, alpha fl
 	b.scal[0], b.scal[1] = alpha, beta
 	algo := int32(cublasGemmDefault)
 	return b.do("cublasGemmStridedBatchedEx", func() uintptr {
-		return cCall(cublasFn.gemmStridedBatchedEx, b.h, uintptr(g.transa), uintptr(g.transb),
+		return CCall(cublasFn.gemmStridedBatchedEx, b.h, uintptr(g.transa), uintptr(g.transb),
 			uintptr(g.m), uintptr(g.n), uintptr(g.k),
 			uintptr(unsafe.Pointer(&b.scal[0])),
 			bm, cudaR16BF, uintptr(g.lda), uintptr(strideB), // first operand: B
