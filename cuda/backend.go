@@ -258,7 +258,7 @@ func (b *Backend) Close() error {
 	errs = append(errs, b.dnn.close())
 	errs = append(errs, b.closeSideLane()...)
 	for _, blk := range []Block{b.blasWorkspace, b.tileCounters} {
-		if blk.owner() != 0 {
+		if !blk.IsZero() {
 			errs = append(errs, b.alloc.Free(blk))
 		}
 	}
@@ -406,7 +406,7 @@ func (b *Backend) workspace(op string, bytes int) Block {
 }
 
 func (b *Backend) release(blk Block) {
-	if blk.owner() != 0 && !b.side.hold(blk, blk.Size()) {
+	if !blk.IsZero() && !b.side.hold(blk, blk.Size()) {
 		if err := b.alloc.Free(blk); err != nil {
 			b.deferError(err)
 		}
@@ -1208,7 +1208,7 @@ func (b *Backend) setBLASWorkspace() error {
 // BLASWorkspace is the size of the cuBLAS workspace taken from the
 // allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	if b.blasWorkspace.owner() == 0 {
+	if b.blasWorkspace.IsZero() {
 		return 0
 	}
 	return b.blasWorkspace.Size()

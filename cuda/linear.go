@@ -72,7 +72,7 @@ const (
 // reset by the kernels themselves after each use. They live as long as the
 // backend, outside any graph's pool.
 func (b *Backend) allocTileCounters() error {
-	if b.tileCounters.owner() != 0 {
+	if !b.tileCounters.IsZero() {
 		return nil
 	}
 	blk, err := b.alloc.Alloc(4*counterSlots, b.stream)

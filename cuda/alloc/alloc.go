@@ -77,7 +77,7 @@
 // silently freeing someone else's memory is the worst bug an allocator can
 // let through.
 
-package cuda
+package alloc
 
 import (
 	"cmp"
@@ -223,6 +223,10 @@ func (b Block) slot() uint32 { return uint32(b.meta) }
 
 // owner is the id of the allocator that made b, 0 for the zero Block.
 func (b Block) owner() uint32 { return uint32(b.gen >> genShift) }
+
+// IsZero reports whether b is the zero Block, which no Alloc returns: a
+// field of type Block that holds no block.
+func (b Block) IsZero() bool { return b.owner() == 0 }
 
 // Ptr is the device address of the block.
 func (b Block) Ptr() uintptr { return b.ptr }

@@ -1,6 +1,6 @@
 //go:build race
 
-package cuda
+package alloc
 
 // allocRaceEnabled shortens the long allocator tests, which the race
 // detector slows down about tenfold.

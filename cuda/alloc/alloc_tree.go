@@ -1,4 +1,4 @@
-package cuda
+package alloc
 
 // The free chunks of a pool are kept in a B-tree ordered by (stream, size,
 // address). The keys are copied into the nodes, so a search compares
