@@ -22,4 +22,6 @@ type (
 var ErrInvalidBlock = alloc.ErrInvalidBlock
 
 // NewAllocator makes a caching allocator over dm (alloc.NewAllocator).
-func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator { return alloc.NewAllocator(dm, opt) }
+func NewAllocator(dm DeviceMemory, opt AllocatorOptions) *Allocator {
+	return alloc.NewAllocator(dm, opt)
+}
