@@ -113,7 +113,7 @@ func (b *Backend) scaleBatched(op string, pc uintptr, batch, size, strideC int, 
 		if beta == 0 {
 			devCheck(op, b.x.memset32(p, 0, size))
 		} else {
-			b.launch(op, b.k.scale, size, p, beta, int64(size))
+			b.launch(op, b.kernel("ember_scale"), size, p, beta, int64(size))
 		}
 	}
 }
