@@ -91,14 +91,20 @@ type BackendOptions struct {
 	// BLASOwnWorkspace leaves cuBLAS to allocate its own workspace, out of
 	// sight of the allocator's statistics.
 	BLASOwnWorkspace bool
+
+	// KernelCache is where compiled kernels are kept between runs: "" the
+	// default (os.UserCacheDir()/ember/kernels), "off" nowhere, anything
+	// else a directory (driver.KernelCacheFor).
+	KernelCache string
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, and EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
-// "cublas". The library itself reads no variable: commands and tests call
-// this.
+// feature off, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
+// "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
+// KernelCache where opt leaves it empty. The library itself reads no
+// variable: commands and tests call this.
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
@@ -107,6 +113,9 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
+	if opt.KernelCache == "" {
+		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
+	}
 	switch v := os.Getenv("EMBER_CUBLAS_WORKSPACE"); v {
 	case "":
 	case "cublas":
@@ -174,6 +183,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	dev, err := Open(ordinal)
 	if err != nil {
 		return nil, err
+	}
+	if opt.KernelCache != "" {
+		dev.SetKernelCache(KernelCacheFor(opt.KernelCache))
 	}
 	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), opt: opt, noConvRT: opt.NoConvRT,
 		noLinearTiled: opt.NoLinearTiled, noNarrow: opt.NoNarrow}

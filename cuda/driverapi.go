@@ -82,6 +82,10 @@ func Grid1D(n, block int) Dim3 { return driver.Grid1D(n, block) }
 // is off (driver.DefaultKernelCache).
 func DefaultKernelCache() *KernelCache { return driver.DefaultKernelCache() }
 
+// KernelCacheFor is the kernel cache a setting names: "" the default, "off"
+// none, else a directory (driver.KernelCacheFor).
+func KernelCacheFor(setting string) *KernelCache { return driver.KernelCacheFor(setting) }
+
 // NewKernelCache is a kernel cache in dir (driver.NewKernelCache).
 func NewKernelCache(dir string) *KernelCache { return driver.NewKernelCache(dir) }
 

@@ -12,6 +12,7 @@ import (
 // shared Device (ordinal 0, or $EMBER_TEST_DEVICE) or skips the test when no
 // GPU is usable. With EMBER_REQUIRE_GPU=1 the skip becomes a failure, so a
 // run on a GPU machine in which everything skipped cannot look green.
+// EMBER_KERNEL_CACHE sets the shared Device's kernel cache.
 
 var (
 	gpuOnce    sync.Once
@@ -38,6 +39,11 @@ func requireGPU(t testing.TB) *Device {
 			}
 		}
 		gpuDev, gpuOpenErr = Open(ordinal)
+		// The library reads no variable; the tests map this one as the
+		// commands do (BackendOptions.KernelCache).
+		if v := os.Getenv("EMBER_KERNEL_CACHE"); gpuOpenErr == nil && v != "" {
+			gpuDev.SetKernelCache(KernelCacheFor(v))
+		}
 	})
 	if gpuOpenErr != nil {
 		t.Fatalf("a CUDA device is available but Open failed: %v", gpuOpenErr)

@@ -23,9 +23,11 @@ import (
 // process or a later one) loads the stored image and runs no compiler.
 //
 // The directory is os.UserCacheDir()/ember/kernels (on Linux
-// $XDG_CACHE_HOME/ember/kernels or ~/.cache/ember/kernels). The environment
-// variable EMBER_KERNEL_CACHE overrides it: a directory path, or "off" to
-// disable caching. Files are written atomically (temporary file + rename),
+// $XDG_CACHE_HOME/ember/kernels or ~/.cache/ember/kernels) unless the
+// Device is given another (Device.SetKernelCache, KernelCacheFor: a
+// directory, or "off" to disable caching; package cuda's
+// BackendOptions.KernelCache, which commands set from EMBER_KERNEL_CACHE).
+// The library reads no environment variable. Files are written atomically (temporary file + rename),
 // so concurrent processes never see a partial entry; each file carries a
 // checksum of its payload, and an entry that is unreadable, truncated,
 // corrupt or rejected by the driver is ignored, recompiled and overwritten.
@@ -87,20 +89,33 @@ var (
 	defaultCache     *KernelCache
 )
 
-// DefaultKernelCache is the cache new Devices use: EMBER_KERNEL_CACHE when
-// set ("off" gives nil), else os.UserCacheDir()/ember/kernels; nil when no
-// cache directory can be determined.
+// DefaultKernelCache is the cache new Devices use:
+// os.UserCacheDir()/ember/kernels; nil when no cache directory can be
+// determined.
 func DefaultKernelCache() *KernelCache {
 	defaultCacheOnce.Do(func() {
-		if dir, ok := kernelCacheDirFromEnv(os.Getenv("EMBER_KERNEL_CACHE")); ok {
+		if dir, ok := kernelCacheDir(""); ok {
 			defaultCache = NewKernelCache(dir)
 		}
 	})
 	return defaultCache
 }
 
-// kernelCacheDirFromEnv interprets the value of EMBER_KERNEL_CACHE.
-func kernelCacheDirFromEnv(v string) (dir string, enabled bool) {
+// KernelCacheFor is the cache that a setting (a command's flag or
+// environment variable) names: "" the default (DefaultKernelCache); "off",
+// "0", "false", "none" or "disabled" none (nil); anything else a directory.
+func KernelCacheFor(setting string) *KernelCache {
+	if strings.TrimSpace(setting) == "" {
+		return DefaultKernelCache()
+	}
+	if dir, ok := kernelCacheDir(setting); ok {
+		return NewKernelCache(dir)
+	}
+	return nil
+}
+
+// kernelCacheDir interprets a cache setting (KernelCacheFor).
+func kernelCacheDir(v string) (dir string, enabled bool) {
 	v = strings.TrimSpace(v)
 	switch strings.ToLower(v) {
 	case "off", "0", "false", "none", "disabled":

@@ -184,17 +184,26 @@ func TestKernelCacheConcurrentPut(t *testing.T) {
 	}
 }
 
-func TestKernelCacheDirFromEnv(t *testing.T) {
+func TestKernelCacheSetting(t *testing.T) {
 	for _, off := range []string{"off", "OFF", " off ", "0", "false", "none"} {
-		if _, ok := kernelCacheDirFromEnv(off); ok {
-			t.Errorf("EMBER_KERNEL_CACHE=%q did not disable the cache", off)
+		if _, ok := kernelCacheDir(off); ok {
+			t.Errorf("setting %q did not disable the cache", off)
+		}
+		if c := KernelCacheFor(off); c != nil {
+			t.Errorf("KernelCacheFor(%q) = %v, want none", off, c.Dir())
 		}
 	}
-	if dir, ok := kernelCacheDirFromEnv("/tmp/my-kernels"); !ok || dir != "/tmp/my-kernels" {
+	if dir, ok := kernelCacheDir("/tmp/my-kernels"); !ok || dir != "/tmp/my-kernels" {
 		t.Errorf("explicit dir: %q %v", dir, ok)
 	}
+	if c := KernelCacheFor("/tmp/my-kernels"); c == nil || c.Dir() != "/tmp/my-kernels" {
+		t.Errorf("KernelCacheFor(dir) = %v", c)
+	}
+	if KernelCacheFor("") != DefaultKernelCache() {
+		t.Error(`KernelCacheFor("") is not the default cache`)
+	}
 	t.Setenv("XDG_CACHE_HOME", "/tmp/xdg-test")
-	dir, ok := kernelCacheDirFromEnv("")
+	dir, ok := kernelCacheDir("")
 	if !ok || dir != filepath.Join("/tmp/xdg-test", "ember", "kernels") {
 		t.Errorf("default dir = %q %v", dir, ok)
 	}
