@@ -83,7 +83,7 @@ type BackendOptions struct {
 	// then has no parallel branches (side.go).
 	NoSideStream bool
 	// NoExpandableSegments makes one driver allocation per memory segment
-	// instead of mapping pages into one address range (alloc_expand.go).
+	// instead of mapping pages into one address range (package cuda/alloc).
 	NoExpandableSegments bool
 	// BLASWorkspaceMiB is the cuBLAS workspace taken from the allocator:
 	// 0 means the default (32 MiB), a negative value none.

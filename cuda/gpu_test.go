@@ -57,43 +57,6 @@ func requireGPU(t testing.TB) *Device {
 	return gpuDev
 }
 
-// gpuTempCache points the shared device's kernel cache at a fresh temporary
-// directory for the duration of the test (tests must not touch the user's
-// cache) and returns it.
-func gpuTempCache(t *testing.T, d *Device) *KernelCache {
-	t.Helper()
-	old := d.KernelCache()
-	c := NewKernelCache(t.TempDir())
-	d.SetKernelCache(c)
-	t.Cleanup(func() { d.SetKernelCache(old) })
-	return c
-}
-
-// gpuCompile compiles src on d with a temporary kernel cache.
-func gpuCompile(t *testing.T, d *Device, src string, opts ...string) *Module {
-	t.Helper()
-	gpuTempCache(t, d)
-	m, err := d.Compile(src, opts...)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Unload(); err != nil {
-			t.Errorf("Unload: %v", err)
-		}
-	})
-	return m
-}
-
-func gpuFunction(t *testing.T, m *Module, name string) *Function {
-	t.Helper()
-	f, err := m.Function(name)
-	if err != nil {
-		t.Fatalf("Function(%q): %v", name, err)
-	}
-	return f
-}
-
 func gpuCheck(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
