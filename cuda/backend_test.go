@@ -84,18 +84,34 @@ func parseKernels(t *testing.T) map[string][]kernelParam {
 // kernels' sources: every "ember_..." string constant of the package's Go
 // code (the names Backend.kernel looks up, directly or through a table of
 // variants) must be an extern "C" kernel of the sources, or the lookup
-// would fail on the GPU; and every kernel of the sources must be named by
-// the Go code, or it is dead code that NVRTC compiles for nothing.
+// would fail on the GPU, and every "ember_..." format ("ember_x_d%d", for
+// fmt.Sprintf) must match at least one; and every kernel of the sources
+// must be named or matched by the Go code, or it is dead code that NVRTC
+// compiles for nothing.
 func TestKernelNamesDefined(t *testing.T) {
 	sigs := parseKernels(t)
-	named := kernelNamesInGo(t)
+	named, formats := kernelNamesInGo(t)
 	for name, at := range named {
 		if _, ok := sigs[name]; !ok {
 			t.Errorf("%s names kernel %s, which no kernel source defines (extern \"C\" __global__)", at, name)
 		}
 	}
+	matched := map[string]bool{}
+	for format, at := range formats {
+		re := regexp.MustCompile("^" + fmtVerb.ReplaceAllString(regexp.QuoteMeta(format), "[A-Za-z0-9_]+") + "$")
+		n := 0
+		for name := range sigs {
+			if re.MatchString(name) {
+				matched[name] = true
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s formats kernel names %q, which no kernel of the sources has", at, format)
+		}
+	}
 	for name := range sigs {
-		if _, ok := named[name]; !ok {
+		if _, ok := named[name]; !ok && !matched[name] {
 			t.Errorf("kernel %s is defined but the Go code never names it", name)
 		}
 	}
@@ -120,19 +136,25 @@ func TestKernelNamesDefined(t *testing.T) {
 	}
 }
 
+// fmtVerb matches a fmt verb such as %d or %02x (QuoteMeta leaves % alone).
+var fmtVerb = regexp.MustCompile(`%[0-9]*[a-z]`)
+
 // kernelNamesInGo maps every string constant of the package's non-test Go
 // files that looks like a kernel name ("ember_" and a C identifier) to the
-// place of its first use. ewk.go is left out: it writes the C source of
-// generated kernels, whose variables (ember_i, ember_n) are named so too.
-func kernelNamesInGo(t *testing.T) map[string]string {
+// place of its first use, and likewise every one that looks like a format
+// of kernel names (the same with fmt verbs). ewk.go is left out: it writes
+// the C source of generated kernels, whose variables (ember_i, ember_n) and
+// names (ember_ewk_%s_%012x) look the same.
+func kernelNamesInGo(t *testing.T) (names, formats map[string]string) {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	isName := regexp.MustCompile(`^ember_[A-Za-z0-9_]+$`)
+	isFormat := regexp.MustCompile(`^ember_[A-Za-z0-9_]*(%[0-9]*[a-z][A-Za-z0-9_]*)+$`)
 	fset := token.NewFileSet()
-	out := map[string]string{}
+	names, formats = map[string]string{}, map[string]string{}
 	for _, fn := range files {
 		if strings.HasSuffix(fn, "_test.go") || fn == "ewk.go" {
 			continue
@@ -147,15 +169,21 @@ func kernelNamesInGo(t *testing.T) map[string]string {
 				return true
 			}
 			v, err := strconv.Unquote(lit.Value)
-			if err == nil && isName.MatchString(v) {
-				if _, seen := out[v]; !seen {
-					out[v] = fset.Position(lit.Pos()).String()
-				}
+			var into map[string]string
+			switch {
+			case err != nil:
+			case isName.MatchString(v):
+				into = names
+			case isFormat.MatchString(v):
+				into = formats
+			}
+			if _, seen := into[v]; into != nil && !seen {
+				into[v] = fset.Position(lit.Pos()).String()
 			}
 			return true
 		})
 	}
-	return out
+	return names, formats
 }
 
 func TestMergeDims(t *testing.T) {
