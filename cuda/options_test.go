@@ -32,6 +32,7 @@ func TestOptionsFromEnvKernelCache(t *testing.T) {
 // switches are BackendOptions, and only OptionsFromEnv, which commands and
 // tests call, maps the variables onto them.
 func TestNoEnvironmentInLibrary(t *testing.T) {
+	requirePackageSources(t)
 	fset := token.NewFileSet()
 	for _, root := range []string{".", filepath.Join("..", "tensor")} {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
