@@ -2,7 +2,9 @@ package nn
 
 import (
 	"os"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -77,6 +79,137 @@ var fusionRules = []fusionRule{
 			return ls[0].Module.(*Linear).ForwardReLU(x)
 		},
 	},
+	{
+		// Two or more activations in a row: one generated kernel each way
+		// (tensor.Fused) instead of one per layer.
+		name: "pointwise",
+		match: func(ls []Layer) int {
+			n := pointwiseRun(ls)
+			if n < 2 {
+				return 0
+			}
+			return n
+		},
+		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
+			return chainOp(ls, false).Apply(x)
+		},
+	},
+}
+
+// pointwiseRun is the number of pointwise layers at the start of ls.
+func pointwiseRun(ls []Layer) int {
+	n := 0
+	for n < len(ls) && pointwiseOf(ls[n].Module) != nil {
+		n++
+	}
+	return n
+}
+
+// pointwiseLayer is an activation as an expression: key names it in the
+// cache of compiled chains, apply builds it on its input.
+type pointwiseLayer struct {
+	key   string
+	apply func(e *tensor.Expr) *tensor.Expr
+}
+
+// geluTanhK is √(2/π), the constant of GELU's tanh approximation.
+const geluTanhK = 0.7978845608028654
+
+// pointwiseOf returns m as an expression, or nil when it is not one of the
+// activations a generated kernel computes exactly as the layer does
+// (GELU by erf and LeakyReLU's gradient at 0 are not in the expression
+// language).
+func pointwiseOf(m Module) *pointwiseLayer {
+	switch v := m.(type) {
+	case ReLU, *ReLU:
+		return &pointwiseLayer{"relu", (*tensor.Expr).ReLU}
+	case Tanh, *Tanh:
+		return &pointwiseLayer{"tanh", (*tensor.Expr).Tanh}
+	case Sigmoid, *Sigmoid:
+		return &pointwiseLayer{"sigmoid", (*tensor.Expr).Sigmoid}
+	case SiLU, *SiLU:
+		return &pointwiseLayer{"silu", func(e *tensor.Expr) *tensor.Expr { return e.Mul(e.Sigmoid()) }}
+	case Identity, *Identity:
+		return &pointwiseLayer{"identity", func(e *tensor.Expr) *tensor.Expr { return e }}
+	case GELU:
+		if v.Tanh {
+			return &pointwiseLayer{"gelu_tanh", geluTanh}
+		}
+	case *GELU:
+		if v != nil && v.Tanh {
+			return &pointwiseLayer{"gelu_tanh", geluTanh}
+		}
+	}
+	return nil
+}
+
+// geluTanh is 0.5·e·(1 + tanh(√(2/π)·(e + 0.044715·e³))), tensor.GELU's
+// tanh form.
+func geluTanh(e *tensor.Expr) *tensor.Expr {
+	inner := e.Add(e.Mul(e).Mul(e).Scale(0.044715)).Scale(geluTanhK)
+	return e.Scale(0.5).Mul(inner.Tanh().AddConst(1))
+}
+
+// chains caches the compiled chains by their layers' keys (and whether a
+// residual is added), so that each is generated once per process; the
+// backends cache their kernels by the program.
+var chains = struct {
+	sync.Mutex
+	ops map[string]*tensor.FusedOp
+}{ops: map[string]*tensor.FusedOp{}}
+
+// chainOp returns the fused op of the pointwise layers ls applied in
+// order to input "x" and, with residual, added to input "r": r + f(x).
+func chainOp(ls []Layer, residual bool) *tensor.FusedOp {
+	keys := make([]string, len(ls))
+	pls := make([]*pointwiseLayer, len(ls))
+	for i, l := range ls {
+		pls[i] = pointwiseOf(l.Module)
+		keys[i] = pls[i].key
+	}
+	key := strings.Join(keys, ",")
+	if residual {
+		key = "r+" + key
+	}
+	chains.Lock()
+	defer chains.Unlock()
+	if op := chains.ops[key]; op != nil {
+		return op
+	}
+	e := tensor.Var("x")
+	for _, pl := range pls {
+		e = pl.apply(e)
+	}
+	inputs := []string{"x"}
+	if residual {
+		e = tensor.Var("r").Add(e)
+		inputs = []string{"r", "x"}
+	}
+	op := tensor.MustFused(e, inputs...)
+	chains.ops[key] = op
+	return op
+}
+
+// residualForward is x + f(x) for a Residual's child f, with the add
+// fused into f's last activations when f is a Sequential that ends with
+// some (a pointwise tail that no other rule took): one generated kernel
+// for the activations and the skip connection. ok is false when f has no
+// such tail.
+func residualForward(f Module, x *tensor.Tensor) (y *tensor.Tensor, ok bool) {
+	s, isSeq := f.(*Sequential)
+	if fusionOff || !isSeq || s.Unfused || len(s.Layers) == 0 {
+		return nil, false
+	}
+	steps := plan(s.Layers, false)
+	last := steps[len(steps)-1]
+	if last.rule != nil && last.rule.name != "pointwise" || last.rule == nil && pointwiseOf(s.Layers[last.start].Module) == nil {
+		return nil, false
+	}
+	h := runLayers(s.Layers[:last.start], false, x)
+	if !slices.Equal(h.Shape(), x.Shape()) { // no broadcasting x: Add's check names the mismatch
+		return tensor.Add(x, runLayers(s.Layers[last.start:], true, h)), true
+	}
+	return chainOp(s.Layers[last.start:], true).Apply(x, h), true
 }
 
 // fusionOff is the process-wide switch (EMBER_FUSION=off or 0).

@@ -192,3 +192,55 @@ func (c *biasReLUCounter) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, ch
 		c.Backend.BiasGrad(db, g, outer, channels, 1, accumulate)
 	}
 }
+
+// TestPointwiseFusion: activations in a row run as one generated
+// expression (on the CPU, tensor.Fused's composed programs: other code
+// than the layers' own operations), and a Residual adds its skip
+// connection in it; outputs and gradients must match the layers one by
+// one to 1e-5.
+func TestPointwiseFusion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	b := tensor.CPU
+	block := nn.NewSequential(nn.NewLinear(b, rng, 6, 6), nn.SiLU{}, nn.GELU{Tanh: true})
+	m := &nn.Sequential{Layers: []nn.Layer{
+		{"fc1", nn.NewLinear(b, rng, 6, 6)},
+		{"silu", nn.SiLU{}}, {"tanh", &nn.Tanh{}}, {"gelu", nn.GELU{Tanh: true}}, {"sigmoid", nn.Sigmoid{}}, {"id", nn.Identity{}},
+		{"erf", nn.GELU{}}, // exact GELU: not an expression, alone
+		{"res", nn.NewResidual(block)},
+		{"res2", nn.NewResidual(nn.NewSequential(nn.NewLinear(b, rng, 6, 6), nn.ReLU{}))}, // taken by linear+relu: a plain add
+		{"fc2", nn.NewLinear(b, rng, 6, 4)},
+	}}
+	defer releaseState(m)
+	want := []string{"fc1", "silu+tanh+gelu+sigmoid+id (pointwise)", "erf", "res", "res2", "fc2"}
+	if got := m.FusionPlan(); !slices.Equal(got, want) {
+		t.Errorf("plan %q, want %q", got, want)
+	}
+	if got := block.FusionPlan(); !slices.Equal(got, []string{"0", "1+2 (pointwise)"}) {
+		t.Errorf("block plan %q", got)
+	}
+	xs := layerNormals(rng, 5*6)
+	run := func(fused bool) [][]float32 {
+		nn.SetFusion(m, fused)
+		s := tensor.NewScope()
+		defer s.Release()
+		x := tensor.FromFloat32(b, s, xs, 5, 6).SetRequiresGrad(true)
+		y := m.Forward(x)
+		nn.ZeroGrad(m)
+		w := tensor.FromFloat32(b, s, layerNormals(rand.New(rand.NewPCG(9, 9)), y.Len()), y.Shape()...)
+		tensor.Sum(tensor.Mul(y, w)).Backward()
+		out := [][]float32{y.Float32s(), x.Grad().Float32s()}
+		for _, p := range nn.Parameters(m) {
+			out = append(out, p.Tensor.Grad().Float32s())
+		}
+		return out
+	}
+	ref := run(false)
+	got := run(true)
+	what := []string{"output", "input gradient"}
+	for _, p := range nn.Parameters(m) {
+		what = append(what, "gradient of "+p.Name)
+	}
+	for i := range ref {
+		sameValues(t, what[i], got[i], ref[i], 1e-5)
+	}
+}

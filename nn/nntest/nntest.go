@@ -131,6 +131,9 @@ var Cases = []Case{
 	// The fused forms nn picks, against the CPU's layers one by one.
 	{Name: "Sequential/fused", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2},
 	{Name: "Sequential/fused with loss", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2, Classes: 7},
+	{Name: "Residual/fused activations", Build: func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewSequential(nn.NewResidual(nn.NewSequential(nn.NewLinear(b, rng, 16, 16), nn.SiLU{}, nn.GELU{Tanh: true}, nn.Tanh{})), nn.Sigmoid{}, nn.SiLU{})
+	}, Input: []int{3, 4, 16}, Steps: 1},
 }
 
 // model is one side of a comparison: a layer on a backend and where its
