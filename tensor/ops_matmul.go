@@ -253,6 +253,9 @@ func ScaledDotProductAttentionDropout(q, k, v *Tensor, causal bool, scale, p flo
 	if !(p >= 0 && p <= 1) {
 		panic(fmt.Sprintf("tensor: ScaledDotProductAttentionDropout probability %v outside [0, 1]", p))
 	}
+	if p > 0 && gen == nil {
+		panic("tensor: ScaledDotProductAttentionDropout with probability > 0 needs a RandomSource, got nil")
+	}
 	return attention(q, k, v, causal, scale, p, gen)
 }
 
