@@ -496,11 +496,11 @@ func testCopyView(e *env) {
 // exactly.
 func testReduce(e *env) {
 	shapes := [][3]int{{1, 1, 1}, {3, 7, 1}, {2, 1025, 1}, {1000, 5, 1}, {3, 4099, 1}, {5, 33, 7}, {1, 4099, 3}, {7, 1, 33},
-		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}}
+		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}, {37, 784, 1}, {5, 36, 1}, {9, 8, 1}}
 	ops := []struct {
 		op   tensor.ReduceOp
 		name string
-	}{{tensor.ReduceSum, "Sum"}, {tensor.ReduceMax, "Max"}, {tensor.ReduceMin, "Min"}, {tensor.ReduceArgmax, "Argmax"}, {tensor.ReduceArgmin, "Argmin"}}
+	}{{tensor.ReduceSum, "Sum"}, {tensor.ReduceMax, "Max"}, {tensor.ReduceMin, "Min"}, {tensor.ReduceArgmax, "Argmax"}, {tensor.ReduceArgmin, "Argmin"}, {tensor.ReduceMean, "Mean"}}
 	for _, o := range ops {
 		for _, s := range shapes {
 			outer, n, inner := s[0], s[1], s[2]
@@ -513,7 +513,7 @@ func testReduce(e *env) {
 				}
 				e.tcase("%s [%d,%d,%d] accumulate=%v", o.name, outer, n, inner, acc)(func() {
 					x := e.grid(outer * n * inner) // ties
-					if o.op == tensor.ReduceSum {
+					if o.op == tensor.ReduceSum || o.op == tensor.ReduceMean {
 						x = e.normal(len(x), 1)
 						for i := range x {
 							x[i] += 0.25
@@ -555,6 +555,8 @@ func testReduce(e *env) {
 									wantF[r] += float64(d0[r])
 									bound[r] += math.Abs(float64(d0[r]))
 								}
+							case tensor.ReduceMean:
+								wantF[r], bound[r] = sum/float64(n), abs/float64(n)
 							case tensor.ReduceMax, tensor.ReduceMin:
 								wantF[r] = best
 							default:
@@ -562,7 +564,13 @@ func testReduce(e *env) {
 							}
 						}
 					}
-					xb := e.in("x", x)
+					// Rows of a multiple of 8 start 16-byte aligned (a
+					// device may load them four at a time); others anywhere.
+					pre := 1 + e.rng.IntN(7)
+					if n%8 == 0 {
+						pre = 4
+					}
+					xb := e.f32Pre("x", x, true, pre).win
 					if o.op == tensor.ReduceArgmax || o.op == tensor.ReduceArgmin {
 						dst := e.i32("dst", fillI(m, -5), false)
 						e.b.Reduce(o.op, dst.win, xb, outer, n, inner, false)
@@ -577,7 +585,7 @@ func testReduce(e *env) {
 					}
 					e.b.Reduce(o.op, dst.win, xb, outer, n, inner, acc)
 					tol := tolAcc
-					if o.op != tensor.ReduceSum {
+					if o.op != tensor.ReduceSum && o.op != tensor.ReduceMean {
 						tol = 0
 					}
 					e.nearNaN(o.name, dims(outer, inner), e.getF(dst), wantF, bound, tol)
