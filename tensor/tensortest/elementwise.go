@@ -236,6 +236,7 @@ func testUnaryBackward(e *env) {
 		for _, n := range []int{1, 33, 1025, 4099} {
 			for _, acc := range []bool{false, true} {
 				e.tcase("%s n=%d accumulate=%v", c.name, n, acc)(func() {
+					e.alignedOdd(n)
 					x, dy, d0 := e.domain(c.dom, n), e.normal(n, 1), e.normal(n, 1)
 					want, bound := make([]float64, n), make([]float64, n)
 					for i := range x {
