@@ -368,6 +368,74 @@ extern "C" __global__ void ember_batch_norm_backward_dx(float* dx, const float* 
     }
 }
 
+// ember_batch_norm_backward_dx4 is ember_batch_norm_backward_dx four
+// elements at a time (fewer than 2^31 elements; dx, dy and x 16-byte
+// aligned), the channel's coefficients looked up once per four where they
+// share it, as ember_batch_norm_apply4.
+extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float* dy, const float* x,
+                                                         const float* weightOrNull, const float* saveMean,
+                                                         const float* saveInvStd, const double* coefOrNull, int total,
+                                                         int c, int innerMul, int innerShift, int cMul, int cShift,
+                                                         int training, int acc) {
+    const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
+                       cs = (unsigned int)cShift, uc = (unsigned int)c;
+    auto channel = [&](unsigned int i) {
+        const unsigned int q = ember_divide(i, im, is);
+        return q - ember_divide(q, cm, cs) * uc;
+    };
+    // The per-channel terms: mean, inv, k = inv·w, and the two coefficients.
+    struct terms {
+        double mean, inv, k, c0, c1;
+    };
+    auto load = [&](unsigned int ch) {
+        terms t;
+        t.mean = (double)saveMean[ch];
+        t.inv = (double)saveInvStd[ch];
+        t.k = t.inv;
+        if (weightOrNull != 0) t.k *= (double)weightOrNull[ch];
+        t.c0 = training ? coefOrNull[2 * ch] : 0.0;
+        t.c1 = training ? coefOrNull[2 * ch + 1] : 0.0;
+        return t;
+    };
+    auto one = [&](const terms& t, float gy, float xv, float old) {
+        double g = (double)gy;
+        if (training) {
+            const double xh = ((double)xv - t.mean) * t.inv;
+            g = g - t.c0 - xh * t.c1;
+        }
+        double v = t.k * g;
+        if (acc) v += (double)old;
+        return (float)v;
+    };
+    const int groups = total >> 2;
+    EMBER_LOOP(int, q, groups) {
+        const unsigned int i = (unsigned int)q << 2;
+        const ember_f4 g = reinterpret_cast<const ember_f4*>(dy)[q];
+        ember_f4 xv = {0.0f, 0.0f, 0.0f, 0.0f}, o = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (training) xv = reinterpret_cast<const ember_f4*>(x)[q];
+        if (acc) o = reinterpret_cast<const ember_f4*>(dx)[q];
+        const unsigned int c0 = channel(i), c3 = channel(i + 3);
+        ember_f4 r;
+        if (c0 == c3) {
+            const terms t = load(c0);
+            r.x = one(t, g.x, xv.x, o.x);
+            r.y = one(t, g.y, xv.y, o.y);
+            r.z = one(t, g.z, xv.z, o.z);
+            r.w = one(t, g.w, xv.w, o.w);
+        } else {
+            r.x = one(load(c0), g.x, xv.x, o.x);
+            r.y = one(load(channel(i + 1)), g.y, xv.y, o.y);
+            r.z = one(load(channel(i + 2)), g.z, xv.z, o.z);
+            r.w = one(load(c3), g.w, xv.w, o.w);
+        }
+        reinterpret_cast<ember_f4*>(dx)[q] = r;
+    }
+    if (blockIdx.x == 0 && (int)threadIdx.x < (total & 3)) {
+        const unsigned int i = ((unsigned int)groups << 2) + threadIdx.x;
+        dx[i] = one(load(channel(i)), dy[i], training ? x[i] : 0.0f, acc ? dx[i] : 0.0f);
+    }
+}
+
 // Per row of x [rows, cols]: statistics into saveMean, saveInvStd, and y.
 extern "C" __global__ void ember_layer_norm(float* y, float* saveMean, float* saveInvStd, const float* x,
                                             const float* weightOrNull, const float* biasOrNull, long long rows,

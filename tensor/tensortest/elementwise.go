@@ -565,13 +565,8 @@ func testReduce(e *env) {
 							}
 						}
 					}
-					// Rows of a multiple of 8 start 16-byte aligned (a
-					// device may load them four at a time); others anywhere.
-					pre := 1 + e.rng.IntN(7)
-					if n%8 == 0 {
-						pre = 4
-					}
-					xb := e.f32Pre("x", x, true, pre).win
+					e.alignRows(n)
+					xb := e.in("x", x)
 					if o.op == tensor.ReduceArgmax || o.op == tensor.ReduceArgmin {
 						dst := e.i32("dst", fillI(m, -5), false)
 						e.b.Reduce(o.op, dst.win, xb, outer, n, inner, false)
