@@ -41,9 +41,6 @@ const (
 // split over: parts of at most bnPart elements, more (down to bnMinPart)
 // where c such parts would not fill the GPU.
 func bnParts(c, m int) int {
-	if perfVariant&2 != 0 {
-		return max((m+bnPart/2-1)/(bnPart/2), 1)
-	}
 	parts := (m + bnPart - 1) / bnPart
 	if c*parts < normBlocks {
 		parts = max(parts, min((normBlocks+c-1)/c, (m+bnMinPart-1)/bnMinPart))

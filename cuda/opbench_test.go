@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -86,7 +85,6 @@ func TestGPUOpBench(t *testing.T) {
 		t.Skip("the operator benchmark runs with EMBER_OPBENCH=1")
 	}
 	b := newGPUBackend(t, BackendOptions{})
-	perfVariant, _ = strconv.Atoi(os.Getenv("EMBER_VARIANT"))
 	var filter *regexp.Regexp
 	if f := os.Getenv("EMBER_OPBENCH_FILTER"); f != "" {
 		var err error

@@ -33,9 +33,6 @@ func (b *Backend) softmaxLaunch(op, rows, cols string, outer, n, inner int, bufs
 			args = append(args, f)
 		}
 		grid := min((outer+softmaxWarps-1)/softmaxWarps, maxGrid)
-		if perfVariant&1 != 0 {
-			grid = min((outer+softmaxWarps-1)/softmaxWarps, 1<<30)
-		}
 		b.launchGrid(op, b.kernel(rows), grid, 32*softmaxWarps, args...)
 		return
 	}

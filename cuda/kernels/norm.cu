@@ -244,19 +244,22 @@ extern "C" __global__ void ember_batch_norm_apply(float* y, const float* x, cons
 
 // ember_batch_norm_apply4 is ember_batch_norm_apply four elements at a
 // time, for tensors of fewer than 2^31 elements whose x and y are 16-byte
-// aligned: 16-byte loads and stores, and where the four share a channel
-// (all but about 3 in inner of them) one lookup of its parameters. The
-// last total mod 4 elements go one by one.
+// aligned: 16-byte loads and stores, and where the four lie in one plane
+// of inner elements (all but about 3 in inner of them) one lookup of its
+// channel's parameters. The last total mod 4 elements go one by one.
 extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, const float* saveMean,
                                                    const float* saveInvStd, const float* weightOrNull,
                                                    const float* biasOrNull, int total, int c, int innerMul,
                                                    int innerShift, int cMul, int cShift) {
     const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
                        cs = (unsigned int)cShift, uc = (unsigned int)c;
-    auto channel = [&](unsigned int i) {
-        const unsigned int q = ember_divide(i, im, is);
-        return q - ember_divide(q, cm, cs) * uc;
-    };
+    // The plane (n, c) of index i is i / inner; its channel is the plane
+    // mod c. Four elements share a channel where their first and last share
+    // a plane (equal channels alone would not do: with inner < 4 the four
+    // can wrap around all c channels).
+    auto plane = [&](unsigned int i) { return ember_divide(i, im, is); };
+    auto ofPlane = [&](unsigned int q) { return q - ember_divide(q, cm, cs) * uc; };
+    auto channel = [&](unsigned int i) { return ofPlane(plane(i)); };
     auto one = [&](unsigned int ch, float v) {
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
@@ -266,9 +269,9 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
     EMBER_LOOP(int, g, groups) {
         const unsigned int i = (unsigned int)g << 2;
         const ember_f4 v = reinterpret_cast<const ember_f4*>(x)[g];
-        const unsigned int c0 = channel(i), c3 = channel(i + 3);
+        const unsigned int p0 = plane(i), p3 = plane(i + 3), c0 = ofPlane(p0);
         ember_f4 r;
-        if (c0 == c3) {
+        if (p0 == p3) {
             const float w = weightOrNull != 0 ? weightOrNull[c0] : 1.0f;
             const float b = biasOrNull != 0 ? biasOrNull[c0] : 0.0f;
             const float mean = saveMean[c0], inv = saveInvStd[c0];
@@ -280,7 +283,7 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
             r.x = one(c0, v.x);
             r.y = one(channel(i + 1), v.y);
             r.z = one(channel(i + 2), v.z);
-            r.w = one(c3, v.w);
+            r.w = one(ofPlane(p3), v.w);
         }
         reinterpret_cast<ember_f4*>(y)[g] = r;
     }
@@ -379,10 +382,13 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
                                                          int training, int acc) {
     const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
                        cs = (unsigned int)cShift, uc = (unsigned int)c;
-    auto channel = [&](unsigned int i) {
-        const unsigned int q = ember_divide(i, im, is);
-        return q - ember_divide(q, cm, cs) * uc;
-    };
+    // The plane (n, c) of index i is i / inner; its channel is the plane
+    // mod c. Four elements share a channel where their first and last share
+    // a plane (equal channels alone would not do: with inner < 4 the four
+    // can wrap around all c channels).
+    auto plane = [&](unsigned int i) { return ember_divide(i, im, is); };
+    auto ofPlane = [&](unsigned int q) { return q - ember_divide(q, cm, cs) * uc; };
+    auto channel = [&](unsigned int i) { return ofPlane(plane(i)); };
     // The per-channel terms: mean, inv, k = inv·w, and the two coefficients.
     struct terms {
         double mean, inv, k, c0, c1;
@@ -414,9 +420,9 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
         ember_f4 xv = {0.0f, 0.0f, 0.0f, 0.0f}, o = {0.0f, 0.0f, 0.0f, 0.0f};
         if (training) xv = reinterpret_cast<const ember_f4*>(x)[q];
         if (acc) o = reinterpret_cast<const ember_f4*>(dx)[q];
-        const unsigned int c0 = channel(i), c3 = channel(i + 3);
+        const unsigned int p0 = plane(i), p3 = plane(i + 3), c0 = ofPlane(p0);
         ember_f4 r;
-        if (c0 == c3) {
+        if (p0 == p3) {
             const terms t = load(c0);
             r.x = one(t, g.x, xv.x, o.x);
             r.y = one(t, g.y, xv.y, o.y);
@@ -426,7 +432,7 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
             r.x = one(load(c0), g.x, xv.x, o.x);
             r.y = one(load(channel(i + 1)), g.y, xv.y, o.y);
             r.z = one(load(channel(i + 2)), g.z, xv.z, o.z);
-            r.w = one(load(c3), g.w, xv.w, o.w);
+            r.w = one(load(ofPlane(p3)), g.w, xv.w, o.w);
         }
         reinterpret_cast<ember_f4*>(dx)[q] = r;
     }
