@@ -75,9 +75,12 @@ type BackendOptions struct {
 	// NoLinearTiled sends linear layers of up to 256 rows through cuBLAS
 	// and separate bias, ReLU and mask passes (linear.go).
 	NoLinearTiled bool
-	// NoLinearLt keeps linear layers off cuBLASLt (linear_lt.go): cuBLAS
-	// and separate bias, ReLU and bias-gradient passes instead.
-	NoLinearLt bool
+	// LinearLt sends linear layers of more than 256 rows through cuBLASLt,
+	// the bias, ReLU and bias gradient in its products' epilogues
+	// (linear_lt.go), instead of cuBLAS and separate passes. Off by
+	// default until the GPU benchmark has measured it
+	// (TestGPULinearPathsBench, docs/performance.md).
+	LinearLt bool
 	// LinearLtEverywhere sends every linear layer cuBLASLt takes to it,
 	// the small ones too (for comparisons).
 	LinearLtEverywhere bool
@@ -108,8 +111,8 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_LINEAR_LT=0 turn
-// the matching feature off, EMBER_LINEAR_LT=all sets LinearLtEverywhere, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
+// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
+// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
 // "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
 // KernelCache where opt leaves it empty. The library itself reads no
 // variable: commands and tests call this.
@@ -118,7 +121,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
 	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
-	opt.NoLinearLt = opt.NoLinearLt || off("EMBER_LINEAR_LT")
+	opt.LinearLt = opt.LinearLt || os.Getenv("EMBER_LINEAR_LT") == "1"
 	opt.LinearLtEverywhere = opt.LinearLtEverywhere || os.Getenv("EMBER_LINEAR_LT") == "all"
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")

@@ -23,11 +23,11 @@ import (
 //     that split a tile's sum are a thread block cluster and add their
 //     partial tiles through distributed shared memory (the _cluster
 //     kernels); elsewhere through a workspace and a counter per tile;
-//   - larger batches: cuBLASLt, whose larger tiles fill the GPU without
-//     splitting sums, with the bias and the ReLU in its epilogue, and the
-//     bias gradient of a layer without ReLU in that of dw's product
-//     (linear_lt.go); without cuBLASLt, cuBLAS and the bias, ReLU and mask
-//     kernels around it.
+//   - larger batches: cuBLAS, whose larger tiles fill the GPU without
+//     splitting sums, and the bias, ReLU and mask kernels around it; with
+//     BackendOptions.LinearLt, cuBLASLt with the bias and the ReLU in its
+//     epilogue, and the bias gradient of a layer without ReLU in that of
+//     dw's product (linear_lt.go).
 //
 // EMBER_LINEAR_TILED=0 turns the tiled path off, for comparisons.
 

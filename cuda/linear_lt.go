@@ -14,11 +14,12 @@ import (
 // separate reduction over g. The products without an epilogue (dx, and dw
 // behind the ReLU's mask, whose pass already sums db) stay on cuBLAS.
 //
-// Which layers: those that went to cuBLAS, batches above linearTiledRows
-// (BenchmarkGPULinearPaths and docs/performance.md: at batch 64 the tiled
-// kernels of linear.cu stay faster); BackendOptions.LinearLtEverywhere
-// (EMBER_LINEAR_LT=all) sends every layer cuBLASLt takes, for comparisons,
-// and NoLinearLt (EMBER_LINEAR_LT=0) none.
+// Which layers: with BackendOptions.LinearLt (EMBER_LINEAR_LT=1) those
+// that go to cuBLAS otherwise, batches above linearTiledRows, the tiled
+// kernels of linear.cu keeping the smaller ones; LinearLtEverywhere
+// (EMBER_LINEAR_LT=all) every layer cuBLASLt takes, for comparisons.
+// Neither is on by default until TestGPULinearPathsBench has measured the
+// paths on the GPU (docs/performance.md).
 //
 // cuBLASLt chooses an algorithm per shape from its heuristics on the
 // shape's first call (host-only work: nothing is queued or waited for,
@@ -50,8 +51,8 @@ func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, 
 // says why: the linear layers keep the cuBLAS path.
 func (b *Backend) openLt() {
 	b.ltEverywhere = b.opt.LinearLtEverywhere
-	if b.opt.NoLinearLt {
-		b.ltErr = errors.New("cuBLASLt turned off (BackendOptions.NoLinearLt, EMBER_LINEAR_LT=0)")
+	if !b.opt.LinearLt && !b.opt.LinearLtEverywhere {
+		b.ltErr = errors.New("cuBLASLt not asked for (BackendOptions.LinearLt, EMBER_LINEAR_LT=1)")
 		return
 	}
 	ws := 0

@@ -67,19 +67,27 @@ func runLinear(t *testing.T, b *Backend, c linearCase, x, w, bias, g []float32, 
 // withPath runs f with b's linear layers on one path: "cublas" (no
 // cuBLASLt, no tiled kernels: cuBLAS and the separate bias, ReLU and mask
 // passes, or ember_gemm_small), "lt" (cuBLASLt for every layer it takes),
-// or "default".
+// "lt>256" (BackendOptions.LinearLt's choice: cuBLASLt above 256 rows) or
+// "current" (the default without cuBLASLt: the tiled kernels up to 256
+// rows, cuBLAS above). b must have cuBLASLt open.
 func withPath(b *Backend, path string, f func()) {
 	lt, tiled, everywhere := b.lt, b.noLinearTiled, b.ltEverywhere
 	defer func() { b.lt, b.noLinearTiled, b.ltEverywhere = lt, tiled, everywhere }()
 	switch path {
 	case "cublas":
 		b.lt, b.noLinearTiled, b.ltEverywhere = nil, true, false
+	case "current":
+		b.lt, b.ltEverywhere = nil, false
+	case "lt>256":
+		b.ltEverywhere = false
 	case "lt":
 		b.ltEverywhere = true
 	}
 	f()
 }
 
+// requireLt skips (fails with EMBER_REQUIRE_GPU=1) without cuBLASLt, and
+// logs, at the end of the test, the shapes cuBLASLt refused.
 func requireLt(t testing.TB, b *Backend) {
 	t.Helper()
 	if b.lt == nil {
@@ -88,6 +96,12 @@ func requireLt(t testing.TB, b *Backend) {
 		}
 		t.Skipf("no cuBLASLt: %v", b.ltErr)
 	}
+	t.Logf("cuBLASLt version %d", b.lt.Version())
+	t.Cleanup(func() {
+		for g, err := range b.lt.Refused() {
+			t.Logf("cuBLASLt refused %+v: %v", g, err)
+		}
+	})
 }
 
 // ltCases cover the batches that go to cuBLASLt by default (above 256
@@ -113,7 +127,7 @@ var ltCases = []linearCase{
 // checks that cuBLASLt ran a product (so the comparison did not run the
 // fallback twice).
 func TestGPULinearLtMatchesCuBLAS(t *testing.T) {
-	b := newGPUBackend(t, BackendOptions{})
+	b := newGPUBackend(t, BackendOptions{LinearLt: true})
 	requireLt(t, b)
 	for _, c := range ltCases {
 		x, w, bias, g := gridRandom(c.n*c.in, 1), gridRandom(c.out*c.in, 2), gridRandom(c.out, 3), gridRandom(c.n*c.out, 4)
@@ -142,7 +156,7 @@ func TestGPULinearLtMatchesCuBLAS(t *testing.T) {
 // result) and 1e-2 in TF32 (inputs rounded to 10-bit mantissas: 1e-3 of
 // each product).
 func TestGPULinearLtMatchesCPU(t *testing.T) {
-	b := newGPUBackend(t, BackendOptions{})
+	b := newGPUBackend(t, BackendOptions{LinearLt: true})
 	requireLt(t, b)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -255,10 +269,11 @@ func cpuLinear(c linearCase, x, w, bias, g []float32, starts map[uint32][]float3
 // batch 64 (784->1024 and 1024->1024 with ReLU, 1024->10) and on the GPT's
 // at B·T = 16384 (384->1536, 1536->384, 384->1152, with bias), forward
 // (Linear) and backward (LinearGrads: dx, dw, db, through the ReLU's mask
-// where there is one), in FP32 and TF32: "default" (the tiled kernels of
-// linear.cu at batch 64, cuBLASLt above 256 rows), "cublas" (cuBLAS and the
-// separate passes, or ember_gemm_small) and "lt" (cuBLASLt for every
-// layer). Each time is the median over 15 samples of the time per call of
+// where there is one), in FP32 and TF32, on each path of withPath:
+// "current" (the default today: the tiled kernels of linear.cu at batch
+// 64, cuBLAS above 256 rows), "cublas" (cuBLAS and the separate passes, or
+// ember_gemm_small), "lt>256" (BackendOptions.LinearLt) and "lt" (cuBLASLt
+// for every layer). Each time is the median over 15 samples of the time per call of
 // k calls queued back to back between two Synchronize calls (k: about 2 ms
 // per sample). It runs only with EMBER_LINEAR_BENCH=1 and prints one line
 // per case.
@@ -266,7 +281,7 @@ func TestGPULinearPathsBench(t *testing.T) {
 	if os.Getenv("EMBER_LINEAR_BENCH") != "1" {
 		t.Skip("EMBER_LINEAR_BENCH=1 runs the linear paths' benchmark")
 	}
-	b := newGPUBackend(t, BackendOptions{})
+	b := newGPUBackend(t, BackendOptions{LinearLt: true})
 	requireLt(t, b)
 	for _, c := range []struct {
 		n, in, out int
@@ -295,7 +310,7 @@ func TestGPULinearPathsBench(t *testing.T) {
 			if err := b.blas.SetTF32(tf32); err != nil {
 				t.Fatal(err)
 			}
-			for _, path := range []string{"default", "cublas", "lt"} {
+			for _, path := range []string{"current", "cublas", "lt>256", "lt"} {
 				var fwd, bwd time.Duration
 				calls := b.ltCalls.Load()
 				withPath(b, path, func() {

@@ -314,22 +314,11 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 			return err
 		}
 	}
-	// Column-major layouts: the first operand (row-major B) is m x k as
-	// op sees it, stored rows x cols = (k x m) transposed or (m x k).
-	layout := func(dst *uintptr, trans, rows, cols, ld int) error {
-		if trans == cublasOpT {
-			rows, cols = cols, rows
+	for i, l := range ltLayouts(ga) {
+		dst := []*uintptr{&p.a, &p.b, &p.c}[i]
+		if err := cublasCheck("cublasLtMatrixLayoutCreate", CCall(ltFn.layoutCreate, uintptr(unsafe.Pointer(dst)), cudaR32F, uintptr(l.rows), uintptr(l.cols), uintptr(l.ld))); err != nil {
+			return err
 		}
-		return cublasCheck("cublasLtMatrixLayoutCreate", CCall(ltFn.layoutCreate, uintptr(unsafe.Pointer(dst)), cudaR32F, uintptr(rows), uintptr(cols), uintptr(ld)))
-	}
-	if err := layout(&p.a, ga.transa, ga.m, ga.k, ga.lda); err != nil {
-		return err
-	}
-	if err := layout(&p.b, ga.transb, ga.k, ga.n, ga.ldb); err != nil {
-		return err
-	}
-	if err := layout(&p.c, cublasOpN, ga.m, ga.n, ga.ldc); err != nil {
-		return err
 	}
 	var pref uintptr
 	if err := cublasCheck("cublasLtMatmulPreferenceCreate", CCall(ltFn.prefCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
@@ -358,6 +347,23 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 		return fmt.Errorf("%w (%+v: status %d, %d results)", ErrLtUnsupported, g, st, n)
 	}
 	return cublasCheck("cublasLtMatmulAlgoGetHeuristic", r)
+}
+
+// ltLayout is a column-major matrix layout: rows, columns and leading
+// dimension as stored.
+type ltLayout struct{ rows, cols, ld int }
+
+// ltLayouts are the layouts of the column-major call's first operand
+// (row-major B), second (row-major A) and C: op(first) is m x k, so it is
+// stored m x k, or k x m when transposed; op(second) is k x n; C is m x n.
+func ltLayouts(ga gemmArgs) [3]ltLayout {
+	stored := func(trans, rows, cols, ld int) ltLayout {
+		if trans == cublasOpT {
+			rows, cols = cols, rows
+		}
+		return ltLayout{rows, cols, ld}
+	}
+	return [3]ltLayout{stored(ga.transa, ga.m, ga.k, ga.lda), stored(ga.transb, ga.k, ga.n, ga.ldb), {ga.m, ga.n, ga.ldc}}
 }
 
 // cublasStatusNotSupported is CUBLAS_STATUS_NOT_SUPPORTED.
@@ -426,4 +432,16 @@ func (l *Lt) Plans() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.plans)
+}
+
+// Refused lists the product shapes that got no plan, with why (for tests
+// and benchmarks: which epilogues this cuBLASLt lacks).
+func (l *Lt) Refused() map[LtGemm]error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[LtGemm]error, len(l.bad))
+	for g, err := range l.bad {
+		out[g] = err
+	}
+	return out
 }
