@@ -363,3 +363,26 @@ func benchLinear(t *testing.T, b *Backend, f func()) time.Duration {
 	slices.Sort(samples)
 	return samples[len(samples)/2]
 }
+
+// TestGPULinearLtNaN: a NaN in x makes its row of y NaN through the ReLU
+// epilogue too, as tensor.LinearBackend promises (ReLU keeps NaN).
+func TestGPULinearLtNaN(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{LinearLt: true})
+	requireLt(t, b)
+	c := linearCase{n: 300, in: 64, out: 32, relu: true, bias: true}
+	x := gridRandom(c.n*c.in, 1)
+	x[0] = float32(math.NaN())
+	var got [][]float32
+	calls := b.ltCalls.Load()
+	withPath(b, "lt", func() {
+		got = runLinear(t, b, c, x, gridRandom(c.out*c.in, 2), gridRandom(c.out, 3), gridRandom(c.n*c.out, 4), gridRandom)
+	})
+	if b.ltCalls.Load() == calls {
+		t.Fatal("no cuBLASLt product: the layer took the fallback")
+	}
+	for j, v := range got[0][:c.out] {
+		if !math.IsNaN(float64(v)) {
+			t.Fatalf("y[0][%d] = %g with x[0][0] NaN, want NaN", j, v)
+		}
+	}
+}
