@@ -86,8 +86,10 @@ func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta
 	if !ok || b.lt == nil {
 		return false
 	}
+	// The algorithms are chosen for an alignment of the base pointers
+	// (cuBLASLt sees the leading dimensions in the layouts).
 	var or uintptr
-	for _, p := range []uintptr{pa, pb, pc, pbias, paux, uintptr(4 * g.LDA), uintptr(4 * g.LDB), uintptr(4 * g.LDC)} {
+	for _, p := range []uintptr{pa, pb, pc, pbias, paux} {
 		or |= p
 	}
 	switch {
