@@ -75,6 +75,15 @@ type BackendOptions struct {
 	// NoLinearTiled sends linear layers of up to 256 rows through cuBLAS
 	// and separate bias, ReLU and mask passes (linear.go).
 	NoLinearTiled bool
+	// LinearLt sends linear layers of more than 256 rows through cuBLASLt,
+	// the bias, ReLU and bias gradient in its products' epilogues
+	// (linear_lt.go), instead of cuBLAS and separate passes. Off by
+	// default until the GPU benchmark has measured it
+	// (TestGPULinearPathsBench, docs/performance.md).
+	LinearLt bool
+	// LinearLtEverywhere sends every linear layer cuBLASLt takes to it,
+	// the small ones too (for comparisons).
+	LinearLtEverywhere bool
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
@@ -103,7 +112,7 @@ type BackendOptions struct {
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
+// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
 // "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
 // KernelCache where opt leaves it empty. The library itself reads no
 // variable: commands and tests call this.
@@ -112,6 +121,8 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
 	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
+	opt.LinearLt = opt.LinearLt || os.Getenv("EMBER_LINEAR_LT") == "1"
+	opt.LinearLtEverywhere = opt.LinearLtEverywhere || os.Getenv("EMBER_LINEAR_LT") == "all"
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
@@ -154,15 +165,19 @@ type Backend struct {
 	closed        atomic.Bool
 
 	opt           BackendOptions
-	noConvRT      bool      // no register-tiled convolution kernels (conv_rt.go)
-	noLinearTiled bool      // no tiled linear kernels (linear.go)
-	noNarrow      bool      // no narrow-layer kernels (narrow.go)
-	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
-	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
-	side          *sideLane // nil with EMBER_SIDE_STREAM=0
-	dnn           *dnnConvs // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
-	dnnErr        error     // why dnn is nil
-	dnnEverywhere bool      // every geometry cuDNN takes goes to it (tests, benchmarks)
+	noConvRT      bool         // no register-tiled convolution kernels (conv_rt.go)
+	noLinearTiled bool         // no tiled linear kernels (linear.go)
+	lt            *Lt          // cuBLASLt; nil without it (linear_lt.go)
+	ltErr         error        // why lt is nil
+	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
+	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
+	noNarrow      bool         // no narrow-layer kernels (narrow.go)
+	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
+	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
+	side          *sideLane    // nil with EMBER_SIDE_STREAM=0
+	dnn           *dnnConvs    // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
+	dnnErr        error        // why dnn is nil
+	dnnEverywhere bool         // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
 	gen           generated // generated elementwise kernels (ewk.go)
 }
@@ -226,6 +241,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
 	}
+	b.openLt()
 	if err = b.allocTileCounters(); err != nil {
 		return nil, err
 	}
@@ -261,6 +277,9 @@ func (b *Backend) Close() error {
 	var errs []error
 	if b.stream != 0 {
 		errs = append(errs, b.dev.Synchronize(b.stream))
+	}
+	if b.lt != nil {
+		errs = append(errs, b.lt.Close())
 	}
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
@@ -469,6 +488,8 @@ type gpuExec struct {
 	blas   *BLAS // nil on the side lane's executor
 	stream Stream
 	side   *sideLane
+	lt     *Lt // cuBLASLt, nil without it and on the side lane's executor
+	ltWS   Block
 }
 
 // Every operation on the main stream first joins a detached side task

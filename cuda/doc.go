@@ -164,6 +164,12 @@
 // backend's mixed-precision products (cast.go, tensor/autocast.go). The
 // binding is package cuda/driver's (cublas.go).
 //
+// Device.NewLt returns a cuBLASLt handle (cublaslt.go): row-major products
+// with an epilogue (bias, ReLU, GELU, their gradients, the bias gradient)
+// in the same kernel, the algorithm chosen by cuBLASLt's heuristics once
+// per shape. With BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the linear
+// layers of more than 256 rows go through it (linear_lt.go).
+//
 // # cuDNN
 //
 // Where libcudnn.so.9 is installed the Backend's convolutions (all but
