@@ -131,8 +131,9 @@ type Backend struct {
 	stream Stream
 	blas   *BLAS
 	alloc  *Allocator
-	mods   []*Module            // one per kernel unit (kernels.go)
-	fns    map[string]*Function // every kernel, by its extern "C" name
+	kl     *kernelLoader        // compiles the kernel units on demand (kernels_load.go); nil in tests that load every kernel
+	fnMu   sync.RWMutex         // guards fns, and the fields of k that kl fills after NewBackend
+	fns    map[string]*Function // the kernels of the units compiled so far, by extern "C" name
 	k      kernels
 	x      executor // where device work goes: the GPU, or a recorder in tests
 	name   string
@@ -200,13 +201,13 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		}
 	}
 	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
-	if b.mods, err = compileKernels(dev); err != nil {
-		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
-	}
-	if b.fns, err = lookupKernels(b.mods); err != nil {
+	if b.kl, err = newKernelLoader(b); err != nil {
 		return nil, err
 	}
-	if err = b.k.load(b.fns); err != nil {
+	for _, i := range prefetchUnits {
+		b.kl.begin(i)
+	}
+	if err = b.kl.wait(eagerUnits...); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: dev.VirtualMemorySupported() && !opt.NoExpandableSegments})
@@ -263,8 +264,11 @@ func (b *Backend) Close() error {
 		}
 	}
 	errs = append(errs, b.gen.unload()...)
-	for _, m := range b.mods {
-		errs = append(errs, m.Unload())
+	if b.kl != nil {
+		b.kl.settle() // a compile in flight loads its module: wait, then unload it
+		for _, m := range b.kl.modules() {
+			errs = append(errs, m.Unload())
+		}
 	}
 	if b.alloc != nil {
 		errs = append(errs, b.alloc.EmptyCache())
@@ -520,11 +524,20 @@ func gridFor(n int) Dim3 {
 	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
 }
 
-// kernel returns the kernel of that extern "C" name. The general
-// operators look their kernels up by name; a name no source defines is a
-// programming error.
+// kernel returns the kernel of that extern "C" name, compiling its unit if
+// this is the first use of one of its kernels. The general operators look
+// their kernels up by name; a name no source defines is a programming
+// error.
 func (b *Backend) kernel(name string) *Function {
+	b.fnMu.RLock()
 	f := b.fns[name]
+	b.fnMu.RUnlock()
+	if f == nil && b.kl != nil {
+		b.kl.loadFor(name, name) // its unit is compiled on first use
+		b.fnMu.RLock()
+		f = b.fns[name]
+		b.fnMu.RUnlock()
+	}
 	if f == nil {
 		panic(fmt.Sprintf("cuda: no kernel named %s in the backend's sources", name))
 	}

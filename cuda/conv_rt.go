@@ -68,7 +68,7 @@ func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	if g.R == 3 {
 		f = &b.k.convReLUPoolRT3
 	}
-	return f[rtSplit(g)]
+	return b.need(&f[rtSplit(g)])
 }
 
 // rtSplit indexes the forward kernels by lanes per sum: 1 for one input
@@ -136,7 +136,7 @@ func (b *Backend) rtDW(c convShape, pooled bool) *Function {
 	if g.C*hp*xs+round4(g.K)*c.oh*round4(c.ow) > rtSmemFloats {
 		return nil
 	}
-	return b.k.convDWRT[rtVariant(g, pooled)]
+	return b.need(&b.k.convDWRT[rtVariant(g, pooled)])
 }
 
 // rtVariant indexes the backward kernels: 5x5, 3x3, then their pooled
@@ -167,7 +167,7 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats-4 { // 4: the image queue's
 		return nil
 	}
-	return b.k.convDXRT[rtVariant(g, pooled)]
+	return b.need(&b.k.convDXRT[rtVariant(g, pooled)])
 }
 
 // rtGroups is how many image groups the weight gradient is split into (one
@@ -225,7 +225,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
 		args := append(append(append([]any{ws}, src.args(op)...), px), dims...)
 		devCheck(op, ex.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, i32arg(op, per))))
-		devCheck(op, ex.launch(b.k.addParts, gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
+		devCheck(op, ex.launch(b.need(&b.k.addParts), gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
 			[]any{pdw, ws, int64(c.wLen), i32arg(op, groups)}))
 	}
 	inputGrad := func() {
