@@ -129,6 +129,15 @@ func (z *zooEnv) peakReservedMiB() float64 {
 	return mib(z.gpu.MemoryStats().Reserved.Peak)
 }
 
+// peakAllocatedMiB is the memory the allocator's blocks held at their peak
+// (torch's max_memory_allocated; 0 on the CPU).
+func (z *zooEnv) peakAllocatedMiB() float64 {
+	if z.gpu == nil {
+		return 0
+	}
+	return mib(z.gpu.MemoryStats().Allocated.Peak)
+}
+
 // out prints one JSON line as zoo.py's out does, with mode "ember".
 func (z *zooEnv) out(t *testing.T, what string, kv ...any) {
 	m := map[string]any{"what": what, "mode": "ember"}
@@ -372,7 +381,7 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		lastLoss := loss.Item()
 		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
 		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
-			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "peak_allocated_mib", z.peakAllocatedMiB(), "step", st.logged)
 	}
 }
 
