@@ -24,12 +24,14 @@ import (
 //
 // A graph capture waits for the compiles in flight before it begins, so
 // that no module is loaded while the stream records; a unit first needed
-// inside a capture is compiled there on drivers from CUDA 12.3 on (which
-// load modules during a capture), and fails the capture on older ones, so
+// inside a capture is compiled there on drivers from CUDA 12.4 on (which
+// load modules during a capture; 12.2 refuses with "operation not
+// permitted when stream is capturing"), and fails the capture on older
+// ones with ErrLoadDuringCapture, so
 // that the step runs eagerly, compiling the unit, and is captured next time.
 
 // ErrLoadDuringCapture fails a capture whose work is the first use of a
-// kernel unit on a driver older than CUDA 12.3, which cannot load a module
+// kernel unit on a driver older than CUDA 12.4, which cannot load a module
 // while a stream is being captured. Run the work once eagerly (that
 // compiles the unit), then capture it.
 var ErrLoadDuringCapture = errors.New("cuda: a kernel unit is compiled on first use, which this driver cannot do during a graph capture")
@@ -43,7 +45,7 @@ var (
 
 // captureLoadDriver is the first driver version that loads modules while a
 // stream is being captured.
-const captureLoadDriver = 12030
+const captureLoadDriver = 12040
 
 // unitLoad is one unit's compile, started once.
 type unitLoad struct {

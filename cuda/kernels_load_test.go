@@ -65,7 +65,7 @@ func TestKernelUnitNames(t *testing.T) {
 // compile nothing more; a LeNet-shaped fused convolution compiles its
 // units on first use, and computes what the CPU does. The first use of the
 // register-tiled unit happens inside a graph capture, which on this
-// driver (CUDA 12.3 and later) compiles there; the replay must match the
+// driver (CUDA 12.4 and later) compiles there; the replay must match the
 // eager result.
 func TestLazyKernelUnitsGPU(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})

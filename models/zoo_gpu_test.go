@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -214,6 +215,10 @@ func (z *zooStepper) run() *tensor.Tensor {
 		}
 		if z.opt.Steps() > before {
 			z.opt.Rewind()
+		}
+		if errors.Is(err, cuda.ErrLoadDuringCapture) {
+			z.try = true // an older driver: this eager step compiles the kernels, the next is captured
+			return z.eager()
 		}
 		z.logged = "capture failed: " + strings.ReplaceAll(err.Error(), "\n", " ")
 	}
