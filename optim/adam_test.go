@@ -225,8 +225,9 @@ func TestAdamCycledBeta1(t *testing.T) {
 		opt.Step()
 		got = append(got, float64(p.Item()))
 	}
-	p1 := 1 - (0.1/0.1)*0.05/(sq(2.5e-4)/sq(0.001)+1e-8)
+	const lr = 0.1
+	p1 := 1 - (lr/(1-0.9))*0.05/(sq(2.5e-4)/sq(0.001)+1e-8)
 	m2 := 0.05 + 0.15*(-1-0.05)
-	p2 := p1 - (0.1/(1-0.85*0.85))*m2/(sq(0.00124975)/sq(0.001999)+1e-8)
+	p2 := p1 - (lr/(1-0.85*0.85))*m2/(sq(0.00124975)/sq(0.001999)+1e-8)
 	check(t, "adam with beta1 0.9 then 0.85", got, []float64{p1, p2})
 }
