@@ -53,7 +53,10 @@
 //
 // Backend (backend.go) implements tensor.Backend with the kernels of
 // kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
-// and cuBLAS for large products. It also implements the tensor package's
+// each on first use of one of its kernels, the core unit in NewBackend and
+// the general one in the background (kernels_load.go), so that a cold
+// start compiles only what the model launches; and cuBLAS for large
+// products. It also implements the tensor package's
 // optional fused operations: convolution + bias + ReLU + max pooling
 // (conv_pool.go, with the register-tiled kernels of conv_rt.go), a linear
 // layer with its bias and ReLU, and its gradients, in one launch each way
