@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -62,13 +61,11 @@ type kernelLoader struct {
 	b      *Backend
 	mu     sync.Mutex
 	units  []*unitLoad
-	byName map[string][]int                 // the units whose sources define a kernel
-	field  map[**Function]string            // the kernels table's fields by their name
-	log    func(format string, args ...any) // EMBER_KERNEL_LOG=1: one line per unit
+	byName map[string][]int // the units whose sources define a kernel
 }
 
 func newKernelLoader(b *Backend) (*kernelLoader, error) {
-	l := &kernelLoader{b: b, byName: map[string][]int{}, field: map[**Function]string{}}
+	l := &kernelLoader{b: b, byName: map[string][]int{}}
 	for i, u := range kernelUnits {
 		l.units = append(l.units, &unitLoad{done: make(chan struct{})})
 		for _, f := range u.files {
@@ -83,15 +80,6 @@ func newKernelLoader(b *Backend) (*kernelLoader, error) {
 				l.byName[name] = append(l.byName[name], i)
 			}
 		}
-	}
-	for _, e := range b.k.table() {
-		if len(l.byName[e.name]) == 0 && !sm90Kernels[e.name] {
-			return nil, fmt.Errorf("cuda: kernel %s is in the table but in no kernel source", e.name)
-		}
-		l.field[e.f] = e.name
-	}
-	if os.Getenv("EMBER_KERNEL_LOG") == "1" {
-		l.log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	}
 	return l, nil
 }
@@ -129,8 +117,8 @@ func (l *kernelLoader) compile(i int) {
 		return
 	}
 	u.secs = time.Since(t0).Seconds()
-	if l.log != nil {
-		l.log("cuda: kernel unit %d (%s %s) ready in %.2f s", i, strings.Join(kernelUnits[i].files[1:], ", "),
+	if w := l.b.opt.KernelLog; w != nil {
+		fmt.Fprintf(w, "cuda: kernel unit %d (%s %s) ready in %.2f s\n", i, strings.Join(kernelUnits[i].files[1:], ", "),
 			strings.Join(kernelUnits[i].defines, " "), u.secs)
 	}
 }
@@ -178,8 +166,10 @@ func (l *kernelLoader) loadFor(op, name string) {
 	if len(units) == 0 {
 		return
 	}
-	if l.b.capturing.Load() && !l.ready(units) && driverVersion < captureLoadDriver {
-		devCheck(op, fmt.Errorf("%w: kernel %s (this driver supports CUDA %d.%d)", ErrLoadDuringCapture, name, driverVersion/1000, driverVersion%1000/10))
+	if l.b.capturing.Load() && !l.ready(units) {
+		if v, err := DriverVersion(); err == nil && v < captureLoadDriver {
+			devCheck(op, fmt.Errorf("%w: kernel %s (this driver supports CUDA %d.%d)", ErrLoadDuringCapture, name, v/1000, v%1000/10))
+		}
 	}
 	devCheck(op, l.wait(units...))
 }
@@ -235,7 +225,7 @@ func (b *Backend) KernelUnits() []KernelUnit {
 
 // register looks up every kernel of unit i's module (those the driver
 // lists, or each extern "C" name of its source where it cannot list them)
-// and adds them to the backend's names and its kernels table.
+// and adds them to the backend's kernels by name.
 func (b *Backend) register(i int, m *Module) error {
 	fns, err := lookupKernels(kernelUnits[i:i+1], []*Module{m})
 	if err != nil {
@@ -251,32 +241,5 @@ func (b *Backend) register(i int, m *Module) error {
 			b.fns[name] = f
 		}
 	}
-	for _, e := range b.k.table() {
-		if f, ok := fns[e.name]; ok && *e.f == nil {
-			*e.f = f
-		}
-	}
 	return nil
-}
-
-// need returns the kernel of a field of the kernels table, compiling its
-// unit first if it has not been: the fields of the units NewBackend does
-// not compile are read through need. nil for a kernel its unit does not
-// hold (the sm_90 kernels elsewhere).
-func (b *Backend) need(f **Function) *Function {
-	if b.kl == nil { // every kernel loaded at once (tests)
-		return *f
-	}
-	b.fnMu.RLock()
-	v := *f
-	b.fnMu.RUnlock()
-	if v != nil {
-		return v
-	}
-	name := b.kl.field[f]
-	b.kl.loadFor(name, name)
-	b.fnMu.RLock()
-	v = *f
-	b.fnMu.RUnlock()
-	return v
 }

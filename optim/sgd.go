@@ -138,7 +138,7 @@ func (s *SGD) step(zeroGrad bool) {
 	if s.dev != nil {
 		s.stepDevice(v, h)
 	} else {
-		s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+		tensor.Complete(s.flatP.Backend()).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 	}
 	s.steps++
 }

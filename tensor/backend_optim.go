@@ -59,6 +59,17 @@ type AdamStep struct {
 	ZeroGrad bool
 }
 
+// SGDBackend is implemented by backends with a fused SGD update. Without
+// it (Complete) the update is a few core elementwise operations with the
+// same roundings as the CPU's kernel.
+type SGDBackend interface {
+	// SGD applies one torch.optim.SGD update to the parameters p with
+	// gradients g and momentum buffers v (all the same length, so that many
+	// parameters held in one buffer take one call; v may be empty without
+	// momentum).
+	SGD(p, g, v Buffer, h SGDStep)
+}
+
 // OptimBackend is implemented by backends with fused optimiser kernels (the
 // CPU and CUDA backends). Package optim falls back to running the CPU
 // backend's update on host copies for a backend without it (correct, but it
@@ -79,7 +90,7 @@ type OptimBackend interface {
 	// lerp(a, b, w) is a + w·(b - a) for |w| < 0.5 and b - (b - a)·(1 - w)
 	// otherwise, as torch.lerp.
 	Adam(p, g, m, v, vmax, s Buffer, h AdamStep)
-	// SGDDevice is Backend.SGD with the learning rate, momentum,
+	// SGDDevice is SGDBackend.SGD with the learning rate, momentum,
 	// dampening and weight decay read from s[0:NumSGDScalars] (see SGDLR)
 	// instead of h's fields (which are ignored): the same operations
 	// otherwise. v may be empty only while s[SGDMomentum] is 0.
