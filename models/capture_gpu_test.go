@@ -46,7 +46,11 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 	for _, name := range []string{"sgd", "adamw"} {
 		t.Run(name, func(t *testing.T) {
 			run := func(eager bool) ([]float32, []float32) {
-				b, err := cuda.NewBackend(0, cuda.BackendOptions{})
+				opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := cuda.NewBackend(0, opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -55,11 +59,11 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 				cfg.Width = 8
 				m := models.NewResNet9(b, 1, cfg)
 				defer m.Release()
-				var opt trainer.Optimizer
+				var o trainer.Optimizer
 				if name == "sgd" {
-					opt, err = optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
+					o, err = optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
 				} else {
-					opt, err = optim.NewAdamW(nn.Parameters(m), optim.DefaultAdamWConfig())
+					o, err = optim.NewAdamW(nn.Parameters(m), optim.DefaultAdamWConfig())
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -72,13 +76,13 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 				x, y := tensor.Zeros(b, nil, bs, 1, side, side), tensor.FromInt32(b, nil, make([]int32, bs), bs)
 				defer x.Release()
 				defer y.Release()
-				opt.ZeroGrad()
+				o.ZeroGrad()
 				st, err := trainer.CaptureStep(b, func(s *tensor.Scope) *tensor.Tensor {
 					loss := m.Loss(s.Borrow(x), y)
 					loss.Backward()
-					opt.StepAndZeroGrad()
+					o.StepAndZeroGrad()
 					return loss
-				}, trainer.StepOptions{Optimizer: opt, Eager: eager, Logf: t.Logf})
+				}, trainer.StepOptions{Optimizer: o, Eager: eager, Logf: t.Logf})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -87,9 +91,9 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 				for i := range steps {
 					b.Upload(x.Buffer(), images[i*bs*side*side:(i+1)*bs*side*side])
 					b.Upload(y.Buffer(), labels[i*bs:(i+1)*bs])
-					opt.SetLR(sched.LR(i))
+					o.SetLR(sched.LR(i))
 					mom, _ := sched.MomentumAt(i)
-					if err := opt.(optim.MomentumSetter).SetMomentum(mom); err != nil {
+					if err := o.(optim.MomentumSetter).SetMomentum(mom); err != nil {
 						t.Fatal(err)
 					}
 					loss, err := st.Run(bs)
@@ -101,8 +105,8 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 				if !eager && !st.Captured(bs) {
 					t.Fatalf("the step was not captured: %s", st.Reason())
 				}
-				if opt.Steps() != steps {
-					t.Errorf("%d steps counted, want %d", opt.Steps(), steps)
+				if o.Steps() != steps {
+					t.Errorf("%d steps counted, want %d", o.Steps(), steps)
 				}
 				var w []float32
 				for _, p := range nn.Parameters(m) {
