@@ -62,10 +62,14 @@ type kernelLoader struct {
 	mu     sync.Mutex
 	units  []*unitLoad
 	byName map[string][]int // the units whose sources define a kernel
+	// load compiles unit i and registers its kernels (compileUnit; a fake
+	// in the tests of the scheduling).
+	load func(i int) (*Module, error)
 }
 
 func newKernelLoader(b *Backend) (*kernelLoader, error) {
 	l := &kernelLoader{b: b, byName: map[string][]int{}}
+	l.load = l.compileUnit
 	for i, u := range kernelUnits {
 		l.units = append(l.units, &unitLoad{done: make(chan struct{})})
 		for _, f := range u.files {
@@ -105,14 +109,8 @@ func (l *kernelLoader) compile(i int) {
 	u := l.units[i]
 	defer close(u.done)
 	t0 := time.Now()
-	src, err := kernelUnits[i].source()
-	if err == nil {
-		u.mod, err = l.b.dev.Compile(src, kernelUnits[i].options()...)
-	}
-	if err == nil {
-		err = l.b.register(i, u.mod)
-	}
-	if err != nil {
+	var err error
+	if u.mod, err = l.load(i); err != nil {
 		u.err = fmt.Errorf("cuda: compiling the backend's kernels (%s): %w", strings.Join(kernelUnits[i].files[1:], ", "), err)
 		return
 	}
@@ -121,6 +119,24 @@ func (l *kernelLoader) compile(i int) {
 		fmt.Fprintf(w, "cuda: kernel unit %d (%s %s) ready in %.2f s\n", i, strings.Join(kernelUnits[i].files[1:], ", "),
 			strings.Join(kernelUnits[i].defines, " "), u.secs)
 	}
+}
+
+// compileUnit compiles unit i (or reads it from the kernel cache), loads
+// its module and registers its kernels with the backend.
+func (l *kernelLoader) compileUnit(i int) (*Module, error) {
+	src, err := kernelUnits[i].source()
+	if err != nil {
+		return nil, err
+	}
+	m, err := l.b.dev.Compile(src, kernelUnits[i].options()...)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.b.register(i, m); err != nil {
+		m.Unload()
+		return nil, err
+	}
+	return m, nil
 }
 
 // wait starts the units and waits for all of them; the first error.

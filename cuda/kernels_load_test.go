@@ -1,10 +1,15 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -140,4 +145,64 @@ func TestLazyKernelUnitsGPU(t *testing.T) {
 			t.Logf("unit %d %v %v: %.2f s", i, u.Files, u.Defines, u.Seconds)
 		}
 	}
+}
+
+// TestKernelLoaderScheduling checks the loader's bookkeeping with a fake
+// compile, without a GPU: units asked for together compile concurrently
+// (each fake waits until the other has started), a unit compiles once
+// however many callers wait for it, settle waits for the compiles that
+// started and for no other, and a failed compile reaches the operator
+// that needed it as a device error naming the unit's sources.
+func TestKernelLoaderScheduling(t *testing.T) {
+	b := &Backend{}
+	l, err := newKernelLoader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.kl = l
+	var mu sync.Mutex
+	calls := map[int]int{}
+	started := map[int]chan struct{}{2: make(chan struct{}), 3: make(chan struct{})}
+	l.load = func(i int) (*Module, error) {
+		mu.Lock()
+		calls[i]++
+		mu.Unlock()
+		if ch, ok := started[i]; ok {
+			close(ch)
+			other := started[5-i] // 2 waits for 3 and 3 for 2: both run at once or neither finishes
+			select {
+			case <-other:
+			case <-time.After(10 * time.Second):
+				return nil, fmt.Errorf("unit %d compiled alone", i)
+			}
+		}
+		if i == 1 {
+			return nil, errors.New("no compiler today")
+		}
+		return nil, nil
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if err := l.wait(2, 3); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	l.settle() // units 2 and 3 only: 0, 1 and 4 never started
+	mu.Lock()
+	if calls[2] != 1 || calls[3] != 1 || len(calls) != 2 {
+		t.Errorf("compiles per unit %v; want units 2 and 3 once each", calls)
+	}
+	mu.Unlock()
+	if l.started(0) || l.started(1) || l.started(4) {
+		t.Error("settle or wait started a unit nobody asked for")
+	}
+	err = tensor.Guard(func() { l.loadFor("conv", "ember_im2col") })
+	var te *tensor.Error
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "conv.cu") || !strings.Contains(err.Error(), "no compiler today") {
+		t.Errorf("a failed compile of unit 1: %v; want a device error naming conv.cu and the cause", err)
+	}
+	l.loadFor("x", "ember_not_a_kernel") // no unit: nothing to compile, the caller reports it
 }
