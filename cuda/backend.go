@@ -41,6 +41,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -107,14 +108,20 @@ type BackendOptions struct {
 	// default (os.UserCacheDir()/ember/kernels), "off" nowhere, anything
 	// else a directory (driver.KernelCacheFor).
 	KernelCache string
+	// KernelLog, when not nil, gets one line per kernel unit as it becomes
+	// ready (compiled or read from the cache) with the seconds it took:
+	// what a cold start spends where (kernels_load.go).
+	KernelLog io.Writer
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
-// "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
-// KernelCache where opt leaves it empty. The library itself reads no
+// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere,
+// EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
+// EMBER_KERNEL_CACHE (a directory, or "off") sets KernelCache where opt
+// leaves it empty, and EMBER_KERNEL_LOG=1 sends KernelLog to standard
+// error. The library itself reads no
 // variable: commands and tests call this.
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
@@ -128,6 +135,9 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
 		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
+	}
+	if opt.KernelLog == nil && os.Getenv("EMBER_KERNEL_LOG") == "1" {
+		opt.KernelLog = os.Stderr
 	}
 	switch v := os.Getenv("EMBER_CUBLAS_WORKSPACE"); v {
 	case "":
@@ -153,8 +163,9 @@ type Backend struct {
 	stream Stream
 	blas   *BLAS
 	alloc  *Allocator
-	mods   []*Module            // one per kernel unit (kernels.go)
-	fns    map[string]*Function // every kernel, by its extern "C" name
+	kl     *kernelLoader        // compiles the kernel units on demand (kernels_load.go); nil in tests that load every kernel
+	fnMu   sync.RWMutex         // guards fns
+	fns    map[string]*Function // the kernels of the units compiled so far, by extern "C" name
 	x      executor             // where device work goes: the GPU, or a recorder in tests
 	name   string
 
@@ -228,10 +239,13 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		}
 	}
 	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
-	if b.mods, err = compileKernels(dev); err != nil {
-		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
+	if b.kl, err = newKernelLoader(b); err != nil {
+		return nil, err
 	}
-	if b.fns, err = lookupKernels(b.mods); err != nil {
+	for _, i := range prefetchUnits {
+		b.kl.begin(i)
+	}
+	if err = b.kl.wait(eagerUnits...); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: dev.VirtualMemorySupported() && !opt.NoExpandableSegments})
@@ -292,8 +306,11 @@ func (b *Backend) Close() error {
 		}
 	}
 	errs = append(errs, b.gen.unload()...)
-	for _, m := range b.mods {
-		errs = append(errs, m.Unload())
+	if b.kl != nil {
+		b.kl.settle() // a compile in flight loads its module: wait, then unload it
+		for _, m := range b.kl.modules() {
+			errs = append(errs, m.Unload())
+		}
 	}
 	if b.alloc != nil {
 		errs = append(errs, b.alloc.EmptyCache())
@@ -551,12 +568,13 @@ func gridFor(n int) Dim3 {
 	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
 }
 
-// kernel returns the kernel of that extern "C" name. Operators look their
+// kernel returns the kernel of that extern "C" name, compiling its unit on
+// first use (kernels_load.go). Operators look their
 // kernels up by name, among those the compiled modules hold (lookupKernels:
 // the sources' extern "C" declarations); a name no source defines is a
 // programming error, which TestKernelNamesDefined catches without a GPU.
 func (b *Backend) kernel(name string) *Function {
-	f := b.fns[name]
+	f := b.loaded(name)
 	if f == nil {
 		panic(fmt.Sprintf("cuda: no kernel named %s in the backend's sources", name))
 	}
@@ -565,7 +583,23 @@ func (b *Backend) kernel(name string) *Function {
 
 // hasKernel reports whether the modules hold that kernel: those that need
 // sm_90 (thread block clusters) are compiled out for older devices.
-func (b *Backend) hasKernel(name string) bool { return b.fns[name] != nil }
+func (b *Backend) hasKernel(name string) bool { return b.loaded(name) != nil }
+
+// loaded returns the kernel of that name, compiling its unit first if this
+// is the first use of one of its kernels; nil for a name the unit does not
+// hold.
+func (b *Backend) loaded(name string) *Function {
+	b.fnMu.RLock()
+	f := b.fns[name]
+	b.fnMu.RUnlock()
+	if f == nil && b.kl != nil {
+		b.kl.loadFor(name, name)
+		b.fnMu.RLock()
+		f = b.fns[name]
+		b.fnMu.RUnlock()
+	}
+	return f
+}
 
 // launch runs a 1-D grid-stride kernel over n elements; nothing when n is 0.
 func (b *Backend) launch(op string, f *Function, n int, args ...any) {

@@ -61,7 +61,10 @@
 //
 // Backend (backend.go) implements tensor.Backend with the kernels of
 // kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
-// and cuBLAS for large products. No table lists the kernels: the operators
+// each on first use of one of its kernels (the core unit in NewBackend,
+// the general one in the background: kernels_load.go), so that a cold
+// start compiles only what the model launches; and cuBLAS for large
+// products. No table lists the kernels: the operators
 // look each up by its extern "C" name among those the compiled modules
 // hold, and a test checks every name against the sources' declarations.
 // BackendOptions holds every switch (kernel choices, the memory limit, the
