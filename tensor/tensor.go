@@ -22,6 +22,7 @@ type Tensor struct {
 	grad         *Tensor
 	node         *node
 	consumed     bool // computed, and its node was used up by a Backward
+	gradHook     func(*Tensor) // SetGradReadyHook's: called when Backward's gradient is complete
 	isOne        bool // the seed gradient of Backward: all ones
 }
 
