@@ -60,7 +60,7 @@ func TestGradReadyHook(t *testing.T) {
 		s := tensor.NewScope()
 		x := tensor.FromFloat32(cpu, s, rnd(6), 2, 3)
 		h := tensor.Tanh(tensor.Add(tensor.MatMul(x, w1), bias)) // bias, use 1
-		h = tensor.Mul(h, bias)                                   // bias, use 2
+		h = tensor.Mul(h, bias)                                  // bias, use 2
 		y := tensor.Add(tensor.MatMul(h, w2), tensor.MatMul(h, unhooked))
 		tensor.Sum(tensor.Mul(y, y)).Backward()
 		for name, p := range map[string]*tensor.Tensor{"w1": w1, "w2": w2, "bias": bias} {
