@@ -172,10 +172,15 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// TestTrainChild is the child process of TestInterrupt.
+// TestTrainChild is the child process of TestInterrupt and of the
+// launcher's tests (a rank).
 func TestTrainChild(t *testing.T) {
 	if os.Getenv("EMBER_TRAIN_CHILD") == "" {
 		t.Skip("child process of TestInterrupt")
+	}
+	if dir := os.Getenv("EMBER_TRAIN_PIDDIR"); dir != "" {
+		// The launcher tests find their ranks' processes here.
+		os.WriteFile(filepath.Join(dir, "rank"+os.Getenv("RANK")+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
 	}
 	ctx, stop := signalContext()
 	defer stop()

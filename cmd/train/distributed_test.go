@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Tests of train --nproc-per-node on the CPU: the ranks are this test
+// binary run as train (TestTrainChild), joined by the TCP communicator.
+
+// syncBuffer is a buffer the launcher's ranks write while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// launched runs the launcher in-process (in a goroutine) with ranks that
+// are this test binary running args; the ranks write their pids into the
+// returned directory.
+func launched(t *testing.T, ctx context.Context, args ...string) (wait func() int, out, errOut *syncBuffer, pids string) {
+	t.Helper()
+	pids = t.TempDir()
+	self := selfCommand
+	selfCommand = func([]string) ([]string, error) { return []string{os.Args[0], "-test.run=^TestTrainChild$"}, nil }
+	t.Cleanup(func() { selfCommand = self })
+	t.Setenv("EMBER_TRAIN_CHILD", "1")
+	t.Setenv("EMBER_TRAIN_ARGS", strings.Join(args, "\x1f"))
+	t.Setenv("EMBER_TRAIN_PIDDIR", pids)
+	out, errOut = &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, out, errOut) }()
+	return func() int { return <-done }, out, errOut, pids
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func maxRelDiff(t *testing.T, a, b map[string][]float32) float64 {
+	t.Helper()
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("%d and %d tensors", len(a), len(b))
+	}
+	worst := 0.0
+	for name, va := range a {
+		vb := b[name]
+		for i := range va {
+			worst = math.Max(worst, math.Abs(float64(va[i]-vb[i]))/math.Max(1, math.Abs(float64(vb[i]))))
+		}
+	}
+	return worst
+}
+
+// TestLaunchMatchesOneProcess: 2 ranks with --batch-size 64 (32 each)
+// end with the weights of one process with batch 64, to the float32
+// regrouping of the batch sums (see nn/parallel's
+// TestDataParallelMatchesOneRank; seen: about 1e-7 relative), only rank
+// 0 speaks and saves, and the job exits 0.
+func TestLaunchMatchesOneProcess(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"--device", "cpu", "--limit", "640", "--test-limit", "100", "--epochs", "1", "--batch-size", "64", "--log-interval", "1000"}
+	one := filepath.Join(dir, "one.safetensors")
+	if code, out, errOut := train(t, append(common, "--save", one)...); code != 0 {
+		t.Fatalf("one process: exit %d\n%s%s", code, out, errOut)
+	}
+	two := filepath.Join(dir, "two.safetensors")
+	wait, out, errOut, _ := launched(t, context.Background(), append(common, "--save", two, "--nproc-per-node", "2")...)
+	if code := wait(); code != 0 {
+		t.Fatalf("2 ranks: exit %d\n%s%s", code, out, errOut)
+	}
+	o := out.String()
+	if strings.Count(o, "device:") != 1 || strings.Count(o, "epoch 1/1:") != 1 || !strings.Contains(o, "parallel: 2 ranks (ember), TCP, a batch of 32 per rank") {
+		t.Errorf("want one rank speaking for the job, got:\n%s", o)
+	}
+	d := maxRelDiff(t, readParams(t, two), readParams(t, one))
+	t.Logf("2 ranks of batch 32 against 1 of 64: largest relative difference %.2g", d)
+	if d > 1e-5 {
+		t.Errorf("the weights differ by %.3g relative", d)
+	}
+}
+
+// TestLaunchRankDies: killing rank 1 during training ends the job within
+// seconds with one line naming it, and a non-zero status.
+func TestLaunchRankDies(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	wait, out, errOut, pids := launched(t, context.Background(), "--device", "cpu", "--limit", "6400", "--test-limit", "100", "--epochs", "1", "--log-interval", "1", "--save", save, "--nproc-per-node", "2")
+	waitFor(t, "training to start", func() bool { return strings.Contains(errOut.String(), "step 3/") })
+	b, err := os.ReadFile(filepath.Join(pids, "rank1.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code := wait()
+	took := time.Since(start)
+	e := errOut.String()
+	if code != exitFailure || !regexp.MustCompile(`(?m)^train: parallel: rank 1 \(of 2\) failed: signal: killed; stopping the others$`).MatchString(e) {
+		t.Fatalf("exit %d; want %d and a line naming rank 1:\n%s%s", code, exitFailure, out, e)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the job took %v to end after rank 1 died", took)
+	}
+	if _, err := os.Stat(save); err == nil {
+		t.Errorf("a checkpoint was written by a job that failed in its first epoch")
+	}
+}
+
+// TestLaunchInterrupt: an interrupt of the launcher (train's SIGINT
+// cancels its context) reaches both ranks; they stop after the same step,
+// rank 0 saves once, the job exits 130, and the checkpoint resumes on one
+// process (another world size, the same global batch) to the end.
+func TestLaunchInterrupt(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "m.safetensors")
+	common := []string{"--device", "cpu", "--limit", "2560", "--test-limit", "100", "--epochs", "1", "--log-interval", "2", "--save", save}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait, out, errOut, _ := launched(t, ctx, append(common, "--nproc-per-node", "2")...)
+	waitFor(t, "training to start", func() bool { return strings.Contains(errOut.String(), "step 4/") })
+	cancel()
+	code := wait()
+	e := errOut.String()
+	if code != exitInterrupted {
+		t.Fatalf("exit %d, want %d\n%s%s", code, exitInterrupted, out, e)
+	}
+	if n := strings.Count(e, "; saved "+save); n != 1 {
+		t.Fatalf("%d ranks said they saved; want rank 0 alone:\n%s", n, e)
+	}
+	m := regexp.MustCompile(`interrupted at epoch 1, step (\d+)`).FindStringSubmatch(e)
+	if m == nil {
+		t.Fatalf("no step in:\n%s", e)
+	}
+	code, o, e2 := train(t, append(common, "--resume", save)...)
+	if code != 0 || !strings.Contains(o, "at epoch 1, step "+m[1]) {
+		t.Fatalf("resume on one process: exit %d\n%s%s", code, o, e2)
+	}
+}
+
+// TestLaunchBadFlags: the launcher's flags are checked before anything
+// starts.
+func TestLaunchBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nproc-per-node", "-1"}, "--nproc-per-node -1: want a number of processes"},
+		{[]string{"--nproc-per-node", "3", "--batch-size", "64"}, "--batch-size 64 is not a multiple of the 3 ranks"},
+		{[]string{"--nproc-per-node", "2", "--nnodes", "2"}, "--nnodes 2: give --master-addr and --master-port"},
+		{[]string{"--nproc-per-node", "2", "--node-rank", "1"}, "--node-rank 1: want 0 to 0"},
+		{[]string{"--master-port", "29500"}, "apply with --nproc-per-node"},
+		{[]string{"--nproc-per-node", "2", "--rank-env", "NOEQUALS"}, "want NAME=VALUE"},
+		{[]string{"--nproc-per-node", "2", "--gpu", "1"}, "--gpu 1 does not apply with --nproc-per-node"},
+	} {
+		code, _, errOut := train(t, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, code, errOut, exitUsage, c.want)
+		}
+	}
+}
