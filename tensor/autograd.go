@@ -51,6 +51,29 @@ func (t *Tensor) SetGradReadyHook(fn func(*Tensor)) {
 	t.gradHook = fn
 }
 
+// Function records out as computed from inputs by an operation this
+// package does not know (a collective across processes, say), so that
+// Backward goes through it: backward maps out's gradient g to one
+// gradient per input, of its shape (nil for none; an input that needs no
+// gradient ignores its entry). out must be a tensor made for this result,
+// with no history of its own. It returns out, which requires a gradient
+// when an input does.
+func Function(op string, out *Tensor, backward func(g *Tensor) []*Tensor, inputs ...*Tensor) *Tensor {
+	if out.node != nil || out.requiresGrad {
+		panic("tensor: Function of a tensor that already has a history or requires grad; give it a new tensor")
+	}
+	record(out, op, func(g *Tensor, e *engine) {
+		gs := backward(g)
+		for i, in := range inputs {
+			if i < len(gs) && gs[i] != nil && in != nil && in.requiresGrad {
+				mustSameShape(op+" backward", in, gs[i])
+				e.pass(in, gs[i])
+			}
+		}
+	}, inputs...)
+	return out
+}
+
 // ZeroGrad sets the accumulated gradient to zero (keeping its memory, so
 // that the next step allocates nothing).
 func (t *Tensor) ZeroGrad() {

@@ -80,3 +80,29 @@ func TestGradReadyHook(t *testing.T) {
 		tensor.Mul(w1, w1).SetGradReadyHook(func(*tensor.Tensor) {})
 	})
 }
+
+// Function takes part in Backward like a built-in operation: a function
+// of x defined outside the package (here y = 3x², out of Square and a
+// scale computed on the host) gives x the gradient its backward says,
+// added to the gradients of the other paths.
+func TestFunction(t *testing.T) {
+	x := tensor.FromFloat32(cpu, nil, []float32{1, -2, 0.5}, 3).SetRequiresGrad(true)
+	defer x.Release()
+	s := tensor.NewScope()
+	defer s.Release()
+	host := x.Float32s()
+	for i, v := range host {
+		host[i] = 3 * v * v
+	}
+	y := tensor.Function("three_squares", tensor.FromFloat32(cpu, s, host, 3), func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{tensor.Mul(g, tensor.MulScalar(x.Detach(), 6))}
+	}, x)
+	if !y.RequiresGrad() {
+		t.Fatal("the result of a Function of a parameter does not require grad")
+	}
+	tensor.Sum(tensor.Add(y, x)).Backward() // d/dx = 6x + 1
+	equalF32(t, "gradient through Function", x.Grad().Float32s(), []float32{7, -11, 4})
+	mustPanic(t, "Function of a computed tensor", "already has a history", func() {
+		tensor.Function("bad", tensor.Mul(x, x), func(*tensor.Tensor) []*tensor.Tensor { return nil }, x)
+	})
+}

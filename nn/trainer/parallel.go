@@ -27,6 +27,8 @@ import (
 //     the backward pass as each bucket's gradients become final
 //     (parallel.DataParallel.Overlap; with NCCL on a second stream, inside
 //     the captured step);
+//   - batch norm layers use each rank's statistics, or with SyncBatchNorm
+//     those of the global batch;
 //   - rank 0 alone logs, shows progress, writes metrics, evaluates and
 //     saves checkpoints; the others wait for its save (parallel.OnMain);
 //   - an interrupt is agreed on every LogInterval steps
@@ -48,6 +50,10 @@ type Parallel struct {
 	// StepTimeout is the watchdog's deadline for one step (default 5
 	// minutes); negative turns the watchdog off.
 	StepTimeout time.Duration
+	// SyncBatchNorm makes the model's batch norm layers normalise by the
+	// statistics of the whole global batch (nn.SetSyncBatchNorm, torch's
+	// SyncBatchNorm) instead of each rank's own (DDP's default).
+	SyncBatchNorm bool
 }
 
 // ranks is the data-parallel side of a run.
@@ -111,6 +117,9 @@ func (r *run) startParallel() error {
 		}
 	}
 	r.par.dp = dp
+	if p.SyncBatchNorm {
+		nn.SetSyncBatchNorm(r.cfg.Model, statsReducer{r.par})
+	}
 	if timeout := p.StepTimeout; timeout >= 0 {
 		if timeout == 0 {
 			timeout = 5 * time.Minute
@@ -124,6 +133,9 @@ func (r *run) startParallel() error {
 func (r *run) stopParallel() {
 	if r.par.dp != nil {
 		r.par.dp.StopOverlap()
+		if r.cfg.Parallel.SyncBatchNorm {
+			nn.SetSyncBatchNorm(r.cfg.Model, nil)
+		}
 	}
 	if r.par.wd != nil {
 		r.par.wd.Stop()
@@ -217,3 +229,26 @@ func (r *run) onMain(save func() error) error {
 }
 
 func (p *ranks) String() string { return fmt.Sprintf("rank %d of %d", p.rank, p.world) }
+
+// statsReducer sums batch norm statistics over the ranks for
+// nn.SetSyncBatchNorm. With NCCL it goes through the second stream of the
+// gradients' buckets and is joined at once: one communicator's collectives
+// must not run concurrently on two streams, or ranks could meet in
+// different ones. An error is kept for after the step.
+type statsReducer struct{ p *ranks }
+
+func (s statsReducer) SumOverRanks(t *tensor.Tensor) {
+	var err error
+	if a, ok := s.p.comm.(parallel.AsyncAllReducer); ok && t.IsContiguous() && t.DType() == tensor.Float32 && t.Backend() == s.p.comm.Backend() {
+		if err = a.AllReduceAsync(t.Buffer(), parallel.Sum); err == nil {
+			err = a.JoinAsync()
+		}
+	} else {
+		err = parallel.AllReduceSum(s.p.comm, t)
+	}
+	if err != nil && s.p.err == nil {
+		s.p.err = err
+	}
+}
+
+func (s statsReducer) Ranks() int { return s.p.world }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,5 +210,87 @@ func TestParallelDeadRank(t *testing.T) {
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Errorf("took %v to notice", time.Since(start))
+	}
+}
+
+// bnNet is tiny with a batch norm between its layers.
+type bnNet struct {
+	FC1 *nn.Linear
+	BN  *nn.BatchNorm1d
+	FC2 *nn.Linear
+}
+
+func newBNNet(seed uint64) *bnNet {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return &bnNet{FC1: nn.NewLinear(tensor.CPU, rng, side*side, 16), BN: nn.NewBatchNorm1d(tensor.CPU, 16), FC2: nn.NewLinear(tensor.CPU, rng, 16, classes)}
+}
+
+func (m *bnNet) Forward(x *tensor.Tensor) *tensor.Tensor {
+	return m.FC2.Forward(tensor.ReLU(m.BN.Forward(m.FC1.Forward(x.Reshape(x.Dim(0), side*side)))))
+}
+
+// stateOf is every state tensor of m (parameters and running statistics).
+func stateOf(m nn.Module) map[string][]float32 {
+	out := map[string][]float32{}
+	for _, p := range nn.StateTensors(m) {
+		out[p.Name] = p.Tensor.Float32s()
+	}
+	return out
+}
+
+// TestParallelSyncBatchNorm: with a batch norm layer, N ranks of B/N with
+// SyncBatchNorm (and the overlapped buckets) end with the weights and
+// running statistics of one rank of B (the tolerance of
+// TestParallelMatchesOneRank, and nn's TestSyncBatchNorm's), while per-rank
+// statistics (DDP's default) end elsewhere.
+func TestParallelSyncBatchNorm(t *testing.T) {
+	const global = 32
+	runWith := func(world int, syncBN bool) map[string][]float32 {
+		models := make([]*bnNet, world)
+		errs := onFakeRanks(world, func(c parallel.Communicator) error {
+			seed := uint64(3)
+			if c.Rank() != 0 {
+				seed = uint64(50 + c.Rank())
+			}
+			m := newBNNet(seed)
+			models[c.Rank()] = m
+			src, err := trainer.NewImages(tensor.CPU, syntheticSet(nTrain, 1), global/world, 1.0/255, 0)
+			if err != nil {
+				return err
+			}
+			defer src.Release()
+			o, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.05, Momentum: 0.9})
+			if err != nil {
+				return err
+			}
+			cfg := trainer.Config{Model: m, Optimizer: o, Data: src, Epochs: 2, Seed: 5, LogInterval: 4, Eager: true}
+			if world > 1 {
+				cfg.Parallel = &trainer.Parallel{Comm: c, SyncBatchNorm: syncBN}
+			}
+			_, err = trainer.Run(context.Background(), cfg)
+			return err
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("world %d, rank %d: %v", world, r, err)
+			}
+		}
+		for r := 1; r < world; r++ {
+			if syncBN {
+				sameBits(t, "replicas' state", stateOf(models[0]), stateOf(models[r]))
+			}
+		}
+		return stateOf(models[0])
+	}
+	want := runWith(1, false)
+	for _, world := range []int{2, 4} {
+		d := worstRelDiff(runWith(world, true), want)
+		t.Logf("world %d, SyncBatchNorm: largest relative difference from one rank of batch %d: %.2g", world, global, d)
+		if d > 1e-5 {
+			t.Errorf("world %d with SyncBatchNorm: the state differs from one rank's by %.3g relative", world, d)
+		}
+	}
+	if d := worstRelDiff(runWith(2, false), want); d < 1e-4 {
+		t.Errorf("per-rank batch statistics end %.2g from the whole batch's: the test cannot tell the sync apart", d)
 	}
 }
