@@ -31,6 +31,8 @@ type launchOptions struct {
 	masterAddr   string
 	masterPort   int
 	rankEnv      rankEnvFlag
+	syncBN       bool // --sync-bn
+	overlap      bool // --ddp-overlap
 }
 
 // rankEnvFlag is --rank-env NAME=VALUE, repeatable.
@@ -52,6 +54,8 @@ func addLaunchFlags(fs *flag.FlagSet, l *launchOptions) {
 	fs.IntVar(&l.nodeRank, "node-rank", 0, "this machine's index, 0 to --nnodes - 1")
 	fs.StringVar(&l.masterAddr, "master-addr", "", "address of node 0, where rank 0 listens (default on one machine: 127.0.0.1)")
 	fs.IntVar(&l.masterPort, "master-port", 0, "port of rank 0's rendezvous (default on one machine: a free one)")
+	fs.BoolVar(&l.syncBN, "sync-bn", false, "data-parallel: batch norm layers normalise by the statistics of the whole global batch (torch's SyncBatchNorm) instead of each rank's own")
+	fs.BoolVar(&l.overlap, "ddp-overlap", true, "data-parallel: all-reduce each bucket of gradients as soon as the backward pass has finished it (false: after the backward pass)")
 	fs.Var(&l.rankEnv, "rank-env", "NAME=VALUE set in each rank's environment, {rank} and {local_rank} replaced (repeatable), e.g. NCCL_HOSTID=h{rank}")
 }
 
@@ -143,6 +147,11 @@ func (t *job) joinJob() error {
 	}
 	t.env = env
 	if env.Launcher == "none" {
+		for _, f := range []string{"sync-bn", "ddp-overlap"} {
+			if t.opt.set[f] && t.opt.launch.nprocPerNode == 0 {
+				return usageError{fmt.Errorf("--%s applies to data-parallel training (--nproc-per-node, torchrun or srun)", f)}
+			}
+		}
 		return nil
 	}
 	o := t.opt
@@ -202,5 +211,5 @@ func (t *job) parallelConfig() *trainer.Parallel {
 	if t.comm == nil {
 		return nil
 	}
-	return &trainer.Parallel{Comm: t.comm}
+	return &trainer.Parallel{Comm: t.comm, SyncBatchNorm: t.opt.launch.syncBN, NoOverlap: !t.opt.launch.overlap}
 }

@@ -405,6 +405,7 @@ func faults() []fault {
 		{[]string{"--nproc-per-node", "2", "--master-port", "70000"}, "--master-port 70000: not a TCP port"},
 		{[]string{"--master-addr", "node0"}, "apply with --nproc-per-node"},
 		{[]string{"--nproc-per-node", "2", "--rank-env", "NCCL_HOSTID"}, "want NAME=VALUE"},
+		{[]string{"--sync-bn"}, "--sync-bn applies to data-parallel training"},
 	} {
 		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: 0})
 	}
