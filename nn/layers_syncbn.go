@@ -1,8 +1,6 @@
 package nn
 
 import (
-	"math"
-
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -14,35 +12,42 @@ type BatchStatsReducer interface {
 	// by the sum of all ranks' t, queued on the device like any other
 	// operation (so that a captured step holds it).
 	SumOverRanks(t *tensor.Tensor)
-	// Ranks is the number of ranks. Every rank's batch has the same size.
+	// Ranks is the number of ranks, Rank this one's. Every rank's batch
+	// has the same size.
 	Ranks() int
+	Rank() int
 }
 
 // SetSyncBatchNorm makes every batch norm layer of m normalise, in
 // training, by the statistics of the whole batch across the ranks, as
-// torch.nn.SyncBatchNorm does: the per-channel sums of x and x² are summed
-// over the ranks (r) before the mean and variance are formed, and in the
-// backward pass the gradients of those sums are summed over the ranks
-// too, so that N ranks with B/N samples each compute what one rank with
-// all B computes, forward and backward. The running statistics follow the
+// torch.nn.SyncBatchNorm does: every rank's per-channel mean and variance
+// are gathered (one all-reduce through r) and combined into those of the
+// whole batch, and in the backward pass the gradients of the gathered
+// statistics are summed over the ranks (the all-reduce's own backward),
+// so that N ranks with B/N samples each compute what one rank with all B
+// computes, forward and backward. The running statistics follow the
 // global ones, so they stay the same on every rank. nil goes back to each
 // rank's own statistics (DDP's default). It returns the number of layers.
-//
-// The variance is E[x²] - E[x]² in float32 (what one all-reduce of the
-// two sums allows, as torch's does of per-rank means and variances): for
-// activations of mean far from zero relative to their spread it loses
-// more precision than the single-rank kernel's two-pass variance.
 func SetSyncBatchNorm(m any, r BatchStatsReducer) int {
 	seen := map[*BatchNorm]bool{}
+	setSync(m, r, seen)
+	return len(seen)
+}
+
+func setSync(m any, r BatchStatsReducer, seen map[*BatchNorm]bool) {
 	walk(m, "", func(_ string, v any) bool {
-		if b, ok := v.(interface{ batchNorm() *BatchNorm }); ok {
-			bn := b.batchNorm()
+		switch l := v.(type) {
+		case interface{ batchNorm() *BatchNorm }:
+			bn := l.batchNorm()
 			bn.sync = r
 			seen[bn] = true
+		case *Sequential: // its layers are not fields that walk sees
+			for _, c := range l.Layers {
+				setSync(c.Module, r, seen)
+			}
 		}
 		return true
 	}, func(string, *tensor.Tensor) {})
-	return len(seen)
 }
 
 func (n *BatchNorm) batchNorm() *BatchNorm { return n }
@@ -63,6 +68,16 @@ func sumOverRanks(r BatchStatsReducer, x *tensor.Tensor) *tensor.Tensor {
 }
 
 // syncForward is forward in training with the statistics of all ranks.
+// Each rank computes its batch's per-channel mean and (biased) variance
+// in two passes and puts them in its row of a [ranks, 2, C] buffer of
+// zeros; one all-reduce (sum) of it is the all-gather of every rank's
+// statistics, which combine into the whole batch's (Chan et al.'s
+// pairwise formula, for equal counts: the mean of the means, and the mean
+// of each rank's variance plus its mean's squared distance from the
+// whole mean), as torch's SyncBatchNorm all-gathers means and variances.
+// Sums of x and x² would need one all-reduce of 2C values only, but
+// E[x²] - E[x]² cancels catastrophically for channels whose mean is far
+// above their spread (seen on ResNet-9: running variances 1e-2 off).
 func (n *BatchNorm) syncForward(x *tensor.Tensor) *tensor.Tensor {
 	shape := x.Shape()
 	nb, c := shape[0], shape[1]
@@ -71,11 +86,20 @@ func (n *BatchNorm) syncForward(x *tensor.Tensor) *tensor.Tensor {
 		inner *= d
 	}
 	x3 := x.Reshape(nb, c, inner)
-	sums := tensor.Concat(0, tensor.SumAxes(x3, []int{0, 2}, false), tensor.SumAxes(tensor.Square(x3), []int{0, 2}, false))
-	total := sumOverRanks(n.sync, sums) // [2C]: Σx, then Σx²
-	count := float32(nb * inner * n.sync.Ranks())
-	mean := tensor.MulScalar(total.Narrow(0, 0, c), 1/count)
-	variance := tensor.Clamp(tensor.Sub(tensor.MulScalar(total.Narrow(0, c, c), 1/count), tensor.Square(mean)), 0, math.MaxFloat32)
+	ranks, rank := n.sync.Ranks(), n.sync.Rank()
+	parts := []*tensor.Tensor{}
+	if rank > 0 {
+		parts = append(parts, tensor.Zeros(x.Backend(), x.Scope(), rank*2*c))
+	}
+	parts = append(parts, tensor.MeanAxes(x3, []int{0, 2}, false), tensor.VarAxes(x3, []int{0, 2}, 0, false))
+	if rank < ranks-1 {
+		parts = append(parts, tensor.Zeros(x.Backend(), x.Scope(), (ranks-1-rank)*2*c))
+	}
+	all := sumOverRanks(n.sync, tensor.Concat(0, parts...)).Reshape(ranks, 2, c)
+	means, vars := all.Narrow(1, 0, 1).Reshape(ranks, c), all.Narrow(1, 1, 1).Reshape(ranks, c)
+	mean := tensor.MeanAxes(means, []int{0}, false)
+	variance := tensor.MeanAxes(tensor.Add(vars, tensor.Square(tensor.Sub(means, mean.Reshape(1, c)))), []int{0}, false)
+	count := float32(nb * inner * ranks)
 	inv := tensor.Rsqrt(tensor.AddScalar(variance, n.Eps))
 	y := tensor.Mul(tensor.Sub(x3, mean.Reshape(1, c, 1)), inv.Reshape(1, c, 1))
 	if n.Weight != nil {

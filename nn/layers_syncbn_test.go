@@ -21,6 +21,7 @@ func (r fakeReducer) SumOverRanks(t *tensor.Tensor) {
 	}
 }
 func (r fakeReducer) Ranks() int { return r.c.Size() }
+func (r fakeReducer) Rank() int  { return r.c.Rank() }
 
 // bnRun is one forward and backward pass of a BatchNorm2d over x (rows of
 // a [N, 3, 2, 2] batch) with the loss Σ y·w: its output, the gradients of
@@ -102,5 +103,13 @@ func TestSyncBatchNorm(t *testing.T) {
 	defer releaseState(bn)
 	if nn.SetSyncBatchNorm(bn, nil) != 1 {
 		t.Error("SetSyncBatchNorm(nil) did not find the layer")
+	}
+	// Inside a Sequential (whose layers walk does not see as fields), once
+	// each however often they are listed.
+	bn2 := nn.NewBatchNorm2d(tensor.CPU, 3)
+	defer releaseState(bn2)
+	seq := nn.NewSequential(bn, nn.NewSequential(bn2, nn.ReLU{}), bn2)
+	if n := nn.SetSyncBatchNorm(seq, nil); n != 2 {
+		t.Errorf("SetSyncBatchNorm found %d layers in a Sequential of two", n)
 	}
 }

@@ -118,7 +118,8 @@ func (r *run) startParallel() error {
 	}
 	r.par.dp = dp
 	if p.SyncBatchNorm {
-		nn.SetSyncBatchNorm(r.cfg.Model, statsReducer{r.par})
+		n := nn.SetSyncBatchNorm(r.cfg.Model, statsReducer{r.par})
+		r.logf("parallel: batch norm over the whole batch of the %d ranks in %d layer(s)", r.par.world, n)
 	}
 	if timeout := p.StepTimeout; timeout >= 0 {
 		if timeout == 0 {
@@ -251,4 +252,8 @@ func (s statsReducer) SumOverRanks(t *tensor.Tensor) {
 	}
 }
 
+// Ranks is the world size.
 func (s statsReducer) Ranks() int { return s.p.world }
+
+// Rank is this rank.
+func (s statsReducer) Rank() int { return s.p.rank }
