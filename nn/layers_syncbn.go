@@ -75,9 +75,9 @@ func sumOverRanks(r BatchStatsReducer, x *tensor.Tensor) *tensor.Tensor {
 // pairwise formula, for equal counts: the mean of the means, and the mean
 // of each rank's variance plus its mean's squared distance from the
 // whole mean), as torch's SyncBatchNorm all-gathers means and variances.
-// Sums of x and x² would need one all-reduce of 2C values only, but
-// E[x²] - E[x]² cancels catastrophically for channels whose mean is far
-// above their spread (seen on ResNet-9: running variances 1e-2 off).
+// Sums of x and x² would need an all-reduce of 2C values only, but
+// E[x²] - E[x]² in float32 cancels for channels whose mean is far above
+// their spread; the two-pass statistics of each rank do not.
 func (n *BatchNorm) syncForward(x *tensor.Tensor) *tensor.Tensor {
 	shape := x.Shape()
 	nb, c := shape[0], shape[1]
