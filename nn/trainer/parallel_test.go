@@ -220,9 +220,11 @@ type bnNet struct {
 	FC2 *nn.Linear
 }
 
-func newBNNet(seed uint64) *bnNet {
+func newBNNet(seed uint64) *bnNet { return newBNNetOn(tensor.CPU, seed) }
+
+func newBNNetOn(b tensor.Backend, seed uint64) *bnNet {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	return &bnNet{FC1: nn.NewLinear(tensor.CPU, rng, side*side, 16), BN: nn.NewBatchNorm1d(tensor.CPU, 16), FC2: nn.NewLinear(tensor.CPU, rng, 16, classes)}
+	return &bnNet{FC1: nn.NewLinear(b, rng, side*side, 16), BN: nn.NewBatchNorm1d(b, 16), FC2: nn.NewLinear(b, rng, 16, classes)}
 }
 
 func (m *bnNet) Forward(x *tensor.Tensor) *tensor.Tensor {
