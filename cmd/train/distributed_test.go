@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,6 +55,30 @@ func launched(t *testing.T, ctx context.Context, args ...string) (wait func() in
 	return func() int { return <-done }, out, errOut, pids
 }
 
+// randomMNIST writes a data set in the MNIST layout of random images and
+// labels (seeded): small, so that a rank loads it at once, and with
+// gradients in every weight, unlike fakeMNIST's blank images.
+func randomMNIST(t *testing.T, nTrain, nTest int) string {
+	t.Helper()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(nTrain), uint64(nTest)))
+	for _, s := range []struct {
+		name string
+		n    int
+	}{{"train", nTrain}, {"t10k", nTest}} {
+		px, labels := make([]byte, s.n*784), make([]byte, s.n)
+		for i := range px {
+			px[i] = byte(rng.IntN(256))
+		}
+		for i := range labels {
+			labels[i] = byte(rng.IntN(10))
+		}
+		writeIDX(t, filepath.Join(dir, s.name+"-images-idx3-ubyte.gz"), 0x803, []uint32{uint32(s.n), 28, 28}, px, true)
+		writeIDX(t, filepath.Join(dir, s.name+"-labels-idx1-ubyte.gz"), 0x801, []uint32{uint32(s.n)}, labels, true)
+	}
+	return dir
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -87,7 +112,7 @@ func maxRelDiff(t *testing.T, a, b map[string][]float32) float64 {
 // 0 speaks and saves, and the job exits 0.
 func TestLaunchMatchesOneProcess(t *testing.T) {
 	dir := t.TempDir()
-	common := []string{"--device", "cpu", "--limit", "640", "--test-limit", "100", "--epochs", "1", "--batch-size", "64", "--log-interval", "1000"}
+	common := []string{"--device", "cpu", "--data", randomMNIST(t, 640, 100), "--epochs", "1", "--batch-size", "64", "--log-interval", "1000"}
 	one := filepath.Join(dir, "one.safetensors")
 	if code, out, errOut := train(t, append(common, "--save", one)...); code != 0 {
 		t.Fatalf("one process: exit %d\n%s%s", code, out, errOut)
@@ -112,7 +137,7 @@ func TestLaunchMatchesOneProcess(t *testing.T) {
 // seconds with one line naming it, and a non-zero status.
 func TestLaunchRankDies(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	wait, out, errOut, pids := launched(t, context.Background(), "--device", "cpu", "--limit", "6400", "--test-limit", "100", "--epochs", "1", "--log-interval", "1", "--save", save, "--nproc-per-node", "2")
+	wait, out, errOut, pids := launched(t, context.Background(), "--device", "cpu", "--data", randomMNIST(t, 6400, 100), "--epochs", "1", "--log-interval", "1", "--save", save, "--nproc-per-node", "2")
 	waitFor(t, "training to start", func() bool { return strings.Contains(errOut.String(), "step 3/") })
 	b, err := os.ReadFile(filepath.Join(pids, "rank1.pid"))
 	if err != nil {
@@ -143,7 +168,7 @@ func TestLaunchRankDies(t *testing.T) {
 // process (another world size, the same global batch) to the end.
 func TestLaunchInterrupt(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "m.safetensors")
-	common := []string{"--device", "cpu", "--limit", "2560", "--test-limit", "100", "--epochs", "1", "--log-interval", "2", "--save", save}
+	common := []string{"--device", "cpu", "--data", randomMNIST(t, 2560, 100), "--epochs", "1", "--log-interval", "2", "--save", save}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wait, out, errOut, _ := launched(t, ctx, append(common, "--nproc-per-node", "2")...)

@@ -382,8 +382,11 @@ func (r *run) loop(ctx context.Context) error {
 			}
 			r.endStep()
 		}
+		// The end of the epoch (its collectives, the evaluation, the save)
+		// is watched as one more step.
+		r.beginStep(steps)
 		if err := r.b.Synchronize(); err != nil {
-			return err
+			return r.stepError(err)
 		}
 		secs := time.Since(epochStart).Seconds()
 		if c.Monitor != nil {
@@ -420,8 +423,9 @@ func (r *run) loop(ctx context.Context) error {
 			return err
 		}
 		if err := r.save(epoch+1, 0); err != nil {
-			return err
+			return r.stepError(err)
 		}
+		r.endStep()
 	}
 	return nil
 }
