@@ -65,8 +65,6 @@ const (
 	tcpBroadcast
 	tcpBarrier
 	tcpMagic = "EMTC"
-	// tcpMaxCount bounds a count read from the wire (4 GiB of float32).
-	tcpMaxCount = 1 << 30
 )
 
 // NewTCP joins the job of env: rank 0 listens on a port of its own
