@@ -12,10 +12,8 @@ package cuda
 // with conv_relu_pool_rt, and conv_dw_rt + add_parts and conv_dx_rt, which
 // read the pooled gradient, output and argmax of a fused layer directly (or
 // the dense gradient of a plain Conv2d): no column buffer, no unpooled
-// gradient, fewer launches. At LeNet's conv2, batch 64, the forward takes
-// 17 us (22 before), the backward 22 us for dx beside 19 for dw (47 in
-// six kernels before); docs/performance.md has the rest. EMBER_CONV_RT=0
-// switches them off (for comparisons).
+// gradient, fewer launches (docs/performance.md has the timings).
+// EMBER_CONV_RT=0 switches them off (for comparisons).
 //
 // One difference from the GEMM path, for non-finite inputs only: the
 // backward kernels sum over rows padded to multiples of four columns with
@@ -64,12 +62,21 @@ func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	if rtChannelsPerBlock(g)*c.crs+g.C*hp*xs > rtSmemFloats {
 		return nil
 	}
-	f := &b.k.convReLUPoolRT
+	f := &convReLUPoolRTKernels
 	if g.R == 3 {
-		f = &b.k.convReLUPoolRT3
+		f = &convReLUPoolRT3Kernels
 	}
-	return f[rtSplit(g)]
+	return b.kernel(f[rtSplit(g)])
 }
+
+// The register-tiled forward kernels by lanes per sum (rtSplit), and the
+// backward ones by rtVariant.
+var (
+	convReLUPoolRTKernels  = [3]string{"ember_conv_relu_pool_rt_5x5_s1", "ember_conv_relu_pool_rt_5x5", "ember_conv_relu_pool_rt_5x5_s8"}
+	convReLUPoolRT3Kernels = [3]string{"ember_conv_relu_pool_rt_3x3_s1", "ember_conv_relu_pool_rt_3x3", "ember_conv_relu_pool_rt_3x3_s8"}
+	convDWRTKernels        = [4]string{"ember_conv_dw_rt_5x5", "ember_conv_dw_rt_3x3", "ember_conv_dw_rt_pooled_5x5", "ember_conv_dw_rt_pooled_3x3"}
+	convDXRTKernels        = [4]string{"ember_conv_dx_rt_5x5", "ember_conv_dx_rt_3x3", "ember_conv_dx_rt_pooled_5x5", "ember_conv_dx_rt_pooled_3x3"}
+)
 
 // rtSplit indexes the forward kernels by lanes per sum: 1 for one input
 // channel, 8 for small grids, else 4.
@@ -136,7 +143,7 @@ func (b *Backend) rtDW(c convShape, pooled bool) *Function {
 	if g.C*hp*xs+round4(g.K)*c.oh*round4(c.ow) > rtSmemFloats {
 		return nil
 	}
-	return b.k.convDWRT[rtVariant(g, pooled)]
+	return b.kernel(convDWRTKernels[rtVariant(g, pooled)])
 }
 
 // rtVariant indexes the backward kernels: 5x5, 3x3, then their pooled
@@ -167,7 +174,7 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats-4 { // 4: the image queue's
 		return nil
 	}
-	return b.k.convDXRT[rtVariant(g, pooled)]
+	return b.kernel(convDXRTKernels[rtVariant(g, pooled)])
 }
 
 // rtGroups is how many image groups the weight gradient is split into (one
@@ -225,7 +232,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
 		args := append(append(append([]any{ws}, src.args(op)...), px), dims...)
 		devCheck(op, ex.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, i32arg(op, per))))
-		devCheck(op, ex.launch(b.k.addParts, gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
+		devCheck(op, ex.launch(b.kernel("ember_add_parts"), gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
 			[]any{pdw, ws, int64(c.wLen), i32arg(op, groups)}))
 	}
 	inputGrad := func() {
