@@ -118,7 +118,7 @@ func (n *BatchNorm) syncForward(x *tensor.Tensor) *tensor.Tensor {
 		// run += m·(scale·batch - run), in place on the device.
 		update := func(run, batch *tensor.Tensor, scale float32) {
 			d := tensor.Sub(tensor.MulScalar(batch.Detach(), scale), run)
-			run.Backend().Axpy(run.Buffer(), m, d.Buffer())
+			tensor.Complete(run.Backend()).Axpy(run.Buffer(), m, d.Buffer())
 			if d.Scope() == nil {
 				d.Release()
 			}
