@@ -296,3 +296,31 @@ func TestParallelSyncBatchNorm(t *testing.T) {
 		t.Errorf("per-rank batch statistics end %.2g from the whole batch's: the test cannot tell the sync apart", d)
 	}
 }
+
+// TestParallelHungRankWatchdog: a peer that hangs (never reaches the first
+// collective; the fake's own timeout is a minute away) is found by the
+// watchdog's step deadline, which aborts the communicator: the run ends
+// within about StepTimeout with an error naming the rank it waits for.
+func TestParallelHungRankWatchdog(t *testing.T) {
+	g := parallel.NewFakeGroup(2, time.Minute)
+	rr := newRankRun(t, 0, 2, 32, "")
+	rr.cfg.Parallel = &trainer.Parallel{Comm: g.Comm(0, tensor.CPU), StepTimeout: 300 * time.Millisecond}
+	// Rank 1 joins the broadcast at the start, then hangs.
+	other := newRankRun(t, 1, 2, 32, "")
+	go func() {
+		c := g.Comm(1, tensor.CPU)
+		dp, err := parallel.NewDataParallel(c, other.cfg.Optimizer.Parameters(), parallel.DataParallelOptions{Buffers: nn.Buffers(other.model)})
+		if err == nil {
+			dp.BroadcastParameters()
+		}
+	}()
+	start := time.Now()
+	_, err := trainer.Run(context.Background(), rr.cfg)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "waiting for rank(s) [1]") || !strings.Contains(err.Error(), "communicator aborted") {
+		t.Fatalf("error %v; want the watchdog's, naming rank 1", err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %v to end; the step deadline is 300 ms", took)
+	}
+}

@@ -329,6 +329,7 @@ func (r *run) loop(ctx context.Context) error {
 		lastCheck := first - 1 // the last step whose loss was checked
 		windowStart, windowSteps, firstInWindow := epochStart, 0, false
 		for i := first; i < steps; i++ {
+			r.beginStep(i) // the watchdog times the step from here
 			stop, err := r.agreeToStop(ctx.Err() != nil, i, first)
 			if err != nil {
 				return r.stepError(err)
@@ -341,7 +342,6 @@ func (r *run) loop(ctx context.Context) error {
 			if c.Schedule != nil {
 				opt.SetLR(c.Schedule.LR(res.GlobalStep))
 			}
-			r.beginStep(i)
 			loss, err := step.Run(bs)
 			if err = r.stepError(err); err != nil {
 				return err
