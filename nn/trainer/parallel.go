@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/nn/parallel"
 	"github.com/ember-ml/ember/tensor"
@@ -84,9 +85,18 @@ func (r *run) prepareParallel() error {
 		return errors.New("trainer: Config.Parallel needs a Comm")
 	}
 	r.par = &ranks{comm: p.Comm, rank: p.Comm.Rank(), world: p.Comm.Size()}
+	c := &r.cfg
 	if !r.par.isMain() {
-		c := &r.cfg
 		c.Log, c.Progress, c.Metrics, c.Evaluate = io.Discard, io.Discard, nil, nil
+	}
+	// A communicator that goes through the host (TCP, the fake) cannot be
+	// part of a CUDA graph: a capture would fail half-way through the
+	// ranks' exchanges. Say so once and run eagerly.
+	if _, gpu := r.b.(*cuda.Backend); gpu && !c.Eager {
+		if _, ok := p.Comm.(*parallel.NCCL); !ok {
+			c.Eager = true
+			r.logf("cuda graph: launching eagerly: the %T communicator exchanges through the host", p.Comm)
+		}
 	}
 	return nil
 }
