@@ -178,10 +178,6 @@ func TestTrainChild(t *testing.T) {
 	if os.Getenv("EMBER_TRAIN_CHILD") == "" {
 		t.Skip("child process of TestInterrupt")
 	}
-	if dir := os.Getenv("EMBER_TRAIN_PIDDIR"); dir != "" {
-		// The launcher tests find their ranks' processes here.
-		os.WriteFile(filepath.Join(dir, "rank"+os.Getenv("RANK")+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
-	}
 	ctx, stop := signalContext()
 	defer stop()
 	os.Exit(run(ctx, strings.Split(os.Getenv("EMBER_TRAIN_ARGS"), "\x1f"), os.Stdout, os.Stderr))
