@@ -29,9 +29,9 @@ type ncclSide struct {
 
 var _ AsyncAllReducer = (*NCCL)(nil)
 
-// side makes the second stream on first use, outside any capture (the
-// first step's all-reduces come from BroadcastParameters and friends,
-// which run eagerly, or from a warm-up step).
+// sideStream makes the second stream on first use. DataParallel.Overlap
+// calls Prepare, so that it exists before a step is captured (a capture
+// cannot create streams or events).
 func (n *NCCL) sideStream() (*ncclSide, error) {
 	if n.side != nil {
 		return n.side, nil
