@@ -57,7 +57,8 @@ type TCPOptions struct {
 
 // Wire format of a collective, little-endian (the hosts' own order on
 // every machine this runs on; it is only ever between processes of one
-// job): request (rank r → rank 0) "u8 kind, u32 arg, u32 seq, u32 count,
+// job, after a hello of "EMTC", u32 rank, u16 len, the run's token):
+// request (rank r → rank 0) "u8 kind, u32 arg, u32 seq, u32 count,
 // count float32s" (a broadcast's non-root ranks send no values); answer
 // (rank 0 → rank r) "u8 0, count float32s" or "u8 1, u16 len, message".
 const (
@@ -84,8 +85,13 @@ func NewTCP(ctx context.Context, env Environment, b tensor.Backend, opt TCPOptio
 	}
 	c.conns = make([]net.Conn, env.WorldSize)
 	if env.Rank == 0 {
-		// All interfaces: the others reach this machine by MASTER_ADDR.
-		ln, err := net.Listen("tcp", ":0")
+		// All interfaces (the others reach this machine by MASTER_ADDR),
+		// unless MASTER_ADDR says the job is on this machine alone.
+		host := ""
+		if ip := net.ParseIP(env.MasterAddr); (ip != nil && ip.IsLoopback()) || env.MasterAddr == "localhost" {
+			host = env.MasterAddr
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, RefuseRendezvous(ctx, env, fmt.Errorf("listening for the TCP communicator: %v", err), opt.Rendezvous)
 		}
@@ -109,8 +115,8 @@ func NewTCP(ctx context.Context, env Environment, b tensor.Backend, opt TCPOptio
 	if err != nil {
 		return nil, &RankError{Rank: env.Rank, Err: fmt.Errorf("connecting to rank 0's TCP communicator: %v", err)}
 	}
-	hello := append([]byte(tcpMagic), 0, 0, 0, 0)
-	binary.LittleEndian.PutUint32(hello[4:], uint32(env.Rank))
+	hello := binary.LittleEndian.AppendUint32([]byte(tcpMagic), uint32(env.Rank))
+	hello = appendString16(hello, env.RunToken)
 	conn.SetWriteDeadline(time.Now().Add(opt.Rendezvous.Timeout))
 	if _, err := conn.Write(hello); err != nil {
 		conn.Close()
@@ -132,9 +138,14 @@ func (c *TCP) accept(ln net.Listener, env Environment) error {
 		}
 		conn.SetReadDeadline(deadline)
 		var hello [8]byte
-		if _, err := io.ReadFull(conn, hello[:]); err != nil || string(hello[:4]) != tcpMagic {
+		_, err = io.ReadFull(conn, hello[:])
+		var token string
+		if err == nil {
+			token, err = readString16(conn)
+		}
+		if err != nil || string(hello[:4]) != tcpMagic || token != env.RunToken {
 			conn.Close()
-			n-- // not one of ours (a port scan, say): wait on
+			n-- // not one of this job's ranks (a port scan, another run): wait on
 			continue
 		}
 		r := int(binary.LittleEndian.Uint32(hello[4:]))

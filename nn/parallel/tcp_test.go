@@ -2,8 +2,10 @@ package parallel
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -154,5 +156,36 @@ func TestTCPAbort(t *testing.T) {
 	})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), errTest.Error()) {
 		t.Errorf("rank 0 after Abort: %v; want the cause", errs[0])
+	}
+}
+
+// Rank 0 takes only connections that give this job's token: one of
+// another run (or a port scanner) is closed and the wait goes on.
+func TestTCPAcceptChecksToken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	env := Environment{WorldSize: 2, RunToken: "ours"}
+	c := &TCP{size: 2, conns: make([]net.Conn, 2), opt: TCPOptions{Rendezvous: RendezvousOptions{Timeout: 10 * time.Second}}}
+	hello := func(token string) net.Conn {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(appendString16(binary.LittleEndian.AppendUint32([]byte(tcpMagic), 1), token))
+		return conn
+	}
+	stranger := hello("theirs")
+	defer stranger.Close()
+	ours := hello("ours")
+	defer ours.Close()
+	if err := c.accept(ln, env); err != nil {
+		t.Fatal(err)
+	}
+	defer c.closeAll()
+	if c.conns[1] == nil || c.conns[1].RemoteAddr().String() != ours.LocalAddr().String() {
+		t.Fatalf("rank 1's connection is %v, want the one with the job's token (%v)", c.conns[1].RemoteAddr(), ours.LocalAddr())
 	}
 }
