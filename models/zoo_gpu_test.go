@@ -32,6 +32,10 @@ import (
 // lets cuBLAS use TF32 (torch's "fp32" mode leaves cuDNN convolutions on
 // TF32 but not matrix products). EMBER_ZOO_GRAPH=0 launches every step
 // eagerly instead of replaying a captured CUDA graph.
+// EMBER_ZOO_PRECISION=bf16 runs the GPT's matrix products under bfloat16
+// autocast (zoo.py's "gpt bf16"); fp32, the default, leaves them float32.
+// EMBER_ZOO_ATTENTION=composed hides the backend's fused attention, so that
+// attention is composed of products, softmax and dropout (to compare).
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -71,10 +75,23 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes})
+			var be tensor.Backend = b
+			switch a := os.Getenv("EMBER_ZOO_ATTENTION"); a {
+			case "", "fused":
+			case "composed":
+				be = zooComposedAttention{b}
+			default:
+				t.Fatalf("EMBER_ZOO_ATTENTION=%q; want fused or composed", a)
+			}
+			runs[name](t, &zooEnv{b: be, gpu: b, sizes: sizes})
 		})
 	}
 }
+
+// zooComposedAttention is the GPU backend without its fused attention.
+type zooComposedAttention struct{ *cuda.Backend }
+
+func (zooComposedAttention) AttentionSupported(d, dv int) bool { return false }
 
 // zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
 // statistics) or, for the smoke test of this harness, on the CPU.
@@ -92,6 +109,7 @@ type zooSizes struct {
 	airN, airBatch, airEpochs                         int
 	gpt                                               models.GPTConfig // Vocab comes from the corpus
 	gptBatch, gptSteps, gptRounds                     int
+	gptPrecision                                      tensor.DType // BFloat16: autocast
 }
 
 func zooBenchmarkSizes() (zooSizes, error) {
@@ -103,10 +121,18 @@ func zooBenchmarkSizes() (zooSizes, error) {
 		}
 		epochs = n
 	}
+	precision := tensor.Float32
+	switch v := os.Getenv("EMBER_ZOO_PRECISION"); v {
+	case "", "fp32":
+	case "bf16":
+		precision = tensor.BFloat16
+	default:
+		return zooSizes{}, fmt.Errorf("EMBER_ZOO_PRECISION=%q; want fp32 or bf16", v)
+	}
 	return zooSizes{
 		resnetWidth: 64, resnetBatch: 512, resnetEpochs: epochs, evalBatch: 2000,
 		airN: 50000, airBatch: 1024, airEpochs: 3,
-		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3,
+		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3, gptPrecision: precision,
 	}, nil
 }
 
@@ -529,6 +555,11 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		return loss
 	})
 	defer st.close()
+	precision := "fp32"
+	if z.sizes.gptPrecision == tensor.BFloat16 {
+		st.scope.SetAutocast(tensor.BFloat16)
+		precision = "bf16"
+	}
 	for r := range z.sizes.gptRounds {
 		z.sync(t)
 		start := time.Now()
@@ -543,7 +574,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		z.out(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx)/secs),
-			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "precision", precision, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
 	}
 }
 
