@@ -617,3 +617,29 @@ func (c *NCCLComm) BroadcastFloat32(b *Backend, buf tensor.Buffer, root int) err
 	}
 	return c.Broadcast(p, p, buf.Len, NCCLFloat32, root, s)
 }
+
+// AllReduceFloat32On is AllReduceFloat32 queued on the stream side instead
+// of b's, so that it overlaps b's later work (the rest of a backward
+// pass): fork is recorded on b's stream after everything b has queued and
+// side waits for it before the all-reduce. Make b's stream wait for side
+// (an event recorded on side) before it reads buf again. Inside a capture
+// of b's stream, side joins the capture through fork, and the all-reduce
+// becomes a node of the graph on a branch of its own.
+func (c *NCCLComm) AllReduceFloat32On(b *Backend, buf tensor.Buffer, op NCCLRedOp, side Stream, fork Event) error {
+	const call = "ncclAllReduce"
+	p, err := b.float32Ptr(call, buf)
+	if err != nil {
+		return err
+	}
+	s, err := c.backendStream(call, b)
+	if err != nil {
+		return err
+	}
+	if err := b.dev.RecordEvent(fork, s); err != nil {
+		return err
+	}
+	if err := b.dev.StreamWaitEvent(side, fork); err != nil {
+		return err
+	}
+	return c.AllReduce(p, p, buf.Len, NCCLFloat32, op, side)
+}

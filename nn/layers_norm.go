@@ -34,6 +34,7 @@ type BatchNorm struct {
 
 	evaluating  bool // torch's modules start in training mode
 	numChannels int
+	sync        BatchStatsReducer // SetSyncBatchNorm's: statistics over all ranks
 }
 
 // BatchNormOptions are the settings of a batch norm layer; the zero value
@@ -86,7 +87,12 @@ func (n *BatchNorm) Training() bool { return !n.evaluating }
 // forward normalises x, which the caller has checked.
 func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
 	training := !n.evaluating || n.RunningMean == nil
-	y := tensor.BatchNorm(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps)
+	var y *tensor.Tensor
+	if training && n.sync != nil {
+		y = n.syncForward(x)
+	} else {
+		y = tensor.BatchNorm(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps)
+	}
 	if training && n.NumBatchesTracked != nil {
 		// One more step, counted on the device: no host synchronisation,
 		// and replayed by a captured graph.

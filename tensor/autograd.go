@@ -36,6 +36,44 @@ func (t *Tensor) SetGrad(g *Tensor) {
 	t.grad = g
 }
 
+// SetGradReadyHook makes every later Backward call fn(t) as soon as the
+// gradient of the leaf t is complete for that pass: every operation that
+// used t has added its part into t.Grad, and nothing later in the pass
+// will (PyTorch's register_post_accumulate_grad_hook). Data-parallel
+// training starts a bucket's all-reduce from it while the backward pass of
+// the layers before goes on. A leaf that a Backward does not reach gets no
+// call. fn runs on Backward's goroutine, in the order the gradients become
+// ready; nil removes the hook.
+func (t *Tensor) SetGradReadyHook(fn func(*Tensor)) {
+	if !t.IsLeaf() {
+		panic("tensor: SetGradReadyHook on a computed tensor; only leaves have a gradient to be ready")
+	}
+	t.gradHook = fn
+}
+
+// Function records out as computed from inputs by an operation this
+// package does not know (a collective across processes, say), so that
+// Backward goes through it: backward maps out's gradient g to one
+// gradient per input, of its shape (nil for none; an input that needs no
+// gradient ignores its entry). out must be a tensor made for this result,
+// with no history of its own. It returns out, which requires a gradient
+// when an input does.
+func Function(op string, out *Tensor, backward func(g *Tensor) []*Tensor, inputs ...*Tensor) *Tensor {
+	if out.node != nil || out.requiresGrad {
+		panic("tensor: Function of a tensor that already has a history or requires grad; give it a new tensor")
+	}
+	record(out, op, func(g *Tensor, e *engine) {
+		gs := backward(g)
+		for i, in := range inputs {
+			if i < len(gs) && gs[i] != nil && in != nil && in.requiresGrad {
+				mustSameShape(op+" backward", in, gs[i])
+				e.pass(in, gs[i])
+			}
+		}
+	}, inputs...)
+	return out
+}
+
 // ZeroGrad sets the accumulated gradient to zero (keeping its memory, so
 // that the next step allocates nothing).
 func (t *Tensor) ZeroGrad() {
@@ -88,8 +126,12 @@ func (t *Tensor) Backward() {
 	seed.isOne, seed.st.onesPending = true, true
 	if t.node == nil {
 		e.pass(t, seed)
+		if t.gradHook != nil {
+			t.gradHook(t)
+		}
 		return
 	}
+	pending := hookedLeafUses(order)
 	e.grads[t] = seed
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
@@ -98,17 +140,60 @@ func (t *Tensor) Backward() {
 		n := u.node
 		u.node = nil // consumed; lets the inputs be collected
 		u.consumed = true
+		if g != nil {
+			e.current, e.keepCurrent = g.st, false
+			n.backward(g, e)
+		}
+		if pending != nil {
+			gradsReady(pending, n.inputs)
+		}
 		if g == nil {
 			continue
 		}
-		e.current, e.keepCurrent = g.st, false
-		n.backward(g, e)
 		// Nothing reads u's gradient after this (unless a view of it became
 		// an input's gradient): give its memory back now rather than at the
 		// end of the step, which keeps the peak of a backward pass near one
 		// activation's gradient at a time.
 		if g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent {
 			g.st.release()
+		}
+	}
+}
+
+// hookedLeafUses counts, for each leaf with a SetGradReadyHook, the inputs
+// of the nodes of order that are that leaf: its gradient is complete when
+// all of those nodes have run. nil when no leaf has a hook.
+func hookedLeafUses(order []*Tensor) map[*Tensor]int {
+	var pending map[*Tensor]int
+	for _, u := range order {
+		for _, in := range u.node.inputs {
+			if in != nil && in.gradHook != nil && in.node == nil && in.requiresGrad {
+				if pending == nil {
+					pending = map[*Tensor]int{}
+				}
+				pending[in]++
+			}
+		}
+	}
+	return pending
+}
+
+// gradsReady counts down the uses of the hooked leaves among inputs (those
+// of a node whose backward just ran) and calls the hook of each leaf whose
+// last use that was.
+func gradsReady(pending map[*Tensor]int, inputs []*Tensor) {
+	for _, in := range inputs {
+		n, ok := pending[in]
+		if !ok {
+			continue
+		}
+		if n--; n > 0 {
+			pending[in] = n
+			continue
+		}
+		delete(pending, in)
+		if in.grad != nil { // nil: no gradient flowed (a zero path)
+			in.gradHook(in)
 		}
 	}
 }

@@ -21,8 +21,9 @@ type Tensor struct {
 	requiresGrad bool
 	grad         *Tensor
 	node         *node
-	consumed     bool // computed, and its node was used up by a Backward
-	isOne        bool // the seed gradient of Backward: all ones
+	consumed     bool          // computed, and its node was used up by a Backward
+	gradHook     func(*Tensor) // SetGradReadyHook's: called when Backward's gradient is complete
+	isOne        bool          // the seed gradient of Backward: all ones
 }
 
 // storage is the memory shared by a tensor and its views.

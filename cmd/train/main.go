@@ -83,6 +83,8 @@ type options struct {
 	overwrite      bool // --save and --metrics may replace files train did not write
 	allowOtherData bool // a resume may continue on other data than it was trained on
 
+	launch launchOptions // --nproc-per-node and its companions
+
 	memoryLimitBytes int             // --memory-limit parsed
 	resumeLoaded     bool            // the checkpoint's settings are in: the checks between flags apply
 	set              map[string]bool // the flags given on the command line
@@ -124,6 +126,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "SGD's L2 weight decay (AdamW keeps torch's 0.01, decoupled)")
 	fs.BoolVar(&o.overwrite, "overwrite", false, "let --save and --metrics replace an existing file that train did not write")
 	fs.BoolVar(&o.allowOtherData, "allow-other-data", false, "let --resume continue on a data set other than the checkpoint's")
+	addLaunchFlags(fs, &o.launch)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: train [flags]   train a model (LeNet) on MNIST and save a checkpoint")
@@ -138,6 +141,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if err := o.checkLaunch(); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -243,6 +249,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	if err != nil {
 		fmt.Fprintf(stderr, "train: %s\n", oneLine(err))
 		return exitUsage
+	}
+	if o.launch.nprocPerNode > 0 && !launchedByUs() {
+		return launch(ctx, o, args, stdout, stderr)
 	}
 	t := &job{opt: o, out: stdout, errOut: stderr}
 	return t.main(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/ember-ml/ember/data"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/parallel"
 	"github.com/ember-ml/ember/nn/trainer"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
@@ -52,6 +53,9 @@ type job struct {
 
 	dataFromCheckpoint bool // --data is the one the checkpoint recorded
 	result             *trainer.Result
+
+	env  parallel.Environment  // where this process stands in a data-parallel job
+	comm parallel.Communicator // its communicator, nil when alone
 }
 
 func (t *job) logf(format string, args ...any) { fmt.Fprintf(t.out, format+"\n", args...) }
@@ -72,11 +76,17 @@ func (t *job) main(ctx context.Context) (code int) {
 		if t.dropout != nil {
 			t.dropout.Release()
 		}
+		if t.comm != nil {
+			t.comm.Close()
+		}
 		if t.dev != nil {
 			t.dev.close()
 		}
 	}()
-	err := t.setup(ctx)
+	err := t.joinJob()
+	if err == nil {
+		err = t.setup(ctx)
+	}
 	if err == nil {
 		err = t.run(ctx)
 	}
@@ -149,7 +159,7 @@ func (t *job) setup(ctx context.Context) error {
 
 	// This run is the only writer of --save: clear temporary files that a
 	// save killed half-way left behind.
-	if removed, err := models.RemoveCheckpointTemps(o.save); err == nil && len(removed) > 0 {
+	if removed, err := models.RemoveCheckpointTemps(o.save); t.isMain() && err == nil && len(removed) > 0 {
 		t.logf("removed %d temporary file(s) of an interrupted save", len(removed))
 	}
 
@@ -159,11 +169,14 @@ func (t *job) setup(ctx context.Context) error {
 		return err
 	}
 	t.logf("device: %s", t.dev.description)
+	if err := t.connect(ctx); err != nil {
+		return err
+	}
 
 	return guarded(func() (err error) {
 		b := t.dev.backend
 		if t.text != nil {
-			if t.trainText, err = trainer.NewText(b, t.text.Train, o.context, o.batchSize); err != nil {
+			if t.trainText, err = trainer.NewText(b, t.text.Train, o.context, t.rankBatch()); err != nil {
 				return err
 			}
 			if t.testText, err = trainer.NewText(b, t.text.Val, o.context, 0); err != nil {
@@ -225,7 +238,7 @@ func (t *job) setupImages(b tensor.Backend) (err error) {
 		scale, shift = t.norm.ScaleShift()
 		means, stds = channelStats(t.train)
 	}
-	if t.trainSet, err = trainer.NewImages(b, t.train, o.batchSize, scale, shift); err != nil {
+	if t.trainSet, err = trainer.NewImages(b, t.train, t.rankBatch(), scale, shift); err != nil {
 		return err
 	}
 	if t.testSet, err = trainer.NewImages(b, t.test, 0, scale, shift); err != nil {
@@ -540,7 +553,7 @@ func (t *job) run(ctx context.Context) error {
 		Schedule: t.schedule(), Epochs: o.epochs, Seed: o.seed, LogInterval: o.logInterval,
 		Checkpoint: o.save, Flags: t.flags(), ModelMetadata: meta,
 		Eager: t.dev.gpu == nil || o.noGraph, GraphHint: " (--no-graph launches eagerly)",
-		Log: t.out, Progress: t.errOut,
+		Log: t.out, Progress: t.errOut, Parallel: t.parallelConfig(),
 	}
 	switch {
 	case t.text != nil && o.testLimit > 0:
@@ -563,7 +576,7 @@ func (t *job) run(ctx context.Context) error {
 		t.logf("nothing to do: the checkpoint already has %d epochs (ask for more with --epochs)", startEpoch)
 		return nil
 	}
-	if o.metrics != "" {
+	if o.metrics != "" && t.isMain() {
 		m, err := trainer.OpenMetrics(o.metrics, t.resumed != nil && (t.resumed.Epoch > 0 || t.resumed.Step > 0))
 		if err != nil {
 			return usageError{fmt.Errorf("--metrics: %w", err)}
@@ -593,6 +606,9 @@ func (t *job) flags() map[string]string {
 
 // sayInterrupted says where training stopped and how to continue.
 func (t *job) sayInterrupted(e *trainer.InterruptedError) {
+	if !t.isMain() && e.SaveErr == nil {
+		return // rank 0 says where the job stopped
+	}
 	if e.SaveErr != nil {
 		fmt.Fprintf(t.errOut, "train: interrupted, and saving failed: %v\n", oneLine(e.SaveErr))
 		return

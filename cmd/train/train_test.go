@@ -172,7 +172,8 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// TestTrainChild is the child process of TestInterrupt.
+// TestTrainChild is the child process of TestInterrupt and of the
+// launcher's tests (a rank).
 func TestTrainChild(t *testing.T) {
 	if os.Getenv("EMBER_TRAIN_CHILD") == "" {
 		t.Skip("child process of TestInterrupt")

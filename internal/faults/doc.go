@@ -4,6 +4,7 @@
 // /dev/full, FIFOs and directories, unwritable paths, bad flags, broken
 // checkpoints), checking for each the exit status, a single error line
 // naming the file or flag, no stack trace, files left byte-identical, no
-// hang, and bounded memory. It is the evidence for the exit statuses the
-// README promises.
+// hang, and bounded memory; and a data-parallel job of the built train
+// (--nproc-per-node 2 on the CPU) interrupted, and with a rank killed. It
+// is the evidence for the exit statuses the README promises.
 package faults

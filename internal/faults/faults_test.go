@@ -189,6 +189,8 @@ type fault struct {
 	want  string // the error line contains this (and the command's name first); "": no error line
 	// stdout is the number of lines expected on stdout, or -1 for any.
 	stdout int
+	// env is added to the command's environment (a launcher's variables).
+	env []string
 }
 
 // trainArgs is a quick, valid training run on the fixture data with extra
@@ -389,6 +391,44 @@ func faults() []fault {
 		{[]string{"--resume", "$CKPT", "--model", "mlp"}, "--model mlp: the checkpoint $D/ckpt.safetensors holds the model lenet"},
 	} {
 		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: -1})
+	}
+
+	// Data-parallel training: the launcher's flags, and the variables a
+	// launcher (train --nproc-per-node, torchrun, srun) sets, when wrong.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nproc-per-node", "-1"}, "--nproc-per-node -1: want a number of processes, 1 or more"},
+		{[]string{"--nproc-per-node", "3"}, "--batch-size 64 is not a multiple of the 3 ranks"},
+		{[]string{"--nproc-per-node", "2", "--nnodes", "2"}, "--nnodes 2: give --master-addr and --master-port"},
+		{[]string{"--nproc-per-node", "2", "--master-port", "70000"}, "--master-port 70000: not a TCP port"},
+		{[]string{"--master-addr", "node0"}, "apply with --nproc-per-node"},
+		{[]string{"--nproc-per-node", "2", "--rank-env", "NCCL_HOSTID"}, "want NAME=VALUE"},
+		{[]string{"--sync-bn"}, "--sync-bn applies to data-parallel training"},
+	} {
+		add(fault{name: "train flag " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), code: 2, want: c.want, stdout: 0})
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"RANK=1", "WORLD_SIZE=2"}, nil, 2, "MASTER_ADDR is not set (world size 2 needs rank 0's address)"},
+		{[]string{"RANK=one", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}, nil, 2, `RANK="one" is not an integer`},
+		{[]string{"RANK=2", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}, nil, 2, "RANK=2 is outside WORLD_SIZE=2"},
+		{[]string{"RANK=0"}, nil, 2, `RANK="0" and WORLD_SIZE="": a launcher sets both`},
+		{[]string{"SLURM_PROCID=0"}, nil, 2, "SLURM_PROCID=0 is set but SLURM_NTASKS is not"},
+		{[]string{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=99999"}, nil, 2, "MASTER_PORT=99999 is not a TCP port"},
+		{[]string{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}, []string{"--batch-size", "63"}, 2, "--batch-size 63 is not a multiple of the world size 2"},
+		{[]string{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1", "EMBER_COMM=mpi"}, nil, 1, `EMBER_COMM="mpi": want nccl or tcp`},
+		{[]string{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1", "EMBER_LAUNCHER=ember"}, []string{"--nproc-per-node", "2"}, 0, ""},
+		{[]string{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}, []string{"--nproc-per-node", "2"}, 2, "this process is already a rank of a launcher"},
+		// A job of one rank (torchrun's variables, world size 1) trains.
+		{[]string{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}, nil, 0, ""},
+	} {
+		add(fault{name: "train env " + strings.Join(c.env, " ") + " " + strings.Join(c.args, " "), cmd: "train", args: trainArgs(c.args...), env: c.env, code: c.code, want: c.want, stdout: -1})
 	}
 
 	// Text for train's GPT: $D/in.txt is what setup writes there.
@@ -615,6 +655,7 @@ func runFault(t *testing.T, c fault) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = d
 	cmd.Env = append(os.Environ(), "MNIST_DIR=")
+	cmd.Env = append(cmd.Env, c.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

@@ -39,17 +39,23 @@ type DataParallelOptions struct {
 //
 // Buckets follow DDP: parameters in reverse order (the order backward
 // produces their gradients), grouped while they are contiguous and under
-// the cap. TODO(overlap): a hook that backward calls when a parameter's
-// gradient is final (tensor has none yet) would let GradientReady start a
-// bucket's all-reduce on a second stream, joined before the optimiser
-// step, as DDP overlaps communication with the backward pass; the bucket
-// layout here (params, in ready order) is already the one that needs.
+// the cap. Overlap starts each bucket's all-reduce from the backward pass
+// itself, as soon as its gradients are final.
 type DataParallel struct {
 	c       Communicator
 	params  []nn.Parameter
 	grads   []tensor.Buffer // the gradient windows seen at New, to detect a repack
 	pruns   []tensor.Buffer // contiguous runs of parameters and buffers, for the broadcast
 	buckets []Bucket
+
+	// Overlap's state: the bucket of each parameter, the gradients ready
+	// per bucket in this backward pass, the next bucket to start, and the
+	// first error of a start.
+	overlap  bool
+	bucketOf []int
+	ready    []int
+	next     int
+	asyncErr error
 }
 
 // Bucket is one all-reduce of gradients: the window Buffer of the packed

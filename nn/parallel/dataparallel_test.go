@@ -50,6 +50,12 @@ func ddpData() (x []float32, y []int32) {
 // shard per step, and it returns its parameters at the end. c nil is the
 // single-process reference.
 func trainRank(c Communicator, b tensor.Backend, batch, steps int, bucketBytes int) ([][]float32, error) {
+	return trainRankOverlap(c, b, batch, steps, bucketBytes, false)
+}
+
+// trainRankOverlap is trainRank, with the all-reduces started from the
+// backward pass (DataParallel.Overlap) when overlap is set.
+func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucketBytes int, overlap bool) ([][]float32, error) {
 	rank, world := 0, 1
 	if c != nil {
 		rank, world = c.Rank(), c.Size()
@@ -72,6 +78,12 @@ func trainRank(c Communicator, b tensor.Backend, batch, steps int, bucketBytes i
 		}
 		if err := dp.BroadcastParameters(); err != nil {
 			return nil, err
+		}
+		if overlap {
+			if err := dp.Overlap(); err != nil {
+				return nil, err
+			}
+			defer dp.StopOverlap()
 		}
 	}
 	sh, err := NewSharder(ddpSamples, rank, world, ddpSeed)
@@ -99,7 +111,10 @@ func trainRank(c Communicator, b tensor.Backend, batch, steps int, bucketBytes i
 		loss.Backward()
 		s.Release()
 		if dp != nil {
-			if err := dp.AllReduceGradients(); err != nil {
+			if overlap && dp.Launched() != len(dp.Buckets()) {
+				return nil, fmt.Errorf("step %d: %d of %d buckets started during the backward pass; all parameters were reached, so all should have", step, dp.Launched(), len(dp.Buckets()))
+			}
+			if err := dp.FinishGradients(); err != nil {
 				return nil, err
 			}
 		}
@@ -115,13 +130,18 @@ func trainRank(c Communicator, b tensor.Backend, batch, steps int, bucketBytes i
 // runFake trains on n goroutine ranks of a FakeGroup.
 func runFake(t *testing.T, n, batch, steps, bucketBytes int) [][][]float32 {
 	t.Helper()
+	return runFakeOverlap(t, n, batch, steps, bucketBytes, false)
+}
+
+func runFakeOverlap(t *testing.T, n, batch, steps, bucketBytes int, overlap bool) [][][]float32 {
+	t.Helper()
 	g := NewFakeGroup(n, 20*time.Second)
 	out := make([][][]float32, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			out[r], errs[r] = trainRank(g.Comm(r, tensor.CPU), tensor.CPU, batch, steps, bucketBytes)
+			out[r], errs[r] = trainRankOverlap(g.Comm(r, tensor.CPU), tensor.CPU, batch, steps, bucketBytes, overlap)
 		})
 	}
 	wg.Wait()
@@ -187,6 +207,41 @@ func TestDataParallelMatchesOneRank(t *testing.T) {
 	init, _ := trainRank(nil, tensor.CPU, batch, 0, 0)
 	if init[0][0] == want[0][0] {
 		t.Error("training did not change the first weight")
+	}
+}
+
+// With Overlap, each bucket is all-reduced from the backward pass as soon
+// as its gradients are final (trainRankOverlap checks that every bucket
+// started before Backward returned); the sums are the same, in the same
+// order, so the parameters are bitwise those of AllReduceGradients after
+// backward, and within the tolerance above of one rank with batch B.
+func TestDataParallelOverlapMatches(t *testing.T) {
+	const batch, steps = 16, 6
+	want, err := trainRank(nil, tensor.CPU, batch, steps, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, 4} {
+		for _, bucketBytes := range []int{0, 64} {
+			after := runFake(t, n, batch, steps, bucketBytes)
+			got := runFakeOverlap(t, n, batch, steps, bucketBytes, true)
+			for r := range n {
+				for i := range got[r] {
+					for j := range got[r][i] {
+						if got[r][i][j] != after[0][i][j] {
+							t.Fatalf("N=%d buckets %d: rank %d parameter %d[%d] = %v with overlap, %v without", n, bucketBytes, r, i, j, got[r][i][j], after[0][i][j])
+						}
+					}
+				}
+			}
+			for i := range want {
+				for j := range want[i] {
+					if d := math.Abs(float64(got[0][i][j]-want[i][j])) / math.Max(1, math.Abs(float64(want[i][j]))); d > 1e-6 {
+						t.Fatalf("N=%d: parameter %d[%d] = %.8g with overlap, one rank of batch %d gives %.8g", n, i, j, got[0][i][j], batch, want[i][j])
+					}
+				}
+			}
+		}
 	}
 }
 

@@ -20,13 +20,19 @@
 //   - Communicator (comm.go): all-reduce (sum, average), broadcast,
 //     barrier, abort. NCCL (nccl.go, over cuda.NCCLComm) queues the
 //     collectives on the backend's stream, after the backward pass's
-//     kernels and inside a captured step; FakeGroup (fake.go) runs N ranks
-//     as goroutines of one test, summing in rank order so that results do
-//     not depend on timing.
+//     kernels and inside a captured step; TCP (tcp.go) joins processes
+//     without NCCL (the CPU backend, CI) through rank 0, which sums in
+//     rank order; FakeGroup (fake.go) runs N ranks as goroutines of one
+//     test, summing in rank order so that results do not depend on timing.
+//     Connect (connect.go) picks NCCL or TCP.
 //   - DataParallel (dataparallel.go): parameters broadcast from rank 0,
-//     gradients averaged after backward in buckets of about 25 MiB. The
-//     optimiser packs the gradients into one buffer (optim.NewSGD,
-//     tensor.Pack); a bucket is a window of it, so nothing is copied.
+//     gradients averaged in buckets of about 25 MiB. The optimiser packs
+//     the gradients into one buffer (optim.NewSGD, tensor.Pack); a bucket
+//     is a window of it, so nothing is copied. With Overlap (overlap.go)
+//     each bucket's all-reduce starts from the backward pass as soon as
+//     its gradients are final (tensor.SetGradReadyHook), with NCCL on a
+//     second stream joined before the optimiser step, as DDP overlaps
+//     communication with computation.
 //   - Sharder (sharder.go): each rank's indices of one seeded permutation
 //     of the data set, as torch's DistributedSampler: padded to a multiple
 //     of the world size, rank r taking positions r, r+W, ...
@@ -79,12 +85,18 @@
 //	srun --ntasks-per-node 8 --gpus-per-task 1 ./train --batch-size 512
 //
 // With --gpus-per-task each task sees its GPU as device 0 (open ordinal 0
-// then, not LOCAL_RANK). Planned: train --nproc-per-node N, which starts
-// the N local processes itself; Launch (launch.go) is that launcher as a
-// function: it sets the same variables, supervises the processes, ends
-// them all with one line naming the rank when one fails, and forwards an
-// interrupt to all. Across machines it is the same code with other
-// addresses (NNodes, NodeRank, MasterAddr, MasterPort).
+// then, not LOCAL_RANK; train takes LOCAL_RANK modulo the visible GPUs).
+// Or train --nproc-per-node N starts the N local processes itself over
+// Launch (launch.go): it sets the same variables, supervises the
+// processes, ends them all with one line naming the rank when one fails,
+// and forwards an interrupt to all. Across machines it is the same code
+// with other addresses (NNodes, NodeRank, MasterAddr, MasterPort):
+//
+//	train --nproc-per-node 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 ...
+//
+// nn/trainer's Config.Parallel runs the whole training loop this way
+// (broadcast, sharding, overlapped buckets, SyncBatchNorm, rank-0
+// checkpoints and logs, agreed interrupts, the watchdog).
 //
 // # Faults
 //
@@ -94,9 +106,7 @@
 // and exits, and the job resumes from the last checkpoint, which rank 0
 // wrote atomically (nn.SaveCheckpoint) and the others waited for.
 //
-// Not yet here: overlapping the all-reduce with the backward pass on a
-// second stream (a per-parameter "gradient ready" hook in tensor's
-// backward is needed; see DataParallel), synchronised BatchNorm statistics
-// (per-rank statistics, DDP's default, need nothing), and the train
-// command's --nproc-per-node flag over Launch.
+// Batch norm: each rank's own statistics by default (DDP's), or those of
+// the whole global batch with nn.SetSyncBatchNorm (torch's SyncBatchNorm;
+// train --sync-bn).
 package parallel

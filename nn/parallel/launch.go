@@ -28,7 +28,11 @@ type LaunchOptions struct {
 	MasterAddr string
 	MasterPort int
 
-	Env            []string  // extra environment for every process, "K=V"
+	Env []string // extra environment for every process, "K=V"
+	// RankEnv, when not nil, gives extra environment for the process of
+	// rank (local: its index on this machine), after Env: a variable that
+	// must differ between ranks (NCCL_HOSTID for two ranks on one GPU).
+	RankEnv        func(rank, local int) []string
 	Stdout, Stderr io.Writer // the processes' output (default: this process's)
 
 	// Grace is how long processes may take to exit after the signal that
@@ -110,6 +114,9 @@ func Launch(ctx context.Context, argv []string, opt LaunchOptions) error {
 			"EMBER_RENDEZVOUS_PORT="+strconv.Itoa(opt.MasterPort),
 			"EMBER_RUN_TOKEN="+hex.EncodeToString(token), "EMBER_LAUNCHER=ember",
 		)
+		if opt.RankEnv != nil {
+			cmd.Env = append(cmd.Env, opt.RankEnv(rank, local)...)
+		}
 		if err := cmd.Start(); err != nil {
 			for _, p := range procs {
 				p.Process.Kill()

@@ -19,6 +19,7 @@ type NCCL struct {
 	comm   *cuda.NCCLComm
 	cause  atomic.Pointer[error] // why Abort was called
 	closed atomic.Bool           // Close or Abort: no more faults to report
+	side   *ncclSide             // the second stream of AllReduceAsync, made on first use
 }
 
 var _ Communicator = (*NCCL)(nil)
@@ -148,5 +149,5 @@ func (n *NCCL) Abort(cause error) {
 // Close waits for the backend's queued work and destroys the communicator.
 func (n *NCCL) Close() error {
 	n.closed.Store(true)
-	return errors.Join(n.b.Synchronize(), n.comm.Destroy())
+	return errors.Join(n.b.Synchronize(), n.closeSide(), n.comm.Destroy())
 }

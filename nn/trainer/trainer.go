@@ -103,6 +103,10 @@ type Config struct {
 	Log, Progress io.Writer
 	// Monitor, when not nil, reports device memory on the epoch lines.
 	Monitor Monitor
+
+	// Parallel, when not nil, makes this run one rank of a data-parallel
+	// job (see Parallel).
+	Parallel *Parallel
 }
 
 // Result is what a run did.
@@ -182,7 +186,8 @@ type run struct {
 	b         tensor.Backend
 	res       *Result
 	lastSaved string
-	saves     int // checkpoints written by this run
+	saves     int    // checkpoints written by this run
+	par       *ranks // the data-parallel side (single when alone)
 }
 
 // Run trains cfg.Model for cfg.Epochs epochs over cfg.Data: each step
@@ -200,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var err error
 	if gerr := tensor.Guard(func() { err = r.loop(ctx) }); gerr != nil {
-		err = gerr
+		err = r.stepError(gerr) // the watchdog's fault explains a device error
 	}
 	return r.res, err
 }
@@ -229,7 +234,7 @@ func (r *run) check() error {
 		return errors.New("trainer: the optimiser has no parameters")
 	}
 	r.b = ps[0].Tensor.Backend()
-	return nil
+	return r.prepareParallel()
 }
 
 func (r *run) logf(format string, args ...any) { fmt.Fprintf(r.cfg.Log, format+"\n", args...) }
@@ -268,8 +273,11 @@ func (r *run) lossOf(batch Batch, sum *tensor.Tensor) *tensor.Tensor {
 func (r *run) loop(ctx context.Context) error {
 	c := r.cfg
 	opt, src := c.Optimizer, c.Data
-	bs := src.BatchSize()
-	steps := src.Len() / bs // the last partial batch is dropped
+	bs := src.BatchSize() // this rank's part of the batch
+	if global := bs * r.par.world; src.Len() < global {
+		return fmt.Errorf("trainer: a batch of %d on each of %d ranks is %d examples; the data set has %d", bs, r.par.world, global, src.Len())
+	}
+	steps := src.Len() / (bs * r.par.world) // the last partial batch is dropped
 	startEpoch, startStep := 0, 0
 	if st := c.Resume; st != nil {
 		if err := opt.LoadState(optim.LoadTraining(st)); err != nil {
@@ -280,6 +288,10 @@ func (r *run) loop(ctx context.Context) error {
 	if startEpoch >= c.Epochs {
 		return nil
 	}
+	if err := r.startParallel(); err != nil {
+		return err
+	}
+	defer r.stopParallel()
 	if c.Monitor != nil {
 		c.Monitor.Start()
 	}
@@ -290,6 +302,7 @@ func (r *run) loop(ctx context.Context) error {
 	step, err := CaptureStep(r.b, func(s *tensor.Scope) *tensor.Tensor {
 		loss := r.lossOf(src.Batch(s), lossSum)
 		loss.Backward()
+		r.reduceGradients()
 		opt.StepAndZeroGrad()
 		return loss
 	}, StepOptions{Optimizer: opt, Eager: c.Eager, Logf: r.logf, Hint: c.GraphHint})
@@ -299,6 +312,7 @@ func (r *run) loop(ctx context.Context) error {
 	defer step.Close()
 
 	res := r.res
+	var shard []int32
 	for epoch := startEpoch; epoch < c.Epochs; epoch++ {
 		perm := data.Permutation(src.Len(), c.Seed, epoch)
 		if es, ok := src.(EpochSetter); ok {
@@ -317,10 +331,16 @@ func (r *run) loop(ctx context.Context) error {
 		lastCheck := first - 1 // the last step whose loss was checked
 		windowStart, windowSteps, firstInWindow := epochStart, 0, false
 		for i := first; i < steps; i++ {
-			if ctx.Err() != nil {
+			r.beginStep(i) // the watchdog times the step from here
+			stop, err := r.agreeToStop(ctx.Err() != nil, i, first)
+			if err != nil {
+				return r.stepError(err)
+			}
+			if stop {
 				return r.interrupted(epoch, i)
 			}
-			src.Load(perm[i*bs : (i+1)*bs])
+			shard = r.shardIndices(perm, i, bs, shard)
+			src.Load(shard)
 			if c.Schedule != nil {
 				opt.SetLR(c.Schedule.LR(res.GlobalStep))
 				if err := r.setMomentum(res.GlobalStep); err != nil {
@@ -328,7 +348,7 @@ func (r *run) loop(ctx context.Context) error {
 				}
 			}
 			loss, err := step.Run(bs)
-			if err != nil {
+			if err = r.stepError(err); err != nil {
 				return err
 			}
 			res.GlobalStep++
@@ -362,12 +382,16 @@ func (r *run) loop(ctx context.Context) error {
 					return &DivergedError{Message: fmt.Sprintf("loss is %v at epoch %d, %s", bad, epoch+1, where), LastCheckpoint: r.lastSaved}
 				}
 				lastCheck = i
-				imgs := float64((i+1-first)*bs) / now.Sub(epochStart).Seconds()
+				imgs := float64((i+1-first)*bs*r.par.world) / now.Sub(epochStart).Seconds()
 				bar.update(i+1, l, imgs)
 			}
+			r.endStep()
 		}
+		// The end of the epoch (its collectives, the evaluation, the save)
+		// is watched as one more step.
+		r.beginStep(steps)
 		if err := r.b.Synchronize(); err != nil {
-			return err
+			return r.stepError(err)
 		}
 		secs := time.Since(epochStart).Seconds()
 		if c.Monitor != nil {
@@ -376,7 +400,10 @@ func (r *run) loop(ctx context.Context) error {
 		res.StepDriverAllocs += r.driverAllocs() - epochAllocs
 		bar.finish()
 		res.EpochSeconds = append(res.EpochSeconds, secs)
-		trainLoss := float64(lossSum.Item()) / float64(steps-first)
+		trainLoss, err := r.meanOverRanks(float64(lossSum.Item()) / float64(steps-first))
+		if err != nil {
+			return r.stepError(err)
+		}
 		testLoss, acc := math.NaN(), math.NaN()
 		if c.Evaluate != nil {
 			var err error
@@ -390,7 +417,7 @@ func (r *run) loop(ctx context.Context) error {
 			c.Monitor.EvaluationDone()
 			memory = c.Monitor.MemoryLine()
 		}
-		imgsPerSec := float64((steps-first)*bs) / secs
+		imgsPerSec := float64((steps-first)*bs*r.par.world) / secs
 		if c.Evaluate != nil {
 			r.logf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%%s, %.2f s, %.0f images/s%s",
 				epoch+1, c.Epochs, trainLoss, testLoss, acc, c.EvalNote, secs, imgsPerSec, memory)
@@ -401,8 +428,9 @@ func (r *run) loop(ctx context.Context) error {
 			return err
 		}
 		if err := r.save(epoch+1, 0); err != nil {
-			return err
+			return r.stepError(err)
 		}
+		r.endStep()
 	}
 	return nil
 }
@@ -436,8 +464,17 @@ func (r *run) driverAllocs() int64 {
 
 // save writes the model and the training state, each atomically.
 func (r *run) save(epoch, step int) error {
+	if r.cfg.Checkpoint == "" {
+		return nil
+	}
+	// In data-parallel training rank 0 writes and the others wait for it.
+	return r.onMain(func() error { return r.saveHere(epoch, step) })
+}
+
+// saveHere writes the checkpoint from this process.
+func (r *run) saveHere(epoch, step int) error {
 	c := r.cfg
-	if c.Checkpoint == "" || (c.ShouldSave != nil && !c.ShouldSave()) {
+	if c.ShouldSave != nil && !c.ShouldSave() {
 		return nil
 	}
 	if dir := filepath.Dir(c.Checkpoint); dir != "" {
