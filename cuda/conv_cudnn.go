@@ -31,6 +31,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/ember-ml/ember/tensor"
 )
 
 // cudnnSearchWorkspace caps the workspace an algorithm may use (and the
@@ -117,7 +119,7 @@ func (b *Backend) descGeom(c convShape) (g convDescGeom, ok bool) {
 	dh, dw := cg.Dilation()
 	return convDescGeom{n: cg.N, c: cg.C, h: cg.H, w: cg.W, k: cg.K, r: cg.R, s: cg.S,
 		strideH: cg.StrideH, strideW: cg.StrideW, padH: cg.PadH, padW: cg.PadW,
-		dilH: dh, dilW: dw, groups: c.groups, oh: c.oh, ow: c.ow}, true
+		dilH: dh, dilW: dw, groups: c.groups, oh: c.oh, ow: c.ow, dtype: cudnnDataFloat}, true
 }
 
 // plan returns g's plan, creating its descriptors on first use. When
@@ -206,19 +208,28 @@ func (b *Backend) runDNN(op string, p *convPlan, dir convDirection, a convAlgo, 
 }
 
 // Where cuDNN is faster than im2col + cuBLAS, measured on the H200 at
-// ResNet-9's shapes (batch 512, 3x3, deterministic algorithms, fp32;
-// docs/performance.md): the forward pass for output planes of 14x14 and
-// more (0.72-0.88x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
-// neither backward pass (2.6x, 1.3x, 1.5x, 1.8x, 1.6x, 1.6x). Grouped
+// ResNet-9's shapes (batch 512, 3x3, deterministic algorithms;
+// docs/performance.md). In full FP32 (FMA kernels): the forward pass for
+// output planes of 14x14 and more (0.72-0.88x im2col's time; at 7x7 and
+// 3x3 it took 1.3-1.5x), and neither backward pass (2.6x, 1.3x, 1.5x,
+// 1.8x, 1.6x, 1.6x). With TF32 cuDNN's tensor-core implicit GEMMs take
+// every pass of every geometry (see cudnnAllWithTF32). Grouped
 // convolutions go to cuDNN in both directions: im2col runs one GEMM per
 // group.
 const cudnnMinForwardPlane = 14 * 14
 
+// cudnnAllWithTF32: with TF32 every convolution cuDNN takes goes to it,
+// forward and backward (measured: docs/performance.md, "Convolutions in
+// three precisions").
+const cudnnAllWithTF32 = true
+
 func (b *Backend) cudnnForward(c convShape) bool {
-	return b.dnnEverywhere || c.groups > 1 || c.oh*c.ow >= cudnnMinForwardPlane
+	return b.dnnEverywhere || c.groups > 1 || c.oh*c.ow >= cudnnMinForwardPlane || (b.opt.TF32 && cudnnAllWithTF32)
 }
 
-func (b *Backend) cudnnBackward(c convShape) bool { return b.dnnEverywhere || c.groups > 1 }
+func (b *Backend) cudnnBackward(c convShape) bool {
+	return b.dnnEverywhere || c.groups > 1 || (b.opt.TF32 && cudnnAllWithTF32)
+}
 
 // conv2dCuDNN is Conv2d through cuDNN; false (nothing queued) where cuDNN
 // is not used for c.
@@ -311,3 +322,179 @@ func (s *dnnConvs) describe(g convDescGeom) string {
 	}
 	return out
 }
+
+// ---- bfloat16 (autocast) ----
+
+// Autocast's convolutions (tensor.LowPrecisionConvBackend) run through
+// cuDNN with bfloat16 tensors and float32 sums (CUDNN_DATA_BFLOAT16
+// descriptors, a float32 convolution descriptor: cuDNN's BFLOAT16_CONFIG,
+// which wants x, w and y of one type). The float32 side is met by fused
+// casts (kernels/cast.cu): the output is cast back with the bias and ReLU
+// (ember_conv_out_bf16), dy is masked and cast in one pass
+// (ember_conv_grad_bf16), and the bfloat16 gradients are written into dx or
+// added into dw (ember_add_bf16_f32). Without cuDNN, or for a geometry it
+// refuses, the convolution stays float32 (ConvLowp false), or, when cuDNN
+// refuses only at the first run, takes the float32 path on float32 copies.
+
+// lowpGeom is c as a bfloat16 cuDNN geometry; false where cuDNN does not
+// take it.
+func (b *Backend) lowpGeom(c convShape) (convDescGeom, bool) {
+	g, ok := b.descGeom(c)
+	g.dtype = cudnnDataBFloat16
+	return g, ok
+}
+
+// ConvLowp reports whether g runs in bfloat16 under autocast: where cuDNN
+// is open, takes g and accepted its descriptors.
+func (b *Backend) ConvLowp(g tensor.ConvGeom) bool {
+	const op = "conv2d_lowp"
+	c := convShapeOf(op, g)
+	if c.yLen == 0 || c.crs == 0 {
+		return false
+	}
+	dg, ok := b.lowpGeom(c)
+	if !ok {
+		return false
+	}
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	return p.failed[dirForward] == nil || p.failed[dirBackwardData] == nil || p.failed[dirBackwardFilter] == nil
+}
+
+// float32Copy is a float32 copy of the bfloat16 buffer h (the fallback's
+// operand); free it when the work using it is queued.
+func (b *Backend) float32Copy(h tensor.Buffer) tensor.Buffer {
+	f, err := b.Alloc(h.Len, tensor.Float32)
+	if err != nil {
+		panic(&tensor.Error{Op: "cuda: conv2d_lowp", Err: err})
+	}
+	b.Cast(f, h)
+	return f
+}
+
+// Conv2dLowp sets y = conv(x, w) (rounded to bfloat16) + bias, then
+// max(y, 0) when g.ReLU, for bfloat16 x and w and float32 y and bias.
+func (b *Backend) Conv2dLowp(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_lowp"
+	c := convShapeOf(op, g)
+	need(op, "y", y, c.yLen)
+	need(op, "x", x, c.xLen)
+	need(op, "w", w, c.wLen)
+	py, px, pw := b.f32(op, y), b.ptr(op, x, tensor.BFloat16), b.ptr(op, w, tensor.BFloat16)
+	pbias := b.f32Opt(op, "bias", bias, g.K)
+	if c.yLen == 0 {
+		return
+	}
+	if dg, ok := b.lowpGeom(c); ok && c.crs > 0 {
+		s := b.dnn
+		s.mu.Lock()
+		p := s.plan(dg)
+		devCheck(op, b.x.settle())
+		yh := b.workspace(op, 2*c.yLen)
+		a, ok := b.algoFor(op, p, dirForward, px, pw, yh.Ptr(), 0)
+		if ok {
+			b.runDNN(op, p, dirForward, a, px, pw, 0, yh.Ptr())
+		}
+		s.mu.Unlock()
+		if ok {
+			b.launch(op, b.kernel("ember_conv_out_bf16"), c.yLen, py, yh.Ptr(), pbias,
+				int64(c.yLen), int64(g.K), int64(c.p), flag(g.ReLU))
+			b.release(yh)
+			return
+		}
+		b.release(yh)
+	}
+	fx, fw := b.float32Copy(x), b.float32Copy(w)
+	b.Conv2d(y, fx, fw, bias, g)
+	b.Free(fx)
+	b.Free(fw)
+}
+
+// Conv2dBackwardLowp is Conv2dBackward for bfloat16 x and w and float32
+// gradients: dx overwritten, dw and db added into (each skipped when
+// empty), dy masked by y under g.ReLU.
+func (b *Backend) Conv2dBackwardLowp(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_backward_lowp"
+	wantDX, wantDW := !dx.Empty(), !dw.Empty()
+	if !wantDX && !wantDW && db.Empty() {
+		return
+	}
+	c := convShapeOf(op, g)
+	need(op, "dy", dy, c.yLen)
+	pdy := b.f32(op, dy)
+	var pdx, pdw, px, pw uintptr
+	if wantDX {
+		need(op, "dx", dx, c.xLen)
+		need(op, "w", w, c.wLen)
+		pdx, pw = b.f32(op, dx), b.ptr(op, w, tensor.BFloat16)
+	}
+	if wantDW {
+		need(op, "dw", dw, c.wLen)
+		need(op, "x", x, c.xLen)
+		pdw, px = b.f32(op, dw), b.ptr(op, x, tensor.BFloat16)
+	}
+	pdb := b.f32Opt(op, "db", db, g.K)
+	var pmask uintptr
+	if g.ReLU {
+		pmask = b.f32Opt(op, "y", y, c.yLen)
+	}
+	dg, ok := b.lowpGeom(c)
+	if c.yLen == 0 || c.crs == 0 || (!wantDX && !wantDW) || !ok || !b.conv2dBackwardLowpCuDNN(op, dg, pdx, pdw, pdb, pdy, px, pw, pmask, c) {
+		// The float32 path on float32 copies (it handles the empty cases).
+		var fx, fw tensor.Buffer
+		if wantDW {
+			fx = b.float32Copy(x)
+			defer b.Free(fx)
+		}
+		if wantDX {
+			fw = b.float32Copy(w)
+			defer b.Free(fw)
+		}
+		b.Conv2dBackward(dx, dw, db, dy, fx, fw, y, g)
+	}
+}
+
+// conv2dBackwardLowpCuDNN queues Conv2dBackwardLowp through cuDNN; false,
+// with nothing queued, where cuDNN refuses a direction.
+func (b *Backend) conv2dBackwardLowpCuDNN(op string, dg convDescGeom, pdx, pdw, pdb, pdy, px, pw, pmask uintptr, c convShape) bool {
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	devCheck(op, b.x.settle())
+	dyh := b.workspace(op, 2*c.yLen)
+	defer b.release(dyh)
+	var dxh Block
+	var da, fa convAlgo
+	ok := true
+	if pdx != 0 {
+		dxh = b.workspace(op, 2*c.xLen)
+		defer b.release(dxh)
+		da, ok = b.algoFor(op, p, dirBackwardData, pw, dyh.Ptr(), dxh.Ptr(), 0)
+	}
+	if ok && pdw != 0 {
+		fa, ok = b.algoFor(op, p, dirBackwardFilter, px, dyh.Ptr(), 0, 2*c.wLen)
+	}
+	if !ok {
+		return false
+	}
+	if pdb != 0 {
+		b.biasGrad(op, pdb, pdy, 0, pmask, c.g.N, c.g.K, c.p, true)
+	}
+	b.launch(op, b.kernel("ember_conv_grad_bf16"), c.yLen, dyh.Ptr(), pdy, pmask, int64(c.yLen))
+	if pdw != 0 {
+		dwh := b.workspace(op, 2*c.wLen)
+		b.runDNN(op, p, dirBackwardFilter, fa, px, dyh.Ptr(), 0, dwh.Ptr())
+		b.launch(op, b.kernel("ember_add_bf16_f32"), c.wLen, pdw, dwh.Ptr(), int64(c.wLen), flag(true))
+		b.release(dwh)
+	}
+	if pdx != 0 {
+		b.runDNN(op, p, dirBackwardData, da, pw, dyh.Ptr(), 0, dxh.Ptr())
+		b.launch(op, b.kernel("ember_add_bf16_f32"), c.xLen, pdx, dxh.Ptr(), int64(c.xLen), flag(false))
+	}
+	return true
+}
+
+var _ tensor.LowPrecisionConvBackend = (*Backend)(nil)

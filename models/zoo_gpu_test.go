@@ -28,10 +28,13 @@ import (
 //	EMBER_ZOO=gpt EMBER_ZOO_CORPUS=FILE go test ./models -run TestZooGPU -v
 //
 // EMBER_ZOO=all runs the three (resnet9 and gpt only when their data is
-// given). It skips without a GPU or without EMBER_ZOO. EMBER_ZOO_TF32=1
-// lets cuBLAS use TF32 (torch's "fp32" mode leaves cuDNN convolutions on
-// TF32 but not matrix products). EMBER_ZOO_GRAPH=0 launches every step
-// eagerly instead of replaying a captured CUDA graph.
+// given). It skips without a GPU or without EMBER_ZOO.
+// EMBER_ZOO_PRECISION=fp32|tf32|bf16 is train's --precision: fp32 (the
+// default), tf32 (cuBLAS and cuDNN on TF32 tensor cores; torch's "fp32"
+// mode leaves cuDNN convolutions on TF32 but not matrix products) or bf16
+// (autocast: products and convolutions in bfloat16, float32 sums);
+// EMBER_ZOO_TF32=1 is EMBER_ZOO_PRECISION=tf32. EMBER_ZOO_GRAPH=0
+// launches every step eagerly instead of replaying a captured CUDA graph.
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -40,7 +43,17 @@ func TestZooGPU(t *testing.T) {
 	if err := cuda.Available(); err != nil {
 		t.Skipf("no CUDA device: %v", err)
 	}
-	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{TF32: os.Getenv("EMBER_ZOO_TF32") == "1"})
+	prec, err := tensor.ParsePrecision(os.Getenv("EMBER_ZOO_PRECISION"))
+	if err != nil {
+		t.Fatalf("EMBER_ZOO_PRECISION: %v", err)
+	}
+	if os.Getenv("EMBER_ZOO_TF32") == "1" {
+		if prec == tensor.BF16 {
+			t.Fatal("EMBER_ZOO_TF32=1 is EMBER_ZOO_PRECISION=tf32; it does not go with EMBER_ZOO_PRECISION=bf16")
+		}
+		prec = tensor.TF32
+	}
+	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{TF32: prec.AllowTF32()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +84,7 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes})
+			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes, precision: prec})
 		})
 	}
 }
@@ -79,10 +92,18 @@ func TestZooGPU(t *testing.T) {
 // zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
 // statistics) or, for the smoke test of this harness, on the CPU.
 type zooEnv struct {
-	b     tensor.Backend
-	gpu   *cuda.Backend
-	sizes zooSizes
-	lines []map[string]any // what zooOut printed, for the smoke test
+	b         tensor.Backend
+	gpu       *cuda.Backend
+	sizes     zooSizes
+	precision tensor.Precision // "" is fp32
+	lines     []map[string]any // what zooOut printed, for the smoke test
+}
+
+// newScope is a scope for a workload's steps, with the run's autocast.
+func (z *zooEnv) newScope() *tensor.Scope {
+	s := tensor.NewScope()
+	s.SetAutocast(z.precision.Autocast())
+	return s
 }
 
 // zooSizes are a workload's sizes: zoo.py's for the benchmark, tiny ones
@@ -131,7 +152,11 @@ func (z *zooEnv) peakReservedMiB() float64 {
 
 // out prints one JSON line as zoo.py's out does, with mode "ember".
 func (z *zooEnv) out(t *testing.T, what string, kv ...any) {
-	m := map[string]any{"what": what, "mode": "ember"}
+	prec := z.precision
+	if prec == "" {
+		prec = tensor.FP32
+	}
+	m := map[string]any{"what": what, "mode": "ember", "precision": string(prec)}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i].(string)] = kv[i+1]
 	}
@@ -165,11 +190,12 @@ type zooStepper struct {
 	graph  *cuda.StepGraph
 	loss   *tensor.Tensor
 	try    bool
+	warmed bool // one eager step ran before the capture
 	logged string
 }
 
-func newZooStepper(gpu *cuda.Backend, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
-	return &zooStepper{gpu: gpu, scope: tensor.NewScope(), step: step, opt: opt, try: gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
+func newZooStepper(z *zooEnv, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
+	return &zooStepper{gpu: z.gpu, scope: z.newScope(), step: step, opt: opt, try: z.gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
 }
 
 // scoped copies x into a new tensor of s: the operations on it put their
@@ -194,6 +220,13 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
+	if z.try && !z.warmed && z.usesCuDNN() {
+		// cuDNN times its convolution algorithms at their first run,
+		// which cannot happen inside a capture (trainer.Step does the
+		// same).
+		z.warmed = true
+		return z.eager()
+	}
 	if z.try && z.opt.Replayable() {
 		z.try = false
 		before := z.opt.Steps()
@@ -212,6 +245,11 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.logged = "eager"
 	}
 	return z.eager()
+}
+
+func (z *zooStepper) usesCuDNN() bool {
+	_, err := z.gpu.CuDNN()
+	return err == nil
 }
 
 func (z *zooStepper) close() {
@@ -306,7 +344,7 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		defer norm.Release()
 	}
 	idx, labels := make([]int32, bs), make([]int32, bs)
-	scope := tensor.NewScope()
+	scope := z.newScope()
 	defer scope.Release()
 	sgd.ZeroGrad()
 	step := 0
@@ -453,7 +491,7 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 	}
 	defer sgd.Release()
 	sgd.ZeroGrad()
-	st := newZooStepper(z.gpu, sgd, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z, sgd, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, xb), yb)
 		loss.Backward()
 		sgd.StepAndZeroGrad()
@@ -521,7 +559,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 	defer targets.Release()
 	hx, hy := make([]int32, bsz*ctx), make([]int32, bsz*ctx)
 	adam.ZeroGrad()
-	st := newZooStepper(z.gpu, adam, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z, adam, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, ids), targets)
 		loss.Backward()
 		optim.ClipGradNorm(s, adam.Gradients(), 1.0)

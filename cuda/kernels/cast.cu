@@ -27,3 +27,40 @@ extern "C" __global__ void ember_cast_f32_bf16(unsigned short* dst, const float*
 extern "C" __global__ void ember_cast_bf16_f32(float* dst, const unsigned short* src, long long n) {
     EMBER_LOOP(long long, i, n) { dst[i] = ember_f32_from_bf16(src[i]); }
 }
+
+// The casts around autocast's bfloat16 convolutions (cuda/conv_cudnn.go),
+// each fused with what the float32 side does next so that a cast costs no
+// extra pass.
+
+// y[i] = float32(h[i]) + bias[channel of i] (bias may be null), then
+// max(., 0) when relu: a bfloat16 convolution's output [N, K, P] back to
+// float32 with conv2d's epilogue.
+extern "C" __global__ void ember_conv_out_bf16(float* y, const unsigned short* h, const float* bias,
+                                               long long n, long long K, long long P, int relu) {
+    EMBER_LOOP(long long, i, n) {
+        float v = ember_f32_from_bf16(h[i]);
+        if (bias) v += bias[(i / P) % K];
+        if (relu && !(v > 0.f || v != v)) v = 0.f; // NaN propagates, as ember_relu
+        y[i] = v;
+    }
+}
+
+// h[i] = bfloat16(mask[i] <= 0 ? 0 : dy[i]), or bfloat16(dy[i]) when mask is
+// null: the incoming gradient of a bfloat16 convolution, masked by its fused
+// ReLU's output as relu_backward does.
+extern "C" __global__ void ember_conv_grad_bf16(unsigned short* h, const float* dy, const float* mask, long long n) {
+    EMBER_LOOP(long long, i, n) {
+        float g = dy[i];
+        if (mask && mask[i] <= 0.f) g = 0.f; // a NaN mask passes dy, as ember_relu_backward
+        h[i] = ember_bf16_from_f32(g);
+    }
+}
+
+// dst[i] = float32(src[i]) (+ dst[i] when accumulate): a bfloat16 gradient
+// into a float32 one (dx overwritten, dw accumulated).
+extern "C" __global__ void ember_add_bf16_f32(float* dst, const unsigned short* src, long long n, int accumulate) {
+    EMBER_LOOP(long long, i, n) {
+        float v = ember_f32_from_bf16(src[i]);
+        dst[i] = accumulate ? dst[i] + v : v;
+    }
+}
