@@ -81,45 +81,46 @@ func absAll(v []float32) []float32 {
 	return out
 }
 
-// runConvLowp is runConv through Conv2dLowp and Conv2dBackwardLowp: x and w
-// cast to bfloat16 on the device first.
+// runConvLowp is runConv through Conv2dLowp and Conv2dBackwardLowp.
 func runConvLowp(t *testing.T, b *Backend, g tensor.ConvGeom, x, w, bias, dy, dw0, db0, mask []float32) convResults {
-	half := func(v []float32) tensor.Buffer {
-		f := gpuBuf(t, b, v)
-		h, err := b.Alloc(len(v), tensor.BFloat16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Free(h) })
-		b.Cast(h, f)
-		return h
-	}
-	xh, wh, bb, dyb := half(x), half(w), gpuBuf(t, b, bias), gpuBuf(t, b, dy)
+	xb, wb, bb, dyb := gpuBuf(t, b, x), gpuBuf(t, b, w), gpuBuf(t, b, bias), gpuBuf(t, b, dy)
 	yb, dxb := gpuBuf(t, b, make([]float32, len(dy))), gpuBuf(t, b, make([]float32, len(x)))
 	dwb, dbb := gpuBuf(t, b, dw0), gpuBuf(t, b, db0)
-	b.Conv2dLowp(yb, xh, wh, bb, g)
+	b.Conv2dLowp(yb, xb, wb, bb, g)
 	r := convResults{y: download(b, yb)}
 	mb := tensor.Buffer{}
 	if g.ReLU {
 		mb = gpuBuf(t, b, mask)
 	}
-	b.Conv2dBackwardLowp(dxb, dwb, dbb, dyb, xh, wh, mb, g)
+	b.Conv2dBackwardLowp(dxb, dwb, dbb, dyb, xb, wb, mb, g)
 	r.dx, r.dw, r.db = download(b, dxb), download(b, dwb), download(b, dbb)
 	gpuCheck(t, b.Synchronize())
 	return r
 }
 
-// precisionBackends are the GPU backends of the three precisions, every
-// convolution pass on cuDNN; bf16 runs on the fp32 backend's Lowp methods.
-func precisionBackends(t *testing.T) map[tensor.Precision]*Backend {
+// precisionMode is one way of running a convolution: a precision, and for
+// bfloat16 the layout cuDNN sees.
+type precisionMode struct {
+	name string
+	prec tensor.Precision
+	b    *Backend
+}
+
+// precisionModes are the GPU backends of the three precisions, every
+// convolution pass on cuDNN; bfloat16 runs on the fp32 backend's Lowp
+// methods, in NHWC (the default) and in NCHW.
+func precisionModes(t *testing.T) []precisionMode {
 	fp32, _ := cudnnBackends(t)
 	tf32 := newGPUBackend(t, BackendOptions{TF32: true})
 	tf32.dnnEverywhere = true
-	return map[tensor.Precision]*Backend{tensor.FP32: fp32, tensor.TF32: tf32, tensor.BF16: fp32}
+	nchw := newGPUBackend(t, BackendOptions{})
+	nchw.dnnEverywhere = true
+	nchw.dnn.lowpNCHW = true
+	return []precisionMode{{"fp32", tensor.FP32, fp32}, {"tf32", tensor.TF32, tf32}, {"bf16", tensor.BF16, fp32}, {"bf16-nchw", tensor.BF16, nchw}}
 }
 
 func TestGPUConvPrecisionsMatchCPU(t *testing.T) {
-	backends := precisionBackends(t)
+	modes := precisionModes(t)
 	conv := func(n, c, k, hw int) tensor.ConvGeom {
 		return tensor.ConvGeom{N: n, C: c, H: hw, W: hw, K: k, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
 	}
@@ -152,10 +153,11 @@ func TestGPUConvPrecisionsMatchCPU(t *testing.T) {
 		for i := range a.db {
 			a.db[i] += float32(math.Abs(float64(db0[i])))
 		}
-		for _, p := range []tensor.Precision{tensor.FP32, tensor.TF32, tensor.BF16} {
-			name := fmt.Sprintf("%s/N%d_C%d_%dx%d_K%d_%dx%d_s%d_d%d_g%d_relu%v", p, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.StrideH, max(g.DilationH, 1), g.GroupCount(), g.ReLU)
+		for _, m := range modes {
+			p := m.prec
+			name := fmt.Sprintf("%s/N%d_C%d_%dx%d_K%d_%dx%d_s%d_d%d_g%d_relu%v", m.name, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.StrideH, max(g.DilationH, 1), g.GroupCount(), g.ReLU)
 			t.Run(name, func(t *testing.T) {
-				b := backends[p]
+				b := m.b
 				var got convResults
 				if p == tensor.BF16 {
 					if !b.ConvLowp(g) {
@@ -188,10 +190,11 @@ func TestGPUConvPrecisionsMatchCPU(t *testing.T) {
 					}
 					t.Logf("%s: worst error %.3f of the bound (at %d)", r.what, worst, at)
 				}
-				if dg, ok := b.descGeom(c); ok {
-					if p == tensor.BF16 {
-						dg.dtype = cudnnDataBFloat16
-					}
+				dg, ok := b.descGeom(c)
+				if p == tensor.BF16 {
+					dg, ok = b.lowpGeom(c)
+				}
+				if ok {
 					t.Log(b.dnn.describe(dg))
 				}
 			})
@@ -203,7 +206,8 @@ func TestGPUConvPrecisionsMatchCPU(t *testing.T) {
 // filter and bias together; and each backward direction alone) of
 // ResNet-9's convolutions at batch 512 in each precision, through cuDNN
 // and through im2col + cuBLAS (EMBER_CUDNN_BENCH=1; -v to see it). bf16
-// has no im2col column: its fallback is the float32 path.
+// has no im2col rows (its fallback is the float32 convolution); it runs
+// with cuDNN in NHWC (the default) and NCHW, casts included.
 func TestGPUConvPrecisionBench(t *testing.T) {
 	if os.Getenv("EMBER_CUDNN_BENCH") != "1" {
 		t.Skip("set EMBER_CUDNN_BENCH=1 to time the convolutions")
@@ -212,6 +216,8 @@ func TestGPUConvPrecisionBench(t *testing.T) {
 	tf32 := newGPUBackend(t, BackendOptions{TF32: true})
 	tf32.dnnEverywhere = true
 	plainTF32 := newGPUBackend(t, BackendOptions{TF32: true, NoCuDNN: true})
+	nchw := newGPUBackend(t, BackendOptions{})
+	nchw.dnn.lowpNCHW = true
 	const warm, iters = 3, 20
 	rng := rand.New(rand.NewPCG(5, 6))
 	t.Logf("cuDNN %d; batch 512, 3x3 padding 1; µs per pass (wall time over %d passes after %d); bwd = dx + dw + db", fp32.dnn.n.Version(), iters, warm)
@@ -223,19 +229,11 @@ func TestGPUConvPrecisionBench(t *testing.T) {
 			name string
 			b    *Backend
 			lowp bool
-		}{{"fp32 cuDNN", fp32, false}, {"fp32 im2col", plain, false}, {"tf32 cuDNN", tf32, false}, {"tf32 im2col", plainTF32, false}, {"bf16 cuDNN", fp32, true}} {
+		}{{"fp32 cuDNN", fp32, false}, {"fp32 im2col", plain, false}, {"tf32 cuDNN", tf32, false}, {"tf32 im2col", plainTF32, false},
+			{"bf16 NHWC", fp32, true}, {"bf16 NCHW", nchw, true}} {
 			b := r.b
 			xb, wb, bb, dyb := gpuBuf(t, b, x), gpuBuf(t, b, w), gpuBuf(t, b, bias), gpuBuf(t, b, dy)
 			yb, dxb, dwb, dbb := gpuBuf(t, b, dy), gpuBuf(t, b, x), gpuBuf(t, b, w), gpuBuf(t, b, bias)
-			if r.lowp {
-				xh, _ := b.Alloc(len(x), tensor.BFloat16)
-				wh, _ := b.Alloc(len(w), tensor.BFloat16)
-				defer b.Free(xh)
-				defer b.Free(wh)
-				b.Cast(xh, xb)
-				b.Cast(wh, wb)
-				xb, wb = xh, wh
-			}
 			fwd := func() { b.Conv2d(yb, xb, wb, bb, g) }
 			bwd := func(dx, dw, db tensor.Buffer) func() {
 				return func() { b.Conv2dBackward(dx, dw, db, dyb, xb, wb, tensor.Buffer{}, g) }
@@ -261,10 +259,11 @@ func TestGPUConvPrecisionBench(t *testing.T) {
 			none := tensor.Buffer{}
 			t.Logf("%-16s %-12s %9.1f %9.1f %9.1f %9.1f", fmt.Sprintf("%dx%d %d->%d", g.H, g.W, g.C, g.K), r.name,
 				timeIt(fwd), timeIt(bwd(dxb, dwb, dbb)), timeIt(bwd(dxb, none, none)), timeIt(bwd(none, dwb, none)))
-			if dg, ok := b.descGeom(c); ok && b.dnn != nil {
-				if r.lowp {
-					dg.dtype = cudnnDataBFloat16
-				}
+			dg, ok := b.descGeom(c)
+			if r.lowp {
+				dg, ok = b.lowpGeom(c)
+			}
+			if ok {
 				t.Logf("    %s", b.dnn.describe(dg))
 			}
 		}

@@ -106,6 +106,7 @@ func loadCudnn() error {
 // cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9).
 const (
 	cudnnTensorNCHW       = 0 // CUDNN_TENSOR_NCHW
+	cudnnTensorNHWC       = 1 // CUDNN_TENSOR_NHWC (a filter's is KRSC)
 	cudnnDataFloat        = 0 // CUDNN_DATA_FLOAT
 	cudnnDataBFloat16     = 9 // CUDNN_DATA_BFLOAT16
 	cudnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION: no kernel flip, as tensor.Conv2d
@@ -317,6 +318,17 @@ type convDescGeom struct {
 	// cudnnDataFloat, or cudnnDataBFloat16 for autocast's convolutions;
 	// the sums are float32 either way.
 	dtype int
+	// nhwc lays x, y and their gradients out as NHWC and the filter as
+	// KRSC (bfloat16 only: cuDNN's tensor-core kernels read them directly).
+	nhwc bool
+}
+
+// format is g's cudnnTensorFormat_t.
+func (g convDescGeom) format() uintptr {
+	if g.nhwc {
+		return cudnnTensorNHWC
+	}
+	return cudnnTensorNCHW
 }
 
 // convDescs are the descriptors of one convolution geometry: one
@@ -343,15 +355,16 @@ func (d convDirection) String() string {
 }
 
 // tensor4dArgs are cudnnSetTensor4dDescriptor's arguments after the
-// descriptor: NCHW, the element type, then the sizes.
-func tensor4dArgs(dtype, n, c, h, w int) []uintptr {
-	return []uintptr{cudnnTensorNCHW, uintptr(dtype), uintptr(n), uintptr(c), uintptr(h), uintptr(w)}
+// descriptor: the format, the element type, then the sizes (in NCHW order
+// whatever the format).
+func tensor4dArgs(format uintptr, dtype, n, c, h, w int) []uintptr {
+	return []uintptr{format, uintptr(dtype), uintptr(n), uintptr(c), uintptr(h), uintptr(w)}
 }
 
 // filter4dArgs are cudnnSetFilter4dDescriptor's: the data type comes
 // before the format here. A grouped filter is [K, C/G, R, S].
 func filter4dArgs(g convDescGeom) []uintptr {
-	return []uintptr{uintptr(g.dtype), cudnnTensorNCHW, uintptr(g.k), uintptr(g.c / g.groups), uintptr(g.r), uintptr(g.s)}
+	return []uintptr{uintptr(g.dtype), g.format(), uintptr(g.k), uintptr(g.c / g.groups), uintptr(g.r), uintptr(g.s)}
 }
 
 // conv2dArgs are cudnnSetConvolution2dDescriptor's: padding, strides,
@@ -406,10 +419,10 @@ func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
 			return
 		}
 	}
-	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.x}, tensor4dArgs(g.dtype, g.n, g.c, g.h, g.w)...)...)); err != nil {
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.x}, tensor4dArgs(g.format(), g.dtype, g.n, g.c, g.h, g.w)...)...)); err != nil {
 		return
 	}
-	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.y}, tensor4dArgs(g.dtype, g.n, g.k, g.oh, g.ow)...)...)); err != nil {
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.y}, tensor4dArgs(g.format(), g.dtype, g.n, g.k, g.oh, g.ow)...)...)); err != nil {
 		return
 	}
 	if err = n.check("cudnnSetFilter4dDescriptor", dnnInvoke(f, s.setFilter4d, append([]uintptr{p.w}, filter4dArgs(g)...)...)); err != nil {

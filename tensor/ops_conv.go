@@ -71,22 +71,18 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 	return out
 }
 
-// convolveLowp is convolve under autocast: x and w are cast to bfloat16
-// for the forward pass and again for the backward pass (nothing bfloat16
-// is kept between them, as for the matrix products), the output and the
+// convolveLowp is convolve under autocast: the backend rounds x, w and the
+// incoming gradient to bfloat16 as it convolves (nothing bfloat16 is kept
+// between the passes, as for the matrix products); the output and the
 // gradients are float32.
 func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b
-	p := productsFor(be, s)
 	out := Empty(be, s, g.N, g.K, g.OutH(), g.OutW())
 	var bias Buffer
 	if b != nil {
 		bias = b.buffer()
 	}
-	hx, hw := p.half(x.buffer()), p.half(w.buffer())
-	lb.Conv2dLowp(out.buffer(), hx.buffer(), hw.buffer(), bias, g)
-	hx.Release() // the convolution is queued first: the memory is reused after it
-	hw.Release()
+	lb.Conv2dLowp(out.buffer(), x.buffer(), w.buffer(), bias, g)
 	record(out, "conv2d_lowp", func(dy *Tensor, e *engine) {
 		var y Buffer
 		if g.ReLU {
@@ -97,11 +93,7 @@ func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvG
 		if b != nil {
 			db = e.sinkZeroed(b)
 		}
-		bp := p.inScope(e.scopeFor(x))
-		hx, hw := bp.half(x.buffer()), bp.half(w.buffer())
-		lb.Conv2dBackwardLowp(dxBuf, e.sinkZeroed(w), db, dy.buffer(), hx.buffer(), hw.buffer(), y, g)
-		hx.Release()
-		hw.Release()
+		lb.Conv2dBackwardLowp(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
 		if dx != nil {
 			e.pass(x, dx)
 		}
