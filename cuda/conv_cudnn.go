@@ -226,11 +226,11 @@ func (b *Backend) runDNN(op string, p *convPlan, dir convDirection, a convAlgo, 
 // ResNet-9's shapes (batch 512, 3x3, deterministic algorithms;
 // docs/performance.md, "Convolutions in three precisions"). In full FP32
 // (FMA kernels): the forward pass for output planes of 14x14 and more
-// (0.66-0.89x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
-// neither backward pass (1.4-2.5x). With TF32 on tensor cores: every
-// forward pass (0.41-0.82x), and the backward passes of planes from 7x7
-// with at least 64 rows C·R·S (0.45-0.84x); the first layer's (one input
-// channel: 9 rows) took 2.9x and the 3x3 planes' 1.3x. Grouped
+// (0.59-0.89x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
+// neither backward pass (1.3-2.5x). With TF32 on tensor cores: every
+// forward pass (0.36-0.67x), and the backward passes of planes from 7x7
+// with at least 64 rows C·R·S (0.45-0.85x); the first layer's (one input
+// channel: 9 rows) took 2.8x and the 3x3 planes' 1.02x. Grouped
 // convolutions go to cuDNN in both directions: im2col runs one GEMM per
 // group.
 const (
@@ -351,9 +351,12 @@ func (s *dnnConvs) describe(g convDescGeom) string {
 // dy masked by the fused ReLU in the same pass), and the results come back
 // to float32 NCHW with the bias and ReLU, or added into dw
 // (ember_from_nhwc_bf16). NHWC because cuDNN's tensor-core kernels read it
-// directly; for NCHW they transpose internally, measured 1.1-2x slower at
-// ResNet-9's sizes (docs/performance.md, "Convolutions in three
-// precisions"). Grouped convolutions keep NCHW. Without cuDNN, or for a
+// directly; for NCHW they transpose into their workspace: a forward and
+// backward pass in NCHW took 1.15-1.32x the NHWC time (casts included) at
+// ResNet-9's four middle geometries, 0.97x and 0.95x at its first (one
+// channel) and its 3x3 planes, 1.16x over the whole network
+// (docs/performance.md, "Convolutions in three precisions"). Grouped
+// convolutions keep NCHW. Without cuDNN, or for a
 // geometry it refuses, the convolution stays float32.
 
 // lowpGeom is c as a bfloat16 cuDNN geometry; false where cuDNN does not
