@@ -83,7 +83,7 @@ type BackendOptions struct {
 	// then has no parallel branches (side.go).
 	NoSideStream bool
 	// NoExpandableSegments makes one driver allocation per memory segment
-	// instead of mapping pages into one address range (alloc_expand.go).
+	// instead of mapping pages into one address range (package cuda/alloc).
 	NoExpandableSegments bool
 	// BLASWorkspaceMiB is the cuBLAS workspace taken from the allocator:
 	// 0 means the default (32 MiB), a negative value none.
@@ -91,14 +91,20 @@ type BackendOptions struct {
 	// BLASOwnWorkspace leaves cuBLAS to allocate its own workspace, out of
 	// sight of the allocator's statistics.
 	BLASOwnWorkspace bool
+
+	// KernelCache is where compiled kernels are kept between runs: "" the
+	// default (os.UserCacheDir()/ember/kernels), "off" nowhere, anything
+	// else a directory (driver.KernelCacheFor).
+	KernelCache string
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, and EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
-// "cublas". The library itself reads no variable: commands and tests call
-// this.
+// feature off, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
+// "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
+// KernelCache where opt leaves it empty. The library itself reads no
+// variable: commands and tests call this.
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
@@ -107,6 +113,9 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
+	if opt.KernelCache == "" {
+		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
+	}
 	switch v := os.Getenv("EMBER_CUBLAS_WORKSPACE"); v {
 	case "":
 	case "cublas":
@@ -133,8 +142,7 @@ type Backend struct {
 	alloc  *Allocator
 	mods   []*Module            // one per kernel unit (kernels.go)
 	fns    map[string]*Function // every kernel, by its extern "C" name
-	k      kernels
-	x      executor // where device work goes: the GPU, or a recorder in tests
+	x      executor             // where device work goes: the GPU, or a recorder in tests
 	name   string
 
 	mu       sync.Mutex
@@ -176,6 +184,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.KernelCache != "" {
+		dev.SetKernelCache(KernelCacheFor(opt.KernelCache))
+	}
 	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), opt: opt, noConvRT: opt.NoConvRT,
 		noLinearTiled: opt.NoLinearTiled, noNarrow: opt.NoNarrow}
 	ok := false
@@ -204,9 +215,6 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
 	}
 	if b.fns, err = lookupKernels(b.mods); err != nil {
-		return nil, err
-	}
-	if err = b.k.load(b.fns); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: dev.VirtualMemorySupported() && !opt.NoExpandableSegments})
@@ -258,7 +266,7 @@ func (b *Backend) Close() error {
 	errs = append(errs, b.dnn.close())
 	errs = append(errs, b.closeSideLane()...)
 	for _, blk := range []Block{b.blasWorkspace, b.tileCounters} {
-		if blk.owner() != 0 {
+		if !blk.IsZero() {
 			errs = append(errs, b.alloc.Free(blk))
 		}
 	}
@@ -406,7 +414,7 @@ func (b *Backend) workspace(op string, bytes int) Block {
 }
 
 func (b *Backend) release(blk Block) {
-	if blk.owner() != 0 && !b.side.hold(blk, blk.Size()) {
+	if !blk.IsZero() && !b.side.hold(blk, blk.Size()) {
 		if err := b.alloc.Free(blk); err != nil {
 			b.deferError(err)
 		}
@@ -520,9 +528,10 @@ func gridFor(n int) Dim3 {
 	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
 }
 
-// kernel returns the kernel of that extern "C" name. The general
-// operators look their kernels up by name; a name no source defines is a
-// programming error.
+// kernel returns the kernel of that extern "C" name. Operators look their
+// kernels up by name, among those the compiled modules hold (lookupKernels:
+// the sources' extern "C" declarations); a name no source defines is a
+// programming error, which TestKernelNamesDefined catches without a GPU.
 func (b *Backend) kernel(name string) *Function {
 	f := b.fns[name]
 	if f == nil {
@@ -530,6 +539,10 @@ func (b *Backend) kernel(name string) *Function {
 	}
 	return f
 }
+
+// hasKernel reports whether the modules hold that kernel: those that need
+// sm_90 (thread block clusters) are compiled out for older devices.
+func (b *Backend) hasKernel(name string) bool { return b.fns[name] != nil }
 
 // launch runs a 1-D grid-stride kernel over n elements; nothing when n is 0.
 func (b *Backend) launch(op string, f *Function, n int, args ...any) {
@@ -741,9 +754,9 @@ func (b *Backend) CopyStrided(dst, src tensor.Buffer, shape, strides []int) {
 			s6[k], t6[k] = int64(s[k-pad]), int64(t[k-pad])
 		}
 	}
-	f := b.k.copyStridedU32
+	f := b.kernel("ember_copy_strided_u32")
 	if dst.DType == tensor.Uint8 {
-		f = b.k.copyStridedU8
+		f = b.kernel("ember_copy_strided_u8")
 	}
 	b.launch(op, f, n, pd, ps, int64(n),
 		s6[0], s6[1], s6[2], s6[3], s6[4], s6[5],
@@ -758,7 +771,7 @@ func (b *Backend) Add(dst, x, y tensor.Buffer) {
 	n := dst.Len
 	need(op, "a", x, n)
 	need(op, "b", y, n)
-	b.launch(op, b.k.add, n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
+	b.launch(op, b.kernel("ember_add"), n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
 }
 
 // Mul sets dst = a * b.
@@ -767,7 +780,7 @@ func (b *Backend) Mul(dst, x, y tensor.Buffer) {
 	n := dst.Len
 	need(op, "a", x, n)
 	need(op, "b", y, n)
-	b.launch(op, b.k.mul, n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
+	b.launch(op, b.kernel("ember_mul"), n, b.f32(op, dst), b.f32(op, x), b.f32(op, y), int64(n))
 }
 
 // Axpy sets dst += alpha * x.
@@ -775,7 +788,7 @@ func (b *Backend) Axpy(dst tensor.Buffer, alpha float32, x tensor.Buffer) {
 	const op = "axpy"
 	n := dst.Len
 	need(op, "x", x, n)
-	b.launch(op, b.k.axpy, n, b.f32(op, dst), alpha, b.f32(op, x), int64(n))
+	b.launch(op, b.kernel("ember_axpy"), n, b.f32(op, dst), alpha, b.f32(op, x), int64(n))
 }
 
 // ScaleBy sets dst = x * s[0] (+ dst).
@@ -784,7 +797,7 @@ func (b *Backend) ScaleBy(dst, x, s tensor.Buffer, accumulate bool) {
 	n := dst.Len
 	need(op, "x", x, n)
 	need(op, "s", s, 1)
-	b.launch(op, b.k.scaleBy, n, b.f32(op, dst), b.f32(op, x), b.f32(op, s), int64(n), flag(accumulate))
+	b.launch(op, b.kernel("ember_scale_by"), n, b.f32(op, dst), b.f32(op, x), b.f32(op, s), int64(n), flag(accumulate))
 }
 
 // Sum sets dst[0] = sum(x), in double precision, deterministically: pass 1
@@ -814,9 +827,9 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.k.sumPartial, nb, blockSize, px, int64(n), part, pd)
+	b.launchGrid(op, b.kernel("ember_sum_partial"), nb, blockSize, px, int64(n), part, pd)
 	if nb > 1 {
-		b.launchGrid(op, b.k.sumFinal, 1, blockSize, pd, part, int32(nb), int64(1))
+		b.launchGrid(op, b.kernel("ember_sum_final"), 1, blockSize, pd, part, int32(nb), int64(1))
 	}
 }
 
@@ -824,7 +837,7 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 func (b *Backend) Broadcast(dst, s tensor.Buffer, accumulate bool) {
 	const op = "broadcast"
 	need(op, "s", s, 1)
-	b.launch(op, b.k.broadcast, dst.Len, b.f32(op, dst), b.f32(op, s), int64(dst.Len), flag(accumulate))
+	b.launch(op, b.kernel("ember_broadcast"), dst.Len, b.f32(op, dst), b.f32(op, s), int64(dst.Len), flag(accumulate))
 }
 
 // ReLU sets y = max(x, 0).
@@ -832,7 +845,7 @@ func (b *Backend) ReLU(y, x tensor.Buffer) {
 	const op = "relu"
 	n := x.Len
 	need(op, "y", y, n)
-	b.launch(op, b.k.relu, n, b.f32(op, y), b.f32(op, x), int64(n))
+	b.launch(op, b.kernel("ember_relu"), n, b.f32(op, y), b.f32(op, x), int64(n))
 }
 
 // ReLUBackward sets dx = dy where y > 0, else 0 (+ dx).
@@ -841,7 +854,7 @@ func (b *Backend) ReLUBackward(dx, dy, y tensor.Buffer, accumulate bool) {
 	n := dx.Len
 	need(op, "dy", dy, n)
 	need(op, "y", y, n)
-	b.launch(op, b.k.reluBackward, n, b.f32(op, dx), b.f32(op, dy), b.f32(op, y), int64(n), flag(accumulate))
+	b.launch(op, b.kernel("ember_relu_backward"), n, b.f32(op, dx), b.f32(op, dy), b.f32(op, y), int64(n), flag(accumulate))
 }
 
 // ---- linear algebra ----
@@ -858,7 +871,7 @@ func (b *Backend) MatMul(c, x, y tensor.Buffer, m, n, k int, transA, transB bool
 	pc, pa, pb := b.f32(op, c), b.f32(op, x), b.f32(op, y)
 	if k == 0 {
 		// No products: c = beta*c, over the whole of c as on the CPU.
-		b.launch(op, b.k.scale, c.Len, pc, beta, int64(c.Len))
+		b.launch(op, b.kernel("ember_scale"), c.Len, pc, beta, int64(c.Len))
 		return
 	}
 	b.matmul(op, pc, pa, pb, 0, m, n, k, transA, transB, alpha, beta)
@@ -874,12 +887,12 @@ func (b *Backend) matmul(op string, pc, pa, pb, pbias uintptr, m, n, k int, tran
 	if smallProduct(m, n, k) {
 		if k <= 128 && pbias == 0 { // 32 outputs per block of 32x8 threads
 			grid := Dim3{X: min((m*n+31)/32, maxGrid), Y: 1, Z: 1}
-			devCheck(op, b.x.launch(b.k.gemmSmallT, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+			devCheck(op, b.x.launch(b.kernel("ember_gemm_small_t"), grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
 				flag(transA), flag(transB), alpha, beta}))
 			return
 		}
 		blocks := min((m*n+blockSize/32-1)/(blockSize/32), maxGrid) // a warp per output
-		b.launchGrid(op, b.k.gemmSmall, blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
+		b.launchGrid(op, b.kernel("ember_gemm_small"), blocks, blockSize, pc, pa, pb, i32arg(op, m), i32arg(op, n), i32arg(op, k),
 			flag(transA), flag(transB), alpha, beta, pbias)
 		return
 	}
@@ -892,7 +905,7 @@ func (b *Backend) matmul(op string, pc, pa, pb, pbias uintptr, m, n, k int, tran
 	}
 	b.gemm(op, transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, n)
 	if pbias != 0 {
-		b.launch(op, b.k.addBias, m*n, pc, pbias, int64(m*n), int64(n), int64(1))
+		b.launch(op, b.kernel("ember_add_bias"), m*n, pc, pbias, int64(m*n), int64(n), int64(1))
 	}
 }
 
@@ -915,7 +928,7 @@ func (b *Backend) AddBias(y, bias tensor.Buffer, outer, channels, inner int) {
 	total := outer * channels * inner
 	need(op, "y", y, total)
 	need(op, "bias", bias, channels)
-	b.launch(op, b.k.addBias, total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels), int64(inner))
+	b.launch(op, b.kernel("ember_add_bias"), total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels), int64(inner))
 }
 
 // BiasGrad sets db[c] = sum of dy over outer and inner (+ db).
@@ -976,7 +989,7 @@ func (b *Backend) biasGradRowsOn(ex executor, op string, pdb, part, pdyt, pdy, p
 	rpb := biasRowsPerBlock(inner)
 	parts := (outer + rpb - 1) / rpb
 	grid := Dim3{X: parts, Y: min(channels, maxGridY), Z: 1}
-	devCheck(op, ex.launch(b.k.biasGradRows, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdb, part, pdyt, pdy, pmask,
+	devCheck(op, ex.launch(b.kernel("ember_bias_grad_rows"), grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{pdb, part, pdyt, pdy, pmask,
 		int64(outer), int64(channels), int64(inner), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
 		b.biasGradFinish(ex, op, pdb, part, channels, parts, accumulate)
@@ -1001,7 +1014,7 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 		part = ws.Ptr()
 	}
 	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
-	devCheck(op, b.x.launch(b.k.biasGradCols, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
+	devCheck(op, b.x.launch(b.kernel("ember_bias_grad_cols"), grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
 		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
 		// Nothing below needs db before the optimiser does: in a graph the
@@ -1016,7 +1029,7 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 // each channel.
 func (b *Backend) biasGradFinish(ex executor, op string, pdb, part uintptr, channels, parts int, accumulate bool) {
 	const warps = blockSize / 32
-	devCheck(op, ex.launch(b.k.biasGradFinish, Dim3{X: min((channels+warps-1)/warps, maxGrid), Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+	devCheck(op, ex.launch(b.kernel("ember_bias_grad_finish"), Dim3{X: min((channels+warps-1)/warps, maxGrid), Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
 		[]any{pdb, part, int64(channels), i32arg(op, parts), flag(accumulate)}))
 }
 
@@ -1029,7 +1042,7 @@ func (b *Backend) AddBiasReLU(y, bias tensor.Buffer, outer, channels int) {
 	if total == 0 {
 		return
 	}
-	b.launch(op, b.k.addBiasReLU, total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels))
+	b.launch(op, b.kernel("ember_add_bias_relu"), total, b.f32(op, y), b.f32(op, bias), int64(total), int64(channels))
 }
 
 // BiasReLUBackward implements tensor.BiasReLUBackend: one pass of
@@ -1113,9 +1126,9 @@ func (b *Backend) CrossEntropy(loss, dlogits, logits, labels tensor.Buffer, n, c
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.k.crossEntropy, nb, 1024, pl, pdz, pz, py, i32arg(op, n), i32arg(op, classes), part)
+	b.launchGrid(op, b.kernel("ember_cross_entropy"), nb, 1024, pl, pdz, pz, py, i32arg(op, n), i32arg(op, classes), part)
 	if nb > 1 {
-		b.launchGrid(op, b.k.sumFinal, 1, blockSize, pl, part, int32(nb), int64(n))
+		b.launchGrid(op, b.kernel("ember_sum_final"), 1, blockSize, pl, part, int32(nb), int64(n))
 	}
 }
 
@@ -1133,7 +1146,7 @@ func (b *Backend) Argmax(dst, x tensor.Buffer, rows, cols int) {
 		return
 	}
 	const warps = blockSize / 32
-	b.launchGrid(op, b.k.argmax, min((rows+warps-1)/warps, maxGrid), blockSize, pd, px, i32arg(op, rows), i32arg(op, cols))
+	b.launchGrid(op, b.kernel("ember_argmax"), min((rows+warps-1)/warps, maxGrid), blockSize, pd, px, i32arg(op, rows), i32arg(op, cols))
 }
 
 // SGD applies one torch.optim.SGD update; v is used only with momentum.
@@ -1147,9 +1160,9 @@ func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
 		pv = b.f32(op, v)
 	}
 	pp, pg := b.f32(op, p), b.f32(op, g)
-	f, count := b.k.sgd, n
+	f, count := b.kernel("ember_sgd"), n
 	if n%4 == 0 && (pp|pg|pv)%16 == 0 { // four at a time
-		f, count = b.k.sgd4, n/4
+		f, count = b.kernel("ember_sgd4"), n/4
 	}
 	b.launch(op, f, count, pp, pg, pv, int64(count),
 		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
@@ -1168,7 +1181,7 @@ func (b *Backend) GatherNormalize(dst, src, idx tensor.Buffer, rowLen int, scale
 	if rowLen == 0 {
 		return
 	}
-	b.launch(op, b.k.gatherNormalize, rows*rowLen, pd, ps, pi, int64(rows), int64(rowLen), int64(src.Len/rowLen), scale, shift)
+	b.launch(op, b.kernel("ember_gather_normalize"), rows*rowLen, pd, ps, pi, int64(rows), int64(rowLen), int64(src.Len/rowLen), scale, shift)
 }
 
 // defaultBLASWorkspaceMiB is the cuBLAS workspace the backend provides from
@@ -1181,7 +1194,7 @@ const defaultBLASWorkspaceMiB = 32
 // that every device buffer is counted in one place (the options may ask for
 // another size, none, or cuBLAS's own).
 func (b *Backend) setBLASWorkspace() error {
-	if b.opt.BLASOwnWorkspace || cublasFn.setWorkspace == 0 {
+	if b.opt.BLASOwnWorkspace || !b.blas.CanSetWorkspace() {
 		return nil
 	}
 	mib := defaultBLASWorkspaceMiB
@@ -1208,7 +1221,7 @@ func (b *Backend) setBLASWorkspace() error {
 // BLASWorkspace is the size of the cuBLAS workspace taken from the
 // allocator (0 when cuBLAS keeps its own).
 func (b *Backend) BLASWorkspace() int {
-	if b.blasWorkspace.owner() == 0 {
+	if b.blasWorkspace.IsZero() {
 		return 0
 	}
 	return b.blasWorkspace.Size()

@@ -1,7 +1,7 @@
 package cuda
 
-// Tests of the CUDA backend that need no GPU: the kernel table against the
-// embedded sources, dimension merging of CopyStrided, and a recording
+// Tests of the CUDA backend that need no GPU: the kernel names of the Go
+// code against the embedded sources, dimension merging of CopyStrided, and a recording
 // executor that runs LeNet training steps through the real backend code
 // with every device call captured, checking each kernel launch against the
 // kernel's C signature (argument count and kinds, non-null pointers, into
@@ -10,10 +10,16 @@ package cuda
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,23 +81,39 @@ func parseKernels(t *testing.T) map[string][]kernelParam {
 	return out
 }
 
-func TestKernelTableMatchesSources(t *testing.T) {
+// TestKernelNamesDefined checks the backend's kernel names against the
+// kernels' sources: every "ember_..." string constant of the package's Go
+// code (the names Backend.kernel looks up, directly or through a table of
+// variants) must be an extern "C" kernel of the sources, or the lookup
+// would fail on the GPU, and every "ember_..." format ("ember_x_d%d", for
+// fmt.Sprintf) must match at least one; and every kernel of the sources
+// must be named or matched by the Go code, or it is dead code that NVRTC
+// compiles for nothing.
+func TestKernelNamesDefined(t *testing.T) {
 	sigs := parseKernels(t)
-	var k kernels
-	seen := map[string]bool{}
-	for _, e := range k.table() {
-		if _, ok := sigs[e.name]; !ok {
-			t.Errorf("kernel table names %s, which the sources do not define (extern \"C\" __global__)", e.name)
+	named, formats := kernelNamesInGo(t)
+	for name, at := range named {
+		if _, ok := sigs[name]; !ok {
+			t.Errorf("%s names kernel %s, which no kernel source defines (extern \"C\" __global__)", at, name)
 		}
-		if seen[e.name] {
-			t.Errorf("kernel %s listed twice", e.name)
-		}
-		seen[e.name] = true
 	}
-	byName := generalKernels(t)
+	matched := map[string]bool{}
+	for format, at := range formats {
+		re := regexp.MustCompile("^" + fmtVerb.ReplaceAllString(regexp.QuoteMeta(format), "[A-Za-z0-9_]+") + "$")
+		n := 0
+		for name := range sigs {
+			if re.MatchString(name) {
+				matched[name] = true
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s formats kernel names %q, which no kernel of the sources has", at, format)
+		}
+	}
 	for name := range sigs {
-		if !seen[name] && !byName[name] {
-			t.Errorf("kernel %s is defined but not in the table", name)
+		if _, ok := named[name]; !ok && !matched[name] {
+			t.Errorf("kernel %s is defined but the Go code never names it", name)
 		}
 	}
 	// Every file is embedded and listed.
@@ -115,20 +137,65 @@ func TestKernelTableMatchesSources(t *testing.T) {
 	}
 }
 
-// generalKernels are the kernels of the general operators' unit (the last
-// of kernelUnits), which the backend looks up by name (Backend.kernel), not
-// through the table.
-func generalKernels(t *testing.T) map[string]bool {
+// requirePackageSources skips a test that reads the package's Go files when
+// they are not in the working directory (a test binary copied elsewhere,
+// such as to a GPU machine); go test runs tests in the package directory.
+func requirePackageSources(t *testing.T) {
 	t.Helper()
-	src, err := kernelUnits[len(kernelUnits)-1].source()
+	if _, err := os.Stat("backend.go"); err != nil {
+		t.Skipf("the package's sources are not in the working directory: %v", err)
+	}
+}
+
+// fmtVerb matches a fmt verb such as %d or %02x (QuoteMeta leaves % alone).
+var fmtVerb = regexp.MustCompile(`%[0-9]*[a-z]`)
+
+// kernelNamesInGo maps every string constant of the package's non-test Go
+// files that looks like a kernel name ("ember_" and a C identifier) to the
+// place of its first use, and likewise every one that looks like a format
+// of kernel names (the same with fmt verbs). ewk.go is left out: it writes
+// the C source of generated kernels, whose variables (ember_i, ember_n) and
+// names (ember_ewk_%s_%012x) look the same.
+func kernelNamesInGo(t *testing.T) (names, formats map[string]string) {
+	t.Helper()
+	requirePackageSources(t)
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]bool{}
-	for _, name := range kernelNames(src) {
-		out[name] = true
+	isName := regexp.MustCompile(`^ember_[A-Za-z0-9_]+$`)
+	isFormat := regexp.MustCompile(`^ember_[A-Za-z0-9_]*(%[0-9]*[a-z][A-Za-z0-9_]*)+$`)
+	fset := token.NewFileSet()
+	names, formats = map[string]string{}, map[string]string{}
+	for _, fn := range files {
+		if strings.HasSuffix(fn, "_test.go") || fn == "ewk.go" {
+			continue
+		}
+		f, err := parser.ParseFile(fset, fn, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			v, err := strconv.Unquote(lit.Value)
+			var into map[string]string
+			switch {
+			case err != nil:
+			case isName.MatchString(v):
+				into = names
+			case isFormat.MatchString(v):
+				into = formats
+			}
+			if _, seen := into[v]; into != nil && !seen {
+				into[v] = fset.Position(lit.Pos()).String()
+			}
+			return true
+		})
 	}
-	return out
+	return names, formats
 }
 
 func TestMergeDims(t *testing.T) {
@@ -482,9 +549,6 @@ func newRecordingBackendOpts(t *testing.T, opt AllocatorOptions) (*Backend, *rec
 	b.fns = map[string]*Function{}
 	for name := range sigs {
 		b.fns[name] = &Function{Name: name}
-	}
-	if err := b.k.load(b.fns); err != nil {
-		t.Fatal(err)
 	}
 	rec := &recExec{t: t, sigs: sigs, mem: mem, launches: map[string]int{}}
 	b.x = rec

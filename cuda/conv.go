@@ -92,14 +92,14 @@ func convShapeOf(op string, g tensor.ConvGeom) convShape {
 func (b *Backend) im2col(op string, col, x uintptr, c convShape) {
 	d := c.dims
 	grid := Dim3{X: min((c.np+blockSize-1)/blockSize, maxGrid), Y: min(c.g.C*c.g.R, maxGridY), Z: 1}
-	devCheck(op, b.x.launch(b.k.im2col, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
+	devCheck(op, b.x.launch(b.kernel("ember_im2col"), grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{col, x,
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], c.dil[0], c.dil[1], int64(c.np)}))
 }
 
 // col2im queues dx = the sum of col's patches (overwrite).
 func (b *Backend) col2im(op string, dx, col uintptr, c convShape) {
 	d := c.dims
-	b.launch(op, b.k.col2im, c.xLen, dx, col,
+	b.launch(op, b.kernel("ember_col2im"), c.xLen, dx, col,
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], c.dil[0], c.dil[1],
 		int64(c.xLen), int64(c.colLen))
 }
@@ -127,7 +127,7 @@ func (b *Backend) swap01(op string, out, in, bias uintptr, A, B, P int, relu boo
 		return
 	}
 	grid, block := rowTiles(A*B, P)
-	devCheck(op, b.x.launch(b.k.swap01, grid, block, []any{out, in, bias, int64(A), int64(B), int64(P), flag(relu)}))
+	devCheck(op, b.x.launch(b.kernel("ember_swap01"), grid, block, []any{out, in, bias, int64(A), int64(B), int64(P), flag(relu)}))
 }
 
 // groupGEMMs calls gemm once per channel group with the byte offsets of
@@ -163,9 +163,9 @@ func (b *Backend) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 		// No input channels: the products are empty, y = bias (or 0).
 		devCheck(op, b.x.memset32(py, 0, c.yLen))
 		if pbias != 0 {
-			b.launch(op, b.k.addBias, c.yLen, py, pbias, int64(c.yLen), int64(g.K), int64(c.p))
+			b.launch(op, b.kernel("ember_add_bias"), c.yLen, py, pbias, int64(c.yLen), int64(g.K), int64(c.p))
 			if g.ReLU {
-				b.launch(op, b.k.relu, c.yLen, py, py, int64(c.yLen))
+				b.launch(op, b.kernel("ember_relu"), c.yLen, py, py, int64(c.yLen))
 			}
 		}
 		return
@@ -314,7 +314,7 @@ func (b *Backend) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
 	need(op, "argmax", argmax, s.yLen)
 	need(op, "x", x, s.xLen)
 	d := s.dims
-	b.launch(op, b.k.maxPool, s.yLen, b.f32(op, y), b.i32(op, argmax), b.f32(op, x),
+	b.launch(op, b.kernel("ember_maxpool2d"), s.yLen, b.f32(op, y), b.i32(op, argmax), b.f32(op, x),
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], int64(s.yLen), int64(s.xLen))
 }
 
@@ -338,10 +338,10 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 			}
 			return
 		}
-		b.launch(op, b.k.maxPoolBackwardDisjoint, s.yLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
+		b.launch(op, b.kernel("ember_maxpool2d_backward_disjoint"), s.yLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
 			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(s.yLen), int64(s.xLen), flag(accumulate))
 		return
 	}
-	b.launch(op, b.k.maxPoolBackward, s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
+	b.launch(op, b.kernel("ember_maxpool2d_backward"), s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
 		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], int64(s.xLen), int64(s.yLen), flag(accumulate))
 }

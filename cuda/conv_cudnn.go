@@ -268,10 +268,10 @@ func (b *Backend) conv2dCuDNN(op string, py, px, pw, pbias uintptr, c convShape)
 	}
 	b.runDNN(op, p, dirForward, a, px, pw, 0, py)
 	if pbias != 0 {
-		b.launch(op, b.k.addBias, c.yLen, py, pbias, int64(c.yLen), int64(c.g.K), int64(c.p))
+		b.launch(op, b.kernel("ember_add_bias"), c.yLen, py, pbias, int64(c.yLen), int64(c.g.K), int64(c.p))
 	}
 	if c.g.ReLU {
-		b.launch(op, b.k.relu, c.yLen, py, py, int64(c.yLen))
+		b.launch(op, b.kernel("ember_relu"), c.yLen, py, py, int64(c.yLen))
 	}
 	return true
 }
@@ -309,7 +309,7 @@ func (b *Backend) conv2dBackwardCuDNN(op string, pdx, pdw, pdb, pdy, px, pw, pma
 		masked := b.workspace(op, 4*c.yLen)
 		defer b.release(masked)
 		gdy = masked.Ptr()
-		b.launch(op, b.k.reluBackward, c.yLen, gdy, pdy, pmask, int64(c.yLen), flag(false))
+		b.launch(op, b.kernel("ember_relu_backward"), c.yLen, gdy, pdy, pmask, int64(c.yLen), flag(false))
 	}
 	if pdw != 0 {
 		b.runDNN(op, p, dirBackwardFilter, fa, px, gdy, 1, pdw) // dw += ...

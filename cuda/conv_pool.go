@@ -99,13 +99,13 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 	}
 	if kpb := b.tileChannels(c, s, 1); kpb > 0 {
 		grid := Dim3{X: gridX(op, g.N), Y: i32dim(op, (g.K+kpb-1)/kpb), Z: 1}
-		devCheck(op, b.x.launch(b.k.convReLUPoolTiled, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
+		devCheck(op, b.x.launch(b.kernel("ember_conv_relu_pool_tiled"), grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, kpb)}))
 		return
 	}
 	if c.crs <= directCRS {
-		b.launch(op, b.k.convReLUPoolDirect, s.yLen, py, pa, px, pw, pbias,
+		b.launch(op, b.kernel("ember_conv_relu_pool_direct"), s.yLen, py, pa, px, pw, pbias,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], int64(s.yLen), int64(c.xLen))
 		return
@@ -116,7 +116,7 @@ func (b *Backend) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tenso
 	defer b.release(yt)
 	b.im2col(op, col.Ptr(), px, c)
 	b.gemm(op, false, false, g.K, c.np, c.crs, 1, pw, c.crs, col.Ptr(), c.np, 0, yt.Ptr(), c.np)
-	b.launch(op, b.k.swap01ReLUPool, s.yLen, py, pa, yt.Ptr(), pbias, d[0], i32arg(op, g.K), d[10], d[11],
+	b.launch(op, b.kernel("ember_swap01_relu_pool"), s.yLen, py, pa, yt.Ptr(), pbias, d[0], i32arg(op, g.K), d[10], d[11],
 		q[0], q[1], q[2], q[3], q[4], q[5], int64(s.yLen), int64(c.yLen))
 }
 
@@ -194,7 +194,7 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 			part = ws.Ptr()
 		}
 		grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
-		devCheck(op, b.x.launch(b.k.unpoolTBias, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{dyt.Ptr(), pdb, part, pdy, py, pa,
+		devCheck(op, b.x.launch(b.kernel("ember_unpool_t_bias"), grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{dyt.Ptr(), pdb, part, pdy, py, pa,
 			d[0], i32arg(op, g.K), d[10], d[11], q[0], q[1], q[2], q[3], q[4], q[5], i32arg(op, rpb)}))
 		if parts > 1 {
 			b.biasGradFinish(b.x, op, pdb, part, g.K, parts, true)
@@ -203,7 +203,7 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 		if wantDB {
 			b.biasGrad(op, pdb, pdy, 0, py, g.N, g.K, s.pp, true)
 		}
-		b.launch(op, b.k.unpoolT, c.yLen, dyt.Ptr(), pdy, py, pa, d[0], i32arg(op, g.K), d[10], d[11],
+		b.launch(op, b.kernel("ember_unpool_t"), c.yLen, dyt.Ptr(), pdy, py, pa, d[0], i32arg(op, g.K), d[10], d[11],
 			q[0], q[1], q[2], q[3], q[4], q[5], int64(c.yLen))
 	}
 	b.convBackwardGEMMs(op, pdx, pdw, px, pw, dyt.Ptr(), c)
@@ -245,23 +245,29 @@ func (b *Backend) fixedForward(c convShape, s convPoolShape) (*Function, int) {
 	if g.StrideH != 1 || g.StrideW != 1 || p.StrideH != p.KH || p.StrideW != p.KW || p.KH != 2 || p.KW != 2 {
 		return nil, 0
 	}
-	var fs *[3]*Function
+	var fs *[3]string
 	switch {
 	case g.R == 5 && g.S == 5:
-		fs = &b.k.convReLUPool5x5
+		fs = &convReLUPool5x5Kernels
 	case g.R == 3 && g.S == 3:
-		fs = &b.k.convReLUPool3x3
+		fs = &convReLUPool3x3Kernels
 	default:
 		return nil, 0
 	}
 	switch {
 	case g.C >= 8:
-		return fs[2], 4
+		return b.kernel(fs[2]), 4
 	case g.C >= 2:
-		return fs[1], 2
+		return b.kernel(fs[1]), 2
 	}
-	return fs[0], 1
+	return b.kernel(fs[0]), 1
 }
+
+// The fixed forward kernels by threads per pooled output: 1, 2, 4.
+var (
+	convReLUPool5x5Kernels = [3]string{"ember_conv_relu_pool_5x5_2x2", "ember_conv_relu_pool_5x5_2x2_c2", "ember_conv_relu_pool_5x5_2x2_c4"}
+	convReLUPool3x3Kernels = [3]string{"ember_conv_relu_pool_3x3_2x2", "ember_conv_relu_pool_3x3_2x2_c2", "ember_conv_relu_pool_3x3_2x2_c4"}
+)
 
 // fixedDW is the weight-gradient kernel specialised for c's kernel (one
 // input channel, stride 1, the padded image in shared memory), or nil.
@@ -272,9 +278,9 @@ func (b *Backend) fixedDW(c convShape) *Function {
 	}
 	switch {
 	case g.R == 5 && g.S == 5:
-		return b.k.convPoolDW5x5
+		return b.kernel("ember_conv_pool_dw_5x5")
 	case g.R == 3 && g.S == 3:
-		return b.k.convPoolDW3x3
+		return b.kernel("ember_conv_pool_dw_3x3")
 	}
 	return nil
 }
@@ -303,12 +309,12 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 		parts = min((g.N*s.pp+blockSize-1)/blockSize, maxGrid)
 		ws = b.workspace(op, 4*rows*parts)
 		grid := Dim3{X: parts, Y: i32dim(op, g.K), Z: 1}
-		devCheck(op, b.x.launch(b.k.convPoolDWDirect, grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
+		devCheck(op, b.x.launch(b.kernel("ember_conv_pool_dw_direct"), grid, Dim3{X: blockSize, Y: 1, Z: 1}, []any{ws.Ptr(), pdy, py, pa, px,
 			d[0], d[1], d[2], d[3], i32arg(op, g.K), d[4], d[5], d[6], d[7], d[8], d[9], d[11], i32arg(op, s.pp)}))
 	}
 	defer b.release(ws)
 	const warps = blockSize / 32
-	b.launchGrid(op, b.k.convPoolDWFin, min((rows+warps-1)/warps, maxGrid), blockSize,
+	b.launchGrid(op, b.kernel("ember_conv_pool_dw_finish"), min((rows+warps-1)/warps, maxGrid), blockSize,
 		pdw, pdb, ws.Ptr(), int64(g.K*c.crs), int64(rows), i32arg(op, parts))
 }
 

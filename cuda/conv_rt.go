@@ -64,12 +64,21 @@ func (b *Backend) rtForward(c convShape, s convPoolShape) *Function {
 	if rtChannelsPerBlock(g)*c.crs+g.C*hp*xs > rtSmemFloats {
 		return nil
 	}
-	f := &b.k.convReLUPoolRT
+	f := &convReLUPoolRTKernels
 	if g.R == 3 {
-		f = &b.k.convReLUPoolRT3
+		f = &convReLUPoolRT3Kernels
 	}
-	return f[rtSplit(g)]
+	return b.kernel(f[rtSplit(g)])
 }
+
+// The register-tiled forward kernels by lanes per sum (rtSplit), and the
+// backward ones by rtVariant.
+var (
+	convReLUPoolRTKernels  = [3]string{"ember_conv_relu_pool_rt_5x5_s1", "ember_conv_relu_pool_rt_5x5", "ember_conv_relu_pool_rt_5x5_s8"}
+	convReLUPoolRT3Kernels = [3]string{"ember_conv_relu_pool_rt_3x3_s1", "ember_conv_relu_pool_rt_3x3", "ember_conv_relu_pool_rt_3x3_s8"}
+	convDWRTKernels        = [4]string{"ember_conv_dw_rt_5x5", "ember_conv_dw_rt_3x3", "ember_conv_dw_rt_pooled_5x5", "ember_conv_dw_rt_pooled_3x3"}
+	convDXRTKernels        = [4]string{"ember_conv_dx_rt_5x5", "ember_conv_dx_rt_3x3", "ember_conv_dx_rt_pooled_5x5", "ember_conv_dx_rt_pooled_3x3"}
+)
 
 // rtSplit indexes the forward kernels by lanes per sum: 1 for one input
 // channel, 8 for small grids, else 4.
@@ -136,7 +145,7 @@ func (b *Backend) rtDW(c convShape, pooled bool) *Function {
 	if g.C*hp*xs+round4(g.K)*c.oh*round4(c.ow) > rtSmemFloats {
 		return nil
 	}
-	return b.k.convDWRT[rtVariant(g, pooled)]
+	return b.kernel(convDWRTKernels[rtVariant(g, pooled)])
 }
 
 // rtVariant indexes the backward kernels: 5x5, 3x3, then their pooled
@@ -167,7 +176,7 @@ func (b *Backend) rtDX(c convShape, pooled bool) *Function {
 	if g.K*g.R*g.S*4+g.K*dos > rtSmemFloats-4 { // 4: the image queue's
 		return nil
 	}
-	return b.k.convDXRT[rtVariant(g, pooled)]
+	return b.kernel(convDXRTKernels[rtVariant(g, pooled)])
 }
 
 // rtGroups is how many image groups the weight gradient is split into (one
@@ -225,7 +234,7 @@ func (b *Backend) convBackwardRT(op string, pdx, pdw, px, pw uintptr, src rtSour
 		grid := Dim3{X: gridX(op, groups), Y: i32dim(op, (tasks+blockSize-1)/blockSize), Z: 1}
 		args := append(append(append([]any{ws}, src.args(op)...), px), dims...)
 		devCheck(op, ex.launch(fdw, grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, i32arg(op, per))))
-		devCheck(op, ex.launch(b.k.addParts, gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
+		devCheck(op, ex.launch(b.kernel("ember_add_parts"), gridFor(c.wLen), Dim3{X: blockSize, Y: 1, Z: 1},
 			[]any{pdw, ws, int64(c.wLen), i32arg(op, groups)}))
 	}
 	inputGrad := func() {

@@ -1,6 +1,15 @@
 // Package cuda is ember's interface to NVIDIA GPUs: the CUDA driver API,
-// the NVRTC runtime compiler, cuBLAS and (optionally) cuDNN, called
-// without cgo.
+// the NVRTC runtime compiler, cuBLAS and (optionally) cuDNN and NCCL,
+// called without cgo, and the tensor backend built on them.
+//
+// The code is split by concern. Package cuda/driver binds the driver,
+// NVRTC and cuBLAS (devices, memory, streams, modules, virtual memory, the
+// on-disk kernel cache, library loading, errors); package cuda/alloc is the
+// caching allocator; this package holds the Backend and its operators, the
+// cuDNN and NCCL bindings, and names the other two packages' types and
+// functions as its own (cuda.Device embeds *driver.Device; cuda.Allocator
+// is alloc.Allocator; driverapi.go and allocapi.go), so that programs
+// import only this one.
 //
 // The package builds with CGO_ENABLED=0 on any machine. The NVIDIA
 // libraries are opened at run time with purego (github.com/ebitengine/purego)
@@ -28,24 +37,23 @@
 //
 // A CUDA context is current per OS thread, and goroutines move between
 // threads. Every Device method therefore pins the calling goroutine to its
-// thread (runtime.LockOSThread), makes the device's primary context current
-// (cuCtxSetCurrent), makes the call and unpins. This costs well under a
-// microsecond per call, lets several goroutines use a device concurrently,
-// and is why code in this package must never call the driver except through
-// a Device method or Device.Do. See device.go for the measurements and the
-// alternative (one locked goroutine per device) that was rejected.
+// thread, makes the device's primary context current, makes the call and
+// unpins; code in this package never calls a library except through a
+// Device method, Device.Do or Device.Enter/Leave (the cuDNN and NCCL
+// bindings). Package cuda/driver's documentation says why and what it
+// costs.
 //
 // # Memory allocator
 //
-// The framework's tensors allocate through the caching allocator in
-// alloc.go (NewAllocator), which keeps freed blocks per stream for reuse and
-// uses events to know when a block freed on one stream is safe to hand out
-// again. Device implements the DeviceMemory interface it needs, and, where
-// the device supports virtual memory management, VirtualMemory
-// (ReserveAddress, MapPages, UnmapPages; vmm.go): the backend's allocator
-// then grows one address range per stream page by page ("expandable
-// segments", alloc_expand.go; EMBER_EXPANDABLE_SEGMENTS=0 turns them off).
-// A CUDA_ERROR_OUT_OF_MEMORY *Error satisfies errors.Is(err,
+// The framework's tensors allocate through the caching allocator of
+// package cuda/alloc (NewAllocator), which keeps freed blocks per stream
+// for reuse and uses events to know when a block freed on one stream is
+// safe to hand out again. Device implements the DeviceMemory interface it
+// needs, and, where the device supports virtual memory management,
+// VirtualMemory (ReserveAddress, MapPages, UnmapPages): the backend's
+// allocator then grows one address range per stream page by page
+// ("expandable segments"; BackendOptions.NoExpandableSegments turns them
+// off). A CUDA_ERROR_OUT_OF_MEMORY *Error satisfies errors.Is(err,
 // ErrDeviceOutOfMemory). For quick experiments, AllocFloat32 gives a simple
 // device array that bypasses the allocator.
 //
@@ -53,7 +61,24 @@
 //
 // Backend (backend.go) implements tensor.Backend with the kernels of
 // kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
-// and cuBLAS for large products. It also implements the tensor package's
+// and cuBLAS for large products. No table lists the kernels: the operators
+// look each up by its extern "C" name among those the compiled modules
+// hold, and a test checks every name against the sources' declarations.
+// BackendOptions holds every switch (kernel choices, the memory limit, the
+// kernel cache); the package reads no environment variable, and
+// OptionsFromEnv maps the EMBER_* variables onto the options for commands
+// and tests.
+//
+// The operators are grouped by family, a file each (their kernels mostly
+// in the kernels/*.cu file of the same name): backend.go (memory, copies and the
+// operators of the first networks: elementwise arithmetic, ReLU, products,
+// biases, cross entropy, SGD), ops_elementwise.go, ops_reduce.go,
+// ops_softmax.go, ops_index.go, ops_loss.go, ops_random.go, norm.go,
+// pool.go, optim.go, cast.go (bfloat16), augment.go, conv.go (im2col),
+// conv_cudnn.go, conv_pool.go and conv_rt.go (fused and register-tiled
+// convolutions), linear.go and narrow.go (fused linear layers), ewk.go and
+// ewk_backend.go (generated elementwise kernels); side.go and graph.go
+// hold the second stream and graph capture, pinned.go the uploads. It also implements the tensor package's
 // optional fused operations: convolution + bias + ReLU + max pooling
 // (conv_pool.go, with the register-tiled kernels of conv_rt.go), a linear
 // layer with its bias and ReLU, and its gradients, in one launch each way
@@ -123,9 +148,9 @@
 // Compiled kernels are cached on disk under os.UserCacheDir()/ember/kernels,
 // keyed by SHA-256 of the source, options, NVRTC version and GPU
 // architecture, so a program compiles each kernel once per machine rather
-// than once per run. EMBER_KERNEL_CACHE=<dir> moves the cache and
-// EMBER_KERNEL_CACHE=off disables it; ReadKernelStats counts compilations
-// and hits. See kernelcache.go.
+// than once per run. BackendOptions.KernelCache moves the cache ("off"
+// disables it; OptionsFromEnv sets it from EMBER_KERNEL_CACHE);
+// ReadKernelStats counts compilations and hits. See package cuda/driver.
 //
 // # cuBLAS
 //
@@ -136,7 +161,8 @@
 // core math (off by default: full FP32). GemmBF16 and
 // GemmStridedBatchedBF16 (cublasGemmEx, cublasGemmStridedBatchedEx) take
 // bfloat16 A and B and a float32 C with float32 accumulation: the
-// backend's mixed-precision products (cast.go, tensor/autocast.go).
+// backend's mixed-precision products (cast.go, tensor/autocast.go). The
+// binding is package cuda/driver's (cublas.go).
 //
 // # cuDNN
 //
@@ -144,7 +170,8 @@
 // LeNet's, which have register-tiled kernels) run through cuDNN's legacy
 // convolution API (cudnn.go, conv_cudnn.go): algorithms searched once per
 // geometry and kept, deterministic ones only, full FP32 unless TF32 is on.
-// Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0), they run as
+// Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0 through
+// OptionsFromEnv), they run as
 // im2col + cuBLAS; Backend.CuDNN says which and why.
 //
 // # Testing

@@ -4,12 +4,15 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/ember-ml/ember/cuda/driver"
 )
 
 // GPU test support. Tests that need a GPU call requireGPU, which returns a
 // shared Device (ordinal 0, or $EMBER_TEST_DEVICE) or skips the test when no
 // GPU is usable. With EMBER_REQUIRE_GPU=1 the skip becomes a failure, so a
 // run on a GPU machine in which everything skipped cannot look green.
+// EMBER_KERNEL_CACHE sets the shared Device's kernel cache.
 
 var (
 	gpuOnce    sync.Once
@@ -36,6 +39,11 @@ func requireGPU(t testing.TB) *Device {
 			}
 		}
 		gpuDev, gpuOpenErr = Open(ordinal)
+		// The library reads no variable; the tests map this one as the
+		// commands do (BackendOptions.KernelCache).
+		if v := os.Getenv("EMBER_KERNEL_CACHE"); gpuOpenErr == nil && v != "" {
+			gpuDev.SetKernelCache(KernelCacheFor(v))
+		}
 	})
 	if gpuOpenErr != nil {
 		t.Fatalf("a CUDA device is available but Open failed: %v", gpuOpenErr)
@@ -49,46 +57,15 @@ func requireGPU(t testing.TB) *Device {
 	return gpuDev
 }
 
-// gpuTempCache points the shared device's kernel cache at a fresh temporary
-// directory for the duration of the test (tests must not touch the user's
-// cache) and returns it.
-func gpuTempCache(t *testing.T, d *Device) *KernelCache {
-	t.Helper()
-	old := d.KernelCache()
-	c := NewKernelCache(t.TempDir())
-	d.SetKernelCache(c)
-	t.Cleanup(func() { d.SetKernelCache(old) })
-	return c
-}
-
-// gpuCompile compiles src on d with a temporary kernel cache.
-func gpuCompile(t *testing.T, d *Device, src string, opts ...string) *Module {
-	t.Helper()
-	gpuTempCache(t, d)
-	m, err := d.Compile(src, opts...)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Unload(); err != nil {
-			t.Errorf("Unload: %v", err)
-		}
-	})
-	return m
-}
-
-func gpuFunction(t *testing.T, m *Module, name string) *Function {
-	t.Helper()
-	f, err := m.Function(name)
-	if err != nil {
-		t.Fatalf("Function(%q): %v", name, err)
-	}
-	return f
-}
-
 func gpuCheck(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rowMajorGemm checks a GEMM's arguments for the recording executors
+// (driver.CheckRowMajorGemm).
+func rowMajorGemm(transA, transB bool, m, n, k, lda, ldb, ldc int) (struct{}, error) {
+	return struct{}{}, driver.CheckRowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
 }

@@ -13,6 +13,13 @@ import (
 // The CUDA C sources of the backend's kernels, embedded in the binary and
 // compiled when a Backend is made (and cached on disk by KernelCache), as
 // the translation units of kernelUnits.
+//
+// No table lists the kernels: their extern "C" declarations are the only
+// list. lookupKernels takes every kernel each module holds (as the driver
+// enumerates them), and the operators ask for theirs by name
+// (Backend.kernel); TestKernelNamesDefined checks, without a GPU, that
+// every name the Go code uses is declared by a source and that every
+// declared kernel is used.
 
 //go:embed kernels/*.cu
 var kernelFS embed.FS
@@ -126,121 +133,6 @@ func compileKernels(dev *Device) ([]*Module, error) {
 	return mods, nil
 }
 
-// kernels holds every kernel of the backend's module.
-type kernels struct {
-	add, mul, axpy, scale, scaleBy, broadcast *Function
-	relu, reluBackward                        *Function
-	addBias, biasGradCols                     *Function
-	biasGradRows, biasGradFinish              *Function
-	copyStridedU32, copyStridedU8             *Function
-	gatherNormalize, sgd, sgd4                *Function
-	sumPartial, sumFinal                      *Function
-	im2col, col2im, swap01                    *Function
-	maxPool, maxPoolBackward                  *Function
-	maxPoolBackwardDisjoint                   *Function
-	convReLUPoolDirect, swap01ReLUPool        *Function
-	convReLUPoolTiled                         *Function
-	convReLUPool5x5, convReLUPool3x3          [3]*Function // by channel split 1, 2, 4
-	convPoolDW5x5, convPoolDW3x3              *Function
-	gemmSmall, gemmSmallT                     *Function
-	addBiasReLU, unpoolTBias                  *Function
-	unpoolT, convPoolDWDirect, convPoolDWFin  *Function
-	crossEntropy, argmax                      *Function
-	convReLUPoolRT, convReLUPoolRT3           [3]*Function // 5x5 and 3x3, by lanes per sum 1, 4, 8
-	convDWRT, convDXRT                        [4]*Function // 5x5, 3x3, pooled 5x5, pooled 3x3
-	addParts, linearGradsSmall                *Function
-	linearTiled, linearGradsTiled             *Function
-	linearXent                                *Function
-	linearGradsNarrow                         [2]*Function // by outputs <= 16, 32
-	// Compiled for sm_90 and later only (thread block clusters); nil
-	// elsewhere.
-	linearTiledCluster, linearGradsTiledCluster *Function
-}
-
-// table lists each field with the extern "C" name of its kernel.
-func (k *kernels) table() []struct {
-	f    **Function
-	name string
-} {
-	return []struct {
-		f    **Function
-		name string
-	}{
-		{&k.add, "ember_add"},
-		{&k.mul, "ember_mul"},
-		{&k.axpy, "ember_axpy"},
-		{&k.scale, "ember_scale"},
-		{&k.scaleBy, "ember_scale_by"},
-		{&k.broadcast, "ember_broadcast"},
-		{&k.relu, "ember_relu"},
-		{&k.reluBackward, "ember_relu_backward"},
-		{&k.addBias, "ember_add_bias"},
-		{&k.biasGradCols, "ember_bias_grad_cols"},
-		{&k.biasGradRows, "ember_bias_grad_rows"},
-		{&k.biasGradFinish, "ember_bias_grad_finish"},
-		{&k.copyStridedU32, "ember_copy_strided_u32"},
-		{&k.copyStridedU8, "ember_copy_strided_u8"},
-		{&k.gatherNormalize, "ember_gather_normalize"},
-		{&k.sgd, "ember_sgd"},
-		{&k.sgd4, "ember_sgd4"},
-		{&k.sumPartial, "ember_sum_partial"},
-		{&k.sumFinal, "ember_sum_final"},
-		{&k.im2col, "ember_im2col"},
-		{&k.col2im, "ember_col2im"},
-		{&k.swap01, "ember_swap01"},
-		{&k.maxPool, "ember_maxpool2d"},
-		{&k.maxPoolBackward, "ember_maxpool2d_backward"},
-		{&k.maxPoolBackwardDisjoint, "ember_maxpool2d_backward_disjoint"},
-		{&k.convReLUPoolDirect, "ember_conv_relu_pool_direct"},
-		{&k.convReLUPoolTiled, "ember_conv_relu_pool_tiled"},
-		{&k.convReLUPool5x5[0], "ember_conv_relu_pool_5x5_2x2"},
-		{&k.convReLUPool5x5[1], "ember_conv_relu_pool_5x5_2x2_c2"},
-		{&k.convReLUPool5x5[2], "ember_conv_relu_pool_5x5_2x2_c4"},
-		{&k.convReLUPool3x3[0], "ember_conv_relu_pool_3x3_2x2"},
-		{&k.convReLUPool3x3[1], "ember_conv_relu_pool_3x3_2x2_c2"},
-		{&k.convReLUPool3x3[2], "ember_conv_relu_pool_3x3_2x2_c4"},
-		{&k.convPoolDW5x5, "ember_conv_pool_dw_5x5"},
-		{&k.convPoolDW3x3, "ember_conv_pool_dw_3x3"},
-		{&k.gemmSmall, "ember_gemm_small"},
-		{&k.gemmSmallT, "ember_gemm_small_t"},
-		{&k.addBiasReLU, "ember_add_bias_relu"},
-		{&k.unpoolTBias, "ember_unpool_t_bias"},
-		{&k.swap01ReLUPool, "ember_swap01_relu_pool"},
-		{&k.unpoolT, "ember_unpool_t"},
-		{&k.convPoolDWDirect, "ember_conv_pool_dw_direct"},
-		{&k.convPoolDWFin, "ember_conv_pool_dw_finish"},
-		{&k.crossEntropy, "ember_cross_entropy"},
-		{&k.argmax, "ember_argmax"},
-		{&k.convReLUPoolRT[0], "ember_conv_relu_pool_rt_5x5_s1"},
-		{&k.convReLUPoolRT[1], "ember_conv_relu_pool_rt_5x5"},
-		{&k.convReLUPoolRT[2], "ember_conv_relu_pool_rt_5x5_s8"},
-		{&k.convReLUPoolRT3[0], "ember_conv_relu_pool_rt_3x3_s1"},
-		{&k.convReLUPoolRT3[1], "ember_conv_relu_pool_rt_3x3"},
-		{&k.convReLUPoolRT3[2], "ember_conv_relu_pool_rt_3x3_s8"},
-		{&k.convDWRT[0], "ember_conv_dw_rt_5x5"},
-		{&k.convDWRT[1], "ember_conv_dw_rt_3x3"},
-		{&k.convDWRT[2], "ember_conv_dw_rt_pooled_5x5"},
-		{&k.convDWRT[3], "ember_conv_dw_rt_pooled_3x3"},
-		{&k.convDXRT[0], "ember_conv_dx_rt_5x5"},
-		{&k.convDXRT[1], "ember_conv_dx_rt_3x3"},
-		{&k.convDXRT[2], "ember_conv_dx_rt_pooled_5x5"},
-		{&k.convDXRT[3], "ember_conv_dx_rt_pooled_3x3"},
-		{&k.addParts, "ember_add_parts"},
-		{&k.linearGradsSmall, "ember_linear_grads_small"},
-		{&k.linearTiled, "ember_linear_tiled"},
-		{&k.linearGradsTiled, "ember_linear_grads_tiled"},
-		{&k.linearXent, "ember_linear_xent"},
-		{&k.linearGradsNarrow[0], "ember_linear_grads_narrow_c16"},
-		{&k.linearGradsNarrow[1], "ember_linear_grads_narrow_c32"},
-		{&k.linearTiledCluster, "ember_linear_tiled_cluster"},
-		{&k.linearGradsTiledCluster, "ember_linear_grads_tiled_cluster"},
-	}
-}
-
-// sm90Kernels are compiled for sm_90 and later only: load leaves them nil
-// elsewhere.
-var sm90Kernels = map[string]bool{"ember_linear_tiled_cluster": true, "ember_linear_grads_tiled_cluster": true}
-
 // kernelNameRE finds the name of every extern "C" kernel in a source.
 var kernelNameRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:(?:__launch_bounds__|__cluster_dims__)\([^)]*\)\s*)*(\w+)\s*\(`)
 
@@ -289,16 +181,4 @@ func lookupKernels(mods []*Module) (map[string]*Function, error) {
 		}
 	}
 	return fns, nil
-}
-
-// load fills the fields of k from the kernels found by name.
-func (k *kernels) load(fns map[string]*Function) error {
-	for _, e := range k.table() {
-		f, ok := fns[e.name]
-		if !ok && !sm90Kernels[e.name] {
-			return fmt.Errorf("cuda: kernel %s is in the table but in no kernel source", e.name)
-		}
-		*e.f = f
-	}
-	return nil
 }

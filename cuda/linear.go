@@ -72,7 +72,7 @@ const (
 // reset by the kernels themselves after each use. They live as long as the
 // backend, outside any graph's pool.
 func (b *Backend) allocTileCounters() error {
-	if b.tileCounters.owner() != 0 {
+	if !b.tileCounters.IsZero() {
 		return nil
 	}
 	blk, err := b.alloc.Alloc(4*counterSlots, b.stream)
@@ -103,7 +103,7 @@ func (b *Backend) probeClusters() error {
 		return err
 	}
 	splits, steps := b.ltSplit(1, in)
-	err = b.x.launch(b.k.linearTiledCluster, Dim3{X: b.ltBlocks(1, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1},
+	err = b.x.launch(b.kernel("ember_linear_tiled_cluster"), Dim3{X: b.ltBlocks(1, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1},
 		[]any{p + 4*2*in, p, p + 4*in, uintptr(0), int32(1), int32(in), int32(1), int32(0), int32(splits), int32(steps), uintptr(0), uintptr(0)})
 	if err != nil { // refused at launch: not a failure of the context
 		b.noClusters = true
@@ -114,7 +114,7 @@ func (b *Backend) probeClusters() error {
 
 // clusters says whether split sums go through thread block clusters.
 func (b *Backend) clusters() bool {
-	return b.k.linearTiledCluster != nil && b.k.linearGradsTiledCluster != nil && !b.noClusters
+	return b.hasKernel("ember_linear_tiled_cluster") && b.hasKernel("ember_linear_grads_tiled_cluster") && !b.noClusters
 }
 
 // ltSplit chooses how many blocks share each of a product's tiles when the
@@ -185,9 +185,9 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		splits, steps := b.ltSplit(tiles, in)
 		ws := b.splitWorkspace(op, splits, n*out)
 		defer b.release(ws)
-		f := b.k.linearTiled
+		f := b.kernel("ember_linear_tiled")
 		if b.clusters() {
-			f = b.k.linearTiledCluster
+			f = b.kernel("ember_linear_tiled_cluster")
 		}
 		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{py, px, pw, pbias,
 			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
@@ -203,11 +203,11 @@ func (b *Backend) linearEpilogue(op string, py, pbias uintptr, n, out int, relu 
 	total := n * out
 	switch {
 	case relu && pbias != 0:
-		b.launch(op, b.k.addBiasReLU, total, py, pbias, int64(total), int64(out))
+		b.launch(op, b.kernel("ember_add_bias_relu"), total, py, pbias, int64(total), int64(out))
 	case relu:
-		b.launch(op, b.k.relu, total, py, py, int64(total))
+		b.launch(op, b.kernel("ember_relu"), total, py, py, int64(total))
 	case pbias != 0:
-		b.launch(op, b.k.addBias, total, py, pbias, int64(total), int64(out), int64(1))
+		b.launch(op, b.kernel("ember_add_bias"), total, py, pbias, int64(total), int64(out), int64(1))
 	}
 }
 
@@ -312,7 +312,7 @@ func (b *Backend) linearGradsSmall(op string, pdx, pdw, pdb, pg, px, pw uintptr,
 		blocksB = (out + 31) / 32
 	}
 	grid := Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1}
-	devCheck(op, b.x.launch(b.k.linearGradsSmall, grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, px, pw,
+	devCheck(op, b.x.launch(b.kernel("ember_linear_grads_small"), grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, px, pw,
 		i32arg(op, n), i32arg(op, in), i32arg(op, out), beta32(accX), beta32(accW), beta32(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
 }
 
@@ -348,9 +348,9 @@ func (b *Backend) linearGradsTiled(op string, pdx, pdw, pdb, pg, py, px, pw uint
 	if splitsX > 1 && counters != 0 {
 		countersW += uintptr(4 * tilesX)
 	}
-	f := b.k.linearGradsTiled
+	f := b.kernel("ember_linear_grads_tiled")
 	if b.clusters() {
-		f = b.k.linearGradsTiledCluster
+		f = b.kernel("ember_linear_grads_tiled_cluster")
 	}
 	blocksX := b.ltBlocks(tilesX, splitsX)
 	devCheck(op, b.x.launch(f, Dim3{X: blocksX + b.ltBlocks(tilesW, splitsW), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{

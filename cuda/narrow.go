@@ -35,6 +35,9 @@ func byClasses(classes int) int {
 	return 1
 }
 
+// linearGradsNarrowKernels are the gradient kernels by byClasses.
+var linearGradsNarrowKernels = [2]string{"ember_linear_grads_narrow_c16", "ember_linear_grads_narrow_c32"}
+
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
@@ -66,7 +69,7 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 		part = b.workspace(op, 8*blocks)
 		defer b.release(part)
 	}
-	b.launchGrid(op, b.k.linearXent, blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
+	b.launchGrid(op, b.kernel("ember_linear_xent"), blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
 		i32arg(op, n), i32arg(op, in), i32arg(op, classes), i32arg(op, rows), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }
@@ -94,7 +97,7 @@ func (b *Backend) linearGradsNarrow(ex executor, op string, pdx, pdw, pdb, pg, p
 	if pdb != 0 {
 		blocksB = 1
 	}
-	devCheck(op, ex.launch(b.k.linearGradsNarrow[byClasses(out)], Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1},
+	devCheck(op, ex.launch(b.kernel(linearGradsNarrowKernels[byClasses(out)]), Dim3{X: blocksX + blocksW + blocksB, Y: 1, Z: 1},
 		Dim3{X: 32, Y: 8, Z: 1}, []any{pdx, pdw, pdb, pg, py, px, pw, i32arg(op, n), i32arg(op, in), i32arg(op, out),
 			flag(accX), flag(accW), flag(accB), i32arg(op, blocksX), i32arg(op, blocksW)}))
 }

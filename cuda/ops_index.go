@@ -67,7 +67,7 @@ func (g *gpuExec) sgemmStridedBatched(transA, transB bool, m, n, k int, alpha fl
 // MatMulBatched runs batch products c_i = alpha·op(a_i)·op(b_i) + beta·c_i,
 // matrix i of each operand starting i·stride elements in: a batch of one
 // is MatMul (whose small products run in a kernel of ours), more are one
-// cublasSgemmStridedBatched (row-major, as cublas.go explains).
+// cublasSgemmStridedBatched (row-major, as driver/cublas.go explains).
 func (b *Backend) MatMulBatched(c, a, bm tensor.Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
 	const op = "matmul_batched"
 	if batch < 0 || m < 0 || n < 0 || k < 0 || strideA < 0 || strideB < 0 || (batch > 1 && strideC < m*n) {
@@ -113,7 +113,7 @@ func (b *Backend) scaleBatched(op string, pc uintptr, batch, size, strideC int, 
 		if beta == 0 {
 			devCheck(op, b.x.memset32(p, 0, size))
 		} else {
-			b.launch(op, b.k.scale, size, p, beta, int64(size))
+			b.launch(op, b.kernel("ember_scale"), size, p, beta, int64(size))
 		}
 	}
 }

@@ -88,32 +88,9 @@ type pinnedDriver interface {
 	CopyHtoD(dst uintptr, src unsafe.Pointer, bytes int, s Stream) error
 }
 
-var errNoPinned = errors.New("cuda: the driver has no cuMemHostAlloc/cuMemFreeHost")
-
-func (d *Device) memHostAlloc(bytes int) (unsafe.Pointer, error) {
-	if cuDrv.cuMemHostAlloc == 0 || cuDrv.cuMemFreeHost == 0 {
-		return nil, errNoPinned
-	}
-	if err := d.enter(); err != nil {
-		return nil, err
-	}
-	var p unsafe.Pointer
-	r := cCall(cuDrv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes), 0)
-	d.leave()
-	if err := cuCheck("cuMemHostAlloc", r); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (d *Device) memFreeHost(p unsafe.Pointer) error {
-	if err := d.enter(); err != nil {
-		return err
-	}
-	r := cCall(cuDrv.cuMemFreeHost, uintptr(p))
-	d.leave()
-	return cuCheck("cuMemFreeHost", r)
-}
+// A *Device is a pinnedDriver through these two.
+func (d *Device) memHostAlloc(bytes int) (unsafe.Pointer, error) { return d.MemHostAlloc(bytes) }
+func (d *Device) memFreeHost(p unsafe.Pointer) error             { return d.MemFreeHost(p) }
 
 // Uploader copies pinned host buffers into a ring of device slots on a
 // copy stream of its own. Upload queues the copy behind the slot's last

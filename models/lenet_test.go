@@ -2,6 +2,8 @@ package models_test
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ember-ml/ember/models"
@@ -113,4 +115,39 @@ func lenetIntsEqual(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// LeNet's fused kernels are what the Sequential's fusion picks for its
+// layers: both convolutions with their ReLU and pooling, fc1 with its ReLU;
+// with fusion off every layer runs on its own and computes the same loss.
+func TestLeNetFusionPlan(t *testing.T) {
+	m := models.NewLeNet(tensor.CPU, 1)
+	defer lenetRelease(m)
+	want := []string{
+		"conv1+relu1+pool1 (conv2d+relu+maxpool2d)",
+		"conv2+relu2+pool2 (conv2d+relu+maxpool2d)",
+		"flatten",
+		"fc1+relu3 (linear+relu)",
+		"fc2",
+	}
+	if got := m.FusionPlan(); !slices.Equal(got, want) {
+		t.Errorf("LeNet runs as %q, want %q", got, want)
+	}
+	s := tensor.NewScope()
+	defer s.Release()
+	rng := rand.New(rand.NewPCG(2, 2))
+	xs := make([]float32, 3*28*28)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	x := tensor.FromFloat32(tensor.CPU, s, xs, 3, 1, 28, 28)
+	y := tensor.FromInt32(tensor.CPU, s, []int32{3, 1, 4}, 3)
+	fused := m.Loss(x, y).Item()
+	nn.SetFusion(m, false)
+	if got := m.FusionPlan(); len(got) != 10 {
+		t.Errorf("with fusion off LeNet runs as %q, want its 10 layers", got)
+	}
+	if unfused := m.Loss(x, y).Item(); math.Abs(float64(fused-unfused)) > 1e-6*math.Abs(float64(unfused)) {
+		t.Errorf("loss fused %v, unfused %v", fused, unfused)
+	}
 }

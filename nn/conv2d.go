@@ -102,11 +102,10 @@ func (c *Conv2d) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // ForwardReLU applies the convolution followed by ReLU in one pass, which
-// stores no pre-activation and saves a pass over the output (for layers
-// with Options, two operations).
+// stores no pre-activation and saves a pass over the output.
 func (c *Conv2d) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 	if c.Options != nil {
-		return tensor.ReLU(c.Forward(x))
+		return tensor.Conv2dWithReLU(x, c.Weight, c.Bias, *c.Options)
 	}
 	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
@@ -114,12 +113,14 @@ func (c *Conv2d) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 // ForwardReLUMaxPool applies the convolution, ReLU and max pooling over
 // disjoint k×k windows (stride k), as MaxPool2d{k, k} after ForwardReLU.
 // Backends that fuse the three (the CUDA backend) store only the pooled
-// output.
+// output (for layers with per-axis settings, dilation or groups, it is
+// ForwardReLU and the pooling).
 func (c *Conv2d) ForwardReLUMaxPool(x *tensor.Tensor, k int) *tensor.Tensor {
-	if c.Options != nil {
+	stride, pad := c.simpleGeometry()
+	if stride == 0 {
 		return tensor.MaxPool2d(c.ForwardReLU(x), k, k)
 	}
-	return tensor.Conv2dReLUMaxPool(x, c.Weight, c.Bias, c.Stride, c.Padding, k)
+	return tensor.Conv2dReLUMaxPool(x, c.Weight, c.Bias, stride, pad, k)
 }
 
 // Parameters returns weight and bias (weight alone for a layer without

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -65,7 +67,17 @@ type Layer struct {
 // Sequential applies its layers in order. Parameter names are prefixed with
 // each layer's name, so a Sequential with layers named "conv1", "fc1", ...
 // produces the state_dict keys of the equivalent PyTorch module.
-type Sequential struct{ Layers []Layer }
+//
+// Consecutive layers that a fused operation covers run as that operation
+// (Conv2d→ReLU→MaxPool2d, Conv2d→ReLU, Linear→ReLU: see fuse.go and
+// FusionPlan), and CrossEntropyLoss runs a last Linear layer with the loss;
+// the results are those of the layers one by one.
+type Sequential struct {
+	Layers []Layer
+	// Unfused runs every layer on its own (SetFusion(s, false)): for
+	// debugging, or to compare with the fused run.
+	Unfused bool
+}
 
 // NewSequential names the layers "0", "1", ..., as torch.nn.Sequential does.
 func NewSequential(ms ...Module) *Sequential {
@@ -76,12 +88,66 @@ func NewSequential(ms ...Module) *Sequential {
 	return s
 }
 
-// Forward applies every layer in turn.
+// Forward applies every layer in turn, groups that a fused operation
+// covers as that operation.
 func (s *Sequential) Forward(x *tensor.Tensor) *tensor.Tensor {
-	for _, l := range s.Layers {
-		x = l.Module.Forward(x)
+	return runLayers(s.Layers, s.Unfused, x)
+}
+
+// CrossEntropyLoss is CrossEntropyLoss(s.Forward(x), labels) (the
+// package's function), with a last Linear layer and the loss as one
+// operation each way where the backend fuses them (tensor.LinearCrossEntropy).
+func (s *Sequential) CrossEntropyLoss(x, labels *tensor.Tensor) *tensor.Tensor {
+	return s.crossEntropy(x, labels, nil)
+}
+
+// LossSum is CrossEntropyLoss that also adds the loss into sum (one
+// float32 element outside the graph, a running total on the device), in
+// the same operation where the backend fuses them: the trainer's
+// LossSummer, so that nn/trainer trains a Sequential classifier this way.
+func (s *Sequential) LossSum(x, labels, sum *tensor.Tensor) *tensor.Tensor {
+	if sum.DType() != tensor.Float32 || sum.Len() != 1 {
+		panic(fmt.Sprintf("nn: Sequential.LossSum into %s %v; want one float32", sum.DType(), sum.Shape()))
 	}
-	return x
+	return s.crossEntropy(x, labels, sum)
+}
+
+func (s *Sequential) crossEntropy(x, labels, sum *tensor.Tensor) *tensor.Tensor {
+	if s.Unfused {
+		return crossEntropyOf(unfusedModule{s}, x, labels, sum)
+	}
+	return crossEntropyOf(s, x, labels, sum)
+}
+
+// unfusedModule hides a module's type from crossEntropyOf.
+type unfusedModule struct{ Module }
+
+// SetFusion turns fusion on or off for s and the layers inside it.
+func (s *Sequential) SetFusion(on bool) {
+	s.Unfused = !on
+	for _, l := range s.Layers {
+		SetFusion(l.Module, on)
+	}
+}
+
+// FusionPlan says how Forward runs the layers: one entry per operation,
+// the names of the layers it covers joined by "+", followed by the rule's
+// name in parentheses for a fused group ("0+1+2 (conv2d+relu+maxpool2d)",
+// "3", ...). Layers inside a child container are planned by that child.
+func (s *Sequential) FusionPlan() []string {
+	var out []string
+	for _, st := range plan(s.Layers, s.Unfused) {
+		names := make([]string, st.n)
+		for i := range names {
+			names[i] = s.Layers[st.start+i].Name
+		}
+		e := strings.Join(names, "+")
+		if st.rule != nil {
+			e += " (" + st.rule.name + ")"
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // Buffers lists the buffers of every layer, prefixed by its name.

@@ -40,6 +40,14 @@ func Conv2dWith(x, w, b *Tensor, o ConvOptions) *Tensor {
 	return convolve(x, w, b, g)
 }
 
+// Conv2dWithReLU is ReLU(Conv2dWith(x, w, b, o)) in one pass, as
+// Conv2dReLU is for the one-stride form: the pre-activation is never
+// stored.
+func Conv2dWithReLU(x, w, b *Tensor, o ConvOptions) *Tensor {
+	x, w, g := convGeomWith("Conv2dWithReLU", x, w, b, o, true)
+	return convolve(x, w, b, g)
+}
+
 // convolve records Conv2d's forward and backward for a checked geometry.
 func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b

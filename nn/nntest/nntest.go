@@ -60,52 +60,80 @@ func RunLayers(t *testing.T, b tensor.Backend) {
 
 // Case is one layer to check: Build makes it on a backend from rng, Input
 // is the shape of its float32 input (or of its int32 ids below IDs, when
-// IDs > 0), Steps training steps run before one evaluation step.
+// IDs > 0), Steps training steps run before one evaluation step. With
+// Classes > 0 the module is a classifier (a Classifier) and the output
+// checked is its CrossEntropyLoss against labels below Classes.
 type Case struct {
-	Name  string
-	Build func(b tensor.Backend, rng *rand.Rand) nn.Module
-	Input []int
-	IDs   int
-	Steps int
+	Name    string
+	Build   func(b tensor.Backend, rng *rand.Rand) nn.Module
+	Input   []int
+	IDs     int
+	Steps   int
+	Classes int
+}
+
+// Classifier is a module with its own cross-entropy loss (nn.Sequential,
+// whose last Linear layer and loss run fused).
+type Classifier interface {
+	CrossEntropyLoss(x, labels *tensor.Tensor) *tensor.Tensor
+}
+
+// fusedNet is a Sequential of every pattern nn fuses (convolution + ReLU +
+// disjoint pooling, convolution + ReLU, Linear + ReLU, and the last Linear
+// with the loss), with layers beside them that must not be fused.
+func fusedNet(b tensor.Backend, rng *rand.Rand) nn.Module {
+	return nn.NewSequential(
+		nn.NewConv2d(b, rng, 3, 8, 3), nn.ReLU{}, nn.NewMaxPool2d(2), // 14 -> 12 -> 6
+		nn.NewConv2dWith(b, rng, 8, 8, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Groups: 2}), nn.ReLU{},
+		nn.NewMaxPool2dWith(tensor.PoolOptions{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}}), // 6 -> 2
+		nn.Flatten{},
+		nn.NewLinear(b, rng, 32, 24), nn.ReLU{},
+		nn.NewLinear(b, rng, 24, 7))
 }
 
 // Cases are the layers RunLayers checks.
 var Cases = []Case{
 	{"Conv2dWith/groups,dilation,no bias", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewConv2dWith(b, rng, 4, 6, nn.Conv2dOptions{Kernel: [2]int{3, 2}, Stride: [2]int{2, 1}, Padding: [2]int{1, 0}, Dilation: [2]int{1, 2}, Groups: 2, NoBias: true})
-	}, []int{2, 4, 9, 8}, 0, 1},
+	}, []int{2, 4, 9, 8}, 0, 1, 0},
 	{"Conv2dWith/depthwise", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewConv2dWith(b, rng, 4, 4, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, Groups: 4})
-	}, []int{2, 4, 6, 6}, 0, 1},
+	}, []int{2, 4, 6, 6}, 0, 1, 0},
 	{"LinearNoBias/[B,T,In]", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewLinearNoBias(b, rng, 8, 5)
-	}, []int{2, 3, 8}, 0, 1},
+	}, []int{2, 3, 8}, 0, 1, 0},
 	{"MaxPool2dWith", func(tensor.Backend, *rand.Rand) nn.Module {
 		return nn.NewMaxPool2dWith(tensor.PoolOptions{Kernel: [2]int{3, 2}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, CeilMode: true})
-	}, []int{2, 3, 8, 9}, 0, 1},
+	}, []int{2, 3, 8, 9}, 0, 1, 0},
 	{"AvgPool2dWith", func(tensor.Backend, *rand.Rand) nn.Module {
 		return nn.NewAvgPool2dWith(tensor.AvgPoolOptions{PoolOptions: tensor.PoolOptions{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, CeilMode: true}, ExcludePad: true})
-	}, []int{2, 3, 8, 9}, 0, 1},
+	}, []int{2, 3, 8, 9}, 0, 1, 0},
 	{"AdaptivePools", func(tensor.Backend, *rand.Rand) nn.Module {
 		return nn.NewSequential(nn.NewAdaptiveAvgPool2d(5, 4), nn.NewAdaptiveMaxPool2d(2, 3))
-	}, []int{2, 3, 7, 9}, 0, 1},
+	}, []int{2, 3, 7, 9}, 0, 1, 0},
 	{"Activations", func(tensor.Backend, *rand.Rand) nn.Module {
 		return nn.NewSequential(nn.GELU{}, nn.GELU{Tanh: true}, nn.SiLU{}, nn.Tanh{}, nn.Sigmoid{}, nn.NewLeakyReLU(0.1), nn.Identity{})
-	}, []int{4, 16}, 0, 1},
-	{"BatchNorm2d", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm2d(b, 3) }, []int{4, 3, 5, 5}, 0, 2},
-	{"BatchNorm1d/[N,C,L]", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm1d(b, 4) }, []int{6, 4, 3}, 0, 2},
-	{"LayerNorm", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewLayerNorm(b, 3, 8) }, []int{2, 3, 8}, 0, 1},
-	{"Embedding", func(b tensor.Backend, rng *rand.Rand) nn.Module { return nn.NewEmbedding(b, rng, 11, 6) }, []int{2, 5}, 11, 1},
-	{"Dropout", func(tensor.Backend, *rand.Rand) nn.Module { return nn.NewDropout(0.3) }, []int{64, 64}, 0, 2},
+	}, []int{4, 16}, 0, 1, 0},
+	{"BatchNorm2d", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm2d(b, 3) }, []int{4, 3, 5, 5}, 0, 2, 0},
+	{"BatchNorm1d/[N,C,L]", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm1d(b, 4) }, []int{6, 4, 3}, 0, 2, 0},
+	{"LayerNorm", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewLayerNorm(b, 3, 8) }, []int{2, 3, 8}, 0, 1, 0},
+	{"Embedding", func(b tensor.Backend, rng *rand.Rand) nn.Module { return nn.NewEmbedding(b, rng, 11, 6) }, []int{2, 5}, 11, 1, 0},
+	{"Dropout", func(tensor.Backend, *rand.Rand) nn.Module { return nn.NewDropout(0.3) }, []int{64, 64}, 0, 2, 0},
 	{"Residual", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewResidual(nn.NewSequential(nn.NewLinear(b, rng, 8, 8), nn.GELU{}))
-	}, []int{3, 8}, 0, 1},
+	}, []int{3, 8}, 0, 1, 0},
 	{"MultiheadSelfAttention/causal", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewMultiheadSelfAttention(b, rng, 8, 2, true)
-	}, []int{2, 5, 8}, 0, 1},
+	}, []int{2, 5, 8}, 0, 1, 0},
 	{"TransformerBlock", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewTransformerBlock(b, rng, 16, 4, 0.25)
-	}, []int{2, 6, 16}, 0, 2},
+	}, []int{2, 6, 16}, 0, 2, 0},
+	// The fused forms nn picks, against the CPU's layers one by one.
+	{Name: "Sequential/fused", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2},
+	{Name: "Sequential/fused with loss", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2, Classes: 7},
+	{Name: "Residual/fused activations", Build: func(b tensor.Backend, rng *rand.Rand) nn.Module {
+		return nn.NewSequential(nn.NewResidual(nn.NewSequential(nn.NewLinear(b, rng, 16, 16), nn.SiLU{}, nn.GELU{Tanh: true}, nn.Tanh{})), nn.Sigmoid{}, nn.SiLU{})
+	}, Input: []int{3, 4, 16}, Steps: 1},
 }
 
 // model is one side of a comparison: a layer on a backend and where its
@@ -119,6 +147,10 @@ type model struct {
 func (c Case) build(b tensor.Backend, seed uint64) model {
 	rng := rand.New(rand.NewPCG(seed, 0x6e6e))
 	md := model{b: b, m: c.Build(b, rng), gen: tensor.NewDeviceGenerator(b, seed)}
+	if b == tensor.CPU {
+		// The reference runs each layer on its own.
+		nn.SetFusion(md.m, false)
+	}
 	// The same seed gives the same masks on every backend (the device
 	// generator's numbers are a host generator's).
 	nn.SetRandomSource(md.m, md.gen)
@@ -139,7 +171,7 @@ func (md model) release() {
 // backward pass of Σ out·r, r drawn from weightSeed, and returns the
 // output and the gradients: of the input first (when it is float32), then
 // of the parameters in order (nil where a parameter got none).
-func (md model) step(c Case, in []float32, ids []int32, weightSeed uint64, training bool) (out []float32, grads [][]float32) {
+func (md model) step(c Case, in []float32, ids []int32, labels []int32, weightSeed uint64, training bool) (out []float32, grads [][]float32) {
 	s := tensor.NewScope()
 	defer s.Release()
 	var x *tensor.Tensor
@@ -148,7 +180,12 @@ func (md model) step(c Case, in []float32, ids []int32, weightSeed uint64, train
 	} else {
 		x = tensor.FromFloat32(md.b, s, in, c.Input...).SetRequiresGrad(training)
 	}
-	y := md.m.Forward(x)
+	var y *tensor.Tensor
+	if c.Classes > 0 {
+		y = md.m.(Classifier).CrossEntropyLoss(x, tensor.FromInt32(md.b, s, labels, c.Input[0]))
+	} else {
+		y = md.m.Forward(x)
+	}
 	out = y.Float32s()
 	if !training {
 		return out, nil
@@ -216,9 +253,13 @@ func (c Case) run(r reporter, b tensor.Backend, seed uint64) {
 			in[j] = float32(rng.NormFloat64())
 			ids[j] = int32(rng.IntN(max(c.IDs, 1)))
 		}
+		labels := make([]int32, c.Input[0])
+		for j := range labels {
+			labels[j] = int32(rng.IntN(max(c.Classes, 1)))
+		}
 		weightSeed := rng.Uint64()
-		w, wg := ref.step(c, in, ids, weightSeed, training)
-		g, gg := got.step(c, in, ids, weightSeed, training)
+		w, wg := ref.step(c, in, ids, labels, weightSeed, training)
+		g, gg := got.step(c, in, ids, labels, weightSeed, training)
 		compare(fail, step+": output", g, w)
 		for k := range wg {
 			switch {

@@ -1,0 +1,200 @@
+package alloc
+
+import (
+	"errors"
+	"testing"
+)
+
+func newExpandableAllocator(t testing.TB, total, limit int) (*Allocator, *fakeDevice) {
+	t.Helper()
+	d := newFakeDevice(total)
+	a := NewAllocator(d, AllocatorOptions{Limit: limit, Expandable: true})
+	if a.vm == nil {
+		t.Fatal("the fake driver's VirtualMemory was not taken")
+	}
+	return a, d
+}
+
+func (d *fakeDevice) mappedPages() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pages)
+}
+
+// Blocks of every size share one address range per stream, end to end, and
+// the range grows by whole pages only when no free block fits.
+func TestAllocExpandablePacking(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	small := mustAlloc(t, a, 100, 0)
+	large := mustAlloc(t, a, 3*oneMiB, 0)
+	if small.Ptr()+uintptr(small.Size()) != large.Ptr() {
+		t.Errorf("small block %#x+%d and large block %#x not adjacent", small.Ptr(), small.Size(), large.Ptr())
+	}
+	if got := a.Stats().Reserved.Current; got != 4*oneMiB || d.mappedPages() != 2 {
+		t.Errorf("reserved %d with %d pages mapped, want 4 MiB in 2 pages", got, d.mappedPages())
+	}
+	// The rest of the second page serves the next request without mapping.
+	next := mustAlloc(t, a, oneMiB-2048, 0)
+	if st := a.Stats(); st.Reserved.Current != 4*oneMiB || st.DriverAllocs != 2 {
+		t.Errorf("after a fitting request: reserved %d, %d driver allocations; want 4 MiB, 2", st.Reserved.Current, st.DriverAllocs)
+	}
+	// A request bigger than the free rest extends that rest: one more page.
+	grown := mustAlloc(t, a, 1536*oneKiB, 0)
+	if grown.Ptr() != next.Ptr()+uintptr(next.Size()) || a.Stats().Reserved.Current != 6*oneMiB {
+		t.Errorf("the free end was not extended: block %#x after %#x+%d, reserved %d", grown.Ptr(), next.Ptr(), next.Size(), a.Stats().Reserved.Current)
+	}
+	if st := a.Stats(); st.Segments != 1 {
+		t.Errorf("%d segments, want the one expandable segment", st.Segments)
+	}
+	// Another stream gets its own range.
+	other := mustAlloc(t, a, 100, 7)
+	if seg := segOf(a, other); seg == segOf(a, small) || seg.va == 0 {
+		t.Error("stream 7 shares stream 0's range")
+	}
+	for _, b := range []Block{small, large, next, grown, other} {
+		mustFree(t, a, b)
+	}
+	// Everything free: one free chunk per range, still mapped (cached).
+	if st := a.Stats(); st.Allocated.Current != 0 || st.Reserved.Current != 8*oneMiB {
+		t.Errorf("after freeing all: %+v", st)
+	}
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	d.mu.Lock()
+	ranges := len(d.ranges)
+	d.mu.Unlock()
+	if st := a.Stats(); st.Reserved.Current != 0 || st.Segments != 0 || d.mappedPages() != 0 || ranges != 0 {
+		t.Errorf("after EmptyCache: reserved %d, %d segments, %d pages, %d address ranges; want none",
+			st.Reserved.Current, st.Segments, d.mappedPages(), ranges)
+	}
+}
+
+// Trimming gives back the whole free pages at the end of a range and keeps
+// a page that a live block still touches.
+func TestAllocExpandableTrim(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	keep := mustAlloc(t, a, 3*oneMiB, 0) // pages 0-1, half of page 1 free
+	drop := mustAlloc(t, a, 5*oneMiB, 0) // to page 4
+	mustFree(t, a, drop)
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	if got := a.Stats().Reserved.Current; got != 4*oneMiB || d.mappedPages() != 2 {
+		t.Errorf("reserved %d in %d pages after trimming, want 4 MiB in 2", got, d.mappedPages())
+	}
+	// The kept page's free half is still usable.
+	b := mustAlloc(t, a, 512*oneKiB, 0)
+	if b.Ptr() != keep.Ptr()+uintptr(keep.Size()) {
+		t.Errorf("the free rest of the last page was not reused")
+	}
+	mustFree(t, a, b)
+	mustFree(t, a, keep)
+}
+
+// A limit counts mapped pages, and a range that cannot grow under it fails
+// with the typed error after giving back what it can.
+func TestAllocExpandableLimitAndOOM(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 8*oneMiB)
+	b1 := mustAlloc(t, a, 5*oneMiB, 0)
+	_, err := a.Alloc(4*oneMiB, 0)
+	var oom *OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, ErrDeviceOutOfMemory) {
+		t.Fatalf("Alloc over the limit: %v", err)
+	}
+	if st := a.Stats(); st.Reserved.Current > 8*oneMiB || st.OOMs != 1 {
+		t.Errorf("reserved %d (limit 8 MiB), %d OOMs", st.Reserved.Current, st.OOMs)
+	}
+	check(t, a)
+	// The driver running out while mapping is the same error, and nothing
+	// is left half mapped.
+	d.mu.Lock()
+	d.failAllocs = 100
+	d.mu.Unlock()
+	if _, err := a.Alloc(2*oneMiB, 3); !errors.Is(err, ErrDeviceOutOfMemory) {
+		t.Fatalf("Alloc with the driver out of memory: %v", err)
+	}
+	d.mu.Lock()
+	d.failAllocs = 0
+	ranges := len(d.ranges)
+	d.mu.Unlock()
+	check(t, a)
+	if ranges != 1 {
+		t.Errorf("%d address ranges reserved, want stream 0's only (stream 3's was given back)", ranges)
+	}
+	mustFree(t, a, b1)
+}
+
+// A driver error while unmapping leaves the cache as it was.
+func TestAllocExpandableUnmapError(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	mustFree(t, a, mustAlloc(t, a, 3*oneMiB, 0))
+	d.mu.Lock()
+	d.unmapErr = errFakeDriver
+	d.mu.Unlock()
+	if err := a.EmptyCache(); !errors.Is(err, errFakeDriver) {
+		t.Fatalf("EmptyCache with a failing unmap: %v", err)
+	}
+	check(t, a)
+	if got := a.Stats().Reserved.Current; got != 4*oneMiB {
+		t.Errorf("reserved %d after a failed unmap, want 4 MiB kept", got)
+	}
+	d.mu.Lock()
+	d.unmapErr = nil
+	d.mu.Unlock()
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	if a.Stats().Reserved.Current != 0 {
+		t.Error("memory left after EmptyCache")
+	}
+}
+
+// A released private pool's small segments join the large pool when every
+// size shares it, so that small requests reuse them.
+func TestAllocExpandableMergedPool(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	id := a.BeginPrivatePool(0)
+	b := mustAlloc(t, a, 1000, 0) // a 2 MiB segment of the private pool
+	a.EndPrivatePool(0)
+	mustFree(t, a, b)
+	if err := a.ReleasePool(id); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	pages := d.mappedPages()
+	for range 10 {
+		mustAlloc(t, a, 1000, 0)
+	}
+	if st := a.Stats(); st.Reserved.Current != 2*oneMiB || d.mappedPages() != pages {
+		t.Errorf("small requests after the merge: reserved %d, %d pages mapped (had %d); want the merged segment reused",
+			st.Reserved.Current, d.mappedPages(), pages)
+	}
+}
+
+// Out of memory under a limit gives back other streams' free pages, not the
+// free end of the range that is about to grow (it would be mapped again).
+func TestAllocExpandableOOMKeepsOwnEnd(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 13*oneMiB)
+	mustFree(t, a, mustAlloc(t, a, 6*oneMiB, 1)) // stream 1: 6 MiB mapped, free
+	b := mustAlloc(t, a, 1*oneMiB+512*oneKiB, 0) // stream 0: 1.5 MiB in use
+	mustFree(t, a, mustAlloc(t, a, 3*oneMiB+512*oneKiB, 0))
+	// Stream 0 has 6 MiB mapped, 4.5 MiB free at its end (4 MiB of whole
+	// pages); 12 of 13 MiB are reserved. 8 MiB at stream 0's end needs 4
+	// MiB more: giving back stream 1's 6 MiB is enough, and trimming
+	// stream 0's own end (the smaller piece) would only be mapped again.
+	unmapsBefore := d.unmaps
+	big := mustAlloc(t, a, 8*oneMiB, 0)
+	check(t, a)
+	if st := a.Stats(); st.Reserved.Current != 10*oneMiB {
+		t.Errorf("reserved %d, want 10 MiB", st.Reserved.Current)
+	}
+	if got := d.unmaps - unmapsBefore; got != 1 {
+		t.Errorf("%d unmap calls, want 1 (stream 1's pages only)", got)
+	}
+	mustFree(t, a, big)
+	mustFree(t, a, b)
+}

@@ -1,7 +1,0 @@
-//go:build race
-
-package cuda
-
-// allocRaceEnabled shortens the long allocator tests, which the race
-// detector slows down about tenfold.
-const allocRaceEnabled = true

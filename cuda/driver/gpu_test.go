@@ -1,0 +1,100 @@
+package driver
+
+import (
+	"os"
+	"sync"
+	"testing"
+)
+
+// GPU test support. Tests that need a GPU call requireGPU, which returns a
+// shared Device (ordinal 0, or $EMBER_TEST_DEVICE) or skips the test when no
+// GPU is usable. With EMBER_REQUIRE_GPU=1 the skip becomes a failure, so a
+// run on a GPU machine in which everything skipped cannot look green.
+// EMBER_KERNEL_CACHE sets the shared Device's kernel cache.
+
+var (
+	gpuOnce    sync.Once
+	gpuDev     *Device
+	gpuSkipErr error // no usable GPU: skip (or fail under EMBER_REQUIRE_GPU=1)
+	gpuOpenErr error // a GPU is there but could not be opened: always fail
+)
+
+func requireGPU(t testing.TB) *Device {
+	t.Helper()
+	gpuOnce.Do(func() {
+		if err := Available(); err != nil {
+			gpuSkipErr = err
+			return
+		}
+		ordinal := 0
+		if v := os.Getenv("EMBER_TEST_DEVICE"); v != "" {
+			for _, c := range v {
+				if c < '0' || c > '9' {
+					ordinal = -1
+					break
+				}
+				ordinal = ordinal*10 + int(c-'0')
+			}
+		}
+		gpuDev, gpuOpenErr = Open(ordinal)
+		// The library reads no variable; the tests map this one as the
+		// commands do (BackendOptions.KernelCache).
+		if v := os.Getenv("EMBER_KERNEL_CACHE"); gpuOpenErr == nil && v != "" {
+			gpuDev.SetKernelCache(KernelCacheFor(v))
+		}
+	})
+	if gpuOpenErr != nil {
+		t.Fatalf("a CUDA device is available but Open failed: %v", gpuOpenErr)
+	}
+	if gpuSkipErr != nil {
+		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
+			t.Fatalf("EMBER_REQUIRE_GPU=1 but no usable CUDA device: %v", gpuSkipErr)
+		}
+		t.Skipf("no CUDA device: %v", gpuSkipErr)
+	}
+	return gpuDev
+}
+
+// gpuTempCache points the shared device's kernel cache at a fresh temporary
+// directory for the duration of the test (tests must not touch the user's
+// cache) and returns it.
+func gpuTempCache(t *testing.T, d *Device) *KernelCache {
+	t.Helper()
+	old := d.KernelCache()
+	c := NewKernelCache(t.TempDir())
+	d.SetKernelCache(c)
+	t.Cleanup(func() { d.SetKernelCache(old) })
+	return c
+}
+
+// gpuCompile compiles src on d with a temporary kernel cache.
+func gpuCompile(t *testing.T, d *Device, src string, opts ...string) *Module {
+	t.Helper()
+	gpuTempCache(t, d)
+	m, err := d.Compile(src, opts...)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unload(); err != nil {
+			t.Errorf("Unload: %v", err)
+		}
+	})
+	return m
+}
+
+func gpuFunction(t *testing.T, m *Module, name string) *Function {
+	t.Helper()
+	f, err := m.Function(name)
+	if err != nil {
+		t.Fatalf("Function(%q): %v", name, err)
+	}
+	return f
+}
+
+func gpuCheck(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,73 @@
+package cuda
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestOptionsFromEnvKernelCache(t *testing.T) {
+	t.Setenv("EMBER_KERNEL_CACHE", "off")
+	opt, err := OptionsFromEnv(BackendOptions{})
+	if err != nil || opt.KernelCache != "off" {
+		t.Errorf("EMBER_KERNEL_CACHE=off: KernelCache = %q, %v; want off", opt.KernelCache, err)
+	}
+	// An option the caller set wins over the environment.
+	if opt, _ = OptionsFromEnv(BackendOptions{KernelCache: "/tmp/k"}); opt.KernelCache != "/tmp/k" {
+		t.Errorf("explicit KernelCache = %q, want /tmp/k", opt.KernelCache)
+	}
+	t.Setenv("EMBER_KERNEL_CACHE", "")
+	if opt, _ = OptionsFromEnv(BackendOptions{}); opt.KernelCache != "" {
+		t.Errorf("unset EMBER_KERNEL_CACHE: KernelCache = %q", opt.KernelCache)
+	}
+}
+
+// TestNoEnvironmentInLibrary checks that the library code of the cuda and
+// tensor packages (and their sub-packages) reads no EMBER_ variable: the
+// switches are BackendOptions, and only OptionsFromEnv, which commands and
+// tests call, maps the variables onto them.
+func TestNoEnvironmentInLibrary(t *testing.T) {
+	requirePackageSources(t)
+	fset := token.NewFileSet()
+	for _, root := range []string{".", filepath.Join("..", "tensor")} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			for _, decl := range f.Decls {
+				if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == "OptionsFromEnv" && path == "backend.go" {
+					continue
+				}
+				ast.Inspect(decl, func(n ast.Node) bool {
+					call, ok := n.(*ast.CallExpr)
+					if !ok || len(call.Args) == 0 {
+						return true
+					}
+					sel, ok := call.Fun.(*ast.SelectorExpr)
+					if !ok || (sel.Sel.Name != "Getenv" && sel.Sel.Name != "LookupEnv") {
+						return true
+					}
+					if lit, ok := call.Args[0].(*ast.BasicLit); ok {
+						if v, _ := strconv.Unquote(lit.Value); strings.HasPrefix(v, "EMBER_") {
+							t.Errorf("%s reads %s: make it a BackendOptions field that OptionsFromEnv sets", fset.Position(call.Pos()), v)
+						}
+					}
+					return true
+				})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
