@@ -202,6 +202,17 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	return loss, true, nil
 }
 
+// warmedUp reports whether a shape's first step ran eagerly before its
+// capture.
+func (s *Step) warmedUp() bool {
+	for _, st := range s.shapes {
+		if st.warmed {
+			return true
+		}
+	}
+	return false
+}
+
 // searchesConvolutions reports whether b chooses convolution algorithms by
 // timing them (a GPU backend with cuDNN).
 func searchesConvolutions(b tensor.Backend) bool {

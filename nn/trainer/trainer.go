@@ -345,8 +345,9 @@ func (r *run) loop(ctx context.Context) error {
 			res.GlobalStep++
 			res.Steps++
 			windowSteps++
-			if res.Steps == 1 {
-				// The run's first step allocates and captures the graph.
+			if res.Steps == 1 || (res.Steps == 2 && step.warmedUp()) {
+				// The run's first step allocates and captures the graph
+				// (the second, after an eager warm-up step, with cuDNN).
 				epochAllocs = r.driverAllocs()
 				firstInWindow = true
 			}
