@@ -52,7 +52,9 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-var _ tensor.Backend = (*Backend)(nil)
+// The CUDA backend has its own kernels for every operation of
+// tensor.CompleteBackend: Complete hands it back unwrapped.
+var _ tensor.CompleteBackend = (*Backend)(nil)
 
 // BackendOptions configures NewBackend.
 type BackendOptions struct {
@@ -1018,7 +1020,7 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 	if parts > 1 {
 		// Nothing below needs db before the optimiser does: in a graph the
-		// finish runs on the side stream (2.7 us at LeNet's fc1, batch 1024).
+		// finish runs on the side stream, off the critical path.
 		devCheck(op, b.x.detach([]span{{part, 4 * parts * channels, false}, {pdb, 4 * channels, true}}, func(ex executor) {
 			b.biasGradFinish(ex, op, pdb, part, channels, parts, accumulate)
 		}))
@@ -1077,8 +1079,9 @@ const maxGridY = 65535
 
 // biasColsRowsPerBlock is the row chunk of ember_bias_grad_cols: all rows
 // in one block up to 128 (one launch: batch 64), else chunks of 128 rows (16
-// per thread), or more when that would need more than maxGridY chunks. (All
-// rows of fc1's gradient at batch 1024 in one chunk, 16 blocks, took 29 us.)
+// per thread), or more when that would need more than maxGridY chunks: one
+// chunk of many rows leaves too few blocks (docs/performance.md, tuning
+// notes).
 func biasColsRowsPerBlock(outer int) int {
 	if outer <= 128 {
 		return outer
@@ -1094,8 +1097,8 @@ func biasRowsPerBlock(inner int) int { return max(1, 1024/inner) }
 
 // ceRowsPerBlock is the number of rows one block of cross_entropy (32 warps)
 // takes before a second block is used; the block count depends on n alone.
-// Batch 64 stays one block (no finishing launch); at batch 1024, 256 rows
-// per block left 4 blocks and took 15 us.
+// Batch 64 stays one block (no finishing launch); larger row counts per
+// block left too few blocks at batch 1024 (docs/performance.md).
 const ceRowsPerBlock = 64
 
 // CrossEntropy writes the mean loss over n rows to loss[0] and, when
@@ -1185,9 +1188,9 @@ func (b *Backend) GatherNormalize(dst, src, idx tensor.Buffer, rowLen int, scale
 }
 
 // defaultBLASWorkspaceMiB is the cuBLAS workspace the backend provides from
-// its allocator. cuBLAS otherwise allocates its own, out of sight of the
-// allocator's statistics (measured on the H200: 32 MiB, as here). Split-K
-// GEMMs need it: with none, a LeNet step took 5x longer, with 4 MiB 1.45x.
+// its allocator. cuBLAS otherwise allocates its own (the same size), out of
+// sight of the allocator's statistics; split-K GEMMs slow down badly with
+// less (docs/performance.md).
 const defaultBLASWorkspaceMiB = 32
 
 // setBLASWorkspace gives cuBLAS its workspace from the caching allocator, so

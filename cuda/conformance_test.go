@@ -252,7 +252,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 		gx, cx := h.f32(x)
 		gy, cy := h.f32(make([]float32, len(x)))
 		b.ReLU(gy, gx)
-		tensor.CPU.ReLU(cy, cx)
+		tensor.Complete(tensor.CPU).ReLU(cy, cx)
 		if g, c := downloadF(b, gy), downloadF(tensor.CPU, cy); !sameBits(g, c) {
 			t.Errorf("ReLU with NaN and -0 differs from the CPU")
 		}
@@ -261,7 +261,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 		gp, cp := h.f32(make([]float32, n))
 		ga, ca := h.i32(make([]int32, n))
 		b.MaxPool2d(gp, ga, gx, pg)
-		tensor.CPU.MaxPool2d(cp, ca, cx, pg)
+		tensor.Complete(tensor.CPU).MaxPool2d(cp, ca, cx, pg)
 		if g, c := downloadF(b, gp), downloadF(tensor.CPU, cp); !sameBits(g, c) {
 			t.Errorf("MaxPool2d with NaN: y differs from the CPU:\n%v\n%v", g, c)
 		}
@@ -276,7 +276,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 		gz, cz := h.f32(z)
 		gd, cd := h.i32(make([]int32, rows))
 		b.Argmax(gd, gz, rows, cols)
-		tensor.CPU.Argmax(cd, cz, rows, cols)
+		tensor.Complete(tensor.CPU).Argmax(cd, cz, rows, cols)
 		if g, c := downloadI(b, gd), downloadI(tensor.CPU, cd); !equalI(g, c) {
 			t.Errorf("Argmax with NaN and ties: %v, CPU %v", g, c)
 		}
@@ -288,7 +288,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 			gx, cx := h.f32(x)
 			gs, cs := h.f32([]float32{0})
 			b.Sum(gs, gx)
-			tensor.CPU.Sum(cs, cx)
+			tensor.Complete(tensor.CPU).Sum(cs, cx)
 			g, c := downloadF(b, gs)[0], downloadF(tensor.CPU, cs)[0]
 			if math.Abs(float64(g-c)) > 1e-6*math.Abs(float64(c))+1e-6 {
 				t.Errorf("Sum of %d: %g, CPU %g", n, g, c)
@@ -300,7 +300,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 		gdy, cdy := h.f32(dy)
 		gdb, cdb := h.f32(make([]float32, ch))
 		b.BiasGrad(gdb, gdy, outer, ch, 1, false)
-		tensor.CPU.BiasGrad(cdb, cdy, outer, ch, 1, false)
+		tensor.Complete(tensor.CPU).BiasGrad(cdb, cdy, outer, ch, 1, false)
 		for i, g := range downloadF(b, gdb) {
 			c := downloadF(tensor.CPU, cdb)[i]
 			if math.Abs(float64(g-c)) > 1e-6*math.Abs(float64(c))+1e-5 {
@@ -319,7 +319,7 @@ func TestGPUBackendEdgeCases(t *testing.T) {
 		gloss, closs := h.f32([]float32{0})
 		gdz, cdz := h.f32(make([]float32, n*classes))
 		b.CrossEntropy(gloss, gdz, gz, gl, n, classes)
-		tensor.CPU.CrossEntropy(closs, cdz, cz, cl, n, classes)
+		tensor.Complete(tensor.CPU).CrossEntropy(closs, cdz, cz, cl, n, classes)
 		g, c := downloadF(b, gloss)[0], downloadF(tensor.CPU, closs)[0]
 		if math.Abs(float64(g-c)) > 1e-5*math.Abs(float64(c)) {
 			t.Errorf("CrossEntropy over %d rows: %g, CPU %g", n, g, c)
@@ -434,4 +434,29 @@ func itoa(n int) string {
 		d = append([]byte{byte('0' + n%10)}, d...)
 	}
 	return string(d)
+}
+
+// TestGPUCoreOnly runs the fallbacks on the GPU's core alone
+// (tensortest.CoreOnly hides every optional interface of the backend):
+// CompleteBackend's operations against the references, the tensor layer
+// against the CPU, and LeNet's training curve against the CPU's (1e-3
+// relative per step, as TestGPUBackendTrainingCurve, over fewer steps).
+func TestGPUCoreOnly(t *testing.T) {
+	b := tensortest.CoreOnly(newGPUBackend(t, BackendOptions{}))
+	tensortest.RunComplete(t, b)
+	tensortest.RunAutograd(t, b)
+	const steps, seed = 20, 1
+	gpu, err := modelstest.TrainingCurve(b, steps, seed)
+	if err != nil {
+		t.Fatalf("core-only GPU training: %v", err)
+	}
+	cpu, err := modelstest.TrainingCurve(tensor.CPU, steps, seed)
+	if err != nil {
+		t.Fatalf("CPU training: %v", err)
+	}
+	for i := range cpu {
+		if rel := math.Abs(float64(gpu[i])-float64(cpu[i])) / math.Abs(float64(cpu[i])); !(rel <= 1e-3) {
+			t.Errorf("step %d: core-only GPU loss %.7g, CPU loss %.7g (relative difference %.2g > 1e-3)", i, gpu[i], cpu[i], rel)
+		}
+	}
 }

@@ -184,7 +184,7 @@ func (b *Backend) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tens
 	defer b.release(dyt)
 	if wantDB && c.yLen < 1<<30 {
 		// The bias gradient in the unpooling pass: about 512 elements per
-		// block (4096 took 15 us at LeNet's conv2: 50 blocks, too few).
+		// block, so that LeNet's conv2 has enough blocks.
 		rpb := max(1, 512/c.p)
 		parts := (g.N + rpb - 1) / rpb
 		var part uintptr
@@ -220,7 +220,7 @@ const tileFloats = 12288
 // tileChannels is how many output channels one block of the tiled forward
 // kernels takes when split threads share each pooled output: about two
 // rounds of outputs per block (fewer blocks copy the same image; one round
-// made LeNet's conv1 take 10.5 us instead of 7.3), as many as fit in shared
+// was slower at LeNet's conv1), as many as fit in shared
 // memory next to the padded image. It is 0 when even one does not fit, or
 // when C·R·S is large and no kernel specialised for the geometry exists (the
 // GEMM path is faster there).
@@ -296,8 +296,8 @@ func (b *Backend) convPoolDWDirect(op string, pdw, pdb, pdy, py, pa, px uintptr,
 	var ws Block
 	if f := b.fixedDW(c); f != nil {
 		// One part per group of images: one image per block up to 128
-		// images, else 128 groups (512 groups, with 2 images each at batch
-		// 1024, took as long: 53.7 us against 52.8, with 4x the partials).
+		// images, else 128 groups (more groups were no faster, with more
+		// partials to add).
 		per := (g.N + 127) / 128
 		parts = (g.N + per - 1) / per
 		ws = b.workspace(op, 4*rows*parts)

@@ -12,10 +12,8 @@ package cuda
 // with conv_relu_pool_rt, and conv_dw_rt + add_parts and conv_dx_rt, which
 // read the pooled gradient, output and argmax of a fused layer directly (or
 // the dense gradient of a plain Conv2d): no column buffer, no unpooled
-// gradient, fewer launches. At LeNet's conv2, batch 64, the forward takes
-// 17 us (22 before), the backward 22 us for dx beside 19 for dw (47 in
-// six kernels before); docs/performance.md has the rest. EMBER_CONV_RT=0
-// switches them off (for comparisons).
+// gradient, fewer launches (docs/performance.md has the timings).
+// EMBER_CONV_RT=0 switches them off (for comparisons).
 //
 // One difference from the GEMM path, for non-finite inputs only: the
 // backward kernels sum over rows padded to multiples of four columns with

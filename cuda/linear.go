@@ -45,8 +45,7 @@ const (
 	ltCounters = 1024
 	// linearTiledRows is the largest batch given to the tiled kernels:
 	// there a 64-row tile leaves most of the GPU idle unless sums are
-	// split, which cuBLAS does in extra launches. At batch 1024 cuBLAS's
-	// kernels ran fc1 in 36 + 76 us against 45 + 144 us for these.
+	// split, which cuBLAS does in extra launches, faster at batch 1024.
 	linearTiledRows = 256
 )
 
@@ -239,8 +238,8 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 		// its forward pass gave (LinearCrossEntropy). In a captured graph
 		// they run on the side stream, beside the backward pass of the
 		// layers below, so the narrow kernel takes every batch size: its
-		// loop over all the rows is off the main path there (at batch 1024,
-		// 20 us against 14 in four cuBLAS launches). Eager launches take
+		// loop over all the rows (slower than cuBLAS at batch 1024) is off
+		// the main path there. Eager launches take
 		// the same kernel, so that both give the same bits; without a side
 		// lane the general paths below take them.
 		devCheck(op, b.x.detach(uses, func(ex executor) {

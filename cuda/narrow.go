@@ -4,25 +4,21 @@ import "github.com/ember-ml/ember/tensor"
 
 // Layers with few outputs (narrow.cu): a classifier's last layer fused with
 // its cross entropy (tensor.LinearCrossEntropyBackend), and the gradients
-// of any linear layer of at most narrowOut outputs. At batch 64, LeNet's
-// fc2 forward, cross entropy and fc2 backward were three launches of about
-// 5 us each, mostly fixed costs; here they are two of about 2-3 us. At
-// batch 1024 they were nine, through cuBLAS. EMBER_LINEAR_NARROW=0 turns
-// them off, for comparisons.
+// of any linear layer of at most narrowOut outputs: fewer launches where
+// their fixed costs dominate (docs/performance.md has the timings).
+// EMBER_LINEAR_NARROW=0 turns them off, for comparisons.
 
 const (
 	// narrowOut is the most outputs (classes) the narrow kernels take: one
 	// register per class and thread, one lane per class in the softmax.
 	narrowOut = 32
-	// xentRows is the most rows linear_xent takes: at batch 1024 it took
-	// 22.5 us, where the unfused forward took 22.5 us in six launches and
-	// the input gradient 4.7 us more.
+	// xentRows is the most rows linear_xent takes: up to it, no slower
+	// than the unfused launches.
 	xentRows = 1024
 	// narrowRows is the most rows linear_grads_narrow takes with the input
-	// gradient: at batch 1024 it took 20 us (its weight-gradient strips are
-	// one block's loop over every row) against 14 us in four launches for
-	// the cuBLAS path. Weight gradients alone it takes at any batch size,
-	// for the side stream (LinearGrads).
+	// gradient: beyond it the cuBLAS path is faster (its weight-gradient
+	// strips are one block's loop over every row). Weight gradients alone
+	// it takes at any batch size, for the side stream (LinearGrads).
 	narrowRows = 256
 )
 
@@ -58,9 +54,8 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 	if pdl != 0 {
 		pdx = b.f32Opt(op, "dx", dx, n*in)
 	}
-	// A block per row, a warp per logit: at batch 64, blocks of 3 rows (30
-	// warps, as many as fit) took 9.9 us, of 2 rows 8.9 us, of 1 row 8.6
-	// us (fewer warps wait at each of the block's barriers).
+	// A block per row, a warp per logit: the fastest of 1-3 rows per block
+	// (fewer warps wait at each of the block's barriers).
 	// The kernel takes rows·classes <= 32 (its shared arrays).
 	const rows = 1
 	blocks := min((n+rows-1)/rows, maxGrid)

@@ -299,7 +299,7 @@ func crossEntropyOf(m Module, x, labels, sum *tensor.Tensor) *tensor.Tensor {
 	loss := tensor.CrossEntropy(m.Forward(x), labels)
 	if sum != nil {
 		// The trainer's running total of the epoch, on the device.
-		loss.Backend().Axpy(sum.Buffer(), 1, loss.Buffer())
+		tensor.Complete(loss.Backend()).Axpy(sum.Buffer(), 1, loss.Buffer())
 	}
 	return loss
 }

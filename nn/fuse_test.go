@@ -64,7 +64,7 @@ func TestFusionPlan(t *testing.T) {
 // The backend counts its fused Linear+ReLU calls, so that a plan that
 // silently runs nothing fused fails too.
 func TestFusionSameResults(t *testing.T) {
-	be := &biasReLUCounter{Backend: tensor.CPU}
+	be := &biasReLUCounter{CompleteBackend: tensor.Complete(tensor.CPU)}
 	rng := rand.New(rand.NewPCG(7, uint64(len(t.Name()))))
 	m := fusableNet(be, rng)
 	defer releaseState(m)
@@ -153,7 +153,7 @@ func TestFusionKeepsState(t *testing.T) {
 // TestNestedFusion: a Sequential inside another is planned by itself and
 // its last Linear still takes the fused loss.
 func TestNestedFusion(t *testing.T) {
-	be := &biasReLUCounter{Backend: tensor.CPU}
+	be := &biasReLUCounter{CompleteBackend: tensor.Complete(tensor.CPU)}
 	rng := rand.New(rand.NewPCG(3, 3))
 	inner := nn.NewSequential(nn.NewLinear(be, rng, 6, 8), nn.ReLU{}, nn.NewLinear(be, rng, 8, 3))
 	m := nn.NewSequential(nn.Flatten{}, inner)
@@ -176,20 +176,20 @@ func TestNestedFusion(t *testing.T) {
 // biasReLUCounter is the CPU with a fused bias + ReLU (composed of its own
 // operations) that counts its forward calls.
 type biasReLUCounter struct {
-	tensor.Backend
+	tensor.CompleteBackend
 	calls int
 }
 
 func (c *biasReLUCounter) AddBiasReLU(y, bias tensor.Buffer, outer, channels int) {
 	c.calls++
-	c.Backend.AddBias(y, bias, outer, channels, 1)
-	c.Backend.ReLU(y, y)
+	c.CompleteBackend.AddBias(y, bias, outer, channels, 1)
+	c.CompleteBackend.ReLU(y, y)
 }
 
 func (c *biasReLUCounter) BiasReLUBackward(g, db, dy, y tensor.Buffer, outer, channels int, accumulate bool) {
-	c.Backend.ReLUBackward(g, dy, y, false)
+	c.CompleteBackend.ReLUBackward(g, dy, y, false)
 	if !db.Empty() {
-		c.Backend.BiasGrad(db, g, outer, channels, 1, accumulate)
+		c.CompleteBackend.BiasGrad(db, g, outer, channels, 1, accumulate)
 	}
 }
 

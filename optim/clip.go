@@ -34,6 +34,6 @@ func ClipGradNorm(s *tensor.Scope, grads *tensor.Tensor, maxNorm float64) *tenso
 			cpuOptim.ClipCoef(x[0], x[1], x[2], float32(maxNorm))
 		})
 	}
-	b.ScaleBy(g, g, coef.Buffer(), false)
+	tensor.Complete(b).ScaleBy(g, g, coef.Buffer(), false)
 	return norm
 }

@@ -11,12 +11,12 @@ import (
 // plainBackend is the CPU backend without its optional interfaces (only
 // tensor.Backend's methods are promoted), as a device without fused
 // optimiser kernels would be.
-type plainBackend struct{ tensor.Backend }
+type plainBackend struct{ tensor.CompleteBackend }
 
 // On a backend without tensor.OptimBackend the optimisers run the CPU's
 // kernels on host copies: the same bits as on the CPU itself.
 func TestFallbackMatchesFused(t *testing.T) {
-	plain := plainBackend{tensor.CPU}
+	plain := plainBackend{tensor.Complete(tensor.CPU)}
 	if _, ok := tensor.Backend(plain).(tensor.OptimBackend); ok {
 		t.Fatal("plainBackend has the optimiser kernels")
 	}

@@ -138,7 +138,7 @@ func (s *SGD) step(zeroGrad bool) {
 	if s.lrDev != nil {
 		s.stepDeviceLR(v, h)
 	} else {
-		s.flatP.Backend().SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+		tensor.Complete(s.flatP.Backend()).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 	}
 	s.steps++
 }

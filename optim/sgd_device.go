@@ -44,7 +44,7 @@ func (s *SGD) stepDeviceLR(v tensor.Buffer, h tensor.SGDStep) {
 	b := s.flatP.Backend()
 	ob, ok := b.(tensor.OptimBackend)
 	if !ok {
-		b.SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+		tensor.Complete(b).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 		return
 	}
 	s.Prepare()

@@ -206,7 +206,7 @@ func (e *engine) pass(t *Tensor, g *Tensor) {
 	}
 	dst, acc := e.sink(t)
 	if acc {
-		b.Axpy(dst, 1, g.buffer())
+		Complete(b).Axpy(dst, 1, g.buffer())
 	} else {
 		b.Copy(dst, g.buffer())
 	}

@@ -375,7 +375,7 @@ func TestLeaksCountsUnreleased(t *testing.T) {
 
 // fillCounter is the CPU backend counting the fills with ones.
 type fillCounter struct {
-	tensor.Backend
+	tensor.CompleteBackend
 	ones int
 }
 
@@ -383,14 +383,14 @@ func (f *fillCounter) Fill(dst tensor.Buffer, v float32) {
 	if v == 1 {
 		f.ones++
 	}
-	f.Backend.Fill(dst, v)
+	f.CompleteBackend.Fill(dst, v)
 }
 
 // Backward's seed of ones is filled only when a backward function reads
 // it: never for a cross entropy (which knows its gradient is one), once
 // when it is read through a view.
 func TestBackwardSeedFilledOnlyWhenRead(t *testing.T) {
-	b := &fillCounter{Backend: cpu}
+	b := &fillCounter{CompleteBackend: tensor.Complete(cpu)}
 	s := tensor.NewScope()
 	defer s.Release()
 	z := tensor.FromFloat32(b, s, []float32{1, 2, 3, 0, -1, 4}, 2, 3).SetRequiresGrad(true)

@@ -146,6 +146,18 @@ type BiasReLUBackend interface {
 	BiasReLUBackward(g, db, dy, y Buffer, outer, channels int, accumulate bool)
 }
 
+// BiasBackend is implemented by backends with dense kernels for a
+// per-channel bias and its gradient. Without it (Complete) AddBias is the
+// core's Binary add of the bias through a broadcasting view and BiasGrad is
+// one or two Reduce sums.
+type BiasBackend interface {
+	// AddBias adds bias[c] to y viewed as [outer, channels, inner].
+	AddBias(y, bias Buffer, outer, channels, inner int)
+	// BiasGrad sets db[c] = sum of dy over outer and inner (+ db if
+	// accumulate), dy viewed as [outer, channels, inner].
+	BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate bool)
+}
+
 // LinearBackend is implemented by backends that run a linear layer's
 // product, bias and ReLU, and its gradients, as fewer operations than
 // MatMul, AddBias, ReLU and their backward passes (the CUDA backend: one
@@ -229,9 +241,34 @@ type SGDStep struct {
 	ZeroGrad                             bool
 }
 
-// Backend is what a device must implement for tensors to live on it. Two
-// implementations exist: CPU (this package) and CUDA (package cuda). Every
-// one runs the conformance suite in package tensortest.
+// Backend is what a device must implement for tensors to live on it: a
+// small core of memory, copies, strided elementwise operations by op code,
+// reductions, gathers, matrix products, convolution and random numbers.
+// Everything else a backend may add is an optional interface, found by a
+// type assertion where it is used; all but a few have a fallback:
+//
+//   - CompleteBackend's parts (ArithmeticBackend, BiasBackend,
+//     MaxPoolBackend, CrossEntropyBackend, SGDBackend, GatherBackend) are
+//     dense-buffer forms of operations the core also expresses. Complete(b)
+//     returns b when it has them all, else b with the missing ones composed
+//     from the core (backend_complete.go); the tensor layer and packages
+//     optim and nn call them through it.
+//   - The layer-level and fused interfaces (LinearBackend,
+//     BiasReLUBackend, ConvPoolBackend, LinearCrossEntropyBackend,
+//     FusedBackend, NormBackend, PoolBackend, ClassLossBackend,
+//     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
+//     DropoutBackend, AugmentBackend, LowPrecisionBackend): the operation
+//     that looks for one says what it runs without it (composed core
+//     operations, or the CPU backend's kernel on host copies; average and
+//     adaptive pooling, augmentation and autocast refuse a backend without
+//     theirs by name).
+//
+// So a new backend implements this interface, passes tensortest.RunBackend
+// and tensortest.RunAutograd, and then runs every model; the optional
+// interfaces are where it gets its speed. The CPU backend (this package)
+// and the CUDA backend (package cuda) implement everything;
+// tensortest.CoreOnly hides all but the core, which is how the fallbacks
+// are tested.
 //
 // Conventions: outputs come first; all buffers are dense row-major unless a
 // stride argument says otherwise; float32 unless named otherwise. Operations
@@ -241,7 +278,7 @@ type SGDStep struct {
 // Where an argument is named "accumulate", true means add into the output
 // (gradient accumulation), false means overwrite it.
 type Backend interface {
-	// Name is "cpu" or "cuda:N".
+	// Name names the device in messages: "cpu", "cuda:N".
 	Name() string
 
 	// The general core: strided pointwise operations by op code
@@ -273,35 +310,10 @@ type Backend interface {
 	// (i0, i1, ...) of shape is read at src.Off + sum(ik*strides[k]).
 	CopyStrided(dst, src Buffer, shape, strides []int)
 
-	// Add sets dst = a + b elementwise (dst may alias a or b).
-	Add(dst, a, b Buffer)
-	// Mul sets dst = a * b elementwise.
-	Mul(dst, a, b Buffer)
-	// Axpy sets dst += alpha * x.
-	Axpy(dst Buffer, alpha float32, x Buffer)
-	// ScaleBy sets dst = x * s[0] (+ dst if accumulate), s a 1-element
-	// buffer that stays on the device.
-	ScaleBy(dst, x, s Buffer, accumulate bool)
-	// Sum sets dst[0] = sum(x).
-	Sum(dst, x Buffer)
-	// Broadcast sets dst[i] = s[0] for every i (+ dst if accumulate).
-	Broadcast(dst, s Buffer, accumulate bool)
-
-	// ReLU sets y = max(x, 0).
-	ReLU(y, x Buffer)
-	// ReLUBackward sets dx = dy where y > 0, else 0.
-	ReLUBackward(dx, dy, y Buffer, accumulate bool)
-
 	// MatMul sets c = alpha*op(a)*op(b) + beta*c, c m×n, op(a) m×k,
 	// op(b) k×n, where op transposes when asked; dense row-major operands
 	// (a is k×m when transA, b is n×k when transB).
 	MatMul(c, a, b Buffer, m, n, k int, transA, transB bool, alpha, beta float32)
-	// AddBias adds bias[c] to y viewed as [outer, channels, inner].
-	AddBias(y, bias Buffer, outer, channels, inner int)
-	// BiasGrad sets db[c] = sum of dy over outer and inner (+ db if
-	// accumulate), dy viewed as [outer, channels, inner].
-	BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate bool)
-
 	// Conv2d sets y = conv(x, w) + bias (then max(·, 0) when g.ReLU); bias
 	// may be empty.
 	Conv2d(y, x, w, bias Buffer, g ConvGeom)
@@ -311,29 +323,6 @@ type Backend interface {
 	// fused Conv2d and dy is taken as 0 where y is not positive (the
 	// gradient through the ReLU), in the same pass; otherwise y is unused.
 	Conv2dBackward(dx, dw, db, dy, x, w, y Buffer, g ConvGeom)
-
-	// MaxPool2d sets y to the window maxima of x and argmax (int32) to the
-	// flat index within the input plane (h*W+w) of each maximum; ties pick
-	// the first in row-major order, as PyTorch does.
-	MaxPool2d(y, argmax, x Buffer, g PoolGeom)
-	// MaxPool2dBackward routes dy to the saved argmax positions of dx.
-	MaxPool2dBackward(dx, dy, argmax Buffer, g PoolGeom, accumulate bool)
-
-	// CrossEntropy computes the mean over n rows of -log softmax(logits)[label]
-	// into loss[0] and, when dlogits is not empty, its gradient
-	// (softmax - onehot)/n into dlogits. labels is int32.
-	CrossEntropy(loss, dlogits, logits, labels Buffer, n, classes int)
-	// Argmax sets dst[r] (int32) to the column of the row maximum of x.
-	Argmax(dst, x Buffer, rows, cols int)
-
-	// SGD applies one torch.optim.SGD update to the parameters p with
-	// gradients g and momentum buffers v (all the same length, so that many
-	// parameters held in one buffer take one call).
-	SGD(p, g, v Buffer, h SGDStep)
-
-	// GatherNormalize sets row i of dst to src row idx[i] (uint8, rowLen
-	// elements) times scale plus shift. idx is int32.
-	GatherNormalize(dst, src, idx Buffer, rowLen int, scale, shift float32)
 
 	// Synchronize waits for all queued work and reports a deferred device
 	// error, if any.

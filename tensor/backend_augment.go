@@ -93,3 +93,14 @@ func augmentCounter(ctr uint64, k uint32) [4]uint32 {
 
 // below maps a Philox word to [0, n) (n >= 1) by a 32×32→64-bit product.
 func below(w uint32, n int) int { return int((uint64(w) * uint64(n)) >> 32) }
+
+// GatherBackend is implemented by backends that form a float32 batch from
+// uint8 rows on the device. Without it (Complete) GatherNormalize reads
+// the indices and the chosen rows to the host, converts them there and
+// uploads the batch: correct, but it waits for the device every batch.
+// (The core has no arithmetic on bytes.)
+type GatherBackend interface {
+	// GatherNormalize sets row i of dst to src row idx[i] (uint8, rowLen
+	// elements) times scale plus shift. idx is int32.
+	GatherNormalize(dst, src, idx Buffer, rowLen int, scale, shift float32)
+}

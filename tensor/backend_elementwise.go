@@ -88,3 +88,31 @@ type Elementwise interface {
 	// what concatenation, padding and the backward passes of slices use.
 	CopyView(dst, src View, shape []int, accumulate bool)
 }
+
+// ArithmeticBackend is implemented by backends with kernels for dense
+// float32 buffers that skip the strided machinery of the core: the
+// arithmetic of gradient accumulation and of LeNet's layers. Without it
+// (Complete) each is one or two core operations: Binary, Unary, CopyView
+// through a view that repeats a one-element buffer, UnaryBackward, Reduce.
+type ArithmeticBackend interface {
+	// Add sets dst = a + b elementwise (dst may alias a or b).
+	Add(dst, a, b Buffer)
+	// Mul sets dst = a * b elementwise (dst may alias a or b).
+	Mul(dst, a, b Buffer)
+	// Axpy sets dst += alpha * x.
+	Axpy(dst Buffer, alpha float32, x Buffer)
+	// ScaleBy sets dst = x * s[0] (+ dst if accumulate), s a 1-element
+	// buffer that stays on the device (dst may alias x).
+	ScaleBy(dst, x, s Buffer, accumulate bool)
+	// Sum sets dst[0] = sum(x).
+	Sum(dst, x Buffer)
+	// Broadcast sets dst[i] = s[0] for every i (+ dst if accumulate).
+	Broadcast(dst, s Buffer, accumulate bool)
+	// ReLU sets y = max(x, 0).
+	ReLU(y, x Buffer)
+	// ReLUBackward sets dx = dy where y > 0, else 0.
+	ReLUBackward(dx, dy, y Buffer, accumulate bool)
+	// Argmax sets dst[r] (int32) to the column of the row maximum of x
+	// [rows, cols] (the first of equal maxima).
+	Argmax(dst, x Buffer, rows, cols int)
+}

@@ -39,3 +39,15 @@ type ClassLossBackend interface {
 	// traps (a device error, reported by the next synchronization).
 	ClassLoss(loss, dlogits, logits, labels Buffer, s ClassLossSpec)
 }
+
+// CrossEntropyBackend is implemented by backends with a kernel for the
+// mean cross entropy of [n, classes] logits and its gradient in one pass.
+// Without it (Complete) CrossEntropy is ClassLoss where the backend has a
+// ClassLossBackend, else the core's log-softmax, a one-hot gather
+// (IndexSelect of an identity matrix), a product and a sum.
+type CrossEntropyBackend interface {
+	// CrossEntropy computes the mean over n rows of -log softmax(logits)[label]
+	// into loss[0] and, when dlogits is not empty, its gradient
+	// (softmax - onehot)/n into dlogits. labels is int32.
+	CrossEntropy(loss, dlogits, logits, labels Buffer, n, classes int)
+}

@@ -44,6 +44,17 @@ type AdamStep struct {
 	ZeroGrad bool
 }
 
+// SGDBackend is implemented by backends with a fused SGD update. Without
+// it (Complete) the update is a few core elementwise operations with the
+// same roundings as the CPU's kernel.
+type SGDBackend interface {
+	// SGD applies one torch.optim.SGD update to the parameters p with
+	// gradients g and momentum buffers v (all the same length, so that many
+	// parameters held in one buffer take one call; v may be empty without
+	// momentum).
+	SGD(p, g, v Buffer, h SGDStep)
+}
+
 // OptimBackend is implemented by backends with fused optimiser kernels (the
 // CPU and CUDA backends). Package optim falls back to running the CPU
 // backend's update on host copies for a backend without it (correct, but it
@@ -64,7 +75,7 @@ type OptimBackend interface {
 	// lerp(a, b, w) is a + w·(b - a) for |w| < 0.5 and b - (b - a)·(1 - w)
 	// otherwise, as torch.lerp.
 	Adam(p, g, m, v, vmax, s Buffer, h AdamStep)
-	// SGDDeviceLR is Backend.SGD with the learning rate read from lr[0]
+	// SGDDeviceLR is SGDBackend.SGD with the learning rate read from lr[0]
 	// instead of h.LR (which is ignored): the same operations otherwise.
 	SGDDeviceLR(p, g, v, lr Buffer, h SGDStep)
 	// ClipCoef sets norm[0] to the Euclidean norm of g (the squares summed

@@ -69,3 +69,17 @@ type PoolBackend interface {
 	// to the saved argmax positions (summed where windows share one).
 	AdaptiveMaxPool2dBackward(dx, dy, argmax Buffer, g AdaptivePoolGeom, accumulate bool)
 }
+
+// MaxPoolBackend is implemented by backends with a max-pooling kernel.
+// Without it (Complete) the window maxima are found by the core's Reduce
+// over each plane's positions masked to the window (memory and work
+// H·W·OutH·OutW per plane, in chunks of planes: correct, for a backend to
+// start with) and their gradient is routed by IndexAdd.
+type MaxPoolBackend interface {
+	// MaxPool2d sets y to the window maxima of x and argmax (int32) to the
+	// flat index within the input plane (h*W+w) of each maximum; ties pick
+	// the first in row-major order, as PyTorch does.
+	MaxPool2d(y, argmax, x Buffer, g PoolGeom)
+	// MaxPool2dBackward routes dy to the saved argmax positions of dx.
+	MaxPool2dBackward(dx, dy, argmax Buffer, g PoolGeom, accumulate bool)
+}

@@ -11,10 +11,13 @@ import (
 
 // CPU is the host backend: plain Go loops, with GEMM (and so convolution and
 // linear layers) done by the blocked AVX2/FMA SGEMM of tensor/internal/sgemm
-// across all cores. (gonum's SGEMM, the first choice, measured 8 to 20 times
-// slower on LeNet's shapes: its kernels are SSE dot products and axpys.) It is always
-// available and is the reference the CUDA backend is tested against.
+// across all cores (not gonum's, which is far slower on LeNet's shapes:
+// docs/performance.md). It is always available and is the reference the
+// CUDA backend is tested against.
 var CPU Backend = &cpuBackend{}
+
+// The CPU backend has every optional interface (cpu*.go).
+var _ CompleteBackend = (*cpuBackend)(nil)
 
 type cpuBackend struct{}
 

@@ -25,24 +25,39 @@
 //     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
 //     float32 results and float32 parameters, as torch.autocast).
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad.
-//   - backend.go: the Backend interface. Its core is small: memory and
-//     copies, strided elementwise operations by op code
+//   - backend.go: the Backend interface, which is all a new backend must
+//     implement: memory (Alloc, Free, Upload, Download), Fill, Copy and
+//     CopyStrided, strided elementwise operations by op code
 //     (backend_elementwise.go), reductions and softmax over an axis
-//     (backend_reduce.go), gathers and batched products (backend_index.go),
-//     convolution, and counter-based random numbers (backend_random.go).
-//     Layer-level and fused operations are optional interfaces a backend
-//     may add, each with a fallback: NormBackend, PoolBackend,
-//     ClassLossBackend (the class losses without waiting for the host),
-//     OptimBackend (fused optimiser updates), RandomStateBackend (random
-//     numbers whose counter lives on the device), AugmentBackend (a batch
-//     of uint8 images gathered with per-sample crop, flip, normalisation
-//     and cutout from Philox words, the same bits on every backend),
-//     LowPrecisionBackend (casts and bfloat16 products, backend_lowp.go),
-//     and LeNet's fused
-//     ConvPoolBackend, BiasReLUBackend, LinearBackend and
-//     LinearCrossEntropyBackend. cpu*.go implement everything on the host;
-//     package cuda implements it on NVIDIA GPUs; package tensortest is the
-//     conformance suite both run.
+//     (backend_reduce.go), gathers, scatters and batched products
+//     (backend_index.go), MatMul, Conv2d and Conv2dBackward, counter-based
+//     random numbers (backend_random.go), and Synchronize.
+//   - Everything else is an optional interface with a fallback.
+//     CompleteBackend's parts are dense-buffer forms of core operations:
+//     ArithmeticBackend (Add, Axpy, ScaleBy, Sum, ReLU, Argmax, ...),
+//     BiasBackend, MaxPoolBackend, CrossEntropyBackend, SGDBackend and
+//     GatherBackend; Complete(b) fills in the ones b lacks from its core
+//     (backend_complete.go holds every one of those fallbacks). The
+//     layer-level and fused interfaces are looked for by the operation
+//     that uses them, whose doc comment says what it runs without:
+//     NormBackend, PoolBackend, ClassLossBackend (the class losses without
+//     waiting for the host), OptimBackend (fused optimiser updates),
+//     RandomStateBackend and DropoutBackend (random numbers whose counter
+//     lives on the device), AugmentBackend (a batch of uint8 images
+//     gathered with per-sample crop, flip, normalisation and cutout from
+//     Philox words, the same bits on every backend), LowPrecisionBackend
+//     (casts and bfloat16 products, backend_lowp.go), CausalSoftmaxBackend,
+//     FusedBackend, and LeNet's fused ConvPoolBackend, BiasReLUBackend,
+//     LinearBackend and LinearCrossEntropyBackend. cpu*.go implement
+//     everything on the host; package cuda implements it on NVIDIA GPUs;
+//     package tensortest is the conformance suite both run, and its
+//     CoreOnly hides every optional interface, so that the same suite
+//     checks the fallbacks.
+//   - Adding an operator: its op file (ops_*.go: the forward and the
+//     backward it records), a code in the core's family where it is
+//     pointwise or a reduction (or else an optional interface with a
+//     fallback), its kernels (cpu_*.go, package cuda), and its case in
+//     tensortest.
 //   - ewk.go: Fused, a chain of pointwise operations written as an
 //     expression (Var, Const, Add, Mul, Tanh, ...) with its gradient derived
 //     symbolically; a FusedBackend (backend_fused.go; CUDA) runs each

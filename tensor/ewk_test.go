@@ -148,12 +148,12 @@ func TestFusedMatchesComposedOps(t *testing.T) {
 // composes Unary and Binary, the path of a backend without generated
 // kernels, which must give the CPU's bits.
 func TestFusedComposedFallback(t *testing.T) {
-	if _, ok := any(plainBackend{tensor.CPU}).(tensor.FusedBackend); ok {
+	if _, ok := any(plainBackend{tensor.Complete(tensor.CPU)}).(tensor.FusedBackend); ok {
 		t.Fatal("plainBackend still implements FusedBackend")
 	}
 	for _, c := range fusedCases() {
 		seed := rand.Uint64()
-		out, grads := runCase(t, plainBackend{tensor.CPU}, c, true, seed)
+		out, grads := runCase(t, plainBackend{tensor.Complete(tensor.CPU)}, c, true, seed)
 		wantOut, wantGrads := runCase(t, tensor.CPU, c, true, seed)
 		if e := maxRelErr(out, wantOut); e != 0 {
 			t.Errorf("%s (seed %d): composed fallback's forward differs by %.3g", c.name, seed, e)

@@ -6,7 +6,7 @@ import "fmt"
 // backward closure it records; the backend does the arithmetic.
 
 // Add returns a + b, broadcast as NumPy does. Dense operands of one shape
-// take the backend's Add (the path LeNet's results depend on); others the
+// take ArithmeticBackend's Add (the path LeNet's results depend on); others the
 // strided core, with the gradient of a broadcast operand summed back to
 // its shape.
 func Add(a, b *Tensor) *Tensor {
@@ -15,7 +15,7 @@ func Add(a, b *Tensor) *Tensor {
 	}
 	sameBackend(a, b)
 	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
-	a.st.b.Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
+	Complete(a.st.b).Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
 	record(out, "add", func(g *Tensor, e *engine) {
 		// b takes a copy first; a may then adopt g itself (give), which
 		// saves a copy of the gradient for a computed a.
@@ -26,7 +26,7 @@ func Add(a, b *Tensor) *Tensor {
 }
 
 // Mul returns a * b elementwise, broadcast as NumPy does (dense operands
-// of one shape take the backend's Mul, as Add).
+// of one shape take ArithmeticBackend's Mul, as Add).
 func Mul(a, b *Tensor) *Tensor {
 	if !plainOperands(a, b) {
 		return mulBroadcast(a, b)
@@ -35,12 +35,12 @@ func Mul(a, b *Tensor) *Tensor {
 	a, b = a.Contiguous(), b.Contiguous()
 	be := a.st.b
 	out := Empty(be, scopeOf(a, b), a.shape...)
-	be.Mul(out.buffer(), a.buffer(), b.buffer())
+	Complete(be).Mul(out.buffer(), a.buffer(), b.buffer())
 	record(out, "mul", func(g *Tensor, e *engine) {
 		for _, p := range [][2]*Tensor{{a, b}, {b, a}} {
 			if p[0].requiresGrad {
 				ga := Empty(be, e.scopeFor(p[0]), p[0].shape...)
-				be.Mul(ga.buffer(), g.buffer(), p[1].buffer())
+				Complete(be).Mul(ga.buffer(), g.buffer(), p[1].buffer())
 				e.give(p[0], ga)
 			}
 		}
@@ -53,10 +53,10 @@ func Sum(x *Tensor) *Tensor {
 	x = x.Contiguous()
 	be := x.st.b
 	out := Empty(be, x.scope, 1)
-	be.Sum(out.buffer(), x.buffer())
+	Complete(be).Sum(out.buffer(), x.buffer())
 	record(out, "sum", func(g *Tensor, e *engine) {
 		dst, acc := e.sink(x)
-		be.Broadcast(dst, g.buffer(), acc)
+		Complete(be).Broadcast(dst, g.buffer(), acc)
 	}, x)
 	return out
 }
@@ -122,7 +122,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 	p := productsFor(be, out.scope)
 	p.matMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
 	if b != nil {
-		be.AddBias(out.buffer(), b.buffer(), n, outF, 1)
+		Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
@@ -130,7 +130,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 		linearGrads(p.inScope(e.scopeFor(x)), g, x, w, dx, dw, accX, accW)
 		if b != nil {
 			if db, accB := e.sink(b); !db.Empty() {
-				be.BiasGrad(db, g.buffer(), n, outF, 1, accB)
+				Complete(be).BiasGrad(db, g.buffer(), n, outF, 1, accB)
 			}
 		}
 	}, x, w, b)
@@ -240,10 +240,10 @@ func ReLU(x *Tensor) *Tensor {
 	x = x.Contiguous()
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)
-	be.ReLU(out.buffer(), x.buffer())
+	Complete(be).ReLU(out.buffer(), x.buffer())
 	record(out, "relu", func(dy *Tensor, e *engine) {
 		dx, acc := e.sink(x)
-		be.ReLUBackward(dx, dy.buffer(), out.buffer(), acc)
+		Complete(be).ReLUBackward(dx, dy.buffer(), out.buffer(), acc)
 	}, x)
 	return out
 }
@@ -267,14 +267,14 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 		dlogits = Empty(be, s, n, classes)
 		dbuf = dlogits.buffer()
 	}
-	be.CrossEntropy(loss.buffer(), dbuf, logits.buffer(), labels.buffer(), n, classes)
+	Complete(be).CrossEntropy(loss.buffer(), dbuf, logits.buffer(), labels.buffer(), n, classes)
 	record(loss, "cross_entropy", func(g *Tensor, e *engine) {
 		if g.isOne {
 			e.give(logits, dlogits)
 			return
 		}
 		dst, acc := e.sink(logits)
-		be.ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
+		Complete(be).ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
 	}, logits)
 	return loss
 }
@@ -344,14 +344,14 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 		case !g.isOne:
 			if dx != nil {
 				dst, acc := e.sink(x)
-				be.ScaleBy(dst, dx.buffer(), g.buffer(), acc)
+				Complete(be).ScaleBy(dst, dx.buffer(), g.buffer(), acc)
 			}
 			if !anyRequiresGrad(w, b) {
 				return
 			}
 			d = Empty(be, e.scopeFor(w), n, classes)
 			defer d.Release()
-			be.ScaleBy(d.buffer(), dlogits.buffer(), g.buffer(), false)
+			Complete(be).ScaleBy(d.buffer(), dlogits.buffer(), g.buffer(), false)
 		case dx != nil:
 			e.give(x, dx)
 		}
@@ -369,7 +369,7 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 // addedInto adds loss into sum (when not nil) and returns loss.
 func addedInto(sum, loss *Tensor) *Tensor {
 	if sum != nil {
-		loss.st.b.Axpy(sum.buffer(), 1, loss.buffer())
+		Complete(loss.st.b).Axpy(sum.buffer(), 1, loss.buffer())
 	}
 	return loss
 }
@@ -390,7 +390,7 @@ func lastLayerGrads(be Backend, dw, db Buffer, d, x, w *Tensor, accW, accB bool)
 		be.MatMul(dw, d.buffer(), x.buffer(), classes, in, n, true, false, 1, beta(accW))
 	}
 	if !db.Empty() {
-		be.BiasGrad(db, d.buffer(), n, classes, 1, accB)
+		Complete(be).BiasGrad(db, d.buffer(), n, classes, 1, accB)
 	}
 }
 
@@ -413,7 +413,7 @@ func Argmax(x *Tensor) *Tensor {
 	}
 	x = x.Contiguous()
 	out := EmptyOf(x.st.b, x.scope, Int32, x.shape[0])
-	x.st.b.Argmax(out.buffer(), x.buffer(), x.shape[0], x.shape[1])
+	Complete(x.st.b).Argmax(out.buffer(), x.buffer(), x.shape[0], x.shape[1])
 	return out
 }
 
@@ -430,6 +430,6 @@ func GatherNormalize(s *Scope, images, idx *Tensor, scale, shift float32) *Tenso
 	rowLen := numel(rowShape)
 	shape := append([]int{idx.Len()}, rowShape...)
 	out := Empty(images.st.b, s, shape...)
-	images.st.b.GatherNormalize(out.buffer(), images.buffer(), idx.buffer(), rowLen, scale, shift)
+	Complete(images.st.b).GatherNormalize(out.buffer(), images.buffer(), idx.buffer(), rowLen, scale, shift)
 	return out
 }

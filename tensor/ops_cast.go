@@ -60,7 +60,7 @@ func Cast(x *Tensor, dt DType) *Tensor {
 		r := roundedThroughBFloat16(g, e.scopeFor(x))
 		defer r.Release()
 		if acc {
-			x.st.b.Axpy(dst, 1, r.buffer())
+			Complete(x.st.b).Axpy(dst, 1, r.buffer())
 		} else {
 			x.st.b.Copy(dst, r.buffer())
 		}

@@ -13,24 +13,24 @@ import (
 // device (Download, Synchronize). It hides the CPU's ClassLossBackend, so
 // CrossEntropyLoss takes the composed path; syncCounterLoss forwards it.
 type syncCounter struct {
-	tensor.Backend
+	tensor.CompleteBackend
 	downloads, syncs int
 }
 
 func (c *syncCounter) Download(dst any, src tensor.Buffer) {
 	c.downloads++
-	c.Backend.Download(dst, src)
+	c.CompleteBackend.Download(dst, src)
 }
 
 func (c *syncCounter) Synchronize() error {
 	c.syncs++
-	return c.Backend.Synchronize()
+	return c.CompleteBackend.Synchronize()
 }
 
 type syncCounterLoss struct{ *syncCounter }
 
 func (c syncCounterLoss) ClassLoss(loss, dlogits, logits, labels tensor.Buffer, s tensor.ClassLossSpec) {
-	c.Backend.(tensor.ClassLossBackend).ClassLoss(loss, dlogits, logits, labels, s)
+	c.CompleteBackend.(tensor.ClassLossBackend).ClassLoss(loss, dlogits, logits, labels, s)
 }
 
 // TestCrossEntropyLossNoSync runs the general CrossEntropyLoss forward and
@@ -70,7 +70,7 @@ func TestCrossEntropyLossNoSync(t *testing.T) {
 	for _, shape := range [][]int{{7, 5}, {3, 11, 4, 2}} {
 		for _, opt := range opts {
 			for _, scaled := range []bool{false, true} {
-				c := &syncCounter{Backend: tensor.CPU}
+				c := &syncCounter{CompleteBackend: tensor.Complete(tensor.CPU)}
 				run(syncCounterLoss{c}, shape, opt, scaled)
 				if c.downloads != 0 || c.syncs != 0 {
 					t.Errorf("logits %v %+v scaled=%v: %d Downloads and %d Synchronizes with ClassLossBackend, want none",
@@ -79,7 +79,7 @@ func TestCrossEntropyLossNoSync(t *testing.T) {
 			}
 		}
 	}
-	c := &syncCounter{Backend: tensor.CPU}
+	c := &syncCounter{CompleteBackend: tensor.Complete(tensor.CPU)}
 	run(c, []int{7, 5}, opts[0], false)
 	if c.downloads == 0 {
 		t.Errorf("the composed CrossEntropyLoss did not Download its labels: the counter sees nothing")
@@ -91,7 +91,7 @@ func TestCrossEntropyLossNoSync(t *testing.T) {
 // contribute nothing), on the fused and the composed path alike; the sum is
 // 0.
 func TestCrossEntropyLossAllIgnored(t *testing.T) {
-	for _, be := range []tensor.Backend{tensor.CPU, &syncCounter{Backend: tensor.CPU}} {
+	for _, be := range []tensor.Backend{tensor.CPU, &syncCounter{CompleteBackend: tensor.Complete(tensor.CPU)}} {
 		for _, red := range []tensor.LossReduction{tensor.LossMean, tensor.LossSum} {
 			s := tensor.NewScope()
 			logits := tensor.FromFloat32(be, s, []float32{1, 2, 3, 4, 5, 6}, 2, 3).SetRequiresGrad(true)

@@ -106,14 +106,14 @@ func TestGradLayerNorm(t *testing.T) {
 
 // plainBackend is the CPU backend seen through the Backend interface only,
 // so that the tensor layer takes its fallbacks (NormBackend absent).
-type plainBackend struct{ tensor.Backend }
+type plainBackend struct{ tensor.CompleteBackend }
 
 // TestNormFallback runs BatchNorm (training, with running statistics) and
 // LayerNorm, forward and backward, on a backend without NormBackend and
 // requires the CPU backend's results bit for bit (the fallback runs the
 // same code on host copies).
 func TestNormFallback(t *testing.T) {
-	if _, ok := tensor.Backend(plainBackend{tensor.CPU}).(tensor.NormBackend); ok {
+	if _, ok := tensor.Backend(plainBackend{tensor.Complete(tensor.CPU)}).(tensor.NormBackend); ok {
 		t.Fatal("plainBackend should hide NormBackend")
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -130,7 +130,7 @@ func TestNormFallback(t *testing.T) {
 		tensor.Sum(tensor.Mul(z, tensor.FromFloat32(be, s, randData(rand.New(rand.NewPCG(1, 2)), 30, 0), 2, 3, 5))).Backward()
 		return [][]float32{z.Float32s(), xt.Grad().Float32s(), wt.Grad().Float32s(), bt.Grad().Float32s(), rm.Float32s(), rv.Float32s()}
 	}
-	want, got := run(tensor.CPU), run(plainBackend{tensor.CPU})
+	want, got := run(tensor.CPU), run(plainBackend{tensor.Complete(tensor.CPU)})
 	for i := range want {
 		for j := range want[i] {
 			if math.Float32bits(want[i][j]) != math.Float32bits(got[i][j]) {

@@ -59,10 +59,10 @@ func MaxPool2dWith(x *Tensor, o PoolOptions) *Tensor {
 	be := x.st.b
 	out := Empty(be, x.scope, g.N, g.C, g.OutH(), g.OutW())
 	argmax := EmptyOf(be, x.scope, Int32, out.shape...)
-	be.MaxPool2d(out.buffer(), argmax.buffer(), x.buffer(), g)
+	Complete(be).MaxPool2d(out.buffer(), argmax.buffer(), x.buffer(), g)
 	record(out, "maxpool2d", func(dy *Tensor, e *engine) {
 		dx, acc := e.sink(x)
-		be.MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
+		Complete(be).MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
 	}, x)
 	return out
 }
@@ -147,16 +147,16 @@ func globalAvgPool(x *Tensor, g AdaptivePoolGeom) *Tensor {
 	defer sum.Release()
 	be.Reduce(ReduceSum, sum.buffer(), x.buffer(), planes, hw, 1, false)
 	out := Zeros(be, x.scope, g.N, g.C, 1, 1)
-	be.Axpy(out.buffer(), inv, sum.buffer())
+	Complete(be).Axpy(out.buffer(), inv, sum.buffer())
 	record(out, "global_avgpool2d", func(dy *Tensor, e *engine) {
 		if !x.requiresGrad {
 			return
 		}
 		share := Zeros(be, e.scopeFor(x), planes)
 		defer share.Release()
-		be.Axpy(share.buffer(), inv, dy.buffer())
+		Complete(be).Axpy(share.buffer(), inv, dy.buffer())
 		dx := Zeros(be, e.scopeFor(x), x.shape...)
-		be.AddBias(dx.buffer(), share.buffer(), 1, planes, hw)
+		Complete(be).AddBias(dx.buffer(), share.buffer(), 1, planes, hw)
 		e.give(x, dx)
 	}, x)
 	return out

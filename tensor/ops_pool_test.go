@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
+	"github.com/ember-ml/ember/tensor/tensortest"
 )
 
 // poolWindows64 visits, for each output of a pooling of x [n,c,h,w] with
@@ -198,18 +199,14 @@ func TestGradAdaptivePooling(t *testing.T) {
 	}
 }
 
-// coreOnly hides every optional interface of a backend (PoolBackend among
-// them), leaving the Backend core.
-type coreOnly struct{ tensor.Backend }
-
 // TestGlobalAvgPoolFallback checks AdaptiveAvgPool2d to 1×1 on a backend
-// without PoolBackend (the core's Reduce, Axpy and AddBias) against the
-// CPU's PoolBackend, forward and backward, and that the other sizes and
+// without PoolBackend (the core's Reduce, and Complete's Axpy and
+// AddBias) against the CPU's PoolBackend, forward and backward, and that the other sizes and
 // pooling operations refuse such a backend by name. The fallback needs the
 // core's Reduce, implemented by the reductions family: until that is
 // merged this test skips.
 func TestGlobalAvgPoolFallback(t *testing.T) {
-	be := coreOnly{tensor.CPU}
+	be := tensortest.CoreOnly(tensor.CPU)
 	s := tensor.NewScope()
 	defer s.Release()
 	mustPanic := func(what string, f func()) {
@@ -268,4 +265,41 @@ func reduceMissing() (missing bool) {
 	x, y := tensor.Zeros(tensor.CPU, s, 2), tensor.Zeros(tensor.CPU, s, 1)
 	tensor.CPU.Reduce(tensor.ReduceSum, y.Buffer(), x.Buffer(), 1, 2, 1, false)
 	return false
+}
+
+// TestMaxPoolFallbackEdges checks Complete's MaxPool2d on the CPU's core
+// against the CPU's kernel where the tensortest inputs do not go: windows
+// whose inputs are all -Inf beside padding (the maximum is -Inf, its
+// position the window's first input, never a padding tap) and a NaN (it
+// wins, and propagates).
+func TestMaxPoolFallbackEdges(t *testing.T) {
+	g := tensor.PoolGeom{N: 1, C: 2, H: 5, W: 4, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1, CeilMode: true}
+	inf := float32(math.Inf(-1))
+	x := make([]float32, g.N*g.C*g.H*g.W)
+	for i := range x {
+		x[i] = inf
+	}
+	x[g.H*g.W+7] = 2                    // plane 1: one finite value
+	x[g.H*g.W+13] = float32(math.NaN()) // and one NaN
+	n := g.N * g.C * g.OutH() * g.OutW()
+	run := func(b tensor.Backend) ([]float32, []int32) {
+		xb, _ := b.Alloc(len(x), tensor.Float32)
+		yb, _ := b.Alloc(n, tensor.Float32)
+		ib, _ := b.Alloc(n, tensor.Int32)
+		defer func() { b.Free(xb); b.Free(yb); b.Free(ib) }()
+		b.Upload(xb, x)
+		tensor.Complete(b).MaxPool2d(yb, ib, xb, g)
+		y, idx := make([]float32, n), make([]int32, n)
+		b.Download(y, yb)
+		b.Download(idx, ib)
+		return y, idx
+	}
+	wantY, wantI := run(tensor.CPU)
+	gotY, gotI := run(tensortest.CoreOnly(tensor.CPU))
+	for o := range wantY {
+		same := gotY[o] == wantY[o] || (gotY[o] != gotY[o] && wantY[o] != wantY[o])
+		if !same || gotI[o] != wantI[o] {
+			t.Errorf("output %d: fallback %g at %d, kernel %g at %d", o, gotY[o], gotI[o], wantY[o], wantI[o])
+		}
+	}
 }

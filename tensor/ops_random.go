@@ -164,7 +164,7 @@ func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
 	}
 	mask := RandBernoulli(be, x.scope, gen, 1-p, x.shape...)
 	scale := Full(be, x.scope, 1/(1-p), 1)
-	be.ScaleBy(mask.buffer(), mask.buffer(), scale.buffer(), false)
+	Complete(be).ScaleBy(mask.buffer(), mask.buffer(), scale.buffer(), false)
 	scale.Release()
 	return dropoutApply(x, mask)
 }
@@ -181,7 +181,7 @@ func dropoutFused(db DropoutBackend, x *Tensor, p float32, gen RandomSource) *Te
 	}
 	record(out, "dropout", func(g *Tensor, e *engine) {
 		dx := Empty(be, e.scopeFor(x), x.shape...)
-		be.Mul(dx.buffer(), g.buffer(), mask.buffer())
+		Complete(be).Mul(dx.buffer(), g.buffer(), mask.buffer())
 		e.give(x, dx)
 	}, x)
 	if out.node == nil { // no backward pass will read the mask
@@ -195,10 +195,10 @@ func dropoutApply(x, mask *Tensor) *Tensor {
 	x = x.Contiguous()
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)
-	be.Mul(out.buffer(), x.buffer(), mask.buffer())
+	Complete(be).Mul(out.buffer(), x.buffer(), mask.buffer())
 	record(out, "dropout", func(g *Tensor, e *engine) {
 		dx := Empty(be, e.scopeFor(x), x.shape...)
-		be.Mul(dx.buffer(), g.buffer(), mask.buffer())
+		Complete(be).Mul(dx.buffer(), g.buffer(), mask.buffer())
 		e.give(x, dx)
 	}, x)
 	if out.node == nil { // no backward pass will read the mask

@@ -11,7 +11,7 @@ import (
 // without RandomStateBackend (the host round trip) and from a Generator of
 // the same seed, through Dropout and RandN: the same bits, the same offset.
 func TestDeviceGeneratorFallback(t *testing.T) {
-	plain := plainBackend{tensor.CPU}
+	plain := plainBackend{tensor.Complete(tensor.CPU)}
 	if _, ok := tensor.Backend(plain).(tensor.RandomStateBackend); ok {
 		t.Fatal("plainBackend should hide RandomStateBackend")
 	}

@@ -121,7 +121,7 @@ func classLoss(cl ClassLossBackend, logits, labels *Tensor, spec ClassLossSpec) 
 			return
 		}
 		dst, acc := e.sink(logits)
-		be.ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
+		Complete(be).ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
 	}, logits)
 	return loss
 }

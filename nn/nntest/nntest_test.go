@@ -29,23 +29,23 @@ func (r *recorder) Errorf(format string, args ...any) {
 
 // frozenCount is the CPU with AddScalar that adds nothing: a backend on
 // which BatchNorm's step count would not advance.
-type frozenCount struct{ tensor.Backend }
+type frozenCount struct{ tensor.CompleteBackend }
 
 func (frozenCount) Name() string { return "cpu-frozen-count" }
 func (f frozenCount) Unary(op tensor.UnaryOp, dst tensor.Buffer, x tensor.View, shape []int, a, b float32) {
 	if op == tensor.OpAddScalar {
 		a = 0
 	}
-	f.Backend.Unary(op, dst, x, shape, a, b)
+	f.CompleteBackend.Unary(op, dst, x, shape, a, b)
 }
 
 // shiftedRandom is the CPU drawing one Philox block further on: dropout
 // masks other than the CPU's for the same seed.
-type shiftedRandom struct{ tensor.Backend }
+type shiftedRandom struct{ tensor.CompleteBackend }
 
 func (shiftedRandom) Name() string { return "cpu-shifted-random" }
 func (s shiftedRandom) Random(dst tensor.Buffer, dist tensor.Distribution, seed, offset uint64, lo, hi float32) {
-	s.Backend.Random(dst, dist, seed, offset+1, lo, hi)
+	s.CompleteBackend.Random(dst, dist, seed, offset+1, lo, hi)
 }
 
 // The suite fails, naming the layer and the problem, on backends with one
@@ -56,9 +56,9 @@ func TestMutantsFail(t *testing.T) {
 		layer     string
 		complaint string
 	}{
-		{frozenCount{tensor.CPU}, "BatchNorm2d", "num_batches_tracked = [0] after 2 training steps"},
-		{shiftedRandom{tensor.CPU}, "Dropout", "training step 1: output"},
-		{shiftedRandom{tensor.CPU}, "TransformerBlock", "training step 1: output"},
+		{frozenCount{tensor.Complete(tensor.CPU)}, "BatchNorm2d", "num_batches_tracked = [0] after 2 training steps"},
+		{shiftedRandom{tensor.Complete(tensor.CPU)}, "Dropout", "training step 1: output"},
+		{shiftedRandom{tensor.Complete(tensor.CPU)}, "TransformerBlock", "training step 1: output"},
 	} {
 		var c Case
 		for _, k := range Cases {

@@ -275,7 +275,7 @@ func (r *run) lossOf(batch Batch, sum *tensor.Tensor) *tensor.Tensor {
 	if loss.Len() != 1 {
 		panic(fmt.Sprintf("trainer: the loss is %v; want a scalar", loss.Shape()))
 	}
-	r.b.Axpy(sum.Buffer(), 1, loss.Contiguous().Buffer())
+	tensor.Complete(r.b).Axpy(sum.Buffer(), 1, loss.Contiguous().Buffer())
 	return loss
 }
 

@@ -108,7 +108,7 @@ func runAutogradCase(e *env, c agCase) {
 	tol := c.tol
 	var wantOut []float64
 	var wantGrads [][]float64
-	if e.b == tensor.CPU {
+	if hostReference(e.b) {
 		gout := w
 		if c.direct {
 			gout = []float32{1}

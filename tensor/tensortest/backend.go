@@ -27,40 +27,24 @@ const (
 )
 
 // RunBackend checks every operation of b against the float64 references of
-// this package, one subtest per operation.
+// this package, one subtest per operation: the core, CompleteBackend's
+// operations through tensor.Complete(b) (b's own kernels, or the fallbacks
+// composed from its core), and each optional interface b has (the subtests
+// of the others skip, naming them).
 func RunBackend(t *testing.T, b tensor.Backend) {
 	seed := baseSeed(t)
 	t.Logf("tensortest: backend %s, seed %d (rerun with %s=%d)", b.Name(), seed, seedEnv, seed)
-	tests := []struct {
-		name string
-		f    func(e *env)
-	}{
+	tests := append(append([]namedTest{
 		{"Name", testName},
 		{"AllocUploadDownload", testUploadDownload},
 		{"Fill", testFill},
 		{"Copy", testCopy},
 		{"CopyStrided", testCopyStrided},
-		{"Add", testAdd},
-		{"Mul", testMul},
-		{"Axpy", testAxpy},
-		{"ScaleBy", testScaleBy},
-		{"Sum", testSum},
-		{"Broadcast", testBroadcast},
-		{"ReLU", testReLU},
-		{"ReLUBackward", testReLUBackward},
 		{"MatMul", testMatMul},
-		{"AddBias", testAddBias},
-		{"BiasGrad", testBiasGrad},
 		{"Conv2d", testConv2d},
 		{"Conv2dBackward", testConv2dBackward},
-		{"MaxPool2d", testMaxPool2d},
-		{"MaxPool2dBackward", testMaxPool2dBackward},
 		{"Conv2dGeneral", testConvGeneral},
 		{"Pooling", testPooling},
-		{"CrossEntropy", testCrossEntropy},
-		{"Argmax", testArgmax},
-		{"SGD", testSGD},
-		{"GatherNormalize", testGatherNormalize},
 		{"Softmax", testSoftmax}, {"SoftmaxBackward", testSoftmaxBackward}, {"CausalSoftmax", testCausalSoftmax},
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 		{"Optim", testOptim},
@@ -73,13 +57,52 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"ClassLoss", testClassLoss},
 		{"AugmentGather", testAugmentGather},
 		{"Cast", testCast}, {"MatMulLowp", testMatMulLowp},
-	}
-	tests = append(tests, elementwiseTests...)
+	}, completeTests...), elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {
 			subtest(t, b, seed, tc.name, tc.f)
 		}
 	})
+}
+
+// RunComplete runs the subtests of RunBackend that check the operations
+// of tensor.CompleteBackend through tensor.Complete(b): on CoreOnly(b) it
+// checks the fallbacks composed from b's core, without repeating the
+// checks of the core itself.
+func RunComplete(t *testing.T, b tensor.Backend) {
+	seed := baseSeed(t)
+	t.Logf("tensortest: CompleteBackend on %s, seed %d (rerun with %s=%d)", b.Name(), seed, seedEnv, seed)
+	t.Run("Complete", func(t *testing.T) {
+		for _, tc := range completeTests {
+			subtest(t, b, seed, tc.name, tc.f)
+		}
+	})
+}
+
+type namedTest struct {
+	name string
+	f    func(e *env)
+}
+
+// completeTests check tensor.CompleteBackend's operations.
+var completeTests = []namedTest{
+	{"Add", testAdd},
+	{"Mul", testMul},
+	{"Axpy", testAxpy},
+	{"ScaleBy", testScaleBy},
+	{"Sum", testSum},
+	{"Broadcast", testBroadcast},
+	{"ReLU", testReLU},
+	{"ReLUBackward", testReLUBackward},
+	{"AddBias", testAddBias},
+	{"BiasGrad", testBiasGrad},
+	{"MaxPool2d", testMaxPool2d},
+	{"MaxPool2dBackward", testMaxPool2dBackward},
+	{"MaxPool2dGeneral", testMaxPoolGeneral},
+	{"CrossEntropy", testCrossEntropy},
+	{"Argmax", testArgmax},
+	{"SGD", testSGD},
+	{"GatherNormalize", testGatherNormalize},
 }
 
 func testName(e *env) {
@@ -242,17 +265,17 @@ func testAdd(e *env) {
 				bound[i] = math.Abs(float64(a[i])) + math.Abs(float64(b[i]))
 			}
 			dst := e.nanOut("dst", n)
-			e.b.Add(dst.win, e.in("a", a), e.in("b", b))
+			tensor.Complete(e.b).Add(dst.win, e.in("a", a), e.in("b", b))
 			e.near("Add", dims(n), e.getF(dst), want, bound, tolElem)
 
 			da := e.f32("a", a, false)
-			e.b.Add(da.win, da.win, e.in("b", b))
+			tensor.Complete(e.b).Add(da.win, da.win, e.in("b", b))
 			e.near("Add dst=a", dims(n), e.getF(da), want, bound, tolElem)
 			db := e.f32("b", b, false)
-			e.b.Add(db.win, e.in("a", a), db.win)
+			tensor.Complete(e.b).Add(db.win, e.in("a", a), db.win)
 			e.near("Add dst=b", dims(n), e.getF(db), want, bound, tolElem)
 			dd := e.f32("a", a, false)
-			e.b.Add(dd.win, dd.win, dd.win)
+			tensor.Complete(e.b).Add(dd.win, dd.win, dd.win)
 			e.near("Add dst=a=b", dims(n), e.getF(dd), f64Scale(a, 2), nil, tolElem)
 		})
 	}
@@ -275,7 +298,7 @@ func testMul(e *env) {
 				want[i] = float64(a[i]) * float64(b[i])
 			}
 			dst := e.nanOut("dst", n)
-			e.b.Mul(dst.win, e.in("a", a), e.in("b", b))
+			tensor.Complete(e.b).Mul(dst.win, e.in("a", a), e.in("b", b))
 			e.near("Mul", dims(n), e.getF(dst), want, nil, tolElem)
 		})
 	}
@@ -294,7 +317,7 @@ func testAxpy(e *env) {
 					bound[i] = math.Abs(float64(d0[i])) + math.Abs(ax)
 				}
 				dst := e.f32("dst", d0, false)
-				e.b.Axpy(dst.win, alpha, e.in("x", x))
+				tensor.Complete(e.b).Axpy(dst.win, alpha, e.in("x", x))
 				e.near("Axpy", dims(n), e.getF(dst), want, bound, tolElem)
 			})
 		}
@@ -323,7 +346,7 @@ func testScaleBy(e *env) {
 				} else {
 					dst = e.nanOut("dst", n)
 				}
-				e.b.ScaleBy(dst.win, e.in("x", x), e.in("s", []float32{s}), acc)
+				tensor.Complete(e.b).ScaleBy(dst.win, e.in("x", x), e.in("s", []float32{s}), acc)
 				e.near("ScaleBy", dims(n), e.getF(dst), want, bound, tolElem)
 			})
 		}
@@ -344,7 +367,7 @@ func testSum(e *env) {
 				sa += math.Abs(float64(v))
 			}
 			dst := e.nanOut("dst", 1)
-			e.b.Sum(dst.win, e.in("x", x))
+			tensor.Complete(e.b).Sum(dst.win, e.in("x", x))
 			e.near("Sum", dims(1), e.getF(dst), []float64{s}, []float64{sa}, tolAcc)
 		})
 	}
@@ -372,7 +395,7 @@ func testBroadcast(e *env) {
 				} else {
 					dst = e.nanOut("dst", n)
 				}
-				e.b.Broadcast(dst.win, e.in("s", []float32{s}), acc)
+				tensor.Complete(e.b).Broadcast(dst.win, e.in("s", []float32{s}), acc)
 				e.near("Broadcast", dims(n), e.getF(dst), want, bound, tolElem)
 			})
 		}
@@ -392,7 +415,7 @@ func testReLU(e *env) {
 				want[i] = math.Max(float64(v), 0)
 			}
 			y := e.nanOut("y", n)
-			e.b.ReLU(y.win, e.in("x", x))
+			tensor.Complete(e.b).ReLU(y.win, e.in("x", x))
 			e.near("ReLU", dims(n), e.getF(y), want, nil, 0)
 		})
 	}
@@ -425,7 +448,7 @@ func testReLUBackward(e *env) {
 				} else {
 					dx = e.nanOut("dx", n)
 				}
-				e.b.ReLUBackward(dx.win, e.in("dy", dy), e.in("y", y), acc)
+				tensor.Complete(e.b).ReLUBackward(dx.win, e.in("dy", dy), e.in("y", y), acc)
 				e.near("ReLUBackward", dims(n), e.getF(dx), want, bound, tolElem)
 			})
 		}
@@ -480,7 +503,7 @@ func testAddBias(e *env) {
 				}
 			}
 			y := e.f32("y", y0, false)
-			e.b.AddBias(y.win, e.in("bias", bias), outer, ch, inner)
+			tensor.Complete(e.b).AddBias(y.win, e.in("bias", bias), outer, ch, inner)
 			e.near("AddBias", dims(outer, ch, inner), e.getF(y), want, bound, tolElem)
 		})
 	}
@@ -513,7 +536,7 @@ func testBiasGrad(e *env) {
 				} else {
 					db = e.nanOut("db", ch)
 				}
-				e.b.BiasGrad(db.win, e.in("dy", dy), outer, ch, inner, acc)
+				tensor.Complete(e.b).BiasGrad(db.win, e.in("dy", dy), outer, ch, inner, acc)
 				e.near("BiasGrad", dims(ch), e.getF(db), want, bound, tolAcc)
 			})
 		}
@@ -694,7 +717,7 @@ func testMaxPool2d(e *env) {
 				wantY, wantI := refPool(x, g)
 				y := e.nanOut("y", len(wantY))
 				idx := e.i32("argmax", fillI(len(wantI), -1), false)
-				e.b.MaxPool2d(y.win, idx.win, e.in("x", x), g)
+				tensor.Complete(e.b).MaxPool2d(y.win, idx.win, e.in("x", x), g)
 				shape := dims(g.N, g.C, g.OutH(), g.OutW())
 				e.exactF("MaxPool2d y", shape, e.getF(y), wantY)
 				exactI(e, "MaxPool2d argmax", shape, e.getI(idx), wantI)
@@ -738,7 +761,7 @@ func testMaxPool2dBackward(e *env) {
 						dx = e.nanOut("dx", n)
 					}
 					want, bound := refPoolBackward(dy, idx, dx0, g)
-					e.b.MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
+					tensor.Complete(e.b).MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
 					e.near("MaxPool2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), want, bound, tolElem)
 				})
 			}
@@ -791,7 +814,7 @@ func testCrossEntropy(e *env) {
 					dl = e.nanOut("dlogits", len(z))
 					dlb = dl.win
 				}
-				e.b.CrossEntropy(lb.win, dlb, e.in("logits", z), e.i32("labels", lab, true).win, c.n, c.classes)
+				tensor.Complete(e.b).CrossEntropy(lb.win, dlb, e.in("logits", z), e.i32("labels", lab, true).win, c.n, c.classes)
 				e.near("CrossEntropy loss", dims(1), e.getF(lb), []float64{loss}, []float64{lossB}, tolAcc)
 				if withGrad {
 					e.near("CrossEntropy dlogits", dims(c.n, c.classes), e.getF(dl), dz, dzB, tolAcc)
@@ -834,7 +857,7 @@ func testArgmax(e *env) {
 					want[r] = int32(at)
 				}
 				dst := e.i32("dst", fillI(rows, -1), false)
-				e.b.Argmax(dst.win, e.in("x", x), rows, cols)
+				tensor.Complete(e.b).Argmax(dst.win, e.in("x", x), rows, cols)
 				exactI(e, "Argmax", dims(rows), e.getI(dst), want)
 			})
 		}
@@ -881,7 +904,7 @@ func testSGD(e *env) {
 					vb = v.win
 				}
 				gb := e.f32("g", g, !h.ZeroGrad) // an input, unless the step zeroes it
-				e.b.SGD(p.win, gb.win, vb, h)
+				tensor.Complete(e.b).SGD(p.win, gb.win, vb, h)
 				e.near("SGD p", dims(n), e.getF(p), pn, pB, tolElem)
 				if h.ZeroGrad {
 					e.near("SGD zeroed gradient", dims(n), e.getF(gb), make([]float64, n), make([]float64, n), 0)
@@ -922,7 +945,7 @@ func testGatherNormalize(e *env) {
 					}
 				}
 				dst := e.nanOut("dst", len(want))
-				e.b.GatherNormalize(dst.win, e.u8("src", src, true).win, e.i32("idx", idx, true).win, c.rowLen, scale, shift)
+				tensor.Complete(e.b).GatherNormalize(dst.win, e.u8("src", src, true).win, e.i32("idx", idx, true).win, c.rowLen, scale, shift)
 				got := e.getF(dst)
 				if scale == 1 && shift == 0 {
 					wf := make([]float32, len(want))

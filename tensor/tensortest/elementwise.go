@@ -659,10 +659,7 @@ func fill64(n int, v float64) []float64 {
 }
 
 // elementwiseTests are the RunBackend subtests of this file.
-var elementwiseTests = []struct {
-	name string
-	f    func(e *env)
-}{
+var elementwiseTests = []namedTest{
 	{"Unary", testUnary},
 	{"UnaryBackward", testUnaryBackward},
 	{"Binary", testBinary},

@@ -224,13 +224,11 @@ func (e *env) poolInput(kind string, n int) []float32 {
 	return e.distinct(n)
 }
 
-// testPooling checks max pooling with padding and ceil mode (exact maxima
-// and positions; the backward pass tolElem, a few additions per element),
-// and, on a PoolBackend, average pooling (tolAcc relative to Σ|x|/divisor:
-// a sum of at most KH·KW terms and one division) and adaptive pooling
-// (likewise; maxima exact). Backward passes overwrite (dx NaN before) or
-// accumulate (random dx before).
-func testPooling(e *env) {
+// testMaxPoolGeneral checks max pooling with padding and ceil mode (exact
+// maxima and positions; the backward pass tolElem, a few additions per
+// element). Backward passes overwrite (dx NaN before) or accumulate
+// (random dx before).
+func testMaxPoolGeneral(e *env) {
 	for _, g := range maxPoolGeneralCases {
 		if g.OutH() != refPoolOut(g.H, g.KH, g.StrideH, g.PadH, g.CeilMode) || g.OutW() != refPoolOut(g.W, g.KW, g.StrideW, g.PadW, g.CeilMode) {
 			e.fail("PoolGeom %s: OutH/OutW %d,%d, reference %d,%d", poolGeneralStr(g), g.OutH(), g.OutW(),
@@ -244,7 +242,7 @@ func testPooling(e *env) {
 				wantY, wantI := refMaxPoolGeneral(x, g)
 				y := e.nanOut("y", len(wantY))
 				idx := e.i32("argmax", fillI(len(wantI), -1), false)
-				e.b.MaxPool2d(y.win, idx.win, e.in("x", x), g)
+				tensor.Complete(e.b).MaxPool2d(y.win, idx.win, e.in("x", x), g)
 				shape := dims(g.N, g.C, g.OutH(), g.OutW())
 				e.exactF("MaxPool2d y", shape, e.getF(y), wantY)
 				exactI(e, "MaxPool2d argmax", shape, e.getI(idx), wantI)
@@ -261,11 +259,18 @@ func testPooling(e *env) {
 					dx = e.f32("dx0", dx0, false)
 				}
 				want, bound := refRoute(dy, idx, dx0, g.N*g.C, g.H*g.W)
-				e.b.MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
+				tensor.Complete(e.b).MaxPool2dBackward(dx.win, e.in("dy", dy), e.i32("argmax", idx, true).win, g, acc)
 				e.near("MaxPool2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), want, bound, tolElem)
 			})
 		}
 	}
+}
+
+// testPooling checks, on a PoolBackend, average pooling (tolAcc relative
+// to Σ|x|/divisor: a sum of at most KH·KW terms and one division) and
+// adaptive pooling (likewise; maxima exact), as testMaxPoolGeneral does max
+// pooling.
+func testPooling(e *env) {
 	pb, ok := e.b.(tensor.PoolBackend)
 	if !ok {
 		e.t.Skipf("backend %s does not implement tensor.PoolBackend: average and adaptive pooling not checked", e.b.Name())

@@ -5,6 +5,10 @@
 // backward. (Whole-model checks, such as LeNet's training curve, are in
 // models/modelstest: this suite depends on the tensor package alone.)
 //
+// CoreOnly(b) hides every optional interface of b, so that the same suites
+// check the fallbacks composed from the core: RunComplete the operations of
+// tensor.CompleteBackend, RunAutograd the tensor layer's.
+//
 // Every run draws fresh random inputs from a seed taken from the clock and
 // printed with every failure. Set TENSORTEST_SEED=<seed> to replay a run.
 //

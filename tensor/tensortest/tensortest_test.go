@@ -16,12 +16,12 @@ import (
 // message naming the operation.
 
 // wrapped is the CPU backend under another identity.
-type wrapped struct{ tensor.Backend }
+type wrapped struct{ tensor.CompleteBackend }
 
 func (wrapped) Name() string { return "wrapped-cpu" }
 
 func TestWrappedCPUPassesAutograd(t *testing.T) {
-	RunAutograd(t, wrapped{tensor.CPU})
+	RunAutograd(t, wrapped{tensor.Complete(tensor.CPU)})
 }
 
 // fusedLinear is the CPU behind a tensor.LinearBackend and a
@@ -29,7 +29,7 @@ func TestWrappedCPUPassesAutograd(t *testing.T) {
 // tensor.Linear and tensor.LinearCrossEntropy for such backends (the CUDA
 // backend's) run here too: their gradients must reach the same buffers with
 // the same accumulate flags.
-type fusedLinear struct{ tensor.Backend }
+type fusedLinear struct{ tensor.CompleteBackend }
 
 func (fusedLinear) Name() string { return "cpu-fused-linear" }
 
@@ -93,12 +93,12 @@ func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, 
 }
 
 func TestFusedLinearPassesAutograd(t *testing.T) {
-	RunAutograd(t, fusedLinear{tensor.CPU})
+	RunAutograd(t, fusedLinear{tensor.Complete(tensor.CPU)})
 }
 
 // mutant is the CPU backend with the bug named by bug.
 type mutant struct {
-	tensor.Backend
+	tensor.CompleteBackend
 	bug string
 }
 
@@ -114,19 +114,19 @@ func (m mutant) Download(dst any, src tensor.Buffer) {
 	if m.bug == "download-ignores-offset" && src.Off > 0 {
 		src.Off = 0
 	}
-	m.Backend.Download(dst, src)
+	m.CompleteBackend.Download(dst, src)
 }
 
 func (m mutant) Fill(dst tensor.Buffer, v float32) {
 	if m.bug == "fill-one-past-end" && dst.Len > 1 {
 		dst.Len++ // writes the guard element after the window
 	}
-	m.Backend.Fill(dst, v)
+	m.CompleteBackend.Fill(dst, v)
 }
 
 func (m mutant) ReLUBackward(dx, dy, y tensor.Buffer, acc bool) {
 	if m.bug != "relu-backward-at-zero" {
-		m.Backend.ReLUBackward(dx, dy, y, acc)
+		m.CompleteBackend.ReLUBackward(dx, dy, y, acc)
 		return
 	}
 	d, g, out := dl(dx), dl(dy), dl(y)
@@ -166,14 +166,14 @@ func (m mutant) MatMul(c, a, b tensor.Buffer, mm, n, k int, ta, tb bool, alpha, 
 		tensor.CPU.Upload(tb32, tf32(dl(b)))
 		a, b = ta32, tb32
 	}
-	m.Backend.MatMul(c, a, b, mm, n, k, ta, tb, alpha, beta)
+	m.CompleteBackend.MatMul(c, a, b, mm, n, k, ta, tb, alpha, beta)
 }
 
 func (m mutant) BiasGrad(db, dy tensor.Buffer, outer, ch, inner int, acc bool) {
 	if m.bug == "biasgrad-overwrites" {
 		acc = false
 	}
-	m.Backend.BiasGrad(db, dy, outer, ch, inner, acc)
+	m.CompleteBackend.BiasGrad(db, dy, outer, ch, inner, acc)
 }
 
 func (m mutant) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
@@ -183,25 +183,25 @@ func (m mutant) Conv2d(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
 	if m.bug == "conv-relu-ignored" {
 		g.ReLU = false
 	}
-	m.Backend.Conv2d(y, x, w, bias, g)
+	m.CompleteBackend.Conv2d(y, x, w, bias, g)
 }
 
 func (m mutant) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
 	if m.bug == "conv-backward-dx-accumulates" && !dx.Empty() {
 		tmp, _ := tensor.CPU.Alloc(dx.Len, tensor.Float32)
-		m.Backend.Conv2dBackward(tmp, dw, db, dy, x, w, y, g)
-		tensor.CPU.Axpy(dx, 1, tmp)
+		m.CompleteBackend.Conv2dBackward(tmp, dw, db, dy, x, w, y, g)
+		tensor.Complete(tensor.CPU).Axpy(dx, 1, tmp)
 		return
 	}
 	if m.bug == "conv-relu-mask-ignored" {
 		g.ReLU = false
 	}
-	m.Backend.Conv2dBackward(dx, dw, db, dy, x, w, y, g)
+	m.CompleteBackend.Conv2dBackward(dx, dw, db, dy, x, w, y, g)
 }
 
 func (m mutant) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
 	if m.bug != "maxpool-last-tie" {
-		m.Backend.MaxPool2d(y, argmax, x, g)
+		m.CompleteBackend.MaxPool2d(y, argmax, x, g)
 		return
 	}
 	in := dl(x)
@@ -258,7 +258,7 @@ func (m mutant) CrossEntropy(loss, dlogits, logits, labels tensor.Buffer, n, cla
 		}
 		return
 	case "crossentropy-grad-not-mean":
-		m.Backend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
+		m.CompleteBackend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
 		if !dlogits.Empty() && n > 1 {
 			d := dl(dlogits)
 			for i := range d {
@@ -268,12 +268,12 @@ func (m mutant) CrossEntropy(loss, dlogits, logits, labels tensor.Buffer, n, cla
 		}
 		return
 	}
-	m.Backend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
+	m.CompleteBackend.CrossEntropy(loss, dlogits, logits, labels, n, classes)
 }
 
 func (m mutant) Argmax(dst, x tensor.Buffer, rows, cols int) {
 	if m.bug != "argmax-last-tie" {
-		m.Backend.Argmax(dst, x, rows, cols)
+		m.CompleteBackend.Argmax(dst, x, rows, cols)
 		return
 	}
 	z := dl(x)
@@ -293,7 +293,7 @@ func (m mutant) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
 		tensor.CPU.Fill(v, 0) // v = m·0 + (1 − dampening)·d
 		h.FirstStep = false
 	}
-	m.Backend.SGD(p, g, v, h)
+	m.CompleteBackend.SGD(p, g, v, h)
 }
 
 func (m mutant) ScaleBy(dst, x, s tensor.Buffer, acc bool) {
@@ -302,7 +302,7 @@ func (m mutant) ScaleBy(dst, x, s tensor.Buffer, acc bool) {
 		tensor.CPU.Fill(one, 1)
 		s = one
 	}
-	m.Backend.ScaleBy(dst, x, s, acc)
+	m.CompleteBackend.ScaleBy(dst, x, s, acc)
 }
 
 // TestMutantHelper runs the suite on the mutant named by
@@ -312,7 +312,7 @@ func TestMutantHelper(t *testing.T) {
 	if bug == "" {
 		t.Skip("run by TestSuiteCatchesBugs")
 	}
-	b := mutant{tensor.CPU, bug}
+	b := mutant{tensor.Complete(tensor.CPU), bug}
 	if os.Getenv("TENSORTEST_MUTANT_AUTOGRAD") != "" {
 		RunAutograd(t, b)
 	} else {
@@ -380,7 +380,7 @@ func TestSuiteCatchesBugs(t *testing.T) {
 // LinearCrossEntropySum adds the loss into its running sum, on the fused
 // path and on the fallback, and returns the loss LinearCrossEntropy gives.
 func TestLinearCrossEntropySum(t *testing.T) {
-	for _, b := range []tensor.Backend{fusedLinear{tensor.CPU}, tensor.CPU} {
+	for _, b := range []tensor.Backend{fusedLinear{tensor.Complete(tensor.CPU)}, tensor.CPU} {
 		s := tensor.NewScope()
 		x := tensor.FromFloat32(b, s, []float32{1, 2, -1, 0.5, 0, 3}, 2, 3)
 		w := tensor.FromFloat32(b, s, []float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6}, 2, 3)
