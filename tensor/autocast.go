@@ -17,7 +17,9 @@ import "fmt"
 //
 // Convolutions (Conv2d, Conv2dReLU, Conv2dWith) run in bfloat16 the same way
 // on a backend that implements LowPrecisionConvBackend and takes their
-// geometry (the GPU's cuDNN path); elsewhere they stay float32.
+// geometry (the CPU, and the GPU where cuDNN is); elsewhere they stay
+// float32. Their outputs and input and weight gradients are rounded to
+// bfloat16 too (torch's autocast convolutions give bfloat16 tensors).
 
 // SetAutocast sets the element type of the matrix products of the
 // operations on this scope's tensors: BFloat16 turns autocast on, Float32

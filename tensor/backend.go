@@ -257,7 +257,8 @@ type SGDStep struct {
 //     BiasReLUBackend, ConvPoolBackend, LinearCrossEntropyBackend,
 //     FusedBackend, NormBackend, PoolBackend, ClassLossBackend,
 //     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
-//     DropoutBackend, AugmentBackend, LowPrecisionBackend): the operation
+//     DropoutBackend, AugmentBackend, LowPrecisionBackend,
+//     LowPrecisionConvBackend): the operation
 //     that looks for one says what it runs without it (composed core
 //     operations, or the CPU backend's kernel on host copies; average and
 //     adaptive pooling, augmentation and autocast refuse a backend without

@@ -23,8 +23,10 @@ type LowPrecisionBackend interface {
 // convolutions (autocast.go). Its operands and results are float32
 // buffers: the backend rounds them to bfloat16 as it goes, so that the
 // casts can be fused with what the convolution needs (a change of layout,
-// say). On a backend without it, or for a geometry it does not take
-// (ConvLowp false), convolutions stay float32 under autocast.
+// say). Both backends implement it (the CPU as the float32 convolution of
+// rounded operands with its results rounded, the GPU through cuDNN); on a
+// backend without it, or for a geometry it does not take (ConvLowp false),
+// convolutions stay float32 under autocast.
 type LowPrecisionConvBackend interface {
 	// ConvLowp reports whether Conv2dLowp and Conv2dBackwardLowp take g.
 	ConvLowp(g ConvGeom) bool
