@@ -120,8 +120,14 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	}
 	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, partial,
 		int64(n), int64(c), int64(inner), int64(parts), flag(training), momentum, eps)
-	args := []any{b.f32(op, y), px, pm, pi, b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c),
-		int64(total), int64(c), int64(inner)}
+	py, pw, pb := b.f32(op, y), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	if total <= math.MaxInt32 && (px|py)%16 == 0 {
+		di, dc := newDivider(max(inner, 1)), newDivider(c)
+		b.launch(op, b.kernel("ember_batch_norm_apply4"), max(total/4, 1), py, px, pm, pi, pw, pb, int32(total), int32(c),
+			int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift))
+		return
+	}
+	args := []any{py, px, pm, pi, pw, pb, int64(total), int64(c), int64(inner)}
 	b.launch(op, b.kernel("ember_batch_norm_apply"), total, append(args, channelArgs(total, c, inner)...)...)
 }
 
@@ -157,8 +163,14 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))
 	}
 	if !dx.Empty() {
-		args := []any{b.f32Opt(op, "dx", dx, total), pdy, px, b.f32Opt(op, "weight", weight, c), pm, pi, coef,
-			int64(total), int64(c), int64(inner)}
+		pdx, pw := b.f32Opt(op, "dx", dx, total), b.f32Opt(op, "weight", weight, c)
+		if total <= math.MaxInt32 && (pdx|pdy|px)%16 == 0 {
+			di, dc := newDivider(max(inner, 1)), newDivider(c)
+			b.launch(op, b.kernel("ember_batch_norm_backward_dx4"), max(total/4, 1), pdx, pdy, px, pw, pm, pi, coef,
+				int32(total), int32(c), int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift), flag(training), flag(accX))
+			return
+		}
+		args := []any{pdx, pdy, px, pw, pm, pi, coef, int64(total), int64(c), int64(inner)}
 		args = append(args, channelArgs(total, c, inner)...)
 		b.launch(op, b.kernel("ember_batch_norm_backward_dx"), total, append(args, flag(training), flag(accX))...)
 	}

@@ -35,7 +35,7 @@ func TestStridedOpCodes(t *testing.T) {
 		"EMBER_OP_MINIMUM": int(tensor.OpMinimum), "EMBER_OP_EQ": int(tensor.OpEq), "EMBER_OP_NE": int(tensor.OpNe),
 		"EMBER_OP_LT": int(tensor.OpLt), "EMBER_OP_LE": int(tensor.OpLe), "EMBER_OP_GT": int(tensor.OpGt), "EMBER_OP_GE": int(tensor.OpGe),
 		"EMBER_R_SUM": int(tensor.ReduceSum), "EMBER_R_MAX": int(tensor.ReduceMax), "EMBER_R_MIN": int(tensor.ReduceMin),
-		"EMBER_R_ARGMAX": int(tensor.ReduceArgmax), "EMBER_R_ARGMIN": int(tensor.ReduceArgmin),
+		"EMBER_R_ARGMAX": int(tensor.ReduceArgmax), "EMBER_R_ARGMIN": int(tensor.ReduceArgmin), "EMBER_R_MEAN": int(tensor.ReduceMean),
 	}
 	if len(want) != int(tensor.NumUnaryOps)+int(tensor.NumBinaryOps)+int(tensor.NumReduceOps) {
 		t.Fatalf("the table lists %d codes; tensor has %d unary, %d binary and %d reduce ops: update it", len(want), tensor.NumUnaryOps, tensor.NumBinaryOps, tensor.NumReduceOps)
@@ -107,13 +107,14 @@ func TestRecordedElementwise(t *testing.T) {
 		b.Reduce(op, dst(3), f(3*7), 3, 7, 1, false)
 		b.Reduce(op, dst(2), f(2*4099), 2, 4099, 1, false)
 		b.Reduce(op, dst(35), f(5*33*7), 5, 33, 7, false)
+		b.Reduce(op, dst(2*4096), f(2*3*4096), 2, 3, 4096, false)
 		b.Reduce(op, dst(3), f(3*40000), 3, 40000, 1, false)
 		b.Reduce(op, dst(6), f(2*5000*3), 2, 5000, 3, false)
 	}
 	b.Reduce(tensor.ReduceSum, f(12), f(0), 4, 0, 3, false)
 	b.Reduce(tensor.ReduceSum, f(12), f(4*5*3), 4, 5, 3, true)
 	for _, k := range []string{"ember_unary_dense", "ember_unary_strided", "ember_unary_backward", "ember_binary_dense", "ember_binary_strided",
-		"ember_where_strided", "ember_copy_view", "ember_reduce_rows_warp", "ember_reduce_rows_block", "ember_reduce_cols",
+		"ember_where_strided", "ember_copy_view", "ember_reduce_rows_warp", "ember_reduce_rows_block", "ember_reduce_cols", "ember_reduce_cols32",
 		"ember_reduce_rows_part", "ember_reduce_rows_join", "ember_reduce_cols_part", "ember_reduce_cols_join"} {
 		if rec.launches[k] == 0 {
 			t.Errorf("%s was not launched", k)

@@ -36,17 +36,21 @@ func (b *Backend) reduceSplitRows(name string, op tensor.ReduceOp, pf, pi, px ui
 		[]any{psum, pv, pat, px, int64(n), int64(splitChunk), int32(op)}))
 	warps := blockSize / 32
 	b.launchGrid(name, b.kernel("ember_reduce_rows_join"), (rows+warps-1)/warps, blockSize,
-		pf, pi, psum, pv, pat, int64(rows), i32arg(name, chunks), int32(op), flag(accumulate))
+		pf, pi, psum, pv, pat, int64(rows), int64(n), i32arg(name, chunks), int32(op), flag(accumulate))
 }
 
 // Columns are split along the axis as rows are when there are fewer than
 // splitColGroups groups of 32 columns: the axis is cut into chunks (at
 // least splitColChunkMin long) so that there are about splitColBlocks
-// blocks, a function of the shape alone.
+// blocks, a function of the shape alone. Axes of at most colsShortMax are
+// not split: a block of 32 row lanes per group reads them in one launch
+// (at most 32 elements a thread), where the split's two launches cost
+// more than the reading.
 const (
 	splitColGroups   = 256
 	splitColChunkMin = 64
 	splitColBlocks   = 1024
+	colsShortMax     = 1024
 )
 
 func (b *Backend) reduceSplitCols(name string, op tensor.ReduceOp, pf, pi, px uintptr, outer, n, inner int, accumulate bool) {
@@ -62,7 +66,7 @@ func (b *Backend) reduceSplitCols(name string, op tensor.ReduceOp, pf, pi, px ui
 	pv := pat + uintptr(8*cnt)
 	devCheck(name, b.x.launch(b.kernel("ember_reduce_cols_part"), Dim3{X: groups, Y: chunks, Z: 1}, Dim3{X: 32, Y: 8, Z: 1},
 		[]any{psum, pv, pat, px, int64(outer), int64(n), int64(inner), int64(chunk), int32(op)}))
-	b.launch(name, b.kernel("ember_reduce_cols_join"), m, pf, pi, psum, pv, pat, int64(m), i32arg(name, chunks), int32(op), flag(accumulate))
+	b.launch(name, b.kernel("ember_reduce_cols_join"), m, pf, pi, psum, pv, pat, int64(m), int64(n), i32arg(name, chunks), int32(op), flag(accumulate))
 }
 
 // Reduce runs kernels/reduce_axis.cu: rows (inner == 1) a warp or a block
@@ -114,7 +118,11 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		warps := blockSize / 32
 		b.launchGrid(name, b.kernel("ember_reduce_rows_warp"), min((outer+warps-1)/warps, maxGrid), blockSize, args...)
-	case (m+31)/32 < splitColGroups && n >= 2*splitColChunkMin:
+	case (m+31)/32 < splitColGroups && n <= colsShortMax:
+		args = append(args, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate))
+		grid := Dim3{X: (m + 31) / 32, Y: 1, Z: 1}
+		devCheck(name, b.x.launch(b.kernel("ember_reduce_cols32"), grid, Dim3{X: 32, Y: 32, Z: 1}, args))
+	case (m+31)/32 < splitColGroups:
 		b.reduceSplitCols(name, op, pf, pi, px, outer, n, inner, accumulate)
 	default:
 		args = append(args, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate))

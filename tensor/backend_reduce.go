@@ -9,6 +9,7 @@ const (
 	ReduceMin                    // minimum; NaN if any is NaN
 	ReduceArgmax                 // index (int32) of the first maximum (of a NaN, if any)
 	ReduceArgmin                 // index (int32) of the first minimum (of a NaN, if any)
+	ReduceMean                   // Σ / n, divided before the one rounding to float32
 	NumReduceOps                 // the number of reduction codes
 )
 
@@ -20,7 +21,7 @@ type Reductions interface {
 	// Reduce sets dst [outer, inner] to op over the n elements of each
 	// column of x [outer, n, inner] (dst += when accumulate, ReduceSum
 	// only). dst is int32 for ReduceArgmax and ReduceArgmin. n may be 0
-	// for ReduceSum (the sum is 0).
+	// for ReduceSum (the sum is 0), not for ReduceMean.
 	Reduce(op ReduceOp, dst, x Buffer, outer, n, inner int, accumulate bool)
 	// Softmax sets y [outer, n, inner] to the softmax of x over the middle
 	// axis, or its logarithm when log (computed stably, max subtracted).

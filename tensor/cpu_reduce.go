@@ -2,7 +2,8 @@ package tensor
 
 import "fmt"
 
-// Reduce sums in float64 (rounded once at the end), as Sum does; the CUDA
+// Reduce sums in float64 (rounded once at the end, a mean divided first),
+// as Sum does; the CUDA
 // kernels sum in double too, in a fixed tree, so the two agree to the last
 // bit nearly always. Max and min take the first NaN, else the extreme;
 // the arg forms take the first index of it.
@@ -28,10 +29,13 @@ func (*cpuBackend) Reduce(op ReduceOp, dst, x Buffer, outer, n, inner int, accum
 		for i := range inner {
 			base := o*n*inner + i
 			out := o*inner + i
-			if op == ReduceSum {
+			if op == ReduceSum || op == ReduceMean {
 				var s float64
 				for k := range n {
 					s += float64(xs[base+k*inner])
+				}
+				if op == ReduceMean {
+					s /= float64(n)
 				}
 				if accumulate {
 					fd[out] += float32(s)

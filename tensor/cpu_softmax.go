@@ -18,7 +18,7 @@ func (*cpuBackend) Softmax(y, x Buffer, outer, n, inner int, log bool) {
 	if inner == 1 {
 		parallelFor(outer, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				softmaxRow(out[r*n:(r+1)*n], in[r*n:(r+1)*n], log)
+				softmaxRow(out[r*n:(r+1)*n], in[r*n:(r+1)*n], log, n%4 == 0)
 			}
 		})
 		return
@@ -50,21 +50,29 @@ func (*cpuBackend) Softmax(y, x Buffer, outer, n, inner int, log bool) {
 	})
 }
 
-// softmaxRow is the float32 softmax of one row in the GPU's order: lane l
-// of 32 adds e^(x-m) of elements l, l+32, ... in turn, the lanes are joined
-// by an xor butterfly (warpSum32), then y = e^(x-m)·(1/s), or x - m - log s.
-// Each float32 exponential and logarithm is the float64 one rounded (the
-// GPU's expf and logf are within 2 ulp of it). A lane sums about n/32 terms
-// and the tree adds 5 levels, so s errs by at most (n/32 + 5)·2⁻²⁴
-// relatively (8·10⁻⁶ for n = 4096), against float64 sequential sums.
-func softmaxRow(out, in []float32, log bool) {
+// softmaxRow is the float32 softmax of one row in the GPU's order: the
+// elements are dealt to 32 lanes, element i to lane i mod 32, or, when
+// fours (the rows of a tensor are a multiple of 4 long, whatever part of
+// them is taken), element i to lane (i/4) mod 32 (the GPU then reads
+// groups of four); each lane adds e^(x-m) of its elements in turn, the
+// lanes are joined by an xor butterfly (warpSum32), then y = e^(x-m)·(1/s),
+// or x - m - log s. Each float32 exponential and logarithm is the float64
+// one rounded (the GPU's expf and logf are within 2 ulp of it). A lane sums
+// about n/32 terms and the tree adds 5 levels, so s errs by at most (n/32 +
+// 5)·2⁻²⁴ relatively (8·10⁻⁶ for n = 4096), against float64 sequential
+// sums.
+func softmaxRow(out, in []float32, log, fours bool) {
 	m := float32(math.Inf(-1))
 	for _, v := range in {
 		m = max(m, v) // NaN propagates, as Go's max does
 	}
+	shift := 0
+	if fours {
+		shift = 2
+	}
 	var lanes [32]float32
 	for i, v := range in {
-		lanes[i%32] += expf32(v - m)
+		lanes[(i>>shift)%32] += expf32(v - m)
 	}
 	s := warpSum32(&lanes)
 	if log {
@@ -91,7 +99,7 @@ func (*cpuBackend) CausalSoftmax(y, x Buffer, rows, t, n int) {
 	parallelFor(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			kept := min(r%t+1, n)
-			softmaxRow(out[r*n:r*n+kept], in[r*n:r*n+kept], false)
+			softmaxRow(out[r*n:r*n+kept], in[r*n:r*n+kept], false, n%4 == 0)
 			clear(out[r*n+kept : (r+1)*n])
 		}
 	})

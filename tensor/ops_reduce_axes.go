@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -140,10 +141,29 @@ func axesCount(shape, axes []int) int {
 	return n
 }
 
-// MeanAxes is SumAxes divided by the number of elements reduced.
+// MeanAxes is SumAxes divided by the number of elements reduced: each run
+// of adjacent axes is one ReduceMean (the division in the reduction, before
+// its one rounding, not a pass of its own), and the mean of equal-sized
+// means is the mean. The gradient is g/n broadcast back.
 func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes("MeanAxes", x.shape, axes)
-	return MulScalar(SumAxes(x, ax, keepdim), 1/float32(axesCount(x.shape, ax)))
+	if axesCount(x.shape, ax) == 0 { // 0/0: NaN, as torch's
+		return MulScalar(SumAxes(x, ax, keepdim), float32(math.NaN()))
+	}
+	out := reshapedView(reduceRaw(x, ax, ReduceMean, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
+	keepShape := reducedShape(x.shape, ax, true)
+	inv := 1 / float32(axesCount(x.shape, ax))
+	record(out, "mean_axes", func(g *Tensor, e *engine) {
+		dst, acc := e.sink(x)
+		if dst.Empty() {
+			return
+		}
+		be := x.st.b
+		gs := rawUnary(e.scopeFor(x), be, OpMulScalar, denseView(g), g.shape, inv, 0)
+		defer gs.Release()
+		be.CopyView(Dense(dst, x.shape), viewOf(reshapedView(gs, keepShape), x.shape), x.shape, acc)
+	}, x)
+	return out
 }
 
 // MaxAxes is the maximum over axes (NaN if any is NaN). Its gradient is

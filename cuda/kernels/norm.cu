@@ -127,7 +127,11 @@ __device__ __forceinline__ float ember_normalized(float x, float mean, float inv
 
 // Stage 1 of the statistics: partial[2(ch·parts + p)] = Σ x and
 // partial[2(ch·parts + p) + 1] = Σ (x - mean_p)² over the block's part p,
-// mean_p its mean.
+// mean_p its mean. A thread holds its share of the part (at most
+// EMBER_BN_HELD elements: parts are at most bnPart = 4096 elements and
+// blocks 256 threads) in registers, so that x is read once and all of a
+// thread's loads are in flight together.
+#define EMBER_BN_HELD 16
 extern "C" __global__ void ember_batch_norm_stats_partial(double* partial, const float* x, long long n, long long c,
                                                           long long inner, long long parts) {
     const long long m = n * inner;
@@ -135,15 +139,42 @@ extern "C" __global__ void ember_batch_norm_stats_partial(double* partial, const
         const long long ch = blk / parts;
         long long k0, k1;
         ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
+        float v[EMBER_BN_HELD];
+        int held = 0;
+        const long long k = k0 + threadIdx.x;
+        if (k < k1) {
+            const long long step = blockDim.x;
+            held = (int)((k1 - k - 1) / step + 1);
+            long long o = k / inner, i = k - o * inner;
+            long long at = (o * c + ch) * inner + i;
+            const long long dq = step / inner, dr = step - dq * inner;
+            const long long jump = dr + dq * c * inner, wrap = (c - 1) * inner;
+#pragma unroll
+            for (int j = 0; j < EMBER_BN_HELD; j++) {
+                if (j < held) v[j] = x[at];
+                i += dr;
+                at += jump;
+                if (i >= inner) {
+                    i -= inner;
+                    at += wrap;
+                }
+            }
+        }
         double s = 0.0;
-        ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) { s += (double)x[at]; });
+#pragma unroll
+        for (int j = 0; j < EMBER_BN_HELD; j++) {
+            if (j < held) s += (double)v[j];
+        }
         s = ember_block_sum_all(s);
         const double mean = k1 > k0 ? s / (double)(k1 - k0) : 0.0;
         double q = 0.0;
-        ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
-            const double d = (double)x[at] - mean;
-            q += d * d;
-        });
+#pragma unroll
+        for (int j = 0; j < EMBER_BN_HELD; j++) {
+            if (j < held) {
+                const double d = (double)v[j] - mean;
+                q += d * d;
+            }
+        }
         q = ember_block_sum_d(q);
         if (threadIdx.x == 0) {
             partial[2 * blk] = s;
@@ -208,6 +239,57 @@ extern "C" __global__ void ember_batch_norm_apply(float* y, const float* x, cons
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
         y[i] = ember_normalized(x[i], saveMean[ch], saveInvStd[ch], w, b);
+    }
+}
+
+// ember_batch_norm_apply4 is ember_batch_norm_apply four elements at a
+// time, for tensors of fewer than 2^31 elements whose x and y are 16-byte
+// aligned: 16-byte loads and stores, and where the four lie in one plane
+// of inner elements (all but about 3 in inner of them) one lookup of its
+// channel's parameters. The last total mod 4 elements go one by one.
+extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, const float* saveMean,
+                                                   const float* saveInvStd, const float* weightOrNull,
+                                                   const float* biasOrNull, int total, int c, int innerMul,
+                                                   int innerShift, int cMul, int cShift) {
+    const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
+                       cs = (unsigned int)cShift, uc = (unsigned int)c;
+    // The plane (n, c) of index i is i / inner; its channel is the plane
+    // mod c. Four elements share a channel where their first and last share
+    // a plane (equal channels alone would not do: with inner < 4 the four
+    // can wrap around all c channels).
+    auto plane = [&](unsigned int i) { return ember_divide(i, im, is); };
+    auto ofPlane = [&](unsigned int q) { return q - ember_divide(q, cm, cs) * uc; };
+    auto channel = [&](unsigned int i) { return ofPlane(plane(i)); };
+    auto one = [&](unsigned int ch, float v) {
+        const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+        const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+        return ember_normalized(v, saveMean[ch], saveInvStd[ch], w, b);
+    };
+    const int groups = total >> 2;
+    EMBER_LOOP(int, g, groups) {
+        const unsigned int i = (unsigned int)g << 2;
+        const ember_f4 v = reinterpret_cast<const ember_f4*>(x)[g];
+        const unsigned int p0 = plane(i), p3 = plane(i + 3), c0 = ofPlane(p0);
+        ember_f4 r;
+        if (p0 == p3) {
+            const float w = weightOrNull != 0 ? weightOrNull[c0] : 1.0f;
+            const float b = biasOrNull != 0 ? biasOrNull[c0] : 0.0f;
+            const float mean = saveMean[c0], inv = saveInvStd[c0];
+            r.x = ember_normalized(v.x, mean, inv, w, b);
+            r.y = ember_normalized(v.y, mean, inv, w, b);
+            r.z = ember_normalized(v.z, mean, inv, w, b);
+            r.w = ember_normalized(v.w, mean, inv, w, b);
+        } else {
+            r.x = one(c0, v.x);
+            r.y = one(channel(i + 1), v.y);
+            r.z = one(channel(i + 2), v.z);
+            r.w = one(ofPlane(p3), v.w);
+        }
+        reinterpret_cast<ember_f4*>(y)[g] = r;
+    }
+    if (blockIdx.x == 0 && (int)threadIdx.x < (total & 3)) {
+        const unsigned int i = ((unsigned int)groups << 2) + threadIdx.x;
+        y[i] = one(channel(i), x[i]);
     }
 }
 
@@ -286,6 +368,77 @@ extern "C" __global__ void ember_batch_norm_backward_dx(float* dx, const float* 
             g = g - coefOrNull[2 * ch] - xh * coefOrNull[2 * ch + 1];
         }
         ember_store(&dx[i], k * g, acc);
+    }
+}
+
+// ember_batch_norm_backward_dx4 is ember_batch_norm_backward_dx four
+// elements at a time (fewer than 2^31 elements; dx, dy and x 16-byte
+// aligned), the channel's coefficients looked up once per four where they
+// share it, as ember_batch_norm_apply4.
+extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float* dy, const float* x,
+                                                         const float* weightOrNull, const float* saveMean,
+                                                         const float* saveInvStd, const double* coefOrNull, int total,
+                                                         int c, int innerMul, int innerShift, int cMul, int cShift,
+                                                         int training, int acc) {
+    const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
+                       cs = (unsigned int)cShift, uc = (unsigned int)c;
+    // The plane (n, c) of index i is i / inner; its channel is the plane
+    // mod c. Four elements share a channel where their first and last share
+    // a plane (equal channels alone would not do: with inner < 4 the four
+    // can wrap around all c channels).
+    auto plane = [&](unsigned int i) { return ember_divide(i, im, is); };
+    auto ofPlane = [&](unsigned int q) { return q - ember_divide(q, cm, cs) * uc; };
+    auto channel = [&](unsigned int i) { return ofPlane(plane(i)); };
+    // The per-channel terms: mean, inv, k = inv·w, and the two coefficients.
+    struct terms {
+        double mean, inv, k, c0, c1;
+    };
+    auto load = [&](unsigned int ch) {
+        terms t;
+        t.mean = (double)saveMean[ch];
+        t.inv = (double)saveInvStd[ch];
+        t.k = t.inv;
+        if (weightOrNull != 0) t.k *= (double)weightOrNull[ch];
+        t.c0 = training ? coefOrNull[2 * ch] : 0.0;
+        t.c1 = training ? coefOrNull[2 * ch + 1] : 0.0;
+        return t;
+    };
+    auto one = [&](const terms& t, float gy, float xv, float old) {
+        double g = (double)gy;
+        if (training) {
+            const double xh = ((double)xv - t.mean) * t.inv;
+            g = g - t.c0 - xh * t.c1;
+        }
+        double v = t.k * g;
+        if (acc) v += (double)old;
+        return (float)v;
+    };
+    const int groups = total >> 2;
+    EMBER_LOOP(int, q, groups) {
+        const unsigned int i = (unsigned int)q << 2;
+        const ember_f4 g = reinterpret_cast<const ember_f4*>(dy)[q];
+        ember_f4 xv = {0.0f, 0.0f, 0.0f, 0.0f}, o = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (training) xv = reinterpret_cast<const ember_f4*>(x)[q];
+        if (acc) o = reinterpret_cast<const ember_f4*>(dx)[q];
+        const unsigned int p0 = plane(i), p3 = plane(i + 3), c0 = ofPlane(p0);
+        ember_f4 r;
+        if (p0 == p3) {
+            const terms t = load(c0);
+            r.x = one(t, g.x, xv.x, o.x);
+            r.y = one(t, g.y, xv.y, o.y);
+            r.z = one(t, g.z, xv.z, o.z);
+            r.w = one(t, g.w, xv.w, o.w);
+        } else {
+            r.x = one(load(c0), g.x, xv.x, o.x);
+            r.y = one(load(channel(i + 1)), g.y, xv.y, o.y);
+            r.z = one(load(channel(i + 2)), g.z, xv.z, o.z);
+            r.w = one(load(ofPlane(p3)), g.w, xv.w, o.w);
+        }
+        reinterpret_cast<ember_f4*>(dx)[q] = r;
+    }
+    if (blockIdx.x == 0 && (int)threadIdx.x < (total & 3)) {
+        const unsigned int i = ((unsigned int)groups << 2) + threadIdx.x;
+        dx[i] = one(load(channel(i)), dy[i], training ? x[i] : 0.0f, acc ? dx[i] : 0.0f);
     }
 }
 

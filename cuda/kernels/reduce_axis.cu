@@ -14,6 +14,11 @@
 #define EMBER_R_MIN 2
 #define EMBER_R_ARGMAX 3
 #define EMBER_R_ARGMIN 4
+#define EMBER_R_MEAN 5
+
+// ember_r_sum says whether op adds (a sum, or a mean: the sum divided by n
+// when it is stored).
+__device__ __forceinline__ bool ember_r_sum(int op) { return op == EMBER_R_SUM || op == EMBER_R_MEAN; }
 
 // An extreme so far: value (negated for min ops, an exact operation that
 // keeps NaN) and index; at < 0 means none yet.
@@ -44,9 +49,13 @@ __device__ __forceinline__ ember_best ember_warp_best(ember_best v) {
     return v;
 }
 
+// ember_reduce_store writes output r: a sum (added to it when acc), a mean
+// (the double sum divided by the axis's n, then rounded once), an extreme
+// or its index.
 __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long long r, int op, int acc, double sum,
-                                                   ember_best best) {
+                                                   ember_best best, long long n) {
     switch (op) {
+    case EMBER_R_MEAN: dstf[r] = (float)(sum / (double)n); break;
     case EMBER_R_SUM:
         if (acc) {
             dstf[r] = dstf[r] + (float)sum;
@@ -60,32 +69,59 @@ __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long 
     }
 }
 
+// ember_row_sum4 is this lane's double sum of the n4 float4 of a row that
+// lanes share by striding (lane l takes l, l+32, ...): four loads are issued
+// before they are added, so that a lane has 64 bytes in flight (one float
+// at a time left a 784-long row latency bound: 75% of the copy rate).
+__device__ __forceinline__ double ember_row_sum4(const ember_f4* row, long long n4, int lane) {
+    double s = 0.0;
+    long long k = lane;
+    for (; k + 96 < n4; k += 128) {
+        const ember_f4 a = row[k], b = row[k + 32], c = row[k + 64], d = row[k + 96];
+        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
+        s += (double)b.x + (double)b.y + (double)b.z + (double)b.w;
+        s += (double)c.x + (double)c.y + (double)c.z + (double)c.w;
+        s += (double)d.x + (double)d.y + (double)d.z + (double)d.w;
+    }
+    for (; k < n4; k += 32) {
+        const ember_f4 a = row[k];
+        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
+    }
+    return s;
+}
+
 // Rows of length n, a warp each (blockDim.x a multiple of 32; warps stride
-// over the rows).
+// over the rows). Sums of rows of a multiple of 4 elements from a 16-byte
+// aligned x load float4 (ember_row_sum4).
 extern "C" __global__ void ember_reduce_rows_warp(float* dstfOrNull, int* dstiOrNull, const float* x, long long rows, long long n,
                                                   int op, int acc) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
+    const bool vec = ember_r_sum(op) && (n & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
         const float* row = x + r * n;
         double sum = 0.0;
         ember_best best = {0.0f, -1};
-        for (long long k = lane; k < n; k += 32) {
-            const float v = row[k];
-            if (op == EMBER_R_SUM) {
-                sum += (double)v;
-            } else {
-                const ember_best c = {sign * v, k};
-                if (ember_better(c, best)) best = c;
+        if (vec) { // sums of 16-byte aligned rows: four float4 loads in flight per lane
+            sum = ember_row_sum4(reinterpret_cast<const ember_f4*>(row), n >> 2, lane);
+        } else {
+            for (long long k = lane; k < n; k += 32) {
+                const float v = row[k];
+                if (ember_r_sum(op)) {
+                    sum += (double)v;
+                } else {
+                    const ember_best c = {sign * v, k};
+                    if (ember_better(c, best)) best = c;
+                }
             }
         }
-        if (op == EMBER_R_SUM) {
+        if (ember_r_sum(op)) {
             sum = ember_warp_sum_d(sum);
         } else {
             best = ember_warp_best(best);
         }
-        if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best);
+        if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best, n);
     }
 }
 
@@ -103,14 +139,14 @@ __device__ __forceinline__ void ember_block_reduce(const float* row, long long l
     ember_best best = {0.0f, -1};
     for (long long k = lo + threadIdx.x; k < hi; k += blockDim.x) {
         const float v = row[k];
-        if (op == EMBER_R_SUM) {
+        if (ember_r_sum(op)) {
             sum += (double)v;
         } else {
             const ember_best c = {sign * v, k};
             if (ember_better(c, best)) best = c;
         }
     }
-    if (op == EMBER_R_SUM) {
+    if (ember_r_sum(op)) {
         sum = ember_warp_sum_d(sum);
     } else {
         best = ember_warp_best(best);
@@ -128,7 +164,7 @@ __device__ __forceinline__ void ember_block_reduce(const float* row, long long l
             b.v = bv[lane];
             b.at = bat[lane];
         }
-        if (op == EMBER_R_SUM) {
+        if (ember_r_sum(op)) {
             s = ember_warp_sum_d(s);
         } else {
             b = ember_warp_best(b);
@@ -148,18 +184,20 @@ extern "C" __global__ void ember_reduce_rows_block(float* dstfOrNull, int* dstiO
         double s = 0.0;
         ember_best b = {0.0f, -1};
         ember_block_reduce(x + r * n, 0, n, op, sign, s, b);
-        if (threadIdx.x == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, s, b);
+        if (threadIdx.x == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, s, b, n);
     }
 }
 
-// Columns: block (32, 8); threadIdx.x picks one of 32 adjacent columns
-// j = o*inner + i of the outer*inner outputs, threadIdx.y one of 8
+// Columns: block (32, R); threadIdx.x picks one of 32 adjacent columns
+// j = o*inner + i of the outer*inner outputs, threadIdx.y one of R
 // interleaved parts of the axis. Blocks stride over column groups.
-extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull, const float* x, long long outer, long long n,
-                                             long long inner, int op, int acc) {
-    __shared__ double psum[8][32];
-    __shared__ float pv[8][32];
-    __shared__ long long pat[8][32];
+template <int R>
+__device__ __forceinline__ void ember_reduce_cols_body(float* dstfOrNull, int* dstiOrNull, const float* x,
+                                                       long long outer, long long n, long long inner, int op,
+                                                       int acc) {
+    __shared__ double psum[R][32];
+    __shared__ float pv[R][32];
+    __shared__ long long pat[R][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long cols = outer * inner;
     const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
@@ -170,9 +208,9 @@ extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull,
         if (j < cols) {
             const long long o = j / inner, i = j - o * inner;
             const float* col = x + o * n * inner + i;
-            for (long long k = ty; k < n; k += 8) {
+            for (long long k = ty; k < n; k += R) {
                 const float v = col[k * inner];
-                if (op == EMBER_R_SUM) {
+                if (ember_r_sum(op)) {
                     sum += (double)v;
                 } else {
                     const ember_best c = {sign * v, k};
@@ -185,15 +223,30 @@ extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull,
         pat[ty][tx] = best.at;
         __syncthreads();
         if (ty == 0 && j < cols) {
-            for (int p = 1; p < 8; p++) {
+            for (int p = 1; p < R; p++) {
                 sum += psum[p][tx];
                 const ember_best c = {pv[p][tx], pat[p][tx]};
                 if (ember_better(c, best)) best = c;
             }
-            ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best);
+            ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best, n);
         }
         __syncthreads();
     }
+}
+
+// Block (32, 8): the many column groups of a wide reduction.
+extern "C" __global__ void ember_reduce_cols(float* dstfOrNull, int* dstiOrNull, const float* x, long long outer, long long n,
+                                             long long inner, int op, int acc) {
+    ember_reduce_cols_body<8>(dstfOrNull, dstiOrNull, x, outer, n, inner, op, acc);
+}
+
+// Block (32, 32): few column groups along a short axis (a block of 1024
+// threads each, so that one launch reads them with 32 loads in flight per
+// column: the second stage of a sum over axes 0, 2, 3, [512, 64] over 512,
+// in one pass instead of a split and its join).
+extern "C" __global__ void ember_reduce_cols32(float* dstfOrNull, int* dstiOrNull, const float* x, long long outer,
+                                               long long n, long long inner, int op, int acc) {
+    ember_reduce_cols_body<32>(dstfOrNull, dstiOrNull, x, outer, n, inner, op, acc);
 }
 
 // Few long rows, pass 1: block (c, r) reduces chunk c (chunk elements) of
@@ -219,7 +272,8 @@ extern "C" __global__ void ember_reduce_rows_part(double* psum, float* pv, long 
 // Pass 2: a warp per row combines the row's chunks partials (lanes stride
 // over them, then a butterfly: a fixed tree).
 extern "C" __global__ void ember_reduce_rows_join(float* dstfOrNull, int* dstiOrNull, const double* psum, const float* pv,
-                                                  const long long* pat, long long rows, int chunks, int op, int acc) {
+                                                  const long long* pat, long long rows, long long n, int chunks, int op,
+                                                  int acc) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
@@ -231,12 +285,12 @@ extern "C" __global__ void ember_reduce_rows_join(float* dstfOrNull, int* dstiOr
             const ember_best u = {pv[p], pat[p]};
             if (ember_better(u, best)) best = u;
         }
-        if (op == EMBER_R_SUM) {
+        if (ember_r_sum(op)) {
             sum = ember_warp_sum_d(sum);
         } else {
             best = ember_warp_best(best);
         }
-        if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best);
+        if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best, n);
     }
 }
 
@@ -262,7 +316,7 @@ extern "C" __global__ void ember_reduce_cols_part(double* psum, float* pv, long 
         const float* col = x + o * n * inner + i;
         for (long long k = lo + ty; k < hi; k += 8) {
             const float v = col[k * inner];
-            if (op == EMBER_R_SUM) {
+            if (ember_r_sum(op)) {
                 sum += (double)v;
             } else {
                 const ember_best u = {sign * v, k};
@@ -289,7 +343,8 @@ extern "C" __global__ void ember_reduce_cols_part(double* psum, float* pv, long 
 
 // Pass 2: a thread per column adds its chunks' partials in order.
 extern "C" __global__ void ember_reduce_cols_join(float* dstfOrNull, int* dstiOrNull, const double* psum, const float* pv,
-                                                  const long long* pat, long long cols, int chunks, int op, int acc) {
+                                                  const long long* pat, long long cols, long long n, int chunks, int op,
+                                                  int acc) {
     EMBER_LOOP(long long, j, cols) {
         double sum = 0.0;
         ember_best best = {0.0f, -1};
@@ -299,6 +354,6 @@ extern "C" __global__ void ember_reduce_cols_join(float* dstfOrNull, int* dstiOr
             const ember_best u = {pv[q], pat[q]};
             if (ember_better(u, best)) best = u;
         }
-        ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best);
+        ember_reduce_store(dstfOrNull, dstiOrNull, j, op, acc, sum, best, n);
     }
 }

@@ -5,92 +5,180 @@
 // The steps are those of the CPU backend, in its order: the maximum m of a
 // column (NaN propagates), s = Σ exp(x - m), then y = exp(x - m) / s, or
 // x - m - log s for log-softmax. Rows (inner == 1) are in float, with the
-// CPU's summation order (lane-strided partial sums, then a fixed xor tree);
+// CPU's summation order (each lane's partial sum, then a fixed xor tree);
 // columns sum in double, y = (float)(exp(x - m) / s). Both are
 // deterministic and match the CPU to a few ulp.
 //
 // Two layouts of [outer, n, inner]:
-//   - rows (inner == 1): a warp per row, lanes striding over the row, the
-//     warp's reductions by shuffles; the grid loops over rows;
+//   - rows (inner == 1): a warp per row, lanes striding over the row (in
+//     groups of four when they can), the warp's reductions by shuffles; the
+//     grid loops over rows;
 //   - columns (inner > 1): a thread per (outer, inner) column; consecutive
 //     threads read consecutive addresses (inner is the fastest axis).
 
-// ember_softmax_row_regs is a row of at most 32*K elements held in
-// registers: each element is loaded once and its exponential computed
-// once. The arithmetic and its order are those of the generic loop below.
+// Rows whose length is a multiple of 4 are laid out on the lanes in
+// groups of four: group c (elements 4c..4c+3) belongs to lane c mod 32, so
+// that a lane loads and stores 16 bytes at a time when the rows are
+// 16-byte aligned; other rows element by element, element i to lane i mod
+// 32. Each lane adds its exponentials in increasing index order, then the
+// lanes are joined by the xor tree of ember_warp_sum; the CPU backend
+// (softmaxRow in tensor/cpu_softmax.go) does these float operations in this
+// order, so only expf and logf (within 2 ulp on the GPU) may round apart.
+
+// ember_softmax_row4 is the softmax of a row of n <= 128*J elements, n a
+// multiple of 4, of which the first kept are the row (the rest, causal
+// masking, are 0 in y and not read), held in registers: each element is
+// read once and its exponential taken once. vec: x and y are 16-byte
+// aligned (float4 accesses), else the same layout by single floats.
+template <int J>
+__device__ __forceinline__ void ember_softmax_row4(float* yr, const float* xr, int n, int kept, int lane, int logOut,
+                                                   bool vec) {
+    float v[J][4];
+    float m = ember_neg_inf();
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int e = 4 * (lane + 32 * j);
+        if (vec && e + 4 <= kept) {
+            const ember_f4 q = *reinterpret_cast<const ember_f4*>(xr + e);
+            v[j][0] = q.x;
+            v[j][1] = q.y;
+            v[j][2] = q.z;
+            v[j][3] = q.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[j][k] = e + k < kept ? xr[e + k] : ember_neg_inf();
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) m = ember_nan_max(m, v[j][k]);
+    }
+    m = ember_warp_max(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (4 * (lane + 32 * j) + k < kept) {
+                const float t = expf(v[j][k] - m);
+                s += t;
+                if (!logOut) v[j][k] = t;
+            }
+        }
+    }
+    s = ember_warp_sum(s);
+    const float ls = logOut ? logf(s) : 0.0f, inv = logOut ? 0.0f : 1.0f / s;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int e = 4 * (lane + 32 * j);
+        if (e >= n) break;
+        float o[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            o[k] = e + k >= kept ? 0.0f : logOut ? v[j][k] - m - ls : v[j][k] * inv;
+        }
+        if (vec) {
+            const ember_f4 q = {o[0], o[1], o[2], o[3]};
+            *reinterpret_cast<ember_f4*>(yr + e) = q;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) yr[e + k] = o[k];
+        }
+    }
+}
+
+// ember_softmax_row1 is the softmax of a row of n <= 32*K elements laid
+// out element by element, held in registers as ember_softmax_row4's.
 template <int K>
-__device__ __forceinline__ void ember_softmax_row_regs(float* yr, const float* xr, int n, int lane, int logOut) {
+__device__ __forceinline__ void ember_softmax_row1(float* yr, const float* xr, int n, int kept, int lane, int logOut) {
     float v[K];
     float m = ember_neg_inf();
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int i = lane + 32 * k;
-        v[k] = i < n ? xr[i] : ember_neg_inf();
+        v[k] = i < kept ? xr[i] : ember_neg_inf();
         m = ember_nan_max(m, v[k]);
     }
     m = ember_warp_max(m);
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        if (lane + 32 * k < n) {
-            v[k] = expf(v[k] - m);
-            s += v[k];
+        if (lane + 32 * k < kept) {
+            const float t = expf(v[k] - m);
+            s += t;
+            if (!logOut) v[k] = t;
         }
     }
     s = ember_warp_sum(s);
-    if (logOut) {
-        const float ls = logf(s);
+    const float ls = logOut ? logf(s) : 0.0f, inv = logOut ? 0.0f : 1.0f / s;
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int i = lane + 32 * k;
-            if (i < n) yr[i] = xr[i] - m - ls;
-        }
-    } else {
-        const float inv = 1.0f / s;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int i = lane + 32 * k;
-            if (i < n) yr[i] = v[k] * inv;
-        }
+    for (int k = 0; k < K; k++) {
+        const int i = lane + 32 * k;
+        if (i < n) yr[i] = i >= kept ? 0.0f : logOut ? v[k] - m - ls : v[k] * inv;
     }
 }
 
 // ember_softmax_row is the softmax of one row of n elements by the calling
-// warp, in float: lane l adds the exponentials of elements l, l+32, l+64,
-// ... in that order, the lanes' sums are joined by the xor tree of
-// ember_warp_sum, then y = e^(x-m) * (1/s), or x - m - log s. The CPU
-// backend (tensor/cpu_softmax.go) does these float operations in this
-// order; only expf and logf (within 2 ulp on the GPU) may round apart.
-__device__ __forceinline__ void ember_softmax_row(float* yr, const float* xr, int n, int lane, int logOut) {
-    if (n <= 128) {
-        ember_softmax_row_regs<4>(yr, xr, n, lane, logOut);
+// warp, in float, in the layout above, of which only the first kept count
+// (kept == n but for causal masking: the rest are written as 0 and not
+// read). vec: the row's groups of four are 16-byte aligned in x and y.
+__device__ __forceinline__ void ember_softmax_row(float* yr, const float* xr, int n, int kept, int lane, int logOut,
+                                                  bool vec) {
+    if ((n & 3) == 0 && n <= 1024) {
+        if (n <= 128) {
+            ember_softmax_row4<1>(yr, xr, n, kept, lane, logOut, vec);
+        } else if (n <= 256) {
+            ember_softmax_row4<2>(yr, xr, n, kept, lane, logOut, vec);
+        } else if (n <= 512) {
+            ember_softmax_row4<4>(yr, xr, n, kept, lane, logOut, vec);
+        } else {
+            ember_softmax_row4<8>(yr, xr, n, kept, lane, logOut, vec);
+        }
         return;
     }
-    if (n <= 512) {
-        ember_softmax_row_regs<16>(yr, xr, n, lane, logOut);
+    if ((n & 3) != 0 && n <= 512) {
+        if (n <= 128) {
+            ember_softmax_row1<4>(yr, xr, n, kept, lane, logOut);
+        } else if (n <= 256) {
+            ember_softmax_row1<8>(yr, xr, n, kept, lane, logOut);
+        } else {
+            ember_softmax_row1<16>(yr, xr, n, kept, lane, logOut);
+        }
         return;
     }
+    // Long rows: three passes over x (the later ones mostly from the cache).
+    const bool four = (n & 3) == 0;
     float m = ember_neg_inf();
-    for (int i = lane; i < n; i += 32) m = ember_nan_max(m, xr[i]);
+    for (int i = lane; i < kept; i += 32) m = ember_nan_max(m, xr[i]);
     m = ember_warp_max(m);
     float s = 0.0f;
-    for (int i = lane; i < n; i += 32) s += expf(xr[i] - m);
+    if (four) {
+        for (int e = 4 * lane; e < kept; e += 128) {
+            for (int k = 0; k < 4 && e + k < kept; k++) s += expf(xr[e + k] - m);
+        }
+    } else {
+        for (int i = lane; i < kept; i += 32) s += expf(xr[i] - m);
+    }
     s = ember_warp_sum(s);
     if (logOut) {
         const float ls = logf(s);
-        for (int i = lane; i < n; i += 32) yr[i] = xr[i] - m - ls;
+        for (int i = lane; i < n; i += 32) yr[i] = i >= kept ? 0.0f : xr[i] - m - ls;
     } else {
         const float inv = 1.0f / s;
-        for (int i = lane; i < n; i += 32) yr[i] = expf(xr[i] - m) * inv;
+        for (int i = lane; i < n; i += 32) yr[i] = i >= kept ? 0.0f : expf(xr[i] - m) * inv;
     }
+}
+
+// ember_softmax_vec says whether rows of n of x and y take 16-byte accesses.
+__device__ __forceinline__ bool ember_softmax_vec(const float* y, const float* x, int n) {
+    return (n & 3) == 0 && ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y)) & 15) == 0;
 }
 
 // Rows (inner == 1), a warp each; the grid loops over rows.
 extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long long rows, int n, int logOut) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const bool vec = ember_softmax_vec(y, x, n);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
-        ember_softmax_row(y + r * n, x + r * n, n, lane, logOut);
+        ember_softmax_row(y + r * n, x + r * n, n, n, lane, logOut, vec);
     }
 }
 
@@ -102,12 +190,11 @@ extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long lon
 extern "C" __global__ void ember_softmax_rows_causal(float* y, const float* x, long long rows, int n, long long t) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const bool vec = ember_softmax_vec(y, x, n);
     for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const long long q = r % t;
         const int kept = q + 1 < n ? (int)(q + 1) : n;
-        float* yr = y + r * n;
-        ember_softmax_row(yr, x + r * n, kept, lane, 0);
-        for (int i = kept + lane; i < n; i += 32) yr[i] = 0.0f;
+        ember_softmax_row(y + r * n, x + r * n, n, kept, lane, 0, vec);
     }
 }
 

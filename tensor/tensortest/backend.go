@@ -309,6 +309,7 @@ func testAxpy(e *env) {
 	for _, n := range sizes {
 		for _, alpha := range []float32{1, -0.5, 2.75, 0} {
 			e.tcase("%s alpha=%g", sizeStr(n), alpha)(func() {
+				e.alignedOdd(n)
 				d0, x := e.normal(n, 1), e.normal(n, 1)
 				want, bound := make([]float64, n), make([]float64, n)
 				for i := range x {
@@ -329,6 +330,7 @@ func testScaleBy(e *env) {
 	for _, n := range sizes {
 		for _, acc := range []bool{false, true} {
 			e.tcase("%s accumulate=%v", sizeStr(n), acc)(func() {
+				e.alignedOdd(n)
 				x, d0 := e.normal(n, 1), e.normal(n, 1)
 				s := float32(e.rng.NormFloat64())
 				want, bound := make([]float64, n), make([]float64, n)
@@ -378,6 +380,7 @@ func testBroadcast(e *env) {
 	for _, n := range sizes {
 		for _, acc := range []bool{false, true} {
 			e.tcase("%s accumulate=%v", sizeStr(n), acc)(func() {
+				e.alignedOdd(n)
 				d0 := e.normal(n, 1)
 				s := float32(e.rng.NormFloat64())
 				want, bound := make([]float64, n), make([]float64, n)
@@ -427,6 +430,7 @@ func testReLUBackward(e *env) {
 	for _, n := range sizes {
 		for _, acc := range []bool{false, true} {
 			e.tcase("%s accumulate=%v", sizeStr(n), acc)(func() {
+				e.alignedOdd(n)
 				y, dy, d0 := e.normal(n, 1), e.normal(n, 1), e.normal(n, 1)
 				for i := range y {
 					y[i] = max(y[i], 0)

@@ -236,6 +236,7 @@ func testUnaryBackward(e *env) {
 		for _, n := range []int{1, 33, 1025, 4099} {
 			for _, acc := range []bool{false, true} {
 				e.tcase("%s n=%d accumulate=%v", c.name, n, acc)(func() {
+					e.alignedOdd(n)
 					x, dy, d0 := e.domain(c.dom, n), e.normal(n, 1), e.normal(n, 1)
 					want, bound := make([]float64, n), make([]float64, n)
 					for i := range x {
@@ -496,11 +497,11 @@ func testCopyView(e *env) {
 // exactly.
 func testReduce(e *env) {
 	shapes := [][3]int{{1, 1, 1}, {3, 7, 1}, {2, 1025, 1}, {1000, 5, 1}, {3, 4099, 1}, {5, 33, 7}, {1, 4099, 3}, {7, 1, 33},
-		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}}
+		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}, {37, 784, 1}, {5, 36, 1}, {9, 8, 1}}
 	ops := []struct {
 		op   tensor.ReduceOp
 		name string
-	}{{tensor.ReduceSum, "Sum"}, {tensor.ReduceMax, "Max"}, {tensor.ReduceMin, "Min"}, {tensor.ReduceArgmax, "Argmax"}, {tensor.ReduceArgmin, "Argmin"}}
+	}{{tensor.ReduceSum, "Sum"}, {tensor.ReduceMax, "Max"}, {tensor.ReduceMin, "Min"}, {tensor.ReduceArgmax, "Argmax"}, {tensor.ReduceArgmin, "Argmin"}, {tensor.ReduceMean, "Mean"}}
 	for _, o := range ops {
 		for _, s := range shapes {
 			outer, n, inner := s[0], s[1], s[2]
@@ -513,7 +514,7 @@ func testReduce(e *env) {
 				}
 				e.tcase("%s [%d,%d,%d] accumulate=%v", o.name, outer, n, inner, acc)(func() {
 					x := e.grid(outer * n * inner) // ties
-					if o.op == tensor.ReduceSum {
+					if o.op == tensor.ReduceSum || o.op == tensor.ReduceMean {
 						x = e.normal(len(x), 1)
 						for i := range x {
 							x[i] += 0.25
@@ -555,6 +556,8 @@ func testReduce(e *env) {
 									wantF[r] += float64(d0[r])
 									bound[r] += math.Abs(float64(d0[r]))
 								}
+							case tensor.ReduceMean:
+								wantF[r], bound[r] = sum/float64(n), abs/float64(n)
 							case tensor.ReduceMax, tensor.ReduceMin:
 								wantF[r] = best
 							default:
@@ -562,6 +565,7 @@ func testReduce(e *env) {
 							}
 						}
 					}
+					e.alignRows(n)
 					xb := e.in("x", x)
 					if o.op == tensor.ReduceArgmax || o.op == tensor.ReduceArgmin {
 						dst := e.i32("dst", fillI(m, -5), false)
@@ -577,7 +581,7 @@ func testReduce(e *env) {
 					}
 					e.b.Reduce(o.op, dst.win, xb, outer, n, inner, acc)
 					tol := tolAcc
-					if o.op != tensor.ReduceSum {
+					if o.op != tensor.ReduceSum && o.op != tensor.ReduceMean {
 						tol = 0
 					}
 					e.nearNaN(o.name, dims(outer, inner), e.getF(dst), wantF, bound, tol)

@@ -8,13 +8,21 @@ import (
 )
 
 // softmaxShapes are [outer, n, inner] views: rows (inner 1) short and long
-// (one warp, several, more than a block; rows of up to 128 and of 129 to
-// 512 are held in registers on the GPU, 256 and 300 fill such rows
-// exactly and partly), columns (inner > 1) and a single element.
+// (one warp, several, more than a block; rows of up to 512, or of up to
+// 1024 a multiple of 4, are held in registers on the GPU, 256 and 300 fill
+// such rows exactly and partly; rows of a multiple of 4 go in groups of
+// four, 16-byte aligned when they are a multiple of 8 here, see alignRows),
+// columns (inner > 1) and a single element.
 // underflowBound, times tolAcc, is 2e-38, above the smallest normal float32.
 const underflowBound = 2e-33
 
-var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {4, 256, 1}, {3, 300, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5}}
+var softmaxShapes = [][3]int{{1, 1, 1}, {7, 10, 1}, {3, 1000, 1}, {64, 33, 1}, {2, 4099, 1}, {4, 256, 1}, {3, 300, 1}, {5, 7, 3}, {2, 33, 257}, {1, 2, 1000}, {9, 1, 5},
+	{6, 96, 1}, {5, 100, 1}, {3, 384, 1}, {2, 772, 1}, {2, 1024, 1}, {2, 1028, 1}, {2, 2048, 1}}
+
+// alignRows makes the current case's buffers 16-byte aligned when rows of
+// n are a multiple of 8 long, so that a device's aligned path is tested;
+// others lie anywhere.
+func (e *env) alignRows(n int) { e.aligned16 = n%8 == 0 }
 
 // refSoftmax is softmax (or log-softmax) of x [outer, n, inner] over the
 // middle axis in float64, with each element's error bound: a float32
@@ -63,6 +71,7 @@ func testSoftmax(e *env) {
 				e.tcase("outer=%d n=%d inner=%d log=%v spread=%g", outer, n, inner, log, spread)(func() {
 					x := e.uniform(outer*n*inner, -spread, spread)
 					want, bound := refSoftmax(x, outer, n, inner, log)
+					e.alignRows(n)
 					y := e.nanOut("y", len(x))
 					e.b.Softmax(y.win, e.in("x", x), outer, n, inner, log)
 					e.near("Softmax", dims(outer, n, inner), e.getF(y), want, bound, tolAcc)
@@ -137,7 +146,7 @@ func testSoftmaxBackward(e *env) {
 // causalSoftmaxShapes are [batch, t, n] causal score matrices: more keys
 // than queries, fewer (the last queries keep every key), rows held in
 // registers on the GPU (n ≤ 512) and longer ones.
-var causalSoftmaxShapes = [][3]int{{3, 5, 6}, {2, 7, 4}, {1, 1, 1}, {2, 64, 256}, {1, 40, 600}}
+var causalSoftmaxShapes = [][3]int{{3, 5, 6}, {2, 7, 4}, {1, 1, 1}, {2, 64, 256}, {1, 40, 600}, {2, 9, 12}, {1, 30, 1100}}
 
 // CausalSoftmax against refSoftmax of each row's kept scores (tolAcc of
 // its bounds) with exact zeros after them, and bit for bit against the
@@ -165,6 +174,7 @@ func testCausalSoftmax(e *env) {
 						masked[r*n+j] = float32(math.Inf(-1))
 					}
 				}
+				e.alignRows(n)
 				y := e.nanOut("y", len(x))
 				cs.CausalSoftmax(y.win, e.in("x", x), rows, t, n)
 				got := e.getF(y)

@@ -76,7 +76,16 @@ type env struct {
 	op   string // the subtest (operation) name
 	ctx  string // the current case (sizes, flags)
 	live []*dbuf
+	// aligned16 puts every buffer alloc makes 16-byte aligned, as a
+	// tensor's memory is, for the cases of a kernel with a four-at-a-time
+	// path (alignedOdd).
+	aligned16 bool
 }
+
+// alignedOdd makes the current case's buffers 16-byte aligned when n is
+// odd (the four-at-a-time path of a device, and its tail), anywhere
+// otherwise; tcase resets it after the case.
+func (e *env) alignedOdd(n int) { e.aligned16 = n%2 == 1 }
 
 // subtest runs body as subtest name of t with its own env. A panic (a
 // backend crash, an index out of range) is reported as a failure of the
@@ -113,7 +122,7 @@ func (e *env) tcase(format string, args ...any) func(func()) {
 		body()
 		e.verify()
 		e.freeAll()
-		e.ctx = ""
+		e.ctx, e.aligned16 = "", false
 	}
 }
 
@@ -127,7 +136,11 @@ type dbuf struct {
 }
 
 func (e *env) alloc(name string, n int, dt tensor.DType) *dbuf {
-	return e.allocPre(name, n, dt, 1+e.rng.IntN(7))
+	pre := 1 + e.rng.IntN(7)
+	if e.aligned16 {
+		pre = 4
+	}
+	return e.allocPre(name, n, dt, pre)
 }
 
 // allocPre is alloc with the window pre elements into its allocation:
@@ -149,7 +162,11 @@ func (e *env) allocPre(name string, n int, dt tensor.DType, pre int) *dbuf {
 
 // f32 puts data on the device; konst marks an input.
 func (e *env) f32(name string, data []float32, konst bool) *dbuf {
-	return e.f32Pre(name, data, konst, 1+e.rng.IntN(7))
+	pre := 1 + e.rng.IntN(7)
+	if e.aligned16 {
+		pre = 4
+	}
+	return e.f32Pre(name, data, konst, pre)
 }
 
 // f32Pre is f32 with the window pre elements into its allocation.
