@@ -47,6 +47,7 @@ var kernelFiles = []string{
 	"kernels/xent.cu",
 	"kernels/augment.cu",
 	"kernels/cast.cu",
+	"kernels/attention.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -72,6 +73,10 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
 		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
 		"kernels/augment.cu", "kernels/cast.cu"}},
+	// The fused attention, which draws random.cu's dropout bits: its own
+	// unit, compiled beside the others (random.cu's kernels, found twice,
+	// are taken from the unit above).
+	{files: []string{"kernels/common.cu", "kernels/random.cu", "kernels/attention.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

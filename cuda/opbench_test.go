@@ -150,6 +150,33 @@ func TestGPUOpBench(t *testing.T) {
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
+// composedAttention is the backend without its fused attention, for the
+// rows of the composed attention (products, softmax, dropout) on the same
+// device.
+type composedAttention struct{ *Backend }
+
+func (composedAttention) AttentionSupported(d, dv int) bool { return false }
+
+// attnDropoutCase is the GPT's causal attention with dropout 0.2, under
+// bfloat16 autocast when autocast, composed of the core operators when
+// composed (else the fused kernels where the backend has them).
+func attnDropoutCase(suffix string, gen tensor.RandomSource, autocast, composed bool) opCase {
+	attnFwd := float64(2 * gptB * gptHeads * gptT * gptT * (gptWidth / gptHeads))
+	return opCase{op: "ScaledDotProductAttention", shape: shapeName(gptQKV) + " causal dropout 0.2" + suffix, fwdFlops: attnFwd, bwdFlops: 2.5 * attnFwd,
+		setup: func(b tensor.Backend, rng *rand.Rand) (func(*tensor.Scope) *tensor.Tensor, []*tensor.Tensor) {
+			if cb, ok := b.(*Backend); ok && composed {
+				b = composedAttention{cb}
+			}
+			q, k, v := benchUniform(b, rng, true, gptQKV...), benchUniform(b, rng, true, gptQKV...), benchUniform(b, rng, true, gptQKV...)
+			return func(s *tensor.Scope) *tensor.Tensor {
+				if autocast {
+					s.SetAutocast(tensor.BFloat16)
+				}
+				return tensor.ScaledDotProductAttentionDropout(s.Borrow(q), s.Borrow(k), s.Borrow(v), true, 0, 0.2, gen)
+			}, []*tensor.Tensor{q, k, v}
+		}}
+}
+
 // runOpCase times one case and pass and frees everything it made. An
 // operation's panic (a missing kernel, a shape it refuses, out of memory)
 // is returned, so that the other cases still run.
@@ -449,6 +476,10 @@ func opCases() []opCase {
 					return tensor.ScaledDotProductAttention(s.Borrow(q), s.Borrow(k), s.Borrow(v), true, 0)
 				}, []*tensor.Tensor{q, k, v}
 			}},
+		attnDropoutCase("", gen, false, false),
+		attnDropoutCase(" composed", gen, false, true),
+		attnDropoutCase(" autocast bf16", gen, true, false),
+		attnDropoutCase(" autocast bf16 composed", gen, true, true),
 		opCase{op: "MatMul", shape: fmt.Sprintf("[%d,%d]x[%d,%d]", gptRows, gptWidth, gptWidth, gptQKVOut), fwdFlops: 2 * m * n * k, bwdFlops: 4 * m * n * k,
 			setup: func(b tensor.Backend, rng *rand.Rand) (func(*tensor.Scope) *tensor.Tensor, []*tensor.Tensor) {
 				x, w := benchUniform(b, rng, true, gptRows, gptWidth), benchUniform(b, rng, true, gptWidth, gptQKVOut)

@@ -85,6 +85,17 @@ func TestRecordedAttentionAndLosses(t *testing.T) {
 	for _, causal := range []bool{false, true} {
 		tensor.Sum(tensor.ScaledDotProductAttention(q, k, v, causal, 0)).Backward()
 	}
+	// The fused attention (D 16), with dropout from either generator.
+	fq, fk, fv := param(2, 3, 5, 16), param(2, 3, 6, 16), param(2, 3, 6, 16)
+	dg := tensor.NewDeviceGenerator(b, 1)
+	defer dg.Release()
+	for _, gen := range []tensor.RandomSource{nil, tensor.NewGenerator(1), dg} {
+		if gen == nil {
+			tensor.Sum(tensor.ScaledDotProductAttention(fq, fk, fv, true, 0)).Backward()
+			continue
+		}
+		tensor.Sum(tensor.ScaledDotProductAttentionDropout(fq, fk, fv, true, 0, 0.2, gen)).Backward()
+	}
 	a, w := param(2, 1, 4, 5), param(3, 5, 6)
 	tensor.Sum(tensor.BatchMatMul(a, w)).Backward()
 	tensor.Sum(tensor.BatchMatMul(param(5), w)).Backward()

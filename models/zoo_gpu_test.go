@@ -35,6 +35,8 @@ import (
 // (autocast: products and convolutions in bfloat16, float32 sums);
 // EMBER_ZOO_TF32=1 is EMBER_ZOO_PRECISION=tf32. EMBER_ZOO_GRAPH=0
 // launches every step eagerly instead of replaying a captured CUDA graph.
+// EMBER_ZOO_ATTENTION=composed hides the backend's fused attention, so that
+// attention is composed of products, softmax and dropout (to compare).
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -84,10 +86,23 @@ func TestZooGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			runs[name](t, &zooEnv{b: b, gpu: b, sizes: sizes, precision: prec})
+			var be tensor.Backend = b
+			switch a := os.Getenv("EMBER_ZOO_ATTENTION"); a {
+			case "", "fused":
+			case "composed":
+				be = zooComposedAttention{b}
+			default:
+				t.Fatalf("EMBER_ZOO_ATTENTION=%q; want fused or composed", a)
+			}
+			runs[name](t, &zooEnv{b: be, gpu: b, sizes: sizes, precision: prec})
 		})
 	}
 }
+
+// zooComposedAttention is the GPU backend without its fused attention.
+type zooComposedAttention struct{ *cuda.Backend }
+
+func (zooComposedAttention) AttentionSupported(d, dv int) bool { return false }
 
 // zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
 // statistics) or, for the smoke test of this harness, on the CPU.

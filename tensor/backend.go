@@ -258,16 +258,17 @@ type SGDStep struct {
 //     FusedBackend, NormBackend, PoolBackend, ClassLossBackend,
 //     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
 //     DropoutBackend, AugmentBackend, LowPrecisionBackend,
-//     LowPrecisionConvBackend): the operation
-//     that looks for one says what it runs without it (composed core
-//     operations, or the CPU backend's kernel on host copies; average and
-//     adaptive pooling, augmentation and autocast refuse a backend without
-//     theirs by name).
+//     LowPrecisionConvBackend, AttentionBackend): the operation that looks
+//     for one says what it runs without it (composed core operations, or
+//     the CPU backend's kernel on host copies; average and adaptive
+//     pooling, augmentation and autocast refuse a backend without theirs
+//     by name).
 //
 // So a new backend implements this interface, passes tensortest.RunBackend
 // and tensortest.RunAutograd, and then runs every model; the optional
 // interfaces are where it gets its speed. The CPU backend (this package)
-// and the CUDA backend (package cuda) implement everything;
+// and the CUDA backend (package cuda) implement everything (but the CPU
+// composes attention: AttentionBackend is the CUDA backend's);
 // tensortest.CoreOnly hides all but the core, which is how the fallbacks
 // are tested.
 //

@@ -228,42 +228,60 @@ func linearLeading(x, w, b *Tensor) *Tensor {
 // dropout: softmax(scale·q·kᵀ + mask)·v for q [B, H, T, D], k [B, H, S, D]
 // and v [B, H, S, Dv] (any matching batch dimensions in front), where scale
 // 0 means 1/√D and causal masks the keys after each query (s > t, torch's
-// is_causal: the lower-left triangle of [T, S] is kept). It is composed of
+// is_causal: the lower-left triangle of [T, S] is kept).
+//
+// On an AttentionBackend that takes the head dimensions it is one fused
+// kernel that never stores the [T, S] weights (the backward pass recomputes
+// them from each row's log-sum-exp). Elsewhere it is composed of
 // BatchMatMul and Softmax, whose backward pass gives the masked scores no
-// gradient (their probability is 0). The causal mask is a backend's
-// CausalSoftmax where it has one (no mask tensor; the masked scores are
-// not read), else a [T, S] matrix of 0 and -Inf, broadcast over the batch,
-// that the product of the scores adds to (beta 1). kᵀ is a transposed
-// view: nothing is copied.
+// gradient (their probability is 0): the causal mask is a backend's
+// CausalSoftmax where it has one (no mask tensor; the masked scores are not
+// read), else a [T, S] matrix of 0 and -Inf, broadcast over the batch, that
+// the product of the scores adds to (beta 1). kᵀ is a transposed view:
+// nothing is copied.
 func ScaledDotProductAttention(q, k, v *Tensor, causal bool, scale float32) *Tensor {
-	return attention(q, k, v, causal, scale, nil)
+	return attention(q, k, v, causal, scale, 0, nil)
 }
 
 // ScaledDotProductAttentionDropout is ScaledDotProductAttention with
 // dropout of probability p on the attention weights (torch's dropout_p,
 // which it applies in training only: pass p = 0 in evaluation), drawn from
-// gen. The weights are softmax(scale·q·kᵀ + mask) before the dropout.
+// gen. The weights are softmax(scale·q·kᵀ + mask) before the dropout. The
+// fused and the composed attention draw the same mask (Dropout's, over the
+// [B, H, T, S] weights) and advance gen alike.
 func ScaledDotProductAttentionDropout(q, k, v *Tensor, causal bool, scale, p float32, gen RandomSource) *Tensor {
-	if p == 0 {
-		return attention(q, k, v, causal, scale, nil)
+	if !(p >= 0 && p <= 1) {
+		panic(fmt.Sprintf("tensor: ScaledDotProductAttentionDropout probability %v outside [0, 1]", p))
 	}
-	return attention(q, k, v, causal, scale, func(w *Tensor) *Tensor { return Dropout(w, p, true, gen) })
+	if p > 0 && gen == nil {
+		panic("tensor: ScaledDotProductAttentionDropout with probability > 0 needs a RandomSource, got nil")
+	}
+	return attention(q, k, v, causal, scale, p, gen)
 }
 
-// attention is ScaledDotProductAttention, with drop (when not nil) applied
-// to the attention weights before they weigh v.
-func attention(q, k, v *Tensor, causal bool, scale float32, drop func(*Tensor) *Tensor) *Tensor {
-	if drop == nil {
-		drop = func(w *Tensor) *Tensor { return w }
-	}
+// attention is ScaledDotProductAttention with dropout of probability p
+// (none when 0) drawn from gen applied to the attention weights before
+// they weigh v.
+func attention(q, k, v *Tensor, causal bool, scale, p float32, gen RandomSource) *Tensor {
 	rq, rk, rv := len(q.shape), len(k.shape), len(v.shape)
 	if rq < 2 || rk != rq || rv != rq || q.shape[rq-1] != k.shape[rk-1] || k.shape[rk-2] != v.shape[rv-2] ||
 		!sameShape(q.shape[:rq-2], k.shape[:rk-2]) || !sameShape(q.shape[:rq-2], v.shape[:rv-2]) {
 		panic(fmt.Sprintf("tensor: ScaledDotProductAttention of q %v, k %v, v %v; want [..., T, D], [..., S, D], [..., S, Dv]", q.shape, k.shape, v.shape))
 	}
-	t, sk, d := q.shape[rq-2], k.shape[rk-2], q.shape[rq-1]
+	sameBackend(q, k)
+	sameBackend(q, v)
+	t, sk, d, dv := q.shape[rq-2], k.shape[rk-2], q.shape[rq-1], v.shape[rv-1]
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	heads := numel(q.shape[:rq-2])
+	// p = 1 drops everything without a draw (Dropout's zeros): composed.
+	if ab, ok := q.st.b.(AttentionBackend); ok && heads > 0 && t > 0 && sk > 0 && p < 1 && ab.AttentionSupported(d, dv) {
+		return attentionFused(ab, q, k, v, AttentionShape{Heads: heads, T: t, S: sk, D: d, Causal: causal, Scale: scale}, p, gen)
+	}
+	drop := func(w *Tensor) *Tensor { return w }
+	if p > 0 {
+		drop = func(w *Tensor) *Tensor { return Dropout(w, p, true, gen) }
 	}
 	if cs, ok := q.st.b.(CausalSoftmaxBackend); ok && causal && sk > 0 {
 		scores := batchMatMul(q, k.Transpose(rk-2, rk-1), scale, nil)
@@ -284,6 +302,44 @@ func attention(q, k, v *Tensor, causal bool, scale float32, drop func(*Tensor) *
 		mask.Release()
 	}
 	return BatchMatMul(drop(Softmax(scores, -1)), v)
+}
+
+// attentionFused is attention as ab's fused kernels: the output and each
+// row's log-sum-exp forward, the three gradients from them backward. With
+// dropout (0 < p < 1) the draw takes gen's next (Heads·T·S+3)/4 blocks, as
+// Dropout over the weights would; a DeviceGenerator's (seed, offset) are
+// copied on the device for the backward pass.
+func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p float32, gen RandomSource) *Tensor {
+	q, k, v = q.Contiguous(), k.Contiguous(), v.Contiguous()
+	be := q.st.b
+	s := scopeOf(q, k, v)
+	drop := AttentionDropout{Keep: 1, Scale: 1}
+	var saved *Tensor // a DeviceGenerator's state at the draw
+	if p > 0 {
+		drop, saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
+		drop.Keep, drop.Scale = 1-p, 1/(1-p)
+	}
+	outShape := append(q.Shape()[:len(q.shape)-1], v.shape[len(v.shape)-1])
+	out := Empty(be, s, outShape...)
+	lse := Empty(be, s, sh.Heads, sh.T)
+	ab.AttentionForward(out.buffer(), lse.buffer(), q.buffer(), k.buffer(), v.buffer(), sh, drop)
+	record(out, "attention", func(g *Tensor, e *engine) {
+		dq := Empty(be, e.scopeFor(q), q.shape...)
+		dk := Empty(be, e.scopeFor(k), k.shape...)
+		dv := Empty(be, e.scopeFor(v), v.shape...)
+		ab.AttentionBackward(dq.buffer(), dk.buffer(), dv.buffer(), q.buffer(), k.buffer(), v.buffer(),
+			out.buffer(), lse.buffer(), g.buffer(), sh, drop)
+		e.give(q, dq)
+		e.give(k, dk)
+		e.give(v, dv)
+	}, q, k, v)
+	if out.node == nil { // no backward pass will read them
+		lse.Release()
+		if saved != nil {
+			saved.Release()
+		}
+	}
+	return out
 }
 
 // causalSoftmax is Softmax over the last axis of scores [..., t, S] with

@@ -57,6 +57,11 @@ type RandomSource interface {
 	// dropout is b's Dropout (or DropoutAt) at the source's next draw,
 	// and advances the source past it.
 	dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32)
+	// attentionDraw reserves the draw of n attention weights for ab's fused
+	// attention and advances the source past it; saved, when not nil, is
+	// the device copy of the draw's state that drop reads (the caller
+	// releases it).
+	attentionDraw(ab AttentionBackend, b Backend, s *Scope, n int) (drop AttentionDropout, saved *Tensor)
 }
 
 func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
@@ -65,6 +70,10 @@ func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float3
 
 func (g *Generator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
 	b.Dropout(y, mask, x, g.seed, g.take(x.Len), keep, scale)
+}
+
+func (g *Generator) attentionDraw(_ AttentionBackend, _ Backend, _ *Scope, n int) (AttentionDropout, *Tensor) {
+	return AttentionDropout{Seed: g.seed, Offset: g.take(n)}, nil
 }
 
 // DeviceGenerator is a Generator whose seed and offset live in four int32
@@ -108,6 +117,12 @@ func (g *DeviceGenerator) fill(b Backend, dst Buffer, dist Distribution, lo, hi 
 
 func (g *DeviceGenerator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
 	b.DropoutAt(y, mask, x, g.state.buffer(), keep, scale)
+}
+
+func (g *DeviceGenerator) attentionDraw(ab AttentionBackend, b Backend, s *Scope, n int) (AttentionDropout, *Tensor) {
+	saved := EmptyOf(b, s, Int32, 4)
+	ab.AttentionTakeState(saved.buffer(), g.state.buffer(), uint64(n+3)/4)
+	return AttentionDropout{State: saved.buffer()}, saved
 }
 
 func randomTensor(b Backend, s *Scope, gen RandomSource, dist Distribution, lo, hi float32, shape []int) *Tensor {

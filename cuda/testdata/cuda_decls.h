@@ -22,6 +22,8 @@ __device__ float __shfl_down_sync(unsigned, float, int);
 __device__ float __shfl_sync(unsigned, float, int);
 __device__ float expf(float);
 __device__ float logf(float);
+__device__ float exp2f(float);
+__device__ float log2f(float);
 __device__ float sqrtf(float);
 __device__ double exp(double);
 __device__ double log(double);

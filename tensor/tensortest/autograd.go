@@ -783,6 +783,7 @@ func autogradCases() []agCase {
 	cases = append(cases, indexAutogradCases()...)
 	cases = append(cases, lossAutogradCases()...)
 	cases = append(cases, matmulAutogradCases()...)
+	cases = append(cases, attentionCases()...)
 	cases = append(cases, convGeneralAutogradCases()...)
 	cases = append(cases, poolAutogradCases()...)
 	cases = append(cases, randomCases()...)

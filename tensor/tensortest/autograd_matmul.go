@@ -33,6 +33,31 @@ func matmulAutogradCases() []agCase {
 	}
 }
 
+// attentionCases: ScaledDotProductAttention[Dropout] at head dimensions
+// that a fused attention kernel takes (16, 32, 64), with query and key
+// counts that are not multiples of any tile, causal or not, dropout on and
+// off from a Generator and a DeviceGenerator; on a GPU they compare the
+// fused kernels with the CPU's composed operators (the same dropout bits).
+// The small ones also check the float64 reference against central
+// differences; the larger ones rest on it. Sums of at most ~130 terms:
+// tolAG.
+func attentionCases() []agCase {
+	return []agCase{
+		sdpaFullCase([]int{1, 1}, 19, 21, 16, 16, true, 0, 0, false, true),
+		sdpaFullCase([]int{1, 1}, 19, 21, 16, 16, false, 0.3, 0, false, true),
+		sdpaFullCase([]int{2}, 70, 45, 16, 16, true, 0, 0, false, false),
+		sdpaFullCase([]int{2}, 45, 70, 16, 16, true, 0, 0, false, false),
+		sdpaFullCase([]int{3}, 33, 40, 32, 32, false, 0, 0, false, false),
+		sdpaFullCase([]int{1, 2}, 65, 65, 64, 64, true, 0, 0, false, false),
+		sdpaFullCase([]int{1, 1}, 19, 21, 16, 16, true, 0, 0.3, false, true),
+		sdpaFullCase([]int{2, 2}, 37, 29, 16, 16, false, 0, 0.5, false, false),
+		sdpaFullCase([]int{2, 2}, 37, 29, 16, 16, true, 0, 0.2, true, false),
+		sdpaFullCase([]int{1, 2}, 130, 130, 64, 64, true, 0, 0.2, false, false),
+		sdpaFullCase([]int{1, 2}, 130, 130, 64, 64, true, 0, 0.2, true, false),
+		sdpaFullCase([]int{2, 2}, 5, 6, 4, 3, true, 0, 0.3, false, true),
+	}
+}
+
 // bmmShapes pads the operand shapes as torch.matmul does: a 1-D a is a row
 // and a 1-D b a column; it returns the batch of the product.
 func bmmShapes(as, bs []int) (ap, bp, batch []int) {
@@ -163,7 +188,8 @@ func linearNDCase(name string, xs []int) agCase {
 // sdpa64 is attention in float64 on [bh, t, d] queries, [bh, s, d] keys
 // and [bh, s, dv] values: softmax(scale·q·kᵀ, causal keys after the query
 // excluded)·v, and, given the output gradient g, the gradients of q, k, v.
-func sdpa64(q, k, v, g []float64, bh, t, s, d, dv int, causal bool, scale float64) (out, dq, dk, dv64 []float64) {
+// mask, when not nil, multiplies the weights [bh, t, s] (dropout).
+func sdpa64(q, k, v, g, mask []float64, bh, t, s, d, dv int, causal bool, scale float64) (out, dq, dk, dv64 []float64) {
 	out, dq, dk, dv64 = make([]float64, bh*t*dv), make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
 	p, dp := make([]float64, s), make([]float64, s)
 	for h := 0; h < bh; h++ {
@@ -191,12 +217,17 @@ func sdpa64(q, k, v, g []float64, bh, t, s, d, dv int, causal bool, scale float6
 			sum := 0.0 // Σ_j p_j·dp_j
 			for j := 0; j < keys; j++ {
 				p[j] /= z
+				mj := 1.0
+				if mask != nil {
+					mj = mask[(h*t+i)*s+j]
+				}
 				dp[j] = 0
 				for e := 0; e < dv; e++ {
-					out[(h*t+i)*dv+e] += p[j] * V[j*dv+e]
-					dv64[(h*s+j)*dv+e] += p[j] * G[e]
+					out[(h*t+i)*dv+e] += p[j] * mj * V[j*dv+e]
+					dv64[(h*s+j)*dv+e] += p[j] * mj * G[e]
 					dp[j] += G[e] * V[j*dv+e]
 				}
+				dp[j] *= mj
 				sum += p[j] * dp[j]
 			}
 			for j := 0; j < keys; j++ {
@@ -212,28 +243,76 @@ func sdpa64(q, k, v, g []float64, bh, t, s, d, dv int, causal bool, scale float6
 }
 
 // sdpaCase is ScaledDotProductAttention on q [2, 2, 5, 4], k [2, 2, 6, 4],
-// v [2, 2, 6, 3] (scale 0: 1/√4). Its reference gradients are themselves
-// checked against central differences of sdpa64's loss Σ out·g (float64,
-// step 1e-6: truncation and rounding errors near 1e-10, far below the
-// 1e-6 allowed); a mismatch panics, failing the case.
+// v [2, 2, 6, 3] (scale 0: 1/√4), its reference checked against central
+// differences.
 func sdpaCase(causal bool, scale float32) agCase {
-	const bh, t, s, d, dv = 4, 5, 6, 4, 3
+	return sdpaFullCase([]int{2, 2}, 5, 6, 4, 3, causal, scale, 0, false, true)
+}
+
+// sdpaFullCase is ScaledDotProductAttention on q [batch..., t, d], k
+// [batch..., s, d], v [batch..., s, dv], with dropout of probability p on
+// the weights (from a Generator of dropoutSeed, or a DeviceGenerator when
+// device) when p > 0. The draw must advance the generator by the blocks of
+// the [batch..., t, s] weights, as Dropout over them does. With fd the
+// reference gradients are themselves checked against central differences
+// of sdpa64's loss Σ out·g (float64, step 1e-6: truncation and rounding
+// errors near 1e-10, far below the 1e-6 allowed); a mismatch panics,
+// failing the case.
+func sdpaFullCase(batch []int, t, s, d, dv int, causal bool, scale, p float32, device, fd bool) agCase {
+	bh := 1
+	for _, n := range batch {
+		bh *= n
+	}
+	shape := func(rows, cols int) []int { return append(append([]int(nil), batch...), rows, cols) }
+	name := fmt.Sprintf("ScaledDotProductAttention/%v T %d S %d D %d Dv %d causal %v scale %g", batch, t, s, d, dv, causal, scale)
+	if p > 0 {
+		gen := "Generator"
+		if device {
+			gen = "DeviceGenerator"
+		}
+		name += fmt.Sprintf(" dropout %g %s", p, gen)
+	}
+	blocks := uint64(bh*t*s+3) / 4
 	return agCase{
-		name:   fmt.Sprintf("ScaledDotProductAttention/causal %v scale %g", causal, scale),
-		inputs: []agInput{in(true, 2, 2, t, d), in(true, 2, 2, s, d), in(true, 2, 2, s, dv)}, tol: tolAG,
+		name:   name,
+		inputs: []agInput{in(true, shape(t, d)...), in(true, shape(s, d)...), in(true, shape(s, dv)...)}, tol: tolAG,
 		fwd: func(x []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
-			return tensor.ScaledDotProductAttention(x[0], x[1], x[2], causal, scale)
+			if p == 0 {
+				return tensor.ScaledDotProductAttention(x[0], x[1], x[2], causal, scale)
+			}
+			if device {
+				dg := tensor.NewDeviceGenerator(x[0].Backend(), dropoutSeed)
+				defer dg.Release()
+				y := tensor.ScaledDotProductAttentionDropout(x[0], x[1], x[2], causal, scale, p, dg)
+				if _, off := dg.SeedOffset(); off != blocks {
+					panic(fmt.Sprintf("device generator offset %d after attention dropout; want %d", off, blocks))
+				}
+				return y
+			}
+			gen := tensor.NewGenerator(dropoutSeed)
+			y := tensor.ScaledDotProductAttentionDropout(x[0], x[1], x[2], causal, scale, p, gen)
+			if off := gen.Offset(); off != blocks {
+				panic(fmt.Sprintf("generator offset %d after attention dropout; want %d", off, blocks))
+			}
+			return y
 		},
 		ref: func(x [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
 			sc := float64(scale)
 			if sc == 0 {
-				sc = 1 / math.Sqrt(d)
+				sc = 1 / math.Sqrt(float64(d))
+			}
+			var mask []float64
+			if p > 0 {
+				mask = refDropoutMask(dropoutSeed, bh*t*s, p)
 			}
 			ins, g64 := [][]float64{f64(x[0]), f64(x[1]), f64(x[2])}, f64(g)
-			out, dq, dk, dvv := sdpa64(ins[0], ins[1], ins[2], g64, bh, t, s, d, dv, causal, sc)
+			out, dq, dk, dvv := sdpa64(ins[0], ins[1], ins[2], g64, mask, bh, t, s, d, dv, causal, sc)
 			grads := [][]float64{dq, dk, dvv}
+			if !fd {
+				return out, grads
+			}
 			loss := func() float64 {
-				o, _, _, _ := sdpa64(ins[0], ins[1], ins[2], g64, bh, t, s, d, dv, causal, sc)
+				o, _, _, _ := sdpa64(ins[0], ins[1], ins[2], g64, mask, bh, t, s, d, dv, causal, sc)
 				l := 0.0
 				for i, v := range o {
 					l += v * g64[i]

@@ -1,0 +1,95 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Tile sizes of kernels/attention.cu: the forward takes 64 queries per
+// block of 256 threads, the two backward kernels 32 queries (dQ) or 32
+// keys (dK, dV) per block of 128.
+const (
+	attnFwdRows, attnFwdThreads = 64, 256
+	attnBwdRows, attnBwdThreads = 32, 128
+)
+
+// AttentionSupported reports the head dimensions of the fused kernels
+// (tensor.AttentionBackend): D = Dv in {16, 32, 64}. Other heads take the
+// composed attention.
+func (b *Backend) AttentionSupported(d, dv int) bool {
+	return d == dv && (d == 16 || d == 32 || d == 64)
+}
+
+// attnArgs checks a fused attention's buffers and returns the trailing
+// kernel arguments shared by the three kernels (sizes, mask, scale,
+// dropout).
+func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.AttentionDropout, bufs map[string]tensor.Buffer) []any {
+	if sh.Heads < 1 || sh.T < 1 || sh.S < 1 || !b.AttentionSupported(sh.D, sh.D) {
+		panic(fmt.Sprintf("cuda: %s of %d heads, T %d, S %d, D %d", op, sh.Heads, sh.T, sh.S, sh.D))
+	}
+	if int64(sh.Heads)*int64((max(sh.T, sh.S)+attnBwdRows-1)/attnBwdRows) > 1<<31-1 {
+		panic(fmt.Sprintf("cuda: %s of %d heads, T %d, S %d: too many blocks for one grid", op, sh.Heads, sh.T, sh.S))
+	}
+	if !(drop.Keep > 0 && drop.Keep <= 1) {
+		panic(fmt.Sprintf("cuda: %s: dropout keep probability %v outside (0, 1]", op, drop.Keep))
+	}
+	sizes := map[string]int{
+		"q": sh.Heads * sh.T * sh.D, "out": sh.Heads * sh.T * sh.D, "dout": sh.Heads * sh.T * sh.D, "dq": sh.Heads * sh.T * sh.D,
+		"k": sh.Heads * sh.S * sh.D, "v": sh.Heads * sh.S * sh.D, "dk": sh.Heads * sh.S * sh.D, "dv": sh.Heads * sh.S * sh.D,
+		"lse": sh.Heads * sh.T,
+	}
+	for name, buf := range bufs {
+		if buf.Len != sizes[name] {
+			panic(fmt.Sprintf("cuda: %s: %s has %d elements, want %d", op, name, buf.Len, sizes[name]))
+		}
+	}
+	var state uintptr
+	if drop.Keep < 1 && !drop.State.Empty() {
+		need(op, "dropout state", drop.State, 4)
+		state = b.i32(op, drop.State)
+	}
+	return []any{int32(sh.Heads), int32(sh.T), int32(sh.S), flag(sh.Causal), sh.Scale, drop.Keep, drop.Scale,
+		state, int64(drop.Seed), int64(drop.Offset)}
+}
+
+// AttentionForward runs ember_attention_fwd_dD: a block per 64 queries of
+// a head, the heaviest causal tiles first.
+func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
+	const op = "attention"
+	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"out": out, "lse": lse, "q": q, "k": k, "v": v})
+	args := append([]any{b.f32(op, out), b.f32(op, lse), b.f32(op, q), b.f32(op, k), b.f32(op, v)}, tail...)
+	grid := (sh.T + attnFwdRows - 1) / attnFwdRows * sh.Heads
+	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_fwd_d%d", sh.D)), grid, attnFwdThreads, args...)
+}
+
+// AttentionBackward runs ember_attention_dq_dD (which also leaves each
+// row's Σ dO·O in a workspace) and then ember_attention_dkv_dD.
+func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
+	const op = "attention_backward"
+	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"dq": dq, "dk": dk, "dv": dv, "q": q, "k": k, "v": v,
+		"out": out, "lse": lse, "dout": dout})
+	ws := b.workspace(op, 4*sh.Heads*sh.T)
+	defer b.release(ws)
+	delta := uintptr(ws.Ptr())
+	pq, pk, pv, pl, pg := b.f32(op, q), b.f32(op, k), b.f32(op, v), b.f32(op, lse), b.f32(op, dout)
+	args := append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...)
+	grid := (sh.T + attnBwdRows - 1) / attnBwdRows * sh.Heads
+	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dq_d%d", sh.D)), grid, attnBwdThreads, args...)
+	args = append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...)
+	grid = (sh.S + attnBwdRows - 1) / attnBwdRows * sh.Heads
+	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dkv_d%d", sh.D)), grid, attnBwdThreads, args...)
+}
+
+// AttentionTakeState copies a device generator's state into saved and
+// advances it (one thread, ordered on the stream before the attention
+// kernels that read saved), so that a captured graph draws new weights on
+// every replay.
+func (b *Backend) AttentionTakeState(saved, state tensor.Buffer, blocks uint64) {
+	const op = "attention_take_state"
+	need(op, "saved", saved, 4)
+	need(op, "state", state, 4)
+	b.launchGrid(op, b.kernel("ember_attention_take_state"), 1, 32, b.i32(op, saved), b.i32(op, state), int64(blocks))
+}
+
+var _ tensor.AttentionBackend = (*Backend)(nil)
