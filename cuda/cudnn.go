@@ -10,7 +10,8 @@ import (
 // cuDNN bindings (libcudnn.so.9): the legacy convolution API, which cuDNN 9
 // keeps in libcudnn_cnn.so.9 and exports through the libcudnn.so.9 shim.
 // Only what the convolution path needs (conv_cudnn.go) is bound: the handle,
-// 4-D NCHW float32 tensor and filter descriptors, 2-D convolution
+// 4-D float32 (NCHW) and bfloat16 (NCHW or NHWC) tensor and filter
+// descriptors, 2-D convolution
 // descriptors with groups, dilation and a math type, the three convolution
 // functions with their workspace sizes, and the Get_v7 (heuristic) and
 // FindEx (measured) algorithm searches.
