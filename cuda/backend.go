@@ -41,6 +41,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -75,6 +76,15 @@ type BackendOptions struct {
 	// NoLinearTiled sends linear layers of up to 256 rows through cuBLAS
 	// and separate bias, ReLU and mask passes (linear.go).
 	NoLinearTiled bool
+	// LinearLt sends linear layers of more than 256 rows through cuBLASLt,
+	// the bias, ReLU and bias gradient in its products' epilogues
+	// (linear_lt.go), instead of cuBLAS and separate passes. Off by
+	// default until the GPU benchmark has measured it
+	// (TestGPULinearPathsBench, docs/performance.md).
+	LinearLt bool
+	// LinearLtEverywhere sends every linear layer cuBLASLt takes to it,
+	// the small ones too (for comparisons).
+	LinearLtEverywhere bool
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
@@ -98,25 +108,36 @@ type BackendOptions struct {
 	// default (os.UserCacheDir()/ember/kernels), "off" nowhere, anything
 	// else a directory (driver.KernelCacheFor).
 	KernelCache string
+	// KernelLog, when not nil, gets one line per kernel unit as it becomes
+	// ready (compiled or read from the cache) with the seconds it took:
+	// what a cold start spends where (kernels_load.go).
+	KernelLog io.Writer
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or
-// "cublas", and EMBER_KERNEL_CACHE (a directory, or "off") sets
-// KernelCache where opt leaves it empty. The library itself reads no
+// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere,
+// EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
+// EMBER_KERNEL_CACHE (a directory, or "off") sets KernelCache where opt
+// leaves it empty, and EMBER_KERNEL_LOG=1 sends KernelLog to standard
+// error. The library itself reads no
 // variable: commands and tests call this.
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
 	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
+	opt.LinearLt = opt.LinearLt || os.Getenv("EMBER_LINEAR_LT") == "1"
+	opt.LinearLtEverywhere = opt.LinearLtEverywhere || os.Getenv("EMBER_LINEAR_LT") == "all"
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
 		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
+	}
+	if opt.KernelLog == nil && os.Getenv("EMBER_KERNEL_LOG") == "1" {
+		opt.KernelLog = os.Stderr
 	}
 	switch v := os.Getenv("EMBER_CUBLAS_WORKSPACE"); v {
 	case "":
@@ -142,8 +163,9 @@ type Backend struct {
 	stream Stream
 	blas   *BLAS
 	alloc  *Allocator
-	mods   []*Module            // one per kernel unit (kernels.go)
-	fns    map[string]*Function // every kernel, by its extern "C" name
+	kl     *kernelLoader        // compiles the kernel units on demand (kernels_load.go); nil in tests that load every kernel
+	fnMu   sync.RWMutex         // guards fns
+	fns    map[string]*Function // the kernels of the units compiled so far, by extern "C" name
 	x      executor             // where device work goes: the GPU, or a recorder in tests
 	name   string
 
@@ -154,15 +176,19 @@ type Backend struct {
 	closed        atomic.Bool
 
 	opt           BackendOptions
-	noConvRT      bool      // no register-tiled convolution kernels (conv_rt.go)
-	noLinearTiled bool      // no tiled linear kernels (linear.go)
-	noNarrow      bool      // no narrow-layer kernels (narrow.go)
-	noClusters    bool      // split sums of linear.cu without clusters even on sm_90 (tests)
-	tileCounters  Block     // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
-	side          *sideLane // nil with EMBER_SIDE_STREAM=0
-	dnn           *dnnConvs // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
-	dnnErr        error     // why dnn is nil
-	dnnEverywhere bool      // every geometry cuDNN takes goes to it (tests, benchmarks)
+	noConvRT      bool         // no register-tiled convolution kernels (conv_rt.go)
+	noLinearTiled bool         // no tiled linear kernels (linear.go)
+	lt            *Lt          // cuBLASLt; nil without it (linear_lt.go)
+	ltErr         error        // why lt is nil
+	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
+	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
+	noNarrow      bool         // no narrow-layer kernels (narrow.go)
+	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
+	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
+	side          *sideLane    // nil with EMBER_SIDE_STREAM=0
+	dnn           *dnnConvs    // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
+	dnnErr        error        // why dnn is nil
+	dnnEverywhere bool         // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
 	gen           generated // generated elementwise kernels (ewk.go)
 }
@@ -213,10 +239,13 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		}
 	}
 	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
-	if b.mods, err = compileKernels(dev); err != nil {
-		return nil, fmt.Errorf("cuda: compiling the backend's kernels: %w", err)
+	if b.kl, err = newKernelLoader(b); err != nil {
+		return nil, err
 	}
-	if b.fns, err = lookupKernels(b.mods); err != nil {
+	for _, i := range prefetchUnits {
+		b.kl.begin(i)
+	}
+	if err = b.kl.wait(eagerUnits...); err != nil {
 		return nil, err
 	}
 	b.alloc = NewAllocator(dev, AllocatorOptions{Limit: opt.MemoryLimit, Expandable: dev.VirtualMemorySupported() && !opt.NoExpandableSegments})
@@ -226,6 +255,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 	if err = b.setBLASWorkspace(); err != nil {
 		return nil, err
 	}
+	b.openLt()
 	if err = b.allocTileCounters(); err != nil {
 		return nil, err
 	}
@@ -262,6 +292,9 @@ func (b *Backend) Close() error {
 	if b.stream != 0 {
 		errs = append(errs, b.dev.Synchronize(b.stream))
 	}
+	if b.lt != nil {
+		errs = append(errs, b.lt.Close())
+	}
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
@@ -273,8 +306,11 @@ func (b *Backend) Close() error {
 		}
 	}
 	errs = append(errs, b.gen.unload()...)
-	for _, m := range b.mods {
-		errs = append(errs, m.Unload())
+	if b.kl != nil {
+		b.kl.settle() // a compile in flight loads its module: wait, then unload it
+		for _, m := range b.kl.modules() {
+			errs = append(errs, m.Unload())
+		}
 	}
 	if b.alloc != nil {
 		errs = append(errs, b.alloc.EmptyCache())
@@ -469,6 +505,8 @@ type gpuExec struct {
 	blas   *BLAS // nil on the side lane's executor
 	stream Stream
 	side   *sideLane
+	lt     *Lt // cuBLASLt, nil without it and on the side lane's executor
+	ltWS   Block
 }
 
 // Every operation on the main stream first joins a detached side task
@@ -530,12 +568,13 @@ func gridFor(n int) Dim3 {
 	return Dim3{X: min(max((n+blockSize-1)/blockSize, 1), maxGrid), Y: 1, Z: 1}
 }
 
-// kernel returns the kernel of that extern "C" name. Operators look their
+// kernel returns the kernel of that extern "C" name, compiling its unit on
+// first use (kernels_load.go). Operators look their
 // kernels up by name, among those the compiled modules hold (lookupKernels:
 // the sources' extern "C" declarations); a name no source defines is a
 // programming error, which TestKernelNamesDefined catches without a GPU.
 func (b *Backend) kernel(name string) *Function {
-	f := b.fns[name]
+	f := b.loaded(name)
 	if f == nil {
 		panic(fmt.Sprintf("cuda: no kernel named %s in the backend's sources", name))
 	}
@@ -544,7 +583,23 @@ func (b *Backend) kernel(name string) *Function {
 
 // hasKernel reports whether the modules hold that kernel: those that need
 // sm_90 (thread block clusters) are compiled out for older devices.
-func (b *Backend) hasKernel(name string) bool { return b.fns[name] != nil }
+func (b *Backend) hasKernel(name string) bool { return b.loaded(name) != nil }
+
+// loaded returns the kernel of that name, compiling its unit first if this
+// is the first use of one of its kernels; nil for a name the unit does not
+// hold.
+func (b *Backend) loaded(name string) *Function {
+	b.fnMu.RLock()
+	f := b.fns[name]
+	b.fnMu.RUnlock()
+	if f == nil && b.kl != nil {
+		b.kl.loadFor(name, name)
+		b.fnMu.RLock()
+		f = b.fns[name]
+		b.fnMu.RUnlock()
+	}
+	return f
+}
 
 // launch runs a 1-D grid-stride kernel over n elements; nothing when n is 0.
 func (b *Backend) launch(op string, f *Function, n int, args ...any) {

@@ -61,7 +61,10 @@
 //
 // Backend (backend.go) implements tensor.Backend with the kernels of
 // kernels/*.cu, compiled by NVRTC as a few translation units (kernels.go),
-// and cuBLAS for large products. No table lists the kernels: the operators
+// each on first use of one of its kernels (the core unit in NewBackend,
+// the general one in the background: kernels_load.go), so that a cold
+// start compiles only what the model launches; and cuBLAS for large
+// products. No table lists the kernels: the operators
 // look each up by its extern "C" name among those the compiled modules
 // hold, and a test checks every name against the sources' declarations.
 // BackendOptions holds every switch (kernel choices, the memory limit, the
@@ -163,6 +166,12 @@
 // bfloat16 A and B and a float32 C with float32 accumulation: the
 // backend's mixed-precision products (cast.go, tensor/autocast.go). The
 // binding is package cuda/driver's (cublas.go).
+//
+// Device.NewLt returns a cuBLASLt handle (cublaslt.go): row-major products
+// with an epilogue (bias, ReLU, GELU, their gradients, the bias gradient)
+// in the same kernel, the algorithm chosen by cuBLASLt's heuristics once
+// per shape. With BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the linear
+// layers of more than 256 rows go through it (linear_lt.go).
 //
 // # cuDNN
 //

@@ -30,6 +30,8 @@ func Open(ordinal int) (*Device, error) {
 // The driver's types, under the names users of package cuda know.
 type (
 	BLAS          = driver.BLAS          // a cuBLAS handle bound to a stream
+	Lt            = driver.Lt            // a cuBLASLt handle with its per-shape plans
+	LtGemm        = driver.LtGemm        // one cuBLASLt product shape and epilogue
 	Dim3          = driver.Dim3          // a grid or block shape
 	Error         = driver.Error         // a failed driver, NVRTC or cuBLAS call
 	Event         = driver.Event         // a recorded CUDA event

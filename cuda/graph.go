@@ -31,6 +31,9 @@ type StepGraph struct {
 // eagerly instead; what f allocated goes back to the general cache once the
 // caller releases it.
 func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
+	if b.kl != nil {
+		b.kl.settle() // no module loads in the background while the stream records
+	}
 	if err := b.Synchronize(); err != nil {
 		return nil, err
 	}

@@ -7,12 +7,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // The CUDA C sources of the backend's kernels, embedded in the binary and
-// compiled when a Backend is made (and cached on disk by KernelCache), as
-// the translation units of kernelUnits.
+// compiled as the translation units of kernelUnits, each when a Backend
+// first needs it (kernels_load.go; cached on disk by KernelCache).
 //
 // No table lists the kernels: their extern "C" declarations are the only
 // list. lookupKernels takes every kernel each module holds (as the driver
@@ -57,7 +56,8 @@ type kernelUnit struct {
 	defines []string
 }
 
-// kernelUnits are compiled concurrently, each into its own module: NVRTC
+// kernelUnits compile into a module each, concurrently when several are
+// needed at once (kernels_load.go says when): NVRTC
 // compiles one program on one thread, and the register-tiled convolutions'
 // unrolled templates are most of the work (one unit of everything took 9.0
 // s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
@@ -112,32 +112,6 @@ func concatKernels(files []string) (string, error) {
 	return b.String(), nil
 }
 
-// compileKernels compiles the units concurrently into one module each.
-func compileKernels(dev *Device) ([]*Module, error) {
-	mods := make([]*Module, len(kernelUnits))
-	errs := make([]error, len(kernelUnits))
-	var wg sync.WaitGroup
-	for i, u := range kernelUnits {
-		wg.Go(func() {
-			src, err := u.source()
-			if err == nil {
-				mods[i], err = dev.Compile(src, u.options()...)
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, m := range mods {
-			if m != nil {
-				m.Unload()
-			}
-		}
-		return nil, err
-	}
-	return mods, nil
-}
-
 // kernelNameRE finds the name of every extern "C" kernel in a source.
 var kernelNameRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:(?:__launch_bounds__|__cluster_dims__)\([^)]*\)\s*)*(\w+)\s*\(`)
 
@@ -150,14 +124,15 @@ func kernelNames(src string) []string {
 	return names
 }
 
-// lookupKernels finds every kernel of every unit in the unit's own module.
+// lookupKernels finds every kernel of every unit of units in the unit's own
+// module, mods[i] for units[i].
 // Where the driver can list a module's kernels, exactly those are looked up
 // (a unit compiled with other definitions, or for an older device, holds
 // fewer than its source names); elsewhere each extern "C" name of the
 // source is tried, and the ones the preprocessor left out are skipped.
-func lookupKernels(mods []*Module) (map[string]*Function, error) {
+func lookupKernels(units []kernelUnit, mods []*Module) (map[string]*Function, error) {
 	fns := map[string]*Function{}
-	for i, u := range kernelUnits {
+	for i, u := range units {
 		names, err := mods[i].FunctionNames()
 		listed := err == nil
 		if errors.Is(err, errNoEnumeration) {

@@ -24,7 +24,10 @@ import (
 //     partial tiles through distributed shared memory (the _cluster
 //     kernels); elsewhere through a workspace and a counter per tile;
 //   - larger batches: cuBLAS, whose larger tiles fill the GPU without
-//     splitting sums, and the bias, ReLU and mask kernels around it.
+//     splitting sums, and the bias, ReLU and mask kernels around it; with
+//     BackendOptions.LinearLt, cuBLASLt with the bias and the ReLU in its
+//     epilogue, and the bias gradient of a layer without ReLU in that of
+//     dw's product (linear_lt.go).
 //
 // EMBER_LINEAR_TILED=0 turns the tiled path off, for comparisons.
 
@@ -177,6 +180,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		// No products: y = ReLU(0 + bias).
 		devCheck(op, b.x.memset32(py, 0, n*out))
 		b.linearEpilogue(op, py, pbias, n, out, relu)
+	case b.ltEverywhere && b.ltLinear(n) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
 	case !relu && smallProduct(n, out, in):
 		b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
 	case b.tiledLinear(n, in, out):
@@ -190,6 +194,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		}
 		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{py, px, pw, pbias,
 			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
+	case b.ltLinear(n) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
 	default:
 		b.matmul(op, py, px, pw, 0, n, out, in, false, true, 1, 0)
 		b.linearEpilogue(op, py, pbias, n, out, relu)
@@ -256,6 +261,9 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 // sizes (fused ones only when apart: the outputs share no memory and no size
 // is 0).
 func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB, apart bool) {
+	if b.ltEverywhere && b.ltLinear(n) {
+		apart = false // the cuBLAS and cuBLASLt products below, for comparisons
+	}
 	switch {
 	case apart && b.narrowGrads(n, in, out):
 		b.linearGradsNarrow(b.x, op, pdx, pdw, pdb, pg, py, px, pw, n, in, out, accX, accW, accB)
@@ -273,6 +281,10 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 		}
 		if pdx != 0 {
 			b.product(op, pdx, pg, pw, n, in, out, false, accX)
+		}
+		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
+			b.weightGradsLt(op, pdw, pdb, pg, px, n, in, out, accW) {
+			pdw, pdb = 0, 0
 		}
 		if pdw != 0 {
 			b.product(op, pdw, pg, px, out, in, n, true, accW)

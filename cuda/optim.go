@@ -21,22 +21,25 @@ func (b *Backend) Adam(p, g, m, v, vmax, s tensor.Buffer, h tensor.AdamStep) {
 		px = b.f32(op, vmax)
 	}
 	b.launch(op, b.kernel("ember_adam"), n, b.f32(op, p), b.f32(op, g), b.f32(op, m), b.f32(op, v), px, b.f32(op, s),
-		int64(n), h.Beta1Weight, h.Beta2, h.OneMinusBeta2, h.Eps, h.WeightDecay, flag(h.AMSGrad), flag(h.ZeroGrad))
+		int64(n), h.Beta2, h.OneMinusBeta2, h.Eps, h.WeightDecay, flag(h.AMSGrad), flag(h.ZeroGrad))
 }
 
-// SGDDeviceLR is SGD with the learning rate read from lr[0] on the device.
-func (b *Backend) SGDDeviceLR(p, g, v, lr tensor.Buffer, h tensor.SGDStep) {
-	const op = "sgd_dev_lr"
+// SGDDevice is SGD with the learning rate, momentum, dampening and weight
+// decay read from s on the device (tensor.SGDLR, ...). Without a momentum
+// buffer v the kernel gets a null pointer: the momentum in s must then be
+// 0, which the kernel cannot check (package optim keeps it so).
+func (b *Backend) SGDDevice(p, g, v, s tensor.Buffer, h tensor.SGDStep) {
+	const op = "sgd_device"
 	n := p.Len
 	need(op, "g", g, n)
-	need(op, "lr", lr, 1)
+	need(op, "s", s, tensor.NumSGDScalars)
 	var pv uintptr
-	if h.Momentum != 0 {
+	if !v.Empty() {
 		need(op, "v", v, n)
 		pv = b.f32(op, v)
 	}
-	b.launch(op, b.kernel("ember_sgd_dev_lr"), n, b.f32(op, p), b.f32(op, g), pv, b.f32(op, lr), int64(n),
-		h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
+	b.launch(op, b.kernel("ember_sgd_device"), n, b.f32(op, p), b.f32(op, g), pv, b.f32(op, s), int64(n),
+		flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 
 // ClipCoef sets norm[0] = ‖g‖ and coef[0] = min(maxNorm/(norm+1e-6), 1) in

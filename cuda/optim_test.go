@@ -24,12 +24,12 @@ func TestRecordedOptim(t *testing.T) {
 		return buf
 	}
 	p, g, m, v, x, s := f(1001), f(1001), f(1001), f(1001), f(1001), f(tensor.NumAdamScalars)
-	h := tensor.AdamStep{Beta1Weight: 0.1, Beta2: 0.999, OneMinusBeta2: 0.001, Eps: 1e-8}
+	h := tensor.AdamStep{Beta2: 0.999, OneMinusBeta2: 0.001, Eps: 1e-8}
 	b.Adam(p, g, m, v, tensor.Buffer{}, s, h)
 	h.AMSGrad, h.ZeroGrad, h.WeightDecay = true, true, 0.01
 	b.Adam(p, g, m, v, x, s, h)
-	b.SGDDeviceLR(p, g, v, s.Slice(0, 1), tensor.SGDStep{Momentum: 0.9, Nesterov: true})
-	b.SGDDeviceLR(p, g, tensor.Buffer{}, s.Slice(0, 1), tensor.SGDStep{ZeroGrad: true})
+	b.SGDDevice(p, g, v, s.Slice(0, tensor.NumSGDScalars), tensor.SGDStep{Nesterov: true})
+	b.SGDDevice(p, g, tensor.Buffer{}, s.Slice(0, tensor.NumSGDScalars), tensor.SGDStep{ZeroGrad: true})
 	b.ClipCoef(s.Slice(0, 1), s.Slice(1, 1), g, 1)
 	b.ClipCoef(s.Slice(0, 1), s.Slice(1, 1), f(300007), 1) // several partial blocks
 	b.ClipCoef(s.Slice(0, 1), s.Slice(1, 1), f(0), 1)
@@ -63,14 +63,22 @@ func TestRecordedOptim(t *testing.T) {
 	sgd.SetLR(0.05)
 	rec.reset()
 	sgd.StepAndZeroGrad()
-	if rec.launches["ember_sgd_dev_lr"] != 1 || rec.kernelLaunches() != 1 || rec.copies != 0 {
-		t.Errorf("SGD step after SetLR: launches %v, %d copies; want one ember_sgd_dev_lr, no copy", rec.launches, rec.copies)
+	if rec.launches["ember_sgd_device"] != 1 || rec.kernelLaunches() != 1 || rec.copies != 0 {
+		t.Errorf("SGD step after SetLR: launches %v, %d copies; want one ember_sgd_device, no copy", rec.launches, rec.copies)
 	}
 	sgd.SetLR(0.01) // a new rate: one upload, then kernels only
 	rec.reset()
 	sgd.Step()
-	if rec.launches["ember_sgd_dev_lr"] != 1 || rec.copies != 0 {
+	if rec.launches["ember_sgd_device"] != 1 || rec.copies != 0 {
 		t.Errorf("SGD step after a second SetLR: launches %v, %d copies", rec.launches, rec.copies)
+	}
+	if err := sgd.SetMomentum(0.85); err != nil { // a cycled momentum: the same, kernels only
+		t.Fatal(err)
+	}
+	rec.reset()
+	sgd.Step()
+	if rec.launches["ember_sgd_device"] != 1 || rec.kernelLaunches() != 1 || rec.copies != 0 {
+		t.Errorf("SGD step after SetMomentum: launches %v, %d copies; want one ember_sgd_device, no copy", rec.launches, rec.copies)
 	}
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)

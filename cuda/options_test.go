@@ -71,3 +71,18 @@ func TestNoEnvironmentInLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsFromEnvLinearLt maps EMBER_LINEAR_LT: "1" is cuBLASLt above
+// 256 rows, "all" for every layer, anything else neither.
+func TestOptionsFromEnvLinearLt(t *testing.T) {
+	for _, c := range []struct {
+		v              string
+		lt, everywhere bool
+	}{{"1", true, false}, {"all", false, true}, {"0", false, false}, {"", false, false}} {
+		t.Setenv("EMBER_LINEAR_LT", c.v)
+		opt, err := OptionsFromEnv(BackendOptions{})
+		if err != nil || opt.LinearLt != c.lt || opt.LinearLtEverywhere != c.everywhere {
+			t.Errorf("EMBER_LINEAR_LT=%q: LinearLt %v, LinearLtEverywhere %v, %v; want %v, %v", c.v, opt.LinearLt, opt.LinearLtEverywhere, err, c.lt, c.everywhere)
+		}
+	}
+}

@@ -48,7 +48,7 @@ func DefaultAdamWConfig() AdamConfig {
 //
 // Parameters, gradients and both moments are packed into one buffer each,
 // so that a step is one backend call per parameter group. The per-step
-// values (lr/(1 - beta1^t), √(1 - beta2^t), 1 - lr·wd) are computed on the
+// values (lr/(1 - beta1^t), √(1 - beta2^t), 1 - lr·wd, 1 - beta1) are computed on the
 // host in double precision, as torch does, and uploaded to a small device
 // buffer that the update kernels read: a step captured as a CUDA graph
 // replays with the current learning rate and bias corrections as long as
@@ -129,6 +129,19 @@ func (a *Adam) SetGroupLR(i int, lr float64) {
 	a.prepared = 0
 }
 
+// SetMomentum sets beta1, what torch's OneCycleLR cycles for Adam in
+// place of SGD's momentum (the bias correction 1 - beta1^t then uses the
+// current beta1, as torch's). It is a device scalar like the learning
+// rate: a captured step replays with it after Prepare.
+func (a *Adam) SetMomentum(beta1 float64) error {
+	if !(beta1 >= 0 && beta1 < 1) {
+		return fmt.Errorf("optim: Adam: beta1 %g outside [0, 1)", beta1)
+	}
+	a.cfg.Beta1 = beta1
+	a.prepared = 0
+	return nil
+}
+
 // LR is the learning rate of the first group.
 func (a *Adam) LR() float64 { return a.groups[0].LR }
 
@@ -152,6 +165,7 @@ func (a *Adam) Prepare() {
 		if a.decoupled {
 			s[tensor.AdamDecay] = float32(1 - g.LR*g.WeightDecay)
 		}
+		s[tensor.AdamBeta1Weight] = float32(1 - a.cfg.Beta1)
 	}
 	a.scalars.CopyFrom(a.host)
 	a.prepared = a.steps + 1
@@ -179,7 +193,7 @@ func (a *Adam) step(zeroGrad bool) {
 			continue
 		}
 		h := tensor.AdamStep{
-			Beta1Weight: float32(1 - a.cfg.Beta1), Beta2: float32(a.cfg.Beta2), OneMinusBeta2: float32(1 - a.cfg.Beta2),
+			Beta2: float32(a.cfg.Beta2), OneMinusBeta2: float32(1 - a.cfg.Beta2),
 			Eps: float32(a.cfg.Eps), AMSGrad: a.cfg.AMSGrad, ZeroGrad: zeroGrad,
 		}
 		if !a.decoupled {

@@ -202,3 +202,32 @@ func TestAdamWDecayGroups(t *testing.T) {
 		}
 	}
 }
+
+// A cycled beta1 (OneCycleLR's momentum for Adam, SetMomentum) takes
+// effect through the device scalars, as torch's OneCycleLR on Adam: step 2
+// lerps with 1 − 0.85 and corrects by 1 − 0.85², the current beta1.
+// lr 0.1, p0 = 1, gradients 0.5 then −1 (TestAdamTorchSemantics's plain
+// case, whose first step is unchanged).
+func TestAdamCycledBeta1(t *testing.T) {
+	sq := math.Sqrt
+	p := param(1)
+	opt, err := optim.NewAdam([]nn.Parameter{{Name: "p", Tensor: p}}, optim.AdamConfig{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Release()
+	var got []float64
+	for i, g := range []float32{0.5, -1} {
+		if err := opt.SetMomentum([]float64{0.9, 0.85}[i]); err != nil {
+			t.Fatal(err)
+		}
+		p.Grad().CopyFrom([]float32{g})
+		opt.Step()
+		got = append(got, float64(p.Item()))
+	}
+	const lr = 0.1
+	p1 := 1 - (lr/(1-0.9))*0.05/(sq(2.5e-4)/sq(0.001)+1e-8)
+	m2 := 0.05 + 0.15*(-1-0.05)
+	p2 := p1 - (lr/(1-0.85*0.85))*m2/(sq(0.00124975)/sq(0.001999)+1e-8)
+	check(t, "adam with beta1 0.9 then 0.85", got, []float64{p1, p2})
+}

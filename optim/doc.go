@@ -17,15 +17,20 @@
 // Per-step values on the device. A CUDA graph replays the launches it
 // captured with their arguments frozen, so anything that changes from step
 // to step must be read from device memory. Adam's kernels read the step
-// size lr/(1 - beta1^t), √(1 - beta2^t) and AdamW's 1 - lr·wd from a small
-// device buffer that Prepare computes (in double, as torch) and uploads;
-// Step calls Prepare itself when it has not run for the coming step. SGD
-// takes its learning rate as a launch argument by default (LeNet's path,
-// unchanged); SetLR, which schedules use, moves it to a one-element device
-// buffer, uploaded only when it changes. A loop that replays a captured
-// step therefore does, per step:
+// size lr/(1 - beta1^t), √(1 - beta2^t), AdamW's 1 - lr·wd and 1 - beta1
+// from a small device buffer that Prepare computes (in double, as torch)
+// and uploads; Step calls Prepare itself when it has not run for the
+// coming step. SGD takes its hyper-parameters as launch arguments by
+// default (LeNet's path, unchanged); SetLR or SetMomentum (what schedules
+// call), SetDampening and SetWeightDecay move the learning rate, momentum,
+// dampening and weight decay to a four-value device buffer, uploaded only
+// when one changes. A one-cycle schedule's momentum (OneCycleLR with
+// CycleMomentum: SGD's momentum, Adam's beta1) thus reaches a replayed
+// step as its learning rate does. A loop that replays a captured step
+// therefore does, per step:
 //
 //	opt.SetLR(schedule.LR(step)) // host side; nothing is queued for Adam yet
+//	opt.SetMomentum(m)           // likewise, with a cycled momentum
 //	opt.Prepare()                // one small upload, before the replay
 //	graph.Replay()
 //	opt.Replayed()               // count the step

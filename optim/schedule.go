@@ -115,9 +115,10 @@ func (s Sequential) LR(step int) float64 {
 // falls to MaxLR/DivFactor/FinalDivFactor (or, ThreePhase, back to the
 // initial rate and then to the minimum), each phase by a half cosine (or a
 // straight line with AnnealLinear). Momentum gives the cycled momentum
-// (between MaxMomentum and BaseMomentum, the other way round); applying it
-// is the caller's: SGD's Momentum field can be set before a step, but
-// Adam's beta1 is a launch argument, so cycling it defeats a captured step.
+// (between MaxMomentum and BaseMomentum, the other way round); with
+// CycleMomentum (torch's cycle_momentum) the trainer applies it before
+// every step through the optimiser's SetMomentum (SGD's momentum, Adam's
+// beta1), a device scalar, so that a captured step replays with it.
 // NewOneCycleLR sets torch's defaults.
 type OneCycleLR struct {
 	MaxLR                     float64
@@ -126,15 +127,39 @@ type OneCycleLR struct {
 	DivFactor, FinalDivFactor float64
 	ThreePhase                bool
 	AnnealLinear              bool
+	CycleMomentum             bool
 	BaseMomentum, MaxMomentum float64
+}
+
+// MomentumSchedule is a Schedule that may also set the momentum (SGD's
+// momentum, Adam's beta1) of each step.
+type MomentumSchedule interface {
+	Schedule
+	// MomentumAt is the momentum of a 0-based step; false when the
+	// schedule leaves the momentum alone.
+	MomentumAt(step int) (float64, bool)
+}
+
+// MomentumSetter is an optimiser whose momentum a MomentumSchedule can set
+// between steps, captured ones included: SGD and Adam (beta1).
+type MomentumSetter interface {
+	SetMomentum(m float64) error
+}
+
+// MomentumAt is Momentum(step) when CycleMomentum is set.
+func (s OneCycleLR) MomentumAt(step int) (float64, bool) {
+	if !s.CycleMomentum {
+		return 0, false
+	}
+	return s.Momentum(step), true
 }
 
 // NewOneCycleLR is OneCycleLR with torch's defaults: pct_start 0.3, cosine
 // annealing, div_factor 25, final_div_factor 1e4, two phases, momentum
-// between 0.85 and 0.95.
+// cycled between 0.85 and 0.95.
 func NewOneCycleLR(maxLR float64, totalSteps int) OneCycleLR {
 	return OneCycleLR{MaxLR: maxLR, TotalSteps: totalSteps, PctStart: 0.3, DivFactor: 25, FinalDivFactor: 1e4,
-		BaseMomentum: 0.85, MaxMomentum: 0.95}
+		CycleMomentum: true, BaseMomentum: 0.85, MaxMomentum: 0.95}
 }
 
 // oneCyclePhase is a phase of OneCycleLR: it ends at step end (a float, as

@@ -36,7 +36,7 @@ type SGD struct {
 	flatG    *tensor.Tensor
 	momentum *tensor.Tensor
 	steps    int
-	lrDev    *deviceLR // nil: the learning rate goes with each launch (sgd_device.go)
+	dev      *deviceSGD // nil: the hyper-parameters go with each launch (sgd_device.go)
 }
 
 // NewSGD prepares an optimiser for the parameters (all on one device). A
@@ -106,9 +106,9 @@ func (s *SGD) Release() {
 		s.momentum.Release()
 		s.momentum = nil
 	}
-	if s.lrDev != nil {
-		s.lrDev.buf.Release()
-		s.lrDev = nil
+	if s.dev != nil {
+		s.dev.buf.Release()
+		s.dev = nil
 	}
 }
 
@@ -135,8 +135,8 @@ func (s *SGD) step(zeroGrad bool) {
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
 		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(), ZeroGrad: zeroGrad,
 	}
-	if s.lrDev != nil {
-		s.stepDeviceLR(v, h)
+	if s.dev != nil {
+		s.stepDevice(v, h)
 	} else {
 		tensor.Complete(s.flatP.Backend()).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 	}

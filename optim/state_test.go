@@ -3,6 +3,7 @@ package optim_test
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ember-ml/ember/nn"
@@ -130,4 +131,92 @@ func TestSGDDeviceLRMatchesHost(t *testing.T) {
 	}
 	host, dev := run(false), run(true)
 	bitsEqual(t, "SGD with the device learning rate", dev, host)
+}
+
+// A one-cycle schedule through SetLR and SetMomentum (the device-scalar
+// path, which a captured step replays) gives bit for bit the weights of the
+// host path, where the fields are assigned before each launch: torch's
+// OneCycleLR with cycle_momentum on torch.optim.SGD, the rate rising and
+// falling while the momentum falls and rises.
+func TestSGDOneCycleDeviceMatchesHost(t *testing.T) {
+	const steps = 12
+	sched := optim.NewOneCycleLR(0.2, steps)
+	sched.PctStart, sched.AnnealLinear = 0.25, true
+	run := func(device bool) []float32 {
+		l := nn.NewLinear(tensor.CPU, nil, 3, 2)
+		opt, err := optim.NewSGD(l.Parameters(), optim.SGDConfig{LR: 0.2, Momentum: 0.9, WeightDecay: 5e-4, Nesterov: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Release()
+		x := tensor.FromFloat32(tensor.CPU, nil, []float32{1, -2, 3, 0.5, 0, -1}, 2, 3)
+		seen := map[float64]bool{}
+		for step := range steps {
+			m, ok := sched.MomentumAt(step)
+			if !ok {
+				t.Fatal("NewOneCycleLR does not cycle the momentum")
+			}
+			seen[m] = true
+			if device {
+				opt.SetLR(sched.LR(step))
+				if err := opt.SetMomentum(m); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				opt.LR, opt.Momentum = sched.LR(step), m
+			}
+			tensor.Sum(l.Forward(x)).Backward()
+			opt.StepAndZeroGrad()
+		}
+		if len(seen) < steps/2 {
+			t.Fatalf("the schedule used %d momenta over %d steps; want it to change them", len(seen), steps)
+		}
+		return append(l.Weight.Float32s(), l.Bias.Float32s()...)
+	}
+	host, dev := run(false), run(true)
+	bitsEqual(t, "SGD under OneCycleLR with device scalars", dev, host)
+}
+
+// SetMomentum refuses what the step could not apply: a momentum on an SGD
+// built without a momentum buffer, a negative or NaN one, zero with
+// nesterov; and Adam's beta1 outside [0, 1).
+func TestSetMomentumErrors(t *testing.T) {
+	l := nn.NewLinear(tensor.CPU, nil, 3, 2)
+	plain, err := optim.NewSGD(l.Parameters(), optim.SGDConfig{LR: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.SetMomentum(0.9); err == nil || !strings.Contains(err.Error(), "without momentum") {
+		t.Errorf("SetMomentum(0.9) on an SGD without momentum: %v", err)
+	}
+	if err := plain.SetMomentum(0); err != nil {
+		t.Errorf("SetMomentum(0) on an SGD without momentum: %v", err)
+	}
+	plain.Release()
+	nest, err := optim.NewSGD(l.Parameters(), optim.SGDConfig{LR: 0.1, Momentum: 0.9, Nesterov: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []float64{-0.1, math.NaN(), 0} {
+		if err := nest.SetMomentum(m); err == nil {
+			t.Errorf("SetMomentum(%g) with nesterov: no error", m)
+		}
+	}
+	if err := nest.SetDampening(0.1); err == nil {
+		t.Error("SetDampening(0.1) with nesterov: no error")
+	}
+	if err := nest.SetWeightDecay(-1); err == nil {
+		t.Error("SetWeightDecay(-1): no error")
+	}
+	nest.Release()
+	adam, err := optim.NewAdam(l.Parameters(), optim.DefaultAdamConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adam.Release()
+	for _, b := range []float64{1, -0.5, math.NaN()} {
+		if err := adam.SetMomentum(b); err == nil {
+			t.Errorf("Adam SetMomentum(%g): no error", b)
+		}
+	}
 }

@@ -8,25 +8,40 @@ package tensor
 // optimiser writes the coming step's values into that buffer (one Upload,
 // queued before the replay) and the captured kernels pick them up.
 
-// Layout of Adam's per-step device scalars (three float32 per parameter
-// group), written by the optimiser before every step, as torch.optim.Adam
-// computes them on the host in double precision:
+// Layout of Adam's per-step device scalars (NumAdamScalars float32 per
+// parameter group), written by the optimiser before every step, as
+// torch.optim.Adam computes them on the host in double precision:
 //
-//	s[AdamStepSize]  = lr / (1 - beta1^t)
-//	s[AdamBC2Sqrt]   = sqrt(1 - beta2^t)
-//	s[AdamDecay]     = 1 - lr·weight_decay for AdamW (decoupled decay), 1 for Adam
+//	s[AdamStepSize]    = lr / (1 - beta1^t)
+//	s[AdamBC2Sqrt]     = sqrt(1 - beta2^t)
+//	s[AdamDecay]       = 1 - lr·weight_decay for AdamW (decoupled decay), 1 for Adam
+//	s[AdamBeta1Weight] = 1 - beta1, the weight of the gradient in the first
+//	                     moment's lerp (a device value because a one-cycle
+//	                     schedule cycles beta1 as it cycles SGD's momentum)
 //
 // t is the 1-based number of the update.
 const (
 	AdamStepSize = iota
 	AdamBC2Sqrt
 	AdamDecay
+	AdamBeta1Weight
 	NumAdamScalars
 )
 
+// Layout of SGD's device scalars (NumSGDScalars float32), read by
+// OptimBackend.SGDDevice instead of the matching SGDStep fields, so that a
+// schedule may change any of them between replays of a captured step.
+const (
+	SGDLR = iota
+	SGDMomentum
+	SGDDampening
+	SGDWeightDecay
+	NumSGDScalars
+)
+
 // AdamStep holds the hyper-parameters of an Adam or AdamW update that stay
-// fixed from step to step (launch arguments; the per-step values are in the
-// scalars buffer). The differences 1-beta are given as torch computes them
+// fixed from step to step (launch arguments; the per-step values, 1 - beta1
+// among them, are in the scalars buffer). The differences 1-beta are given as torch computes them
 // (in double, then rounded once to float32), not as 1 - float32(beta).
 type AdamStep struct {
 	// Beta1Weight is 1 - beta1, the weight of the gradient in the first
@@ -67,7 +82,7 @@ type OptimBackend interface {
 	//
 	//	p = p·s[AdamDecay]
 	//	d = g + wd·p                      (wd ≠ 0 only for Adam)
-	//	m = lerp(m, d, Beta1Weight)
+	//	m = lerp(m, d, s[AdamBeta1Weight])
 	//	v = v·beta2 + ((1 - beta2)·d)·d
 	//	vmax = max(vmax, v)               (AMSGrad; the denominator uses vmax)
 	//	p = p + (-s[AdamStepSize]·m) / (√v / s[AdamBC2Sqrt] + eps)
@@ -75,9 +90,11 @@ type OptimBackend interface {
 	// lerp(a, b, w) is a + w·(b - a) for |w| < 0.5 and b - (b - a)·(1 - w)
 	// otherwise, as torch.lerp.
 	Adam(p, g, m, v, vmax, s Buffer, h AdamStep)
-	// SGDDeviceLR is SGDBackend.SGD with the learning rate read from lr[0]
-	// instead of h.LR (which is ignored): the same operations otherwise.
-	SGDDeviceLR(p, g, v, lr Buffer, h SGDStep)
+	// SGDDevice is SGDBackend.SGD with the learning rate, momentum,
+	// dampening and weight decay read from s[0:NumSGDScalars] (see SGDLR)
+	// instead of h's fields (which are ignored): the same operations
+	// otherwise. v may be empty only while s[SGDMomentum] is 0.
+	SGDDevice(p, g, v, s Buffer, h SGDStep)
 	// ClipCoef sets norm[0] to the Euclidean norm of g (the squares summed
 	// in double precision) and coef[0] to min(maxNorm / (norm + 1e-6), 1)
 	// as torch.nn.utils.clip_grad_norm_ computes it (a NaN norm gives a NaN

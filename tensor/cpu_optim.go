@@ -23,8 +23,7 @@ func (*cpuBackend) Adam(pb, gb, mb, vb, vmaxb, sb Buffer, h AdamStep) {
 	if len(s) < NumAdamScalars {
 		panic(fmt.Sprintf("tensor: cpu: Adam with %d scalars, need %d", len(s), NumAdamScalars))
 	}
-	stepSize, bc2Sqrt, decay := s[AdamStepSize], s[AdamBC2Sqrt], s[AdamDecay]
-	w := h.Beta1Weight
+	stepSize, bc2Sqrt, decay, w := s[AdamStepSize], s[AdamBC2Sqrt], s[AdamDecay], s[AdamBeta1Weight]
 	for i := range p {
 		pi := p[i] * decay
 		d := g[i]
@@ -51,8 +50,15 @@ func (*cpuBackend) Adam(pb, gb, mb, vb, vmaxb, sb Buffer, h AdamStep) {
 	}
 }
 
-func (c *cpuBackend) SGDDeviceLR(p, g, v, lr Buffer, h SGDStep) {
-	h.LR = f32(lr)[0]
+func (c *cpuBackend) SGDDevice(p, g, v, sb Buffer, h SGDStep) {
+	s := f32(sb)
+	if len(s) < NumSGDScalars {
+		panic(fmt.Sprintf("tensor: cpu: SGD with %d scalars, need %d", len(s), NumSGDScalars))
+	}
+	h.LR, h.Momentum, h.Dampening, h.WeightDecay = s[SGDLR], s[SGDMomentum], s[SGDDampening], s[SGDWeightDecay]
+	if h.Momentum != 0 && v.Len != p.Len {
+		panic(fmt.Sprintf("tensor: cpu: SGD with momentum %g over %d parameters and %d momentum values", h.Momentum, p.Len, v.Len))
+	}
 	c.SGD(p, g, v, h)
 }
 

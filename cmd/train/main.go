@@ -122,7 +122,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.context, "context", 256, "tokens per training window with --dataset text")
 	fs.Float64Var(&o.clipNorm, "clip-grad-norm", 0, "clip the gradients to this global norm before each update (0 = off)")
 	fs.StringVar(&o.optimizer, "optimizer", "sgd", "optimiser: sgd (with --momentum) or adamw (torch's defaults besides --lr)")
-	fs.StringVar(&o.schedule, "schedule", "none", "learning-rate schedule over the whole run: none, onecycle (peak --lr) or cosine (from --lr)")
+	fs.StringVar(&o.schedule, "schedule", "none", "learning-rate schedule over the whole run: none, onecycle (peak --lr; cycles the momentum between 0.95 and 0.85 as torch does) or cosine (from --lr)")
 	fs.BoolVar(&o.augment, "augment", false, "augment on the device: translate by up to 2 pixels and flip horizontally, normalised by the training set's per-channel mean and deviation")
 	fs.BoolVar(&o.nesterov, "nesterov", false, "Nesterov momentum for --optimizer sgd")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "SGD's L2 weight decay (AdamW keeps torch's 0.01, decoupled)")

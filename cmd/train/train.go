@@ -452,9 +452,11 @@ func (t *job) newOptimizer() (trainer.Optimizer, error) {
 	return clippedOptimizer{opt, o.clipNorm}, nil
 }
 
-// gradOptimizer is an optimiser whose gradients are one packed tensor.
+// gradOptimizer is an optimiser whose gradients are one packed tensor
+// and whose momentum a one-cycle schedule sets (SGD's, Adam's beta1).
 type gradOptimizer interface {
 	trainer.Optimizer
+	optim.MomentumSetter
 	Gradients() *tensor.Tensor
 }
 
@@ -478,7 +480,12 @@ func (t *job) schedule() optim.Schedule {
 	total := o.epochs * (t.source.Len() / o.batchSize)
 	switch o.schedule {
 	case "onecycle":
-		return optim.NewOneCycleLR(o.lr, total)
+		// torch's cycle_momentum: SGD's momentum (or AdamW's beta1) goes
+		// 0.95 → 0.85 → 0.95 against the rate; an SGD without momentum
+		// (--momentum 0) keeps none.
+		sched := optim.NewOneCycleLR(o.lr, total)
+		sched.CycleMomentum = o.optimizer == "adamw" || o.momentum != 0
+		return sched
 	case "cosine":
 		return optim.CosineAnnealingLR{BaseLR: o.lr, TMax: total}
 	}

@@ -64,6 +64,10 @@
 // column-major cuBLAS by swapping the operands; SetTF32 enables TF32 tensor
 // core math (off by default: full FP32); GemmBF16 and
 // GemmStridedBatchedBF16 take bfloat16 operands with float32 results.
+// Device.NewLt returns a cuBLASLt handle (cublaslt.go) whose Matmul runs
+// a row-major product with an epilogue (LtEpilogue: bias, ReLU, GELU,
+// their gradients, the bias gradient), the algorithm chosen once per
+// shape (LtGemm) by cuBLASLt's heuristics.
 //
 // # Other libraries
 //

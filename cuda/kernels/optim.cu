@@ -1,12 +1,12 @@
-// optim.cu: the optimisers' fused updates (Adam, AdamW, SGD with a device
-// learning rate) and gradient-norm clipping, reading their per-step scalars
+// optim.cu: the optimisers' fused updates (Adam, AdamW, SGD with device
+// hyper-parameters) and gradient-norm clipping, reading their per-step scalars
 // from device memory so that a captured step replays with the values the
 // optimiser wrote before the replay. Each update mirrors the loop of
 // tensor/cpu_optim.go operation for operation (--fmad=false, IEEE sqrt and
 // division), so that the results equal the CPU backend's bit for bit.
 
-// One Adam/AdamW element; s = [step_size, sqrt(bias_correction2), decay]
-// (tensor.AdamStepSize, ...). w is 1 - beta1, b2 and omb2 are beta2 and
+// One Adam/AdamW element; s = [step_size, sqrt(bias_correction2), decay,
+// 1 - beta1] (tensor.AdamStepSize, ...). w is 1 - beta1, b2 and omb2 are beta2 and
 // 1 - beta2; vmax is read only when amsgrad.
 __device__ __forceinline__ void adam_one(float& p, float& g, float& m, float& v, float* vmax, float stepSize,
                                          float bc2Sqrt, float decay, float w, float b2, float omb2, float eps,
@@ -31,11 +31,11 @@ __device__ __forceinline__ void adam_one(float& p, float& g, float& m, float& v,
     p = pi + (-stepSize * mi) / denom;
 }
 
-// p, g, m, v (and vmax with amsgrad) hold n elements; s three scalars.
+// p, g, m, v (and vmax with amsgrad) hold n elements; s four scalars.
 extern "C" __global__ void ember_adam(float* p, float* g, float* m, float* v, float* vmaxOrNull, const float* s,
-                                      long long n, float w, float b2, float omb2, float eps, float wd, int amsgrad,
+                                      long long n, float b2, float omb2, float eps, float wd, int amsgrad,
                                       int zeroGrad) {
-    const float stepSize = s[0], bc2Sqrt = s[1], decay = s[2];
+    const float stepSize = s[0], bc2Sqrt = s[1], decay = s[2], w = s[3];
     EMBER_LOOP(long long, i, n) {
         float pi = p[i], gi = g[i], mi = m[i], vi = v[i], xi = amsgrad ? vmaxOrNull[i] : 0.0f;
         adam_one(pi, gi, mi, vi, &xi, stepSize, bc2Sqrt, decay, w, b2, omb2, eps, wd, amsgrad);
@@ -47,14 +47,16 @@ extern "C" __global__ void ember_adam(float* p, float* g, float* m, float* v, fl
     }
 }
 
-// ember_sgd_dev_lr is ember_sgd (elementwise.cu) with the learning rate read
-// from lr[0]: the same operations in the same order (torch.optim.SGD's
-// rule; see tensor/cpu.go), v untouched (and possibly null) without
-// momentum.
-extern "C" __global__ void ember_sgd_dev_lr(float* p, float* g, float* v, const float* lr, long long n,
-                                            float momentum, float dampening, float wd, int nesterov, int first,
-                                            int zeroGrad) {
-    const float rate = lr[0], keep = 1.0f - dampening;
+// ember_sgd_device is ember_sgd (elementwise.cu) with the learning rate,
+// momentum, dampening and weight decay read from s = [lr, momentum,
+// dampening, weight_decay] (tensor.SGDLR, ...): the same operations in the
+// same order (torch.optim.SGD's rule; see tensor/cpu.go), v untouched (and
+// possibly null) while the momentum is 0. The branches on the scalars are
+// uniform over the grid.
+extern "C" __global__ void ember_sgd_device(float* p, float* g, float* v, const float* s, long long n, int nesterov,
+                                            int first, int zeroGrad) {
+    const float rate = s[0], momentum = s[1], dampening = s[2], wd = s[3];
+    const float keep = 1.0f - dampening;
     EMBER_LOOP(long long, i, n) {
         float d = g[i];
         const float pi = p[i];

@@ -189,6 +189,12 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		if opt != nil && opt.Steps() > before {
 			opt.Rewind() // counted on the host, never ran
 		}
+		if errors.Is(err, cuda.ErrLoadDuringCapture) {
+			// An older driver: this eager step compiles the kernels, the
+			// next one is captured.
+			s.attempt = true
+			return nil, false, nil
+		}
 		s.reason = "capture failed: " + firstLine(err.Error())
 		s.say("cuda graph: capture failed, launching eagerly: %s", firstLine(err.Error()))
 		return nil, false, nil

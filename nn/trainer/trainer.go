@@ -55,7 +55,9 @@ type Config struct {
 	EvalNote string
 	// Schedule, when not nil, sets the learning rate before every step
 	// from the run's global step count (opt.SetLR, a device scalar, so that
-	// a replayed graph uses it).
+	// a replayed graph uses it), and the momentum too when it is an
+	// optim.MomentumSchedule that cycles it (OneCycleLR: the optimiser's
+	// SetMomentum, also a device scalar).
 	Schedule optim.Schedule
 
 	Epochs int
@@ -337,6 +339,9 @@ func (r *run) loop(ctx context.Context) error {
 			src.Load(perm[i*bs : (i+1)*bs])
 			if c.Schedule != nil {
 				opt.SetLR(c.Schedule.LR(res.GlobalStep))
+				if err := r.setMomentum(res.GlobalStep); err != nil {
+					return err
+				}
 			}
 			loss, err := step.Run(bs)
 			if err != nil {
@@ -415,6 +420,26 @@ func (r *run) loop(ctx context.Context) error {
 		if err := r.save(epoch+1, 0); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// setMomentum applies the schedule's momentum of step, if it sets one.
+func (r *run) setMomentum(step int) error {
+	ms, ok := r.cfg.Schedule.(optim.MomentumSchedule)
+	if !ok {
+		return nil
+	}
+	m, cycles := ms.MomentumAt(step)
+	if !cycles {
+		return nil
+	}
+	set, ok := r.cfg.Optimizer.(optim.MomentumSetter)
+	if !ok {
+		return fmt.Errorf("trainer: the schedule sets the momentum, and the optimiser %T has no SetMomentum", r.cfg.Optimizer)
+	}
+	if err := set.SetMomentum(m); err != nil {
+		return fmt.Errorf("trainer: the schedule's momentum at step %d: %w", step, err)
 	}
 	return nil
 }

@@ -472,3 +472,50 @@ func TestAutocastOption(t *testing.T) {
 		t.Errorf("Autocast int32: error %v, want one naming Autocast", err)
 	}
 }
+
+// Run applies a one-cycle schedule's momentum before every step, as
+// torch's OneCycleLR(cycle_momentum=True): the SGD ends with the
+// schedule's last momentum and the weights differ from a run whose
+// schedule leaves the momentum alone.
+func TestRunCyclesMomentum(t *testing.T) {
+	run := func(cycle bool) (map[string][]float32, float64) {
+		s := newSetup(t, "sgd", 0.05)
+		s.cfg.Epochs = 1
+		total := nTrain / batchSize
+		sched := optim.NewOneCycleLR(0.05, total)
+		sched.CycleMomentum = cycle
+		s.cfg.Schedule = sched
+		if _, err := trainer.Run(context.Background(), s.cfg); err != nil {
+			t.Fatal(err)
+		}
+		return params(s.model), s.cfg.Optimizer.(*optim.SGD).Momentum
+	}
+	cycled, m := run(true)
+	sched := optim.NewOneCycleLR(0.05, nTrain/batchSize)
+	if want := sched.Momentum(nTrain/batchSize - 1); m != want {
+		t.Errorf("momentum after the run %v; want the schedule's last, %v", m, want)
+	}
+	plain, m0 := run(false)
+	if m0 != 0.9 {
+		t.Errorf("momentum %v without cycling; want the configured 0.9", m0)
+	}
+	same := true
+	for k, v := range cycled {
+		for i := range v {
+			same = same && v[i] == plain[k][i]
+		}
+	}
+	if same {
+		t.Error("cycling the momentum left the weights unchanged")
+	}
+	// An SGD without momentum cannot take a cycled one: a clear error.
+	s := newSetup(t, "sgd", 0.05)
+	o, err := optim.NewSGD(nn.Parameters(s.model), optim.SGDConfig{LR: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Optimizer, s.cfg.Schedule = o, optim.NewOneCycleLR(0.05, 100)
+	if _, err := trainer.Run(context.Background(), s.cfg); err == nil || !strings.Contains(err.Error(), "without momentum") {
+		t.Errorf("Run cycling the momentum of an SGD without it: %v", err)
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // The optimiser family (tensor.OptimBackend): the fused Adam/AdamW update,
-// SGD with a device learning rate and the gradient-norm clip coefficient,
+// SGD with device hyper-parameters and the gradient-norm clip coefficient,
 // each against a float64 reference written here. A backend without the
 // interface skips them (package optim then runs the CPU's kernels on host
 // copies).
@@ -30,7 +30,8 @@ type adamCase struct {
 }
 
 // scalars are the per-step values as the optimiser computes them (float64,
-// rounded once): tensor.AdamStepSize, AdamBC2Sqrt, AdamDecay.
+// rounded once): tensor.AdamStepSize, AdamBC2Sqrt, AdamDecay,
+// AdamBeta1Weight.
 func (c adamCase) scalars() []float32 {
 	s := make([]float32, tensor.NumAdamScalars)
 	s[tensor.AdamStepSize] = float32(c.lr / (1 - math.Pow(c.beta1, float64(c.t))))
@@ -39,11 +40,12 @@ func (c adamCase) scalars() []float32 {
 	if c.decoupled {
 		s[tensor.AdamDecay] = float32(1 - c.lr*c.wd)
 	}
+	s[tensor.AdamBeta1Weight] = float32(1 - c.beta1)
 	return s
 }
 
 func (c adamCase) step() tensor.AdamStep {
-	h := tensor.AdamStep{Beta1Weight: float32(1 - c.beta1), Beta2: float32(c.beta2), OneMinusBeta2: float32(1 - c.beta2),
+	h := tensor.AdamStep{Beta2: float32(c.beta2), OneMinusBeta2: float32(1 - c.beta2),
 		Eps: float32(c.eps), AMSGrad: c.amsgrad, ZeroGrad: c.zeroGrad}
 	if !c.decoupled {
 		h.WeightDecay = float32(c.wd)
@@ -58,7 +60,7 @@ func refAdam(p, g, m, v, vmax, s []float32, h tensor.AdamStep) (pn, mn, vn, xn, 
 	pn, mn, vn, xn = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	pB, mB, vB = make([]float64, n), make([]float64, n), make([]float64, n)
 	ss, bc2, decay := float64(s[tensor.AdamStepSize]), float64(s[tensor.AdamBC2Sqrt]), float64(s[tensor.AdamDecay])
-	w, b2, omb2, eps, wd := float64(h.Beta1Weight), float64(h.Beta2), float64(h.OneMinusBeta2), float64(h.Eps), float64(h.WeightDecay)
+	w, b2, omb2, eps, wd := float64(s[tensor.AdamBeta1Weight]), float64(h.Beta2), float64(h.OneMinusBeta2), float64(h.Eps), float64(h.WeightDecay)
 	for i := 0; i < n; i++ {
 		P := float64(p[i]) * decay
 		d := float64(g[i]) + wd*P
@@ -126,10 +128,12 @@ func testAdam(e *env) {
 	}
 }
 
-// testSGDDeviceLR is testSGD's cases with the learning rate in a device
-// buffer and NaN in SGDStep.LR, which must not be read: the same reference
-// (refSGD), the same tolerance.
-func testSGDDeviceLR(e *env) {
+// testSGDDevice is testSGD's cases with the learning rate, momentum,
+// dampening and weight decay in a device buffer and NaN in the matching
+// SGDStep fields, which must not be read: the same reference (refSGD), the
+// same tolerance. The last case keeps a momentum buffer while the device
+// momentum is 0 (a schedule may set it so): the buffer is left alone.
+func testSGDDevice(e *env) {
 	ob := optimBackend(e)
 	hs := []tensor.SGDStep{
 		{LR: 0.1},
@@ -137,16 +141,19 @@ func testSGDDeviceLR(e *env) {
 		{LR: 0.01, Momentum: 0.9, FirstStep: true},
 		{LR: 0.01, Momentum: 0.9, Dampening: 0.1},
 		{LR: 0.01, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4, ZeroGrad: true},
+		{LR: 0.2, Momentum: 0.85, Nesterov: true, WeightDecay: 5e-4},
+		{LR: 0.03, Momentum: 0, Dampening: 0.5},
 	}
 	for _, n := range sizes[:6] {
-		for _, h := range hs {
+		for hi, h := range hs {
 			e.tcase("%s %+v", sizeStr(n), h)(func() {
 				p0, g, v0 := e.normal(n, 1), e.normal(n, 1), e.normal(n, 1)
 				pn, vn, pB, vB := refSGD(p0, g, v0, h)
+				keepV := hi == len(hs)-1 // a buffer the zero momentum must not touch
 				p := e.f32("p", p0, false)
 				var v *dbuf
 				var vb tensor.Buffer
-				if h.Momentum != 0 {
+				if h.Momentum != 0 || keepV {
 					if h.FirstStep {
 						v = e.nanOut("v", n)
 					} else {
@@ -154,17 +161,29 @@ func testSGDDeviceLR(e *env) {
 					}
 					vb = v.win
 				}
+				if keepV {
+					vn, vB = make([]float64, n), make([]float64, n)
+					for i, x := range v0 {
+						vn[i] = float64(x)
+					}
+				}
 				gb := e.f32("g", g, !h.ZeroGrad)
-				lr := e.in("lr", []float32{h.LR})
+				sc := make([]float32, tensor.NumSGDScalars)
+				sc[tensor.SGDLR], sc[tensor.SGDMomentum], sc[tensor.SGDDampening], sc[tensor.SGDWeightDecay] = h.LR, h.Momentum, h.Dampening, h.WeightDecay
+				nan := float32(math.NaN())
 				hNaN := h
-				hNaN.LR = float32(math.NaN())
-				ob.SGDDeviceLR(p.win, gb.win, vb, lr, hNaN)
-				e.near("SGDDeviceLR p", dims(n), e.getF(p), pn, pB, tolElem)
+				hNaN.LR, hNaN.Momentum, hNaN.Dampening, hNaN.WeightDecay = nan, nan, nan, nan
+				ob.SGDDevice(p.win, gb.win, vb, e.in("s", sc), hNaN)
+				e.near("SGDDevice p", dims(n), e.getF(p), pn, pB, tolElem)
 				if h.ZeroGrad {
-					e.near("SGDDeviceLR zeroed gradient", dims(n), e.getF(gb), make([]float64, n), make([]float64, n), 0)
+					e.near("SGDDevice zeroed gradient", dims(n), e.getF(gb), make([]float64, n), make([]float64, n), 0)
 				}
 				if v != nil {
-					e.near("SGDDeviceLR momentum", dims(n), e.getF(v), vn, vB, tolElem)
+					tol := tolElem
+					if keepV {
+						tol = 0 // untouched: the same bits
+					}
+					e.near("SGDDevice momentum", dims(n), e.getF(v), vn, vB, tol)
 				}
 			})
 		}
@@ -218,7 +237,7 @@ func testOptim(e *env) {
 	for _, c := range []struct {
 		name string
 		f    func(*env)
-	}{{"Adam", testAdam}, {"SGDDeviceLR", testSGDDeviceLR}, {"ClipCoef", testClipCoef}} {
+	}{{"Adam", testAdam}, {"SGDDevice", testSGDDevice}, {"ClipCoef", testClipCoef}} {
 		subtest(e.t, e.b, e.seed, c.name, c.f)
 	}
 }

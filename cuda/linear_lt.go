@@ -1,0 +1,133 @@
+package cuda
+
+import (
+	"errors"
+
+	"github.com/ember-ml/ember/cuda/driver"
+)
+
+// Linear layers through cuBLASLt: the product and its epilogue in one
+// kernel. The forward pass takes the bias and the ReLU (LtBias, LtReLUBias)
+// instead of a cuBLAS SGEMM followed by ember_add_bias_relu, which reads
+// and writes y once more; the weight gradient of a layer without ReLU takes
+// the bias gradient (LtBGradA, db = the column sums of g) instead of a
+// separate reduction over g. The products without an epilogue (dx, and dw
+// behind the ReLU's mask, whose pass already sums db) stay on cuBLAS.
+//
+// Which layers: with BackendOptions.LinearLt (EMBER_LINEAR_LT=1) those
+// that go to cuBLAS otherwise, batches above linearTiledRows, the tiled
+// kernels of linear.cu keeping the smaller ones; LinearLtEverywhere
+// (EMBER_LINEAR_LT=all) every layer cuBLASLt takes, for comparisons.
+// Neither is on by default until TestGPULinearPathsBench has measured the
+// paths on the GPU (docs/performance.md).
+//
+// cuBLASLt chooses an algorithm per shape from its heuristics on the
+// shape's first call (host-only work: nothing is queued or waited for,
+// so a first call inside a stream capture is safe), and the choice is kept
+// (driver.Lt). A shape it refuses, or pointers not 16-byte aligned, take
+// the cuBLAS path instead.
+
+// ltExec is an executor that queues cuBLASLt products.
+type ltExec interface {
+	ltMatmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) error
+}
+
+func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) error {
+	if g.lt == nil {
+		return errors.New("cuda: a cuBLASLt product queued on an executor without cuBLASLt")
+	}
+	if err := g.settle(); err != nil {
+		return err
+	}
+	ws, size := uintptr(0), 0
+	if !g.ltWS.IsZero() {
+		ws, size = g.ltWS.Ptr(), g.ltWS.Size()
+	}
+	return g.lt.Matmul(p, alpha, a, b, beta, c, bias, aux, ws, size, g.stream)
+}
+
+// openLt opens cuBLASLt, sharing cuBLAS's workspace (the two queue on the
+// same stream, one after the other). Without it, lt stays nil and ltErr
+// says why: the linear layers keep the cuBLAS path.
+func (b *Backend) openLt() {
+	b.ltEverywhere = b.opt.LinearLtEverywhere
+	if !b.opt.LinearLt && !b.opt.LinearLtEverywhere {
+		b.ltErr = errors.New("cuBLASLt not asked for (BackendOptions.LinearLt, EMBER_LINEAR_LT=1)")
+		return
+	}
+	ws := 0
+	if !b.blasWorkspace.IsZero() {
+		ws = b.blasWorkspace.Size()
+	}
+	lt, err := b.dev.NewLt(ws)
+	if err != nil {
+		b.ltErr = err
+		return
+	}
+	b.lt = lt
+	if g, ok := b.x.(*gpuExec); ok {
+		g.lt, g.ltWS = lt, b.blasWorkspace
+	}
+}
+
+// LtError says why linear layers do not use cuBLASLt (nil when they do).
+func (b *Backend) LtError() error { return b.ltErr }
+
+// ltLinear says whether an n x in x out layer goes to cuBLASLt first.
+func (b *Backend) ltLinear(n int) bool {
+	return b.lt != nil && (b.ltEverywhere || n > linearTiledRows)
+}
+
+// ltRun queues g through cuBLASLt and reports true, or reports false
+// having queued nothing when cuBLASLt cannot take it (no cuBLASLt, the
+// pointers' alignment, no algorithm for the shape).
+func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pc, pbias, paux uintptr) bool {
+	x, ok := b.x.(ltExec)
+	if !ok || b.lt == nil {
+		return false
+	}
+	// The algorithms are chosen for an alignment of the base pointers
+	// (cuBLASLt sees the leading dimensions in the layouts).
+	var or uintptr
+	for _, p := range []uintptr{pa, pb, pc, pbias, paux} {
+		or |= p
+	}
+	switch {
+	case or%256 == 0:
+	case or%16 == 0:
+		g.Align16 = true
+	default:
+		return false
+	}
+	g.TF32 = b.blas.TF32()
+	if b.lt.Prepare(g) != nil {
+		return false
+	}
+	devCheck(op, x.ltMatmul(g, alpha, pa, pb, beta, pc, pbias, paux))
+	b.ltCalls.Add(1)
+	return true
+}
+
+// linearLt queues y [n, out] = x [n, in] · wᵀ (+ bias) (then the ReLU)
+// through cuBLASLt; false when it cannot take the layer.
+func (b *Backend) linearLt(op string, py, px, pw, pbias uintptr, n, in, out int, relu bool) bool {
+	epi := driver.LtDefault
+	switch {
+	case relu && pbias != 0:
+		epi = driver.LtReLUBias
+	case relu:
+		epi = driver.LtReLU
+	case pbias != 0:
+		epi = driver.LtBias
+	}
+	g := LtGemm{TransB: true, M: n, N: out, K: in, LDA: in, LDB: in, LDC: out, Epilogue: epi}
+	return b.ltRun(op, g, 1, px, pw, 0, py, pbias, 0)
+}
+
+// weightGradsLt queues dw [out, in] (+)= gᵀ · x and db [out] = the column
+// sums of g [n, out] in one cuBLASLt product; false when it cannot take it.
+// db is written, never added to.
+func (b *Backend) weightGradsLt(op string, pdw, pdb, pg, px uintptr, n, in, out int, accW bool) bool {
+	g := LtGemm{TransA: true, M: out, N: in, K: n, LDA: out, LDB: in, LDC: in, Epilogue: driver.LtBGradA}
+	return b.ltRun(op, g, 1, pg, px, beta32(accW), pdw, pdb, 0)
+}
