@@ -20,7 +20,7 @@ package cuda
 // results count (CUDNN_FMA_MATH on the descriptor: CUDNN_DEFAULT_MATH lets
 // cuDNN round to TF32 on Ampere and later); with BackendOptions.TF32 any
 // math type does. Workspaces come from the caching allocator, at most
-// cudnnSearchWorkspace bytes.
+// workspaceCap bytes.
 //
 // Bias and ReLU are separate passes: forward add_bias, then relu, after the
 // convolution; backward relu_backward into a workspace (the masked dy)
@@ -31,12 +31,27 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/ember-ml/ember/tensor"
 )
 
 // cudnnSearchWorkspace caps the workspace an algorithm may use (and the
 // searches are given): the FFT algorithms ask for gigabytes at ResNet
-// sizes and are rarely the fastest.
+// sizes and are rarely the fastest. A geometry may have more, twice its
+// input and output (workspaceCap): cuDNN's tensor-core kernels for NCHW
+// transpose both into their workspace (measured: 150 MB at ResNet-9's
+// 28x28 64->128 at batch 512 in bfloat16), and within 256 MiB no TF32
+// backward algorithm of that geometry fitted.
 const cudnnSearchWorkspace = 256 << 20
+
+// workspaceCap is the most workspace an algorithm of g may use.
+func workspaceCap(g convDescGeom) int {
+	size := 4
+	if g.dtype == cudnnDataBFloat16 {
+		size = 2
+	}
+	return max(cudnnSearchWorkspace, 2*size*(g.n*g.c*g.h*g.w+g.n*g.k*g.oh*g.ow))
+}
 
 // errCuDNNOff is the reason cuDNN is not used when an option turned it off.
 var errCuDNNOff = errors.New("cuda: cuDNN turned off (BackendOptions.NoCuDNN, EMBER_CUDNN=0)")
@@ -44,6 +59,7 @@ var errCuDNNOff = errors.New("cuda: cuDNN turned off (BackendOptions.NoCuDNN, EM
 // convPlan is one geometry's descriptors and its algorithm per direction.
 type convPlan struct {
 	descs  convDescs
+	wsCap  int // workspaceCap
 	algo   [dirCount]convAlgo
 	found  [dirCount]bool  // algo was measured and is kept
 	failed [dirCount]error // no algorithm qualifies: this direction takes im2col
@@ -55,7 +71,8 @@ type dnnConvs struct {
 	mu       sync.Mutex
 	n        *DNN
 	plans    map[convDescGeom]*convPlan
-	searches int // FindEx calls made (tests)
+	searches int  // FindEx calls made (tests)
+	lowpNCHW bool // bfloat16 convolutions in NCHW, not NHWC (benchmarks)
 }
 
 func newDNNConvs(n *DNN) *dnnConvs {
@@ -117,7 +134,7 @@ func (b *Backend) descGeom(c convShape) (g convDescGeom, ok bool) {
 	dh, dw := cg.Dilation()
 	return convDescGeom{n: cg.N, c: cg.C, h: cg.H, w: cg.W, k: cg.K, r: cg.R, s: cg.S,
 		strideH: cg.StrideH, strideW: cg.StrideW, padH: cg.PadH, padW: cg.PadW,
-		dilH: dh, dilW: dw, groups: c.groups, oh: c.oh, ow: c.ow}, true
+		dilH: dh, dilW: dw, groups: c.groups, oh: c.oh, ow: c.ow, dtype: cudnnDataFloat}, true
 }
 
 // plan returns g's plan, creating its descriptors on first use. When
@@ -127,7 +144,7 @@ func (s *dnnConvs) plan(g convDescGeom) *convPlan {
 	if p, ok := s.plans[g]; ok {
 		return p
 	}
-	p := &convPlan{}
+	p := &convPlan{wsCap: workspaceCap(g)}
 	err := s.n.with(func() (err error) {
 		p.descs, err = s.n.newConvDescs(g)
 		return err
@@ -156,12 +173,12 @@ func (b *Backend) algoFor(op string, p *convPlan, dir convDirection, p1, p2, p3 
 	if b.capturing.Load() {
 		var a convAlgo
 		err := s.n.with(func() (err error) {
-			a, err = s.n.heuristicAlgo(dir, p.descs, true, cudnnSearchWorkspace)
+			a, err = s.n.heuristicAlgo(dir, p.descs, true, p.wsCap)
 			return err
 		})
 		return a, err == nil
 	}
-	limit := cudnnSearchWorkspace
+	limit := p.wsCap
 	if m := b.opt.MemoryLimit; m > 0 {
 		limit = min(limit, m/8)
 	}
@@ -206,19 +223,30 @@ func (b *Backend) runDNN(op string, p *convPlan, dir convDirection, a convAlgo, 
 }
 
 // Where cuDNN is faster than im2col + cuBLAS, measured on the H200 at
-// ResNet-9's shapes (batch 512, 3x3, deterministic algorithms, fp32;
-// docs/performance.md): the forward pass for output planes of 14x14 and
-// more (0.72-0.88x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
-// neither backward pass (2.6x, 1.3x, 1.5x, 1.8x, 1.6x, 1.6x). Grouped
+// ResNet-9's shapes (batch 512, 3x3, deterministic algorithms;
+// docs/performance.md, "Convolutions in three precisions"). In full FP32
+// (FMA kernels): the forward pass for output planes of 14x14 and more
+// (0.59-0.89x im2col's time; at 7x7 and 3x3 it took 1.3-1.5x), and
+// neither backward pass (1.3-2.5x). With TF32 on tensor cores: every
+// forward pass (0.36-0.67x), and the backward passes of planes from 7x7
+// with at least 64 rows C·R·S (0.45-0.85x); the first layer's (one input
+// channel: 9 rows) took 2.8x and the 3x3 planes' 1.02x. Grouped
 // convolutions go to cuDNN in both directions: im2col runs one GEMM per
 // group.
-const cudnnMinForwardPlane = 14 * 14
+const (
+	cudnnMinForwardPlane  = 14 * 14
+	cudnnTF32MinBackPlane = 7 * 7
+	cudnnTF32MinBackRows  = 64
+)
 
 func (b *Backend) cudnnForward(c convShape) bool {
-	return b.dnnEverywhere || c.groups > 1 || c.oh*c.ow >= cudnnMinForwardPlane
+	return b.dnnEverywhere || c.groups > 1 || c.oh*c.ow >= cudnnMinForwardPlane || b.opt.TF32
 }
 
-func (b *Backend) cudnnBackward(c convShape) bool { return b.dnnEverywhere || c.groups > 1 }
+func (b *Backend) cudnnBackward(c convShape) bool {
+	return b.dnnEverywhere || c.groups > 1 ||
+		(b.opt.TF32 && c.oh*c.ow >= cudnnTF32MinBackPlane && c.crs >= cudnnTF32MinBackRows)
+}
 
 // conv2dCuDNN is Conv2d through cuDNN; false (nothing queued) where cuDNN
 // is not used for c.
@@ -311,3 +339,219 @@ func (s *dnnConvs) describe(g convDescGeom) string {
 	}
 	return out
 }
+
+// ---- bfloat16 (autocast) ----
+
+// Autocast's convolutions (tensor.LowPrecisionConvBackend) run through
+// cuDNN with bfloat16 tensors and float32 sums (CUDNN_DATA_BFLOAT16
+// descriptors, a float32 convolution descriptor: cuDNN's BFLOAT16_CONFIG,
+// which wants x, w and y of one type). The operands are cast as the
+// convolution needs them, fused with a change of layout: x, dy and the
+// filter go to bfloat16 NHWC (KRSC) in one pass each (ember_to_nhwc_bf16,
+// dy masked by the fused ReLU in the same pass), and the results come back
+// to float32 NCHW with the bias and ReLU, or added into dw
+// (ember_from_nhwc_bf16). NHWC because cuDNN's tensor-core kernels read it
+// directly; for NCHW they transpose into their workspace: a forward and
+// backward pass in NCHW took 1.15-1.32x the NHWC time (casts included) at
+// ResNet-9's four middle geometries, 0.97x and 0.95x at its first (one
+// channel) and its 3x3 planes, 1.16x over the whole network
+// (docs/performance.md, "Convolutions in three precisions"). Grouped
+// convolutions keep NCHW. Without cuDNN, or for a
+// geometry it refuses, the convolution stays float32.
+
+// lowpGeom is c as a bfloat16 cuDNN geometry; false where cuDNN does not
+// take it.
+func (b *Backend) lowpGeom(c convShape) (convDescGeom, bool) {
+	g, ok := b.descGeom(c)
+	if !ok {
+		return g, false
+	}
+	g.dtype = cudnnDataBFloat16
+	// The tiled casts run batch (and filter) rows on grid.z.
+	g.nhwc = !b.dnn.lowpNCHW && c.groups == 1 && c.g.N <= maxGridY && c.g.K <= maxGridY
+	return g, true
+}
+
+// ConvLowp reports whether g runs in bfloat16 under autocast: where cuDNN
+// is open, takes g and accepted its descriptors.
+func (b *Backend) ConvLowp(g tensor.ConvGeom) bool {
+	const op = "conv2d_lowp"
+	c := convShapeOf(op, g)
+	if c.yLen == 0 || c.crs == 0 {
+		return false
+	}
+	dg, ok := b.lowpGeom(c)
+	if !ok {
+		return false
+	}
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	return p.failed[dirForward] == nil
+}
+
+// toLowp queues h = bfloat16(src) for src float32 [n, ch, inner], zero
+// where mask (0: none) is not positive, laid out as [n, inner, ch] when
+// nhwc.
+func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc bool) {
+	if !nhwc {
+		b.launch(op, b.kernel("ember_conv_grad_bf16"), n*ch*inner, h, src, mask, int64(n*ch*inner))
+		return
+	}
+	grid := Dim3{X: (inner + 31) / 32, Y: (ch + 31) / 32, Z: n}
+	devCheck(op, b.x.launch(b.kernel("ember_to_nhwc_bf16"), grid, Dim3{X: 32, Y: 8, Z: 1},
+		[]any{h, src, mask, i32arg(op, ch), i32arg(op, inner)}))
+}
+
+// fromLowp queues dst [n, ch, inner] = float32(h) + bias (0: none), then
+// ReLU when relu, or dst += float32(h) when accumulate; h is [n, inner,
+// ch] when nhwc.
+func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, relu, accumulate bool, nhwc bool) {
+	if !nhwc {
+		if accumulate {
+			b.launch(op, b.kernel("ember_add_bf16_f32"), n*ch*inner, dst, h, int64(n*ch*inner), flag(true))
+			return
+		}
+		b.launch(op, b.kernel("ember_conv_out_bf16"), n*ch*inner, dst, h, bias, int64(n*ch*inner), int64(ch), int64(inner), flag(relu))
+		return
+	}
+	grid := Dim3{X: (inner + 31) / 32, Y: (ch + 31) / 32, Z: n}
+	devCheck(op, b.x.launch(b.kernel("ember_from_nhwc_bf16"), grid, Dim3{X: 32, Y: 8, Z: 1},
+		[]any{dst, h, bias, i32arg(op, ch), i32arg(op, inner), flag(relu), flag(accumulate)}))
+}
+
+// Conv2dLowp sets y = conv(x, w) + bias, then max(y, 0) when g.ReLU, with
+// x and w rounded to bfloat16, float32 sums and the convolution rounded to
+// bfloat16 before the bias. Where cuDNN refuses g it is Conv2d.
+func (b *Backend) Conv2dLowp(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_lowp"
+	c := convShapeOf(op, g)
+	need(op, "y", y, c.yLen)
+	need(op, "x", x, c.xLen)
+	need(op, "w", w, c.wLen)
+	py, px, pw := b.f32(op, y), b.f32(op, x), b.f32(op, w)
+	pbias := b.f32Opt(op, "bias", bias, g.K)
+	if c.yLen == 0 {
+		return
+	}
+	if dg, ok := b.lowpGeom(c); ok && c.crs > 0 && b.conv2dLowpCuDNN(op, dg, py, px, pw, pbias, c) {
+		return
+	}
+	b.Conv2d(y, x, w, bias, g)
+}
+
+func (b *Backend) conv2dLowpCuDNN(op string, dg convDescGeom, py, px, pw, pbias uintptr, c convShape) bool {
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	if p.failed[dirForward] != nil {
+		return false
+	}
+	devCheck(op, b.x.settle())
+	g := c.g
+	xh, wh, yh := b.workspace(op, 2*c.xLen), b.workspace(op, 2*c.wLen), b.workspace(op, 2*c.yLen)
+	defer b.release(xh)
+	defer b.release(wh)
+	defer b.release(yh)
+	b.toLowp(op, xh.Ptr(), px, 0, g.N, g.C, g.H*g.W, dg.nhwc)
+	b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
+	a, ok := b.algoFor(op, p, dirForward, xh.Ptr(), wh.Ptr(), yh.Ptr(), 0)
+	if !ok {
+		return false
+	}
+	b.runDNN(op, p, dirForward, a, xh.Ptr(), wh.Ptr(), 0, yh.Ptr())
+	b.fromLowp(op, py, yh.Ptr(), pbias, g.N, g.K, c.p, g.ReLU, false, dg.nhwc)
+	return true
+}
+
+// Conv2dBackwardLowp is Conv2dBackward with x, w and dy (masked by y under
+// g.ReLU) rounded to bfloat16, float32 sums, and the input and weight
+// gradients rounded to bfloat16 before dx is overwritten and dw added
+// into (each skipped when empty); db is summed from the float32 dy. Where
+// cuDNN refuses g it is Conv2dBackward.
+func (b *Backend) Conv2dBackwardLowp(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_backward_lowp"
+	wantDX, wantDW := !dx.Empty(), !dw.Empty()
+	if !wantDX && !wantDW && db.Empty() {
+		return
+	}
+	c := convShapeOf(op, g)
+	need(op, "dy", dy, c.yLen)
+	pdy := b.f32(op, dy)
+	var pdx, pdw, px, pw uintptr
+	if wantDX {
+		need(op, "dx", dx, c.xLen)
+		need(op, "w", w, c.wLen)
+		pdx, pw = b.f32(op, dx), b.f32(op, w)
+	}
+	if wantDW {
+		need(op, "dw", dw, c.wLen)
+		need(op, "x", x, c.xLen)
+		pdw, px = b.f32(op, dw), b.f32(op, x)
+	}
+	pdb := b.f32Opt(op, "db", db, g.K)
+	var pmask uintptr
+	if g.ReLU {
+		pmask = b.f32Opt(op, "y", y, c.yLen)
+	}
+	if dg, ok := b.lowpGeom(c); ok && c.yLen > 0 && c.crs > 0 && (wantDX || wantDW) &&
+		b.conv2dBackwardLowpCuDNN(op, dg, pdx, pdw, pdb, pdy, px, pw, pmask, c) {
+		return
+	}
+	b.Conv2dBackward(dx, dw, db, dy, x, w, y, g)
+}
+
+// conv2dBackwardLowpCuDNN queues Conv2dBackwardLowp through cuDNN; false,
+// with nothing but casts into workspaces queued, where cuDNN refuses a
+// direction.
+func (b *Backend) conv2dBackwardLowpCuDNN(op string, dg convDescGeom, pdx, pdw, pdb, pdy, px, pw, pmask uintptr, c convShape) bool {
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	if (pdx != 0 && p.failed[dirBackwardData] != nil) || (pdw != 0 && p.failed[dirBackwardFilter] != nil) {
+		return false
+	}
+	devCheck(op, b.x.settle())
+	g := c.g
+	dyh := b.workspace(op, 2*c.yLen)
+	defer b.release(dyh)
+	b.toLowp(op, dyh.Ptr(), pdy, pmask, g.N, g.K, c.p, dg.nhwc)
+	var wh, dxh, xh Block
+	var da, fa convAlgo
+	ok := true
+	if pdx != 0 {
+		wh, dxh = b.workspace(op, 2*c.wLen), b.workspace(op, 2*c.xLen)
+		defer b.release(wh)
+		defer b.release(dxh)
+		b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
+		da, ok = b.algoFor(op, p, dirBackwardData, wh.Ptr(), dyh.Ptr(), dxh.Ptr(), 0)
+	}
+	if ok && pdw != 0 {
+		xh = b.workspace(op, 2*c.xLen)
+		defer b.release(xh)
+		b.toLowp(op, xh.Ptr(), px, 0, g.N, g.C, g.H*g.W, dg.nhwc)
+		fa, ok = b.algoFor(op, p, dirBackwardFilter, xh.Ptr(), dyh.Ptr(), 0, 2*c.wLen)
+	}
+	if !ok {
+		return false
+	}
+	if pdb != 0 {
+		b.biasGrad(op, pdb, pdy, 0, pmask, g.N, g.K, c.p, true)
+	}
+	if pdw != 0 {
+		dwh := b.workspace(op, 2*c.wLen)
+		b.runDNN(op, p, dirBackwardFilter, fa, xh.Ptr(), dyh.Ptr(), 0, dwh.Ptr())
+		b.fromLowp(op, pdw, dwh.Ptr(), 0, g.K, g.C/c.groups, g.R*g.S, false, true, dg.nhwc)
+		b.release(dwh)
+	}
+	if pdx != 0 {
+		b.runDNN(op, p, dirBackwardData, da, wh.Ptr(), dyh.Ptr(), 0, dxh.Ptr())
+		b.fromLowp(op, pdx, dxh.Ptr(), 0, g.N, g.C, g.H*g.W, false, false, dg.nhwc)
+	}
+	return true
+}
+
+var _ tensor.LowPrecisionConvBackend = (*Backend)(nil)

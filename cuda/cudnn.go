@@ -10,7 +10,8 @@ import (
 // cuDNN bindings (libcudnn.so.9): the legacy convolution API, which cuDNN 9
 // keeps in libcudnn_cnn.so.9 and exports through the libcudnn.so.9 shim.
 // Only what the convolution path needs (conv_cudnn.go) is bound: the handle,
-// 4-D NCHW float32 tensor and filter descriptors, 2-D convolution
+// 4-D float32 (NCHW) and bfloat16 (NCHW or NHWC) tensor and filter
+// descriptors, 2-D convolution
 // descriptors with groups, dilation and a math type, the three convolution
 // functions with their workspace sizes, and the Get_v7 (heuristic) and
 // FindEx (measured) algorithm searches.
@@ -106,7 +107,9 @@ func loadCudnn() error {
 // cuDNN enum values (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h of cuDNN 9).
 const (
 	cudnnTensorNCHW       = 0 // CUDNN_TENSOR_NCHW
+	cudnnTensorNHWC       = 1 // CUDNN_TENSOR_NHWC (a filter's is KRSC)
 	cudnnDataFloat        = 0 // CUDNN_DATA_FLOAT
+	cudnnDataBFloat16     = 9 // CUDNN_DATA_BFLOAT16
 	cudnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION: no kernel flip, as tensor.Conv2d
 
 	cudnnDefaultMath              = 0 // CUDNN_DEFAULT_MATH: lets cuDNN use TF32 on Ampere and later
@@ -226,7 +229,7 @@ func newDNN(d *Device, syms *cudnnSyms, fake dnnCaller, s Stream, tf32 bool) (*D
 	}
 	// Probe: a 1x1x3x3 input, one 3x3 filter. Its workspace query is the
 	// first call into libcudnn_cnn, which the shim loads then.
-	p, err := n.newConvDescs(convDescGeom{n: 1, c: 1, h: 3, w: 3, k: 1, r: 3, s: 3, strideH: 1, strideW: 1, dilH: 1, dilW: 1, groups: 1, oh: 1, ow: 1})
+	p, err := n.newConvDescs(convDescGeom{n: 1, c: 1, h: 3, w: 3, k: 1, r: 3, s: 3, strideH: 1, strideW: 1, dilH: 1, dilW: 1, groups: 1, oh: 1, ow: 1, dtype: cudnnDataFloat})
 	if err == nil {
 		_, err = n.workspaceSize(dirForward, p, 0)
 		n.destroyDescs(p)
@@ -312,6 +315,21 @@ type convDescGeom struct {
 	dilH, dilW       int
 	groups           int
 	oh, ow           int
+	// dtype is the element type of x, w and y (and their gradients):
+	// cudnnDataFloat, or cudnnDataBFloat16 for autocast's convolutions;
+	// the sums are float32 either way.
+	dtype int
+	// nhwc lays x, y and their gradients out as NHWC and the filter as
+	// KRSC (bfloat16 only: cuDNN's tensor-core kernels read them directly).
+	nhwc bool
+}
+
+// format is g's cudnnTensorFormat_t.
+func (g convDescGeom) format() uintptr {
+	if g.nhwc {
+		return cudnnTensorNHWC
+	}
+	return cudnnTensorNCHW
 }
 
 // convDescs are the descriptors of one convolution geometry: one
@@ -320,6 +338,7 @@ type convDescGeom struct {
 type convDescs struct {
 	x, y, w uintptr
 	conv    [dirCount]uintptr
+	dtype   int // the geometry's element type
 }
 
 // convDirection is one of the three convolution functions.
@@ -337,15 +356,16 @@ func (d convDirection) String() string {
 }
 
 // tensor4dArgs are cudnnSetTensor4dDescriptor's arguments after the
-// descriptor: NCHW, float32, then the sizes.
-func tensor4dArgs(n, c, h, w int) []uintptr {
-	return []uintptr{cudnnTensorNCHW, cudnnDataFloat, uintptr(n), uintptr(c), uintptr(h), uintptr(w)}
+// descriptor: the format, the element type, then the sizes (in NCHW order
+// whatever the format).
+func tensor4dArgs(format uintptr, dtype, n, c, h, w int) []uintptr {
+	return []uintptr{format, uintptr(dtype), uintptr(n), uintptr(c), uintptr(h), uintptr(w)}
 }
 
 // filter4dArgs are cudnnSetFilter4dDescriptor's: the data type comes
 // before the format here. A grouped filter is [K, C/G, R, S].
 func filter4dArgs(g convDescGeom) []uintptr {
-	return []uintptr{cudnnDataFloat, cudnnTensorNCHW, uintptr(g.k), uintptr(g.c / g.groups), uintptr(g.r), uintptr(g.s)}
+	return []uintptr{uintptr(g.dtype), g.format(), uintptr(g.k), uintptr(g.c / g.groups), uintptr(g.r), uintptr(g.s)}
 }
 
 // conv2dArgs are cudnnSetConvolution2dDescriptor's: padding, strides,
@@ -356,10 +376,18 @@ func conv2dArgs(g convDescGeom) []uintptr {
 		uintptr(g.dilH), uintptr(g.dilW), cudnnCrossCorrelation, cudnnDataFloat}
 }
 
-// mathType is the math type convolutions are described with: FMA only
-// (full FP32) unless TF32 is allowed.
-func (n *DNN) mathType() int {
-	if n.tf32 {
+// tensorOps reports whether convolutions of element type dtype may run on
+// tensor cores: bfloat16 ones always (that is what they are for), float32
+// ones when TF32 is allowed.
+func (n *DNN) tensorOps(dtype int) bool { return n.tf32 || dtype == cudnnDataBFloat16 }
+
+// mathType is the math type convolutions of element type dtype are
+// described with: FMA only (full FP32) unless tensor cores are allowed.
+func (n *DNN) mathType(dtype int) int {
+	switch {
+	case dtype == cudnnDataBFloat16:
+		return cudnnTensorOpMath
+	case n.tf32:
 		return cudnnTensorOpAllowConversion
 	}
 	return cudnnFMAMath
@@ -374,6 +402,7 @@ func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
 			p = convDescs{}
 		}
 	}()
+	p.dtype = g.dtype
 	create := func(name string, fn uintptr, dst *uintptr) error {
 		return n.check(name, dnnInvoke(f, fn, uintptr(unsafe.Pointer(dst))))
 	}
@@ -391,10 +420,10 @@ func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
 			return
 		}
 	}
-	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.x}, tensor4dArgs(g.n, g.c, g.h, g.w)...)...)); err != nil {
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.x}, tensor4dArgs(g.format(), g.dtype, g.n, g.c, g.h, g.w)...)...)); err != nil {
 		return
 	}
-	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.y}, tensor4dArgs(g.n, g.k, g.oh, g.ow)...)...)); err != nil {
+	if err = n.check("cudnnSetTensor4dDescriptor", dnnInvoke(f, s.setTensor4d, append([]uintptr{p.y}, tensor4dArgs(g.format(), g.dtype, g.n, g.k, g.oh, g.ow)...)...)); err != nil {
 		return
 	}
 	if err = n.check("cudnnSetFilter4dDescriptor", dnnInvoke(f, s.setFilter4d, append([]uintptr{p.w}, filter4dArgs(g)...)...)); err != nil {
@@ -407,7 +436,7 @@ func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
 		if err = n.check("cudnnSetConvolutionGroupCount", dnnInvoke(f, s.setConvGroups, c, uintptr(g.groups))); err != nil {
 			return
 		}
-		if err = n.setMath(c, n.mathType()); err != nil {
+		if err = n.setMath(c, n.mathType(g.dtype)); err != nil {
 			return
 		}
 	}
@@ -560,12 +589,18 @@ func gemmClass(dir convDirection, perf []cudnnAlgoPerf) []cudnnAlgoPerf {
 // result says (a search on an FMA descriptor may label FMA kernels
 // CUDNN_DEFAULT_MATH, which on its own would permit TF32).
 func (n *DNN) pickAlgo(perf []cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
+	return n.pickAlgoFor(cudnnDataFloat, perf, deterministic, wsLimit, measured)
+}
+
+// pickAlgoFor is pickAlgo for convolutions of element type dtype: those
+// of bfloat16 take tensor-op results too.
+func (n *DNN) pickAlgoFor(dtype int, perf []cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
 	for _, r := range perf {
 		if r.Status != 0 || (deterministic && r.Determinism != cudnnDeterministic) || int(r.Memory) > wsLimit {
 			continue
 		}
 		math := int(r.MathType)
-		if !n.tf32 {
+		if !n.tensorOps(dtype) {
 			if math == cudnnTensorOpMath || math == cudnnTensorOpAllowConversion {
 				continue
 			}
@@ -585,7 +620,7 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 	_, get, _, _, names := n.dirSyms(dir)
 	// Search with the descriptor's own math type, whatever an earlier
 	// run left on it.
-	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+	if err := n.setMath(p.conv[dir], n.mathType(p.dtype)); err != nil {
 		return convAlgo{}, err
 	}
 	d1, d2, d3 := p.descOrder(dir)
@@ -595,7 +630,7 @@ func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, 
 		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])))); err != nil {
 		return convAlgo{}, err
 	}
-	a, ok := n.pickAlgo(gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsLimit, false)
+	a, ok := n.pickAlgoFor(p.dtype, gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsLimit, false)
 	if !ok {
 		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
 	}
@@ -625,7 +660,7 @@ func (n *DNN) findAlgo(dir convDirection, p convDescs, p1, p2, p3, ws uintptr, w
 	_, _, find, _, names := n.dirSyms(dir)
 	// Search with the descriptor's own math type, whatever an earlier
 	// run left on it.
-	if err := n.setMath(p.conv[dir], n.mathType()); err != nil {
+	if err := n.setMath(p.conv[dir], n.mathType(p.dtype)); err != nil {
 		return convAlgo{}, err
 	}
 	d1, d2, d3 := p.descOrder(dir)
@@ -635,7 +670,7 @@ func (n *DNN) findAlgo(dir convDirection, p convDescs, p1, p2, p3, ws uintptr, w
 		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])), ws, uintptr(wsBytes))); err != nil {
 		return convAlgo{}, err
 	}
-	a, ok := n.pickAlgo(gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsBytes, true)
+	a, ok := n.pickAlgoFor(p.dtype, gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsBytes, true)
 	if !ok {
 		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[2], errNoAlgo)
 	}

@@ -319,6 +319,53 @@ func TestCuDNNDescriptorArguments(t *testing.T) {
 	}
 }
 
+// TestCuDNNBFloat16Descriptors: autocast's geometries are described as
+// bfloat16 tensors (CUDNN_DATA_BFLOAT16 = 9) in NHWC (1; the filter KRSC)
+// or NCHW, with float32 sums on the convolution descriptor and tensor-op
+// math whether TF32 is on or not; the algorithm search then takes
+// tensor-op results, which a float32 geometry without TF32 does not.
+func TestCuDNNBFloat16Descriptors(t *testing.T) {
+	g := convDescGeom{n: 4, c: 32, h: 28, w: 20, k: 48, r: 3, s: 3, strideH: 1, strideW: 1, padH: 1, padW: 1,
+		dilH: 1, dilW: 1, groups: 1, oh: 28, ow: 20, dtype: cudnnDataBFloat16}
+	for _, nhwc := range []bool{true, false} {
+		g.nhwc = nhwc
+		f := newFakeDNN(t, nil)
+		n, err := newDNN(nil, f.syms, f, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := n.newConvDescs(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		format := uintptr(cudnnTensorNCHW)
+		if nhwc {
+			format = cudnnTensorNHWC
+		}
+		check := func(what, setter string, desc uintptr, want []uintptr) {
+			t.Helper()
+			if got := f.sets[setter][desc]; !reflect.DeepEqual(got, want) {
+				t.Errorf("nhwc=%v %s: %s arguments %v, want %v", nhwc, what, setter, got, want)
+			}
+		}
+		check("x", "setTensor4d", d.x, []uintptr{format, 9, 4, 32, 28, 20})
+		check("y", "setTensor4d", d.y, []uintptr{format, 9, 4, 48, 28, 20})
+		check("w", "setFilter4d", d.w, []uintptr{9, format, 48, 32, 3, 3})
+		for dir, c := range d.conv {
+			check(convDirection(dir).String(), "setConv2d", c, []uintptr{1, 1, 1, 1, 1, 1, cudnnCrossCorrelation, cudnnDataFloat})
+			check(convDirection(dir).String(), "setConvMath", c, []uintptr{cudnnTensorOpMath})
+		}
+		res := []cudnnAlgoPerf{{Algo: 1, MathType: cudnnTensorOpMath, Determinism: cudnnDeterministic}}
+		if a, ok := n.pickAlgoFor(cudnnDataBFloat16, res, true, 1<<20, true); !ok || a.mathType != cudnnTensorOpMath {
+			t.Errorf("bfloat16: a tensor-op result: picked %+v (%v), want it with its math type", a, ok)
+		}
+		if _, ok := n.pickAlgoFor(cudnnDataFloat, res, true, 1<<20, true); ok {
+			t.Error("float32 without TF32: a tensor-op result was picked")
+		}
+		n.destroyDescs(d)
+	}
+}
+
 func TestCuDNNGEMMClassOnly(t *testing.T) {
 	for _, c := range []struct {
 		dir  convDirection

@@ -177,11 +177,14 @@
 //
 // Where libcudnn.so.9 is installed the Backend's convolutions (all but
 // LeNet's, which have register-tiled kernels) run through cuDNN's legacy
-// convolution API (cudnn.go, conv_cudnn.go): algorithms searched once per
-// geometry and kept, deterministic ones only, full FP32 unless TF32 is on.
+// convolution API (cudnn.go, conv_cudnn.go) where it was measured faster
+// than im2col + cuBLAS: algorithms searched once per geometry, precision
+// and direction and kept, deterministic ones only, full FP32 unless TF32
+// is on. Autocast's bfloat16 convolutions (tensor.LowPrecisionConvBackend)
+// run there too, in NHWC, the casts fused with the change of layout.
 // Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0 through
-// OptionsFromEnv), they run as
-// im2col + cuBLAS; Backend.CuDNN says which and why.
+// OptionsFromEnv), they run as im2col + cuBLAS (float32 under autocast);
+// Backend.CuDNN says which and why.
 //
 // # Testing
 //

@@ -29,12 +29,13 @@ import (
 //	EMBER_ZOO=gpt EMBER_ZOO_CORPUS=FILE go test ./models -run TestZooGPU -v
 //
 // EMBER_ZOO=all runs the three (resnet9 and gpt only when their data is
-// given). It skips without a GPU or without EMBER_ZOO. EMBER_ZOO_TF32=1
-// lets cuBLAS use TF32 (torch's "fp32" mode leaves cuDNN convolutions on
-// TF32 but not matrix products). EMBER_ZOO_GRAPH=0 launches every step
-// eagerly instead of replaying a captured CUDA graph.
-// EMBER_ZOO_PRECISION=bf16 runs the GPT's matrix products under bfloat16
-// autocast (zoo.py's "gpt bf16"); fp32, the default, leaves them float32.
+// given). It skips without a GPU or without EMBER_ZOO.
+// EMBER_ZOO_PRECISION=fp32|tf32|bf16 is train's --precision: fp32 (the
+// default), tf32 (cuBLAS and cuDNN on TF32 tensor cores; torch's "fp32"
+// mode leaves cuDNN convolutions on TF32 but not matrix products) or bf16
+// (autocast: products and convolutions in bfloat16, float32 sums);
+// EMBER_ZOO_TF32=1 is EMBER_ZOO_PRECISION=tf32. EMBER_ZOO_GRAPH=0
+// launches every step eagerly instead of replaying a captured CUDA graph.
 // EMBER_ZOO_ATTENTION=composed hides the backend's fused attention, so that
 // attention is composed of products, softmax and dropout (to compare).
 func TestZooGPU(t *testing.T) {
@@ -45,7 +46,17 @@ func TestZooGPU(t *testing.T) {
 	if err := cuda.Available(); err != nil {
 		t.Skipf("no CUDA device: %v", err)
 	}
-	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{TF32: os.Getenv("EMBER_ZOO_TF32") == "1"})
+	prec, err := tensor.ParsePrecision(os.Getenv("EMBER_ZOO_PRECISION"))
+	if err != nil {
+		t.Fatalf("EMBER_ZOO_PRECISION: %v", err)
+	}
+	if os.Getenv("EMBER_ZOO_TF32") == "1" {
+		if prec == tensor.BF16 {
+			t.Fatal("EMBER_ZOO_TF32=1 is EMBER_ZOO_PRECISION=tf32; it does not go with EMBER_ZOO_PRECISION=bf16")
+		}
+		prec = tensor.TF32
+	}
+	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{TF32: prec.AllowTF32()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +95,7 @@ func TestZooGPU(t *testing.T) {
 			default:
 				t.Fatalf("EMBER_ZOO_ATTENTION=%q; want fused or composed", a)
 			}
-			runs[name](t, &zooEnv{b: be, gpu: b, sizes: sizes})
+			runs[name](t, &zooEnv{b: be, gpu: b, sizes: sizes, precision: prec})
 		})
 	}
 }
@@ -97,10 +108,18 @@ func (zooComposedAttention) AttentionSupported(d, dv int) bool { return false }
 // zooEnv is where a workload runs: on the GPU (gpu set: capture, memory
 // statistics) or, for the smoke test of this harness, on the CPU.
 type zooEnv struct {
-	b     tensor.Backend
-	gpu   *cuda.Backend
-	sizes zooSizes
-	lines []map[string]any // what zooOut printed, for the smoke test
+	b         tensor.Backend
+	gpu       *cuda.Backend
+	sizes     zooSizes
+	precision tensor.Precision // "" is fp32
+	lines     []map[string]any // what zooOut printed, for the smoke test
+}
+
+// newScope is a scope for a workload's steps, with the run's autocast.
+func (z *zooEnv) newScope() *tensor.Scope {
+	s := tensor.NewScope()
+	s.SetAutocast(z.precision.Autocast())
+	return s
 }
 
 // zooSizes are a workload's sizes: zoo.py's for the benchmark, tiny ones
@@ -110,7 +129,6 @@ type zooSizes struct {
 	airN, airBatch, airEpochs                         int
 	gpt                                               models.GPTConfig // Vocab comes from the corpus
 	gptBatch, gptSteps, gptRounds                     int
-	gptPrecision                                      tensor.DType // BFloat16: autocast
 }
 
 func zooBenchmarkSizes() (zooSizes, error) {
@@ -122,18 +140,10 @@ func zooBenchmarkSizes() (zooSizes, error) {
 		}
 		epochs = n
 	}
-	precision := tensor.Float32
-	switch v := os.Getenv("EMBER_ZOO_PRECISION"); v {
-	case "", "fp32":
-	case "bf16":
-		precision = tensor.BFloat16
-	default:
-		return zooSizes{}, fmt.Errorf("EMBER_ZOO_PRECISION=%q; want fp32 or bf16", v)
-	}
 	return zooSizes{
 		resnetWidth: 64, resnetBatch: 512, resnetEpochs: epochs, evalBatch: 2000,
 		airN: 50000, airBatch: 1024, airEpochs: 3,
-		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3, gptPrecision: precision,
+		gpt: models.DefaultGPTConfig(0), gptBatch: 64, gptSteps: 100, gptRounds: 3,
 	}, nil
 }
 
@@ -167,7 +177,11 @@ func (z *zooEnv) peakAllocatedMiB() float64 {
 
 // out prints one JSON line as zoo.py's out does, with mode "ember".
 func (z *zooEnv) out(t *testing.T, what string, kv ...any) {
-	m := map[string]any{"what": what, "mode": "ember"}
+	prec := z.precision
+	if prec == "" {
+		prec = tensor.FP32
+	}
+	m := map[string]any{"what": what, "mode": "ember", "precision": string(prec)}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i].(string)] = kv[i+1]
 	}
@@ -201,11 +215,12 @@ type zooStepper struct {
 	graph  *cuda.StepGraph
 	loss   *tensor.Tensor
 	try    bool
+	warmed bool // one eager step ran before the capture
 	logged string
 }
 
-func newZooStepper(gpu *cuda.Backend, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
-	return &zooStepper{gpu: gpu, scope: tensor.NewScope(), step: step, opt: opt, try: gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
+func newZooStepper(z *zooEnv, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
+	return &zooStepper{gpu: z.gpu, scope: z.newScope(), step: step, opt: opt, try: z.gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
 }
 
 // scoped copies x into a new tensor of s: the operations on it put their
@@ -230,6 +245,13 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
+	if z.try && !z.warmed && z.usesCuDNN() {
+		// cuDNN times its convolution algorithms at their first run,
+		// which cannot happen inside a capture (trainer.Step does the
+		// same).
+		z.warmed = true
+		return z.eager()
+	}
 	if z.try && z.opt.Replayable() {
 		z.try = false
 		before := z.opt.Steps()
@@ -252,6 +274,11 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.logged = "eager"
 	}
 	return z.eager()
+}
+
+func (z *zooStepper) usesCuDNN() bool {
+	_, err := z.gpu.CuDNN()
+	return err == nil
 }
 
 func (z *zooStepper) close() {
@@ -361,7 +388,7 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 	defer idxT.Release()
 	defer labelsT.Release()
 	sgd.ZeroGrad()
-	st := newZooStepper(z.gpu, sgd, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z, sgd, func(s *tensor.Scope) *tensor.Tensor {
 		var x *tensor.Tensor
 		if mode == "host" {
 			x = tensor.IndexSelect(s.Borrow(xa), 0, idxT)
@@ -508,7 +535,7 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 	}
 	defer sgd.Release()
 	sgd.ZeroGrad()
-	st := newZooStepper(z.gpu, sgd, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z, sgd, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, xb), yb)
 		loss.Backward()
 		sgd.StepAndZeroGrad()
@@ -576,7 +603,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 	defer targets.Release()
 	hx, hy := make([]int32, bsz*ctx), make([]int32, bsz*ctx)
 	adam.ZeroGrad()
-	st := newZooStepper(z.gpu, adam, func(s *tensor.Scope) *tensor.Tensor {
+	st := newZooStepper(z, adam, func(s *tensor.Scope) *tensor.Tensor {
 		loss := m.Loss(scoped(s, ids), targets)
 		loss.Backward()
 		optim.ClipGradNorm(s, adam.Gradients(), 1.0)
@@ -584,11 +611,6 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		return loss
 	})
 	defer st.close()
-	precision := "fp32"
-	if z.sizes.gptPrecision == tensor.BFloat16 {
-		st.scope.SetAutocast(tensor.BFloat16)
-		precision = "bf16"
-	}
 	for r := range z.sizes.gptRounds {
 		z.sync(t)
 		start := time.Now()
@@ -603,7 +625,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		z.out(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx)/secs),
-			"loss", round(float64(loss.Item()), 4), "vocab", v, "precision", precision, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
 	}
 }
 

@@ -15,8 +15,11 @@ import "fmt"
 // casts its operands when it runs (the backward pass casts them again), so
 // the memory of a step grows only by the transient bfloat16 copies.
 //
-// Convolutions stay float32 for now: a convolution path that can run in
-// bfloat16 reads AutocastOf on its operands and casts as the products do.
+// Convolutions (Conv2d, Conv2dReLU, Conv2dWith) run in bfloat16 the same way
+// on a backend that implements LowPrecisionConvBackend and takes their
+// geometry (the CPU, and the GPU where cuDNN is); elsewhere they stay
+// float32. Their outputs and input and weight gradients are rounded to
+// bfloat16 too (torch's autocast convolutions give bfloat16 tensors).
 
 // SetAutocast sets the element type of the matrix products of the
 // operations on this scope's tensors: BFloat16 turns autocast on, Float32
@@ -105,4 +108,47 @@ func (p products) half(src Buffer) *Tensor {
 	h := newTensor(p.be, BFloat16, p.s, src.Len)
 	p.lp.Cast(h.buffer(), src)
 	return h
+}
+
+// Precision is a training run's arithmetic, as a --precision flag names it.
+// It has two parts: whether float32 products and convolutions may round
+// their inputs to TF32 on tensor cores (a setting of the GPU backend), and
+// the scope's autocast (bfloat16 products and convolutions with float32
+// sums, results, master weights and optimiser state).
+type Precision string
+
+// The precisions.
+const (
+	// FP32 is full float32 arithmetic everywhere, the default: GPU and CPU
+	// results agree to float32's rounding.
+	FP32 Precision = "fp32"
+	// TF32 lets float32 matrix products and convolutions round their
+	// inputs to TF32 (10-bit mantissa) on tensor cores, as PyTorch's
+	// default for cuDNN convolutions.
+	TF32 Precision = "tf32"
+	// BF16 is autocast to bfloat16 (SetAutocast(BFloat16)).
+	BF16 Precision = "bf16"
+)
+
+// ParsePrecision reads fp32, tf32 or bf16 ("" is fp32).
+func ParsePrecision(s string) (Precision, error) {
+	switch p := Precision(s); p {
+	case "":
+		return FP32, nil
+	case FP32, TF32, BF16:
+		return p, nil
+	}
+	return "", fmt.Errorf("precision %q: want fp32, tf32 or bf16", s)
+}
+
+// AllowTF32 reports whether float32 products may round to TF32.
+func (p Precision) AllowTF32() bool { return p == TF32 }
+
+// Autocast is the element type of the scope's products and convolutions:
+// BFloat16 for BF16, else Float32.
+func (p Precision) Autocast() DType {
+	if p == BF16 {
+		return BFloat16
+	}
+	return Float32
 }

@@ -258,10 +258,11 @@ type SGDStep struct {
 //     FusedBackend, NormBackend, PoolBackend, ClassLossBackend,
 //     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
 //     DropoutBackend, AugmentBackend, LowPrecisionBackend,
-//     AttentionBackend): the operation that looks for one says what it
-//     runs without it (composed core operations, or the CPU backend's
-//     kernel on host copies; average and adaptive pooling, augmentation
-//     and autocast refuse a backend without theirs by name).
+//     LowPrecisionConvBackend, AttentionBackend): the operation that looks
+//     for one says what it runs without it (composed core operations, or
+//     the CPU backend's kernel on host copies; average and adaptive
+//     pooling, augmentation and autocast refuse a backend without theirs
+//     by name).
 //
 // So a new backend implements this interface, passes tensortest.RunBackend
 // and tensortest.RunAutograd, and then runs every model; the optional

@@ -17,3 +17,28 @@ type LowPrecisionBackend interface {
 	// MatMulBatchedLowp is MatMulBatched with MatMulLowp's element types.
 	MatMulBatchedLowp(c, a, b Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32)
 }
+
+// LowPrecisionConvBackend is implemented by backends that run convolutions
+// with BFloat16 operands, float32 sums and float32 results: autocast's
+// convolutions (autocast.go). Its operands and results are float32
+// buffers: the backend rounds them to bfloat16 as it goes, so that the
+// casts can be fused with what the convolution needs (a change of layout,
+// say). Both backends implement it (the CPU as the float32 convolution of
+// rounded operands with its results rounded, the GPU through cuDNN); on a
+// backend without it, or for a geometry it does not take (ConvLowp false),
+// convolutions stay float32 under autocast.
+type LowPrecisionConvBackend interface {
+	// ConvLowp reports whether Conv2dLowp and Conv2dBackwardLowp take g.
+	ConvLowp(g ConvGeom) bool
+	// Conv2dLowp is Conv2d with x and w rounded to bfloat16: the products
+	// are exact and summed in float32, and the sum is rounded to bfloat16
+	// before the bias (torch's autocast convolution gives a bfloat16
+	// output).
+	Conv2dLowp(y, x, w, bias Buffer, g ConvGeom)
+	// Conv2dBackwardLowp is Conv2dBackward with x, w and dy (masked by y
+	// under g.ReLU) rounded to bfloat16: the gradients are summed in
+	// float32 and the input and weight gradients rounded to bfloat16
+	// before they are written (dx) or added (dw); db is summed from the
+	// float32 dy.
+	Conv2dBackwardLowp(dx, dw, db, dy, x, w, y Buffer, g ConvGeom)
+}

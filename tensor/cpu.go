@@ -17,7 +17,10 @@ import (
 var CPU Backend = &cpuBackend{}
 
 // The CPU backend has every optional interface (cpu*.go).
-var _ CompleteBackend = (*cpuBackend)(nil)
+var (
+	_ CompleteBackend         = (*cpuBackend)(nil)
+	_ LowPrecisionConvBackend = (*cpuBackend)(nil)
+)
 
 type cpuBackend struct{}
 

@@ -46,7 +46,8 @@
 //     lives on the device), AugmentBackend (a batch of uint8 images
 //     gathered with per-sample crop, flip, normalisation and cutout from
 //     Philox words, the same bits on every backend), LowPrecisionBackend
-//     (casts and bfloat16 products, backend_lowp.go), CausalSoftmaxBackend,
+//     and LowPrecisionConvBackend (casts, bfloat16 products and
+//     convolutions, backend_lowp.go), CausalSoftmaxBackend,
 //     FusedBackend, and LeNet's fused ConvPoolBackend, BiasReLUBackend,
 //     LinearBackend and LinearCrossEntropyBackend. cpu*.go implement
 //     everything on the host; package cuda implements it on NVIDIA GPUs;

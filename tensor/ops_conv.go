@@ -51,7 +51,11 @@ func Conv2dWithReLU(x, w, b *Tensor, o ConvOptions) *Tensor {
 // convolve records Conv2d's forward and backward for a checked geometry.
 func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b
-	out := Empty(be, scopeOf(x, w, b), g.N, g.K, g.OutH(), g.OutW())
+	s := scopeOf(x, w, b)
+	if lb, ok := be.(LowPrecisionConvBackend); ok && s.Autocast() == BFloat16 && lb.ConvLowp(g) {
+		return convolveLowp(lb, s, x, w, b, g)
+	}
+	out := Empty(be, s, g.N, g.K, g.OutH(), g.OutW())
 	var bias Buffer
 	if b != nil {
 		bias = b.buffer()
@@ -68,6 +72,36 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 			db = e.sinkZeroed(b)
 		}
 		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
+		if dx != nil {
+			e.pass(x, dx)
+		}
+	}, x, w, b)
+	return out
+}
+
+// convolveLowp is convolve under autocast: the backend rounds x, w and the
+// incoming gradient to bfloat16 as it convolves (nothing bfloat16 is kept
+// between the passes, as for the matrix products); the output and the
+// gradients are float32.
+func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvGeom) *Tensor {
+	be := x.st.b
+	out := Empty(be, s, g.N, g.K, g.OutH(), g.OutW())
+	var bias Buffer
+	if b != nil {
+		bias = b.buffer()
+	}
+	lb.Conv2dLowp(out.buffer(), x.buffer(), w.buffer(), bias, g)
+	record(out, "conv2d_lowp", func(dy *Tensor, e *engine) {
+		var y Buffer
+		if g.ReLU {
+			y = out.buffer()
+		}
+		dxBuf, dx := convInputSink(e, x)
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		lb.Conv2dBackwardLowp(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
 		if dx != nil {
 			e.pass(x, dx)
 		}

@@ -43,8 +43,11 @@ func openDevice(o *options) (*device, error) {
 			d := g.Device()
 			maj, min := d.ComputeCapability()
 			desc := fmt.Sprintf("%s (%s, compute capability %d.%d, %.0f GiB)", g.Name(), d.Name(), maj, min, float64(d.TotalMemory())/(1<<30))
-			if o.tf32 {
+			switch o.prec {
+			case tensor.TF32:
 				desc += ", TF32 on"
+			case tensor.BF16:
+				desc += ", bfloat16 autocast"
 			}
 			return &device{backend: g, description: desc, gpu: g, memory: trainer.NewGPUMemory(g)}, nil
 		}

@@ -26,6 +26,7 @@ import (
 	"syscall"
 
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/tensor"
 )
 
 // Exit statuses.
@@ -67,7 +68,8 @@ type options struct {
 	logInterval int
 	metrics     string
 	memoryLimit string
-	tf32        bool
+	tf32        bool   // --tf32: the same as --precision tf32
+	precision   string // --precision
 	bench       bool
 	augment     bool
 	nesterov    bool
@@ -85,9 +87,10 @@ type options struct {
 
 	launch launchOptions // --nproc-per-node and its companions
 
-	memoryLimitBytes int             // --memory-limit parsed
-	resumeLoaded     bool            // the checkpoint's settings are in: the checks between flags apply
-	set              map[string]bool // the flags given on the command line
+	memoryLimitBytes int              // --memory-limit parsed
+	prec             tensor.Precision // --precision parsed (--tf32 folded in)
+	resumeLoaded     bool             // the checkpoint's settings are in: the checks between flags apply
+	set              map[string]bool  // the flags given on the command line
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -112,7 +115,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.logInterval, "log-interval", 100, "steps between progress lines")
 	fs.StringVar(&o.metrics, "metrics", "", "write one CSV row per epoch to this file")
 	fs.StringVar(&o.memoryLimit, "memory-limit", "", "cap on GPU memory the allocator may reserve, e.g. 64MiB (default: none)")
-	fs.BoolVar(&o.tf32, "tf32", false, "allow TF32 tensor cores for matrix products (faster, ~1e-3 relative error)")
+	fs.StringVar(&o.precision, "precision", "fp32", "arithmetic: fp32 (full float32), tf32 (float32 products and convolutions on TF32 tensor cores, ~1e-3 relative error) or bf16 (bfloat16 products and convolutions with float32 sums, weights and optimiser state)")
+	fs.BoolVar(&o.tf32, "tf32", false, "the same as --precision tf32")
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
 	fs.StringVar(&o.model, "model", "lenet", "model to train: "+strings.Join(models.Names(), ", "))
@@ -195,6 +199,9 @@ func (o *options) check() error {
 	case o.device == "cpu" && o.memoryLimit != "":
 		return fmt.Errorf("--memory-limit %s does not apply with --device cpu (it caps GPU memory)", o.memoryLimit)
 	}
+	if err := o.checkPrecision(); err != nil {
+		return err
+	}
 	// A resume takes the model, the data set and --data from the
 	// checkpoint: what they must agree on is checked once they are in.
 	if o.resume != "" && !o.resumeLoaded {
@@ -213,6 +220,24 @@ func (o *options) check() error {
 		return fmt.Errorf("--augment applies to image sets, not --dataset text")
 	}
 	return o.checkMemoryLimit()
+}
+
+// checkPrecision parses --precision into o.prec, folding --tf32 in: --tf32
+// alone is --precision tf32, and so is a checkpoint's tf32 setting from
+// before --precision existed.
+func (o *options) checkPrecision() error {
+	if o.tf32 && (o.set["tf32"] || !o.set["precision"]) {
+		if o.set["precision"] && o.precision != string(tensor.TF32) {
+			return fmt.Errorf("--tf32 is --precision tf32; it does not go with --precision %s", o.precision)
+		}
+		o.precision = string(tensor.TF32)
+	}
+	p, err := tensor.ParsePrecision(o.precision)
+	if err != nil {
+		return fmt.Errorf("--precision %q: want fp32, tf32 or bf16", o.precision)
+	}
+	o.prec, o.tf32 = p, p.AllowTF32()
+	return nil
 }
 
 func (o *options) checkMemoryLimit() error {

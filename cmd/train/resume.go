@@ -29,6 +29,7 @@ var settings = []setting{
 	{"limit", func(o *options) string { return strconv.Itoa(o.limit) }, func(o *options, v string) (err error) { o.limit, err = strconv.Atoi(v); return }},
 	{"test-limit", func(o *options) string { return strconv.Itoa(o.testLimit) }, func(o *options, v string) (err error) { o.testLimit, err = strconv.Atoi(v); return }},
 	{"tf32", func(o *options) string { return strconv.FormatBool(o.tf32) }, func(o *options, v string) (err error) { o.tf32, err = strconv.ParseBool(v); return }},
+	{"precision", func(o *options) string { return string(o.prec) }, func(o *options, v string) error { o.precision = v; return nil }},
 	{"data", func(o *options) string { return dataFlag(o.dataDir) }, func(o *options, v string) error { o.dataDir = v; return nil }},
 	{"model", func(o *options) string { return o.model }, func(o *options, v string) error { o.model = v; return nil }},
 	{"dataset", func(o *options) string { return o.dataset }, func(o *options, v string) error { o.dataset = v; return nil }},

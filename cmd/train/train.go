@@ -553,7 +553,8 @@ func (t *job) run(ctx context.Context) error {
 		Schedule: t.schedule(), Epochs: o.epochs, Seed: o.seed, LogInterval: o.logInterval,
 		Checkpoint: o.save, Flags: t.flags(), ModelMetadata: meta,
 		Eager: t.dev.gpu == nil || o.noGraph, GraphHint: " (--no-graph launches eagerly)",
-		Log: t.out, Progress: t.errOut, Parallel: t.parallelConfig(),
+		Autocast: o.prec.Autocast(),
+		Log:      t.out, Progress: t.errOut, Parallel: t.parallelConfig(),
 	}
 	switch {
 	case t.text != nil && o.testLimit > 0:

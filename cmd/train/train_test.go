@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -284,6 +285,41 @@ func TestBadFlags(t *testing.T) {
 		if code != exitUsage || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line", args, code, errOut)
 		}
+	}
+}
+
+// TestPrecisionFlag: --precision takes fp32, tf32 or bf16 (a clear error
+// naming the flag otherwise), --tf32 is --precision tf32, and the two
+// together must agree.
+func TestPrecisionFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want tensor.Precision
+		err  string
+	}{
+		{nil, tensor.FP32, ""},
+		{[]string{"--precision", "bf16"}, tensor.BF16, ""},
+		{[]string{"--precision", "tf32"}, tensor.TF32, ""},
+		{[]string{"--tf32"}, tensor.TF32, ""},
+		{[]string{"--tf32", "--precision", "tf32"}, tensor.TF32, ""},
+		{[]string{"--tf32", "--precision", "bf16"}, "", "--tf32 is --precision tf32"},
+		{[]string{"--precision", "fp16"}, "", `--precision "fp16": want fp32, tf32 or bf16`},
+	} {
+		o, err := parseFlags(c.args, io.Discard)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: error %v, want one containing %q", c.args, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case o.prec != c.want || o.tf32 != (c.want == tensor.TF32):
+			t.Errorf("%v: precision %q, tf32 %v; want %q", c.args, o.prec, o.tf32, c.want)
+		}
+	}
+	code, _, errOut := train(t, "--precision", "fp8")
+	if code != exitUsage || !strings.Contains(errOut, "--precision") {
+		t.Errorf("--precision fp8: exit %d, stderr %q; want exit 2 naming the flag", code, errOut)
 	}
 }
 

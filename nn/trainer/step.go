@@ -37,6 +37,10 @@ type StepOptions struct {
 	// Hint ends the line that says the step is replayed (say, how to turn
 	// capture off).
 	Hint string
+	// Autocast is the element type of the step's matrix products and
+	// convolutions (tensor.Scope.SetAutocast): BFloat16 for mixed
+	// precision; the zero value and Float32 leave them float32.
+	Autocast tensor.DType
 }
 
 // Step runs a training step, on a GPU by replaying a CUDA graph of it
@@ -61,6 +65,7 @@ type shapeStep struct {
 	graph    *cuda.StepGraph
 	loss     *tensor.Tensor
 	replayed bool // the graph ran at least once
+	warmed   bool // an eager step ran first (cuDNN's algorithm searches)
 }
 
 // CaptureStep prepares step to be run by (*Step).Run: step queues one
@@ -121,6 +126,9 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 	st := s.shapes[key]
 	if st == nil {
 		st = &shapeStep{scope: tensor.NewScope()}
+		if s.opt.Autocast == tensor.BFloat16 {
+			st.scope.SetAutocast(tensor.BFloat16)
+		}
 		s.shapes[key] = st
 	}
 	opt := s.opt.Optimizer
@@ -142,6 +150,14 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 	if s.attempt {
 		if opt != nil && !opt.Replayable() {
 			// Not now; the optimiser's later steps may be.
+			return s.eager(st)
+		}
+		if !st.warmed && searchesConvolutions(s.b) {
+			// cuDNN times the algorithms of each convolution the first
+			// time it runs, which it cannot do inside a capture: one eager
+			// step of this shape first, so that the graph gets the
+			// measured ones.
+			st.warmed = true
 			return s.eager(st)
 		}
 		s.attempt = false
@@ -190,6 +206,28 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	}
 	st.replayed = true
 	return loss, true, nil
+}
+
+// warmedUp reports whether a shape's first step ran eagerly before its
+// capture.
+func (s *Step) warmedUp() bool {
+	for _, st := range s.shapes {
+		if st.warmed {
+			return true
+		}
+	}
+	return false
+}
+
+// searchesConvolutions reports whether b chooses convolution algorithms by
+// timing them (a GPU backend with cuDNN).
+func searchesConvolutions(b tensor.Backend) bool {
+	g, ok := b.(*cuda.Backend)
+	if !ok {
+		return false
+	}
+	_, err := g.CuDNN()
+	return err == nil
 }
 
 func (s *Step) eager(st *shapeStep) (loss *tensor.Tensor, err error) {

@@ -91,6 +91,13 @@ type Config struct {
 	// (the one resumed), named when the run fails.
 	LastCheckpoint string
 
+	// Autocast is the element type of the training step's matrix products
+	// and convolutions: BFloat16 runs them in bfloat16 with float32 sums
+	// (tensor.Scope.SetAutocast; tensor.BF16's part of a precision), the
+	// weights, gradients and optimiser state staying float32. The zero
+	// value and Float32 keep float32. Evaluation runs in float32.
+	Autocast tensor.DType
+
 	// Eager turns off the capture of the step as a CUDA graph; on a
 	// backend that cannot capture, the step runs eagerly anyway and says
 	// so once.
@@ -234,6 +241,15 @@ func (r *run) check() error {
 		return errors.New("trainer: the optimiser has no parameters")
 	}
 	r.b = ps[0].Tensor.Backend()
+	switch c.Autocast {
+	case tensor.Float32:
+	case tensor.BFloat16:
+		if _, ok := r.b.(tensor.LowPrecisionBackend); !ok {
+			return fmt.Errorf("trainer: Autocast bfloat16 on backend %s, which has no bfloat16 products", r.b.Name())
+		}
+	default:
+		return fmt.Errorf("trainer: Autocast %v; want float32 (off) or bfloat16", c.Autocast)
+	}
 	return r.prepareParallel()
 }
 
@@ -305,7 +321,7 @@ func (r *run) loop(ctx context.Context) error {
 		r.reduceGradients()
 		opt.StepAndZeroGrad()
 		return loss
-	}, StepOptions{Optimizer: opt, Eager: c.Eager, Logf: r.logf, Hint: c.GraphHint})
+	}, StepOptions{Optimizer: opt, Eager: c.Eager, Logf: r.logf, Hint: c.GraphHint, Autocast: c.Autocast})
 	if err != nil {
 		return err
 	}
@@ -354,8 +370,9 @@ func (r *run) loop(ctx context.Context) error {
 			res.GlobalStep++
 			res.Steps++
 			windowSteps++
-			if res.Steps == 1 {
-				// The run's first step allocates and captures the graph.
+			if res.Steps == 1 || (res.Steps == 2 && step.warmedUp()) {
+				// The run's first step allocates and captures the graph
+				// (the second, after an eager warm-up step, with cuDNN).
 				epochAllocs = r.driverAllocs()
 				firstInWindow = true
 			}

@@ -427,6 +427,52 @@ func TestShouldSave(t *testing.T) {
 	}
 }
 
+// TestAutocastOption: Config.Autocast bfloat16 runs the steps' products in
+// bfloat16 (the weights after training differ from float32's, and the
+// loss still falls), the scopes the steps get carry it, and another
+// element type is an error naming the option.
+func TestAutocastOption(t *testing.T) {
+	f32 := newSetup(t, "sgd", 0.05)
+	if _, err := trainer.Run(context.Background(), f32.cfg); err != nil {
+		t.Fatal(err)
+	}
+	bf := newSetup(t, "sgd", 0.05)
+	bf.cfg.Autocast = tensor.BFloat16
+	if _, err := trainer.Run(context.Background(), bf.cfg); err != nil {
+		t.Fatal(err)
+	}
+	a, b := params(f32.model), params(bf.model)
+	same := true
+	for k := range a {
+		for i := range a[k] {
+			same = same && a[k][i] == b[k][i]
+		}
+	}
+	if same {
+		t.Error("the weights trained with Autocast bfloat16 equal float32's: the products did not run in bfloat16")
+	}
+	if last := bf.evals[len(bf.evals)-1]; last[1] < 90 {
+		t.Errorf("accuracy %.1f%% after training in bfloat16; want at least 90%%", last[1])
+	}
+	var seen tensor.DType = tensor.Int32
+	step, err := trainer.CaptureStep(tensor.CPU, func(s *tensor.Scope) *tensor.Tensor {
+		seen = s.Autocast()
+		return tensor.FromFloat32(tensor.CPU, s, []float32{1}, 1)
+	}, trainer.StepOptions{Eager: true, Autocast: tensor.BFloat16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	if _, err := step.Run(1); err != nil || seen != tensor.BFloat16 {
+		t.Errorf("the step's scope has autocast %v (err %v), want bfloat16", seen, err)
+	}
+	bad := newSetup(t, "sgd", 0.05)
+	bad.cfg.Autocast = tensor.Int32
+	if _, err := trainer.Run(context.Background(), bad.cfg); err == nil || !strings.Contains(err.Error(), "Autocast") {
+		t.Errorf("Autocast int32: error %v, want one naming Autocast", err)
+	}
+}
+
 // Run applies a one-cycle schedule's momentum before every step, as
 // torch's OneCycleLR(cycle_momentum=True): the SGD ends with the
 // schedule's last momentum and the weights differ from a run whose

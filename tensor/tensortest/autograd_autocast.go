@@ -11,10 +11,13 @@ import "github.com/ember-ml/ember/tensor"
 // a small multiple of the largest output. Attention chains two products
 // through a softmax, whose scores carry the first product's error. The
 // worst normwise errors measured over 200 seeds on the CPU were 9e-3 for
-// the products and 1.3e-2 for attention; 3e-2 leaves room for the tail.
+// the products and 1.3e-2 for attention, under 1.2e-2 for the
+// convolutions (whose results are rounded as well); 3e-2 leaves room for
+// the tail.
 const tolAutocast = 3e-2
 
-// autocastCases: the matrix products under SetAutocast(BFloat16). Loose
+// autocastCases: the matrix products and convolutions under
+// SetAutocast(BFloat16). Loose
 // cases compare them with float32 (the plain cases' float64 references)
 // within tolAutocast; exact-semantics cases compare them, at the float32
 // tolerance tolAG, with float64 products of the bfloat16-rounded operands
@@ -27,6 +30,10 @@ func autocastCases() []agCase {
 		bmmCase("BatchMatMul/transposed views", []int{3, 5, 4}, []int{3, 6, 5}, []int{1, 2}, []int{1, 2}),
 		sdpaCase(false, 0),
 		sdpaCase(true, 0.7),
+		// A convolution's output and input and weight gradients are
+		// rounded to bfloat16 as well (tensor.LowPrecisionConvBackend).
+		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
+		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
 	}
 	var out []agCase
 	for _, c := range loose {
