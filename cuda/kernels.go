@@ -39,6 +39,7 @@ var kernelFiles = []string{
 	"kernels/reduce_axis.cu",
 	"kernels/softmax.cu",
 	"kernels/index.cu",
+	"kernels/philox.cu",
 	"kernels/random.cu",
 	"kernels/norm.cu",
 	"kernels/pool.cu",
@@ -62,6 +63,10 @@ type kernelUnit struct {
 // unrolled templates are most of the work (one unit of everything took 9.0
 // s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
 // its 3x3 kernels.
+// generalUnit is the index of the general operators' unit, which NewBackend
+// starts compiling in the background.
+const generalUnit = 4
+
 var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
@@ -71,12 +76,11 @@ var kernelUnits = []kernelUnit{
 	// over an axis, gathers, random numbers, normalisation, pooling, the
 	// optimisers, the augmented batch gather).
 	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
+		"kernels/softmax.cu", "kernels/index.cu", "kernels/philox.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
 		"kernels/augment.cu", "kernels/cast.cu"}},
-	// The fused attention, which draws random.cu's dropout bits: its own
-	// unit, compiled beside the others (random.cu's kernels, found twice,
-	// are taken from the unit above).
-	{files: []string{"kernels/common.cu", "kernels/random.cu", "kernels/attention.cu"}},
+	// The fused attention, which draws Dropout's bits (philox.cu): its own
+	// unit, compiled on first use.
+	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

@@ -25,7 +25,7 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 	if err != nil {
 		t.Skip("clang++ not installed")
 	}
-	src, err := concatKernels([]string{"kernels/common.cu", "kernels/random.cu", "kernels/attention.cu"})
+	src, err := concatKernels([]string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// -x c++: the kernels as plain C++; -w: the CUDA sources' #line
-	// directives and unused kernels of random.cu are not this test's.
+	// directives are not this test's.
 	args := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-o", bin, file}
 	if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
 		t.Fatalf("clang++ %v: %v\n%s", args, err, out)

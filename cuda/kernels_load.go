@@ -39,7 +39,7 @@ var ErrLoadDuringCapture = errors.New("cuda: a kernel unit is compiled on first 
 // background there. Indices into kernelUnits.
 var (
 	eagerUnits    = []int{0}
-	prefetchUnits = []int{len(kernelUnits) - 1}
+	prefetchUnits = []int{generalUnit}
 )
 
 // captureLoadDriver is the first driver version that loads modules while a

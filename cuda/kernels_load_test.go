@@ -53,6 +53,9 @@ func TestKernelUnitNames(t *testing.T) {
 			t.Errorf("kernel %s is in units %v; want the core unit %v", name, u, eagerUnits)
 		}
 	}
+	if !slices.Contains(kernelUnits[generalUnit].files, "kernels/optim.cu") {
+		t.Fatalf("unit %d is %v; the test expects the general unit", generalUnit, kernelUnits[generalUnit].files)
+	}
 	for _, name := range []string{"ember_adam", "ember_sgd_device", "ember_softmax_rows"} {
 		if u := l.byName[name]; len(u) > 0 && !slices.Equal(u, prefetchUnits) {
 			t.Errorf("kernel %s is in units %v; want the general unit %v", name, u, prefetchUnits)
