@@ -186,7 +186,9 @@ func TestGPULinearLtMatchesCPU(t *testing.T) {
 			if b.ltCalls.Load() == calls {
 				t.Errorf("tf32=%v %v: no cuBLASLt product: the layer took the fallback", tf32, c)
 			}
-			want := cpuLinear(c, x, w, bias, g, starts)
+			// The gradients' ReLU mask is the y the backward pass reads (the
+			// GPU's): in TF32 a y near 0 may have the other sign on the CPU.
+			want := cpuLinear(c, x, w, bias, g, got[0], starts)
 			for i := range want {
 				for j := range want[i] {
 					if d := math.Abs(float64(got[i][j]) - want[i][j]); !(d <= tol*(1+math.Abs(want[i][j]))) {
@@ -203,8 +205,9 @@ func TestGPULinearLtMatchesCPU(t *testing.T) {
 }
 
 // cpuLinear is c on the CPU backend: the products through tensor.CPU's
-// MatMul, the rest in float64.
-func cpuLinear(c linearCase, x, w, bias, g []float32, starts map[uint32][]float32) [][]float64 {
+// MatMul, the rest in float64. With ReLU, g counts where mask > 0 (the
+// layer's output that LinearGrads is given).
+func cpuLinear(c linearCase, x, w, bias, g, mask []float32, starts map[uint32][]float32) [][]float64 {
 	cpu := tensor.CPU
 	buf := func(v []float32) tensor.Buffer {
 		b, _ := cpu.Alloc(len(v), tensor.Float32)
@@ -235,7 +238,7 @@ func cpuLinear(c linearCase, x, w, bias, g []float32, starts map[uint32][]float3
 		}
 		if c.relu {
 			y[i] = max(y[i], 0)
-			if !(y[i] > 0) {
+			if !(mask[i] > 0) {
 				gm[i] = 0
 			}
 		}
