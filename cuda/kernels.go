@@ -63,24 +63,31 @@ type kernelUnit struct {
 // unrolled templates are most of the work (one unit of everything took 9.0
 // s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
 // its 3x3 kernels.
-// generalUnit is the index of the general operators' unit, which NewBackend
-// starts compiling in the background.
-const generalUnit = 4
+// generalUnits are the units of the general operators of any model, which
+// NewBackend starts compiling in the background, side by side (one unit of
+// them all took 18.5 s cold on the H200's host, the longest path of a cold
+// start).
+var generalUnits = []int{4, 5, 6, 7}
 
 var kernelUnits = []kernelUnit{
-	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
+	// The core: LeNet's and every model's elementwise and whole-tensor
+	// reductions (units 0 and 9 are compiled by NewBackend, in parallel).
+	{files: []string{"kernels/common.cu", "kernels/elementwise.cu", "kernels/reduce.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
-	// The general operators of any model (strided elementwise, reductions
-	// over an axis, gathers, random numbers, normalisation, pooling, the
-	// optimisers, the augmented batch gather).
-	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/reduce_axis.cu",
-		"kernels/softmax.cu", "kernels/index.cu", "kernels/philox.cu", "kernels/random.cu", "kernels/norm.cu", "kernels/pool.cu", "kernels/optim.cu", "kernels/xent.cu",
-		"kernels/augment.cu", "kernels/cast.cu"}},
+	// The general operators: strided elementwise by op code with the
+	// gathers and casts; reductions over an axis, softmax and class losses;
+	// random numbers and the optimisers; normalisation and pooling.
+	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/index.cu", "kernels/cast.cu", "kernels/philox.cu", "kernels/augment.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/reduce_axis.cu", "kernels/softmax.cu", "kernels/xent.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/random.cu", "kernels/optim.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/norm.cu", "kernels/pool.cu"}},
 	// The fused attention, which draws Dropout's bits (philox.cu): its own
 	// unit, compiled on first use.
 	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu"}},
+	// The linear layers and the fused losses of the core.
+	{files: []string{"kernels/common.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

@@ -38,8 +38,8 @@ var ErrLoadDuringCapture = errors.New("cuda: a kernel unit is compiled on first 
 // eagerUnits are compiled by NewBackend; prefetchUnits start in the
 // background there. Indices into kernelUnits.
 var (
-	eagerUnits    = []int{0}
-	prefetchUnits = []int{generalUnit}
+	eagerUnits    = []int{0, 9}
+	prefetchUnits = generalUnits
 )
 
 // captureLoadDriver is the first driver version that loads modules while a

@@ -49,16 +49,13 @@ func TestKernelUnitNames(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"ember_add", "ember_sgd4", "ember_linear_tiled"} {
-		if u := l.byName[name]; !slices.Equal(u, eagerUnits) {
+		if u := l.byName[name]; len(u) != 1 || !slices.Contains(eagerUnits, u[0]) {
 			t.Errorf("kernel %s is in units %v; want the core unit %v", name, u, eagerUnits)
 		}
 	}
-	if !slices.Contains(kernelUnits[generalUnit].files, "kernels/optim.cu") {
-		t.Fatalf("unit %d is %v; the test expects the general unit", generalUnit, kernelUnits[generalUnit].files)
-	}
 	for _, name := range []string{"ember_adam", "ember_sgd_device", "ember_softmax_rows"} {
-		if u := l.byName[name]; len(u) > 0 && !slices.Equal(u, prefetchUnits) {
-			t.Errorf("kernel %s is in units %v; want the general unit %v", name, u, prefetchUnits)
+		if u := l.byName[name]; len(u) != 1 || !slices.Contains(prefetchUnits, u[0]) {
+			t.Errorf("kernel %s is in units %v; want one of the general units %v", name, u, prefetchUnits)
 		}
 	}
 	common, err := kernelFS.ReadFile("kernels/common.cu")
