@@ -85,6 +85,11 @@ type BackendOptions struct {
 	// LinearLtEverywhere sends every linear layer cuBLASLt takes to it,
 	// the small ones too (for comparisons).
 	LinearLtEverywhere bool
+	// NoLinearLtWide keeps wide layers of at most 256 rows (in·out of at
+	// least 2^19: an MLP's 784→1024 and 1024→1024) on the tiled kernels.
+	// By default they go to cuBLASLt, with their backward pass through
+	// cuBLAS, which measured faster there (linear_lt.go).
+	NoLinearLtWide bool
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
@@ -117,7 +122,8 @@ type BackendOptions struct {
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
-// feature off, EMBER_LINEAR_LT=1 sets LinearLt and =all LinearLtEverywhere,
+// feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
+// and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
 // EMBER_KERNEL_CACHE (a directory, or "off") sets KernelCache where opt
 // leaves it empty, and EMBER_KERNEL_LOG=1 sends KernelLog to standard
@@ -130,6 +136,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
 	opt.LinearLt = opt.LinearLt || os.Getenv("EMBER_LINEAR_LT") == "1"
 	opt.LinearLtEverywhere = opt.LinearLtEverywhere || os.Getenv("EMBER_LINEAR_LT") == "all"
+	opt.NoLinearLtWide = opt.NoLinearLtWide || off("EMBER_LINEAR_LT")
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
@@ -181,6 +188,7 @@ type Backend struct {
 	lt            *Lt          // cuBLASLt; nil without it (linear_lt.go)
 	ltErr         error        // why lt is nil
 	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
+	ltWide        bool         // wide layers of at most 256 rows go to it
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)

@@ -180,7 +180,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		// No products: y = ReLU(0 + bias).
 		devCheck(op, b.x.memset32(py, 0, n*out))
 		b.linearEpilogue(op, py, pbias, n, out, relu)
-	case b.ltEverywhere && b.ltLinear(n) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
+	case b.ltFirst(n, in, out) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
 	case !relu && smallProduct(n, out, in):
 		b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
 	case b.tiledLinear(n, in, out):
@@ -194,7 +194,7 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		}
 		devCheck(op, b.x.launch(f, Dim3{X: b.ltBlocks(tiles, splits), Y: 1, Z: 1}, Dim3{X: ltThreads, Y: 1, Z: 1}, []any{py, px, pw, pbias,
 			i32arg(op, n), i32arg(op, in), i32arg(op, out), flag(relu), i32arg(op, splits), i32arg(op, steps), ws.Ptr(), b.tileCounters.Ptr()}))
-	case b.ltLinear(n) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
+	case b.ltLinear(n, in, out) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
 	default:
 		b.matmul(op, py, px, pw, 0, n, out, in, false, true, 1, 0)
 		b.linearEpilogue(op, py, pbias, n, out, relu)
@@ -261,7 +261,7 @@ func (b *Backend) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out i
 // sizes (fused ones only when apart: the outputs share no memory and no size
 // is 0).
 func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, n, in, out int, accX, accW, accB, apart bool) {
-	if b.ltEverywhere && b.ltLinear(n) {
+	if b.ltFirst(n, in, out) {
 		apart = false // the cuBLAS and cuBLASLt products below, for comparisons
 	}
 	switch {
@@ -282,7 +282,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 		if pdx != 0 {
 			b.product(op, pdx, pg, pw, n, in, out, false, accX)
 		}
-		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
+		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n, in, out) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
 			b.weightGradsLt(op, pdw, pdb, pg, px, n, in, out, accW) {
 			pdw, pdb = 0, 0
 		}

@@ -50,8 +50,8 @@ func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, 
 // same stream, one after the other). Without it, lt stays nil and ltErr
 // says why: the linear layers keep the cuBLAS path.
 func (b *Backend) openLt() {
-	b.ltEverywhere = b.opt.LinearLtEverywhere
-	if !b.opt.LinearLt && !b.opt.LinearLtEverywhere {
+	b.ltEverywhere, b.ltWide = b.opt.LinearLtEverywhere, !b.opt.NoLinearLtWide
+	if !b.opt.LinearLt && !b.opt.LinearLtEverywhere && !b.ltWide {
 		b.ltErr = errors.New("cuBLASLt not asked for (BackendOptions.LinearLt, EMBER_LINEAR_LT=1)")
 		return
 	}
@@ -73,9 +73,25 @@ func (b *Backend) openLt() {
 // LtError says why linear layers do not use cuBLASLt (nil when they do).
 func (b *Backend) LtError() error { return b.ltErr }
 
-// ltLinear says whether an n x in x out layer goes to cuBLASLt first.
-func (b *Backend) ltLinear(n int) bool {
-	return b.lt != nil && (b.ltEverywhere || n > linearTiledRows)
+// ltWideMin is the smallest in·out of a layer of at most 256 rows that
+// goes to cuBLASLt ahead of the tiled kernels: in the MLP 784-1024-1024-10
+// at batch 64 its two wide layers through cuBLASLt (and their backward
+// through cuBLAS) took the epoch from 0.0908 to 0.0739 s, while LeNet's
+// fc1 (800·500) was slower there (0.0979 → 0.1004 s with every layer on
+// cuBLASLt).
+const ltWideMin = 1 << 19
+
+// ltFirst says whether an n x in x out layer goes to cuBLASLt ahead of the
+// tiled and small-product kernels (its backward then takes the cuBLAS
+// products).
+func (b *Backend) ltFirst(n, in, out int) bool {
+	return b.lt != nil && (b.ltEverywhere || b.ltWide && n <= linearTiledRows && in*out >= ltWideMin)
+}
+
+// ltLinear says whether an n x in x out layer may go to cuBLASLt: first
+// (ltFirst), or above 256 rows with LinearLt.
+func (b *Backend) ltLinear(n, in, out int) bool {
+	return b.ltFirst(n, in, out) || b.lt != nil && b.opt.LinearLt && n > linearTiledRows
 }
 
 // ltRun queues g through cuBLASLt and reports true, or reports false

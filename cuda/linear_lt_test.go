@@ -71,15 +71,15 @@ func runLinear(t *testing.T, b *Backend, c linearCase, x, w, bias, g []float32, 
 // "current" (the default without cuBLASLt: the tiled kernels up to 256
 // rows, cuBLAS above). b must have cuBLASLt open.
 func withPath(b *Backend, path string, f func()) {
-	lt, tiled, everywhere := b.lt, b.noLinearTiled, b.ltEverywhere
-	defer func() { b.lt, b.noLinearTiled, b.ltEverywhere = lt, tiled, everywhere }()
+	lt, tiled, everywhere, wide := b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide
+	defer func() { b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide = lt, tiled, everywhere, wide }()
 	switch path {
 	case "cublas":
 		b.lt, b.noLinearTiled, b.ltEverywhere = nil, true, false
 	case "current":
 		b.lt, b.ltEverywhere = nil, false
 	case "lt>256":
-		b.ltEverywhere = false
+		b.ltEverywhere, b.ltWide = false, false
 	case "lt":
 		b.ltEverywhere = true
 	}
