@@ -73,6 +73,7 @@ func cpuConv(g tensor.ConvGeom, x, w, bias, dy, dw0, db0, mask []float32) convRe
 	return convResults{y: get(yb), dx: get(dxb), dw: get(dwb), db: get(dbb)}
 }
 
+// absAll returns the magnitudes of v (the inputs of an error bound).
 func absAll(v []float32) []float32 {
 	out := make([]float32, len(v))
 	for i, x := range v {
