@@ -170,8 +170,11 @@
 // Device.NewLt returns a cuBLASLt handle (cublaslt.go): row-major products
 // with an epilogue (bias, ReLU, GELU, their gradients, the bias gradient)
 // in the same kernel, the algorithm chosen by cuBLASLt's heuristics once
-// per shape. With BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the linear
-// layers of more than 256 rows go through it (linear_lt.go).
+// per shape. Wide layers of at most 256 rows (in·out from 2^19: an MLP's
+// 1024-wide layers) go through it by default, where it measured faster
+// than the tiled kernels (NoLinearLtWide keeps them there); with
+// BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the layers of more than 256
+// rows go through it too (linear_lt.go).
 //
 // # cuDNN
 //
