@@ -123,3 +123,66 @@ func ExampleScope_SetAutocast() {
 	// Output:
 	// float32 [5] float32 [3 1]
 }
+
+// fusedConvPoolSpy is the CPU with a ConvPoolBackend whose fused
+// convolution + pooling (float32 only) must not be used under bf16
+// autocast: it counts its calls and runs the two operations.
+type fusedConvPoolSpy struct {
+	tensor.CompleteBackend
+	tensor.LowPrecisionConvBackend
+	calls int
+}
+
+func (s *fusedConvPoolSpy) Conv2dReLUMaxPool(y, argmax, x, w, bias tensor.Buffer, g tensor.ConvGeom, p tensor.PoolGeom) {
+	s.calls++
+	conv, _ := s.Alloc(g.N*g.K*g.OutH()*g.OutW(), tensor.Float32)
+	defer s.Free(conv)
+	s.Conv2d(conv, x, w, bias, g)
+	s.MaxPool2d(y, argmax, conv, p)
+}
+
+func (s *fusedConvPoolSpy) Conv2dReLUMaxPoolBackward(dx, dw, db, dy, x, w, y, argmax tensor.Buffer, g tensor.ConvGeom, p tensor.PoolGeom) {
+	panic("the fused backward is not exercised here")
+}
+
+// TestConv2dReLUMaxPoolAutocast: under bf16 autocast a backend's fused
+// float32 convolution + pooling is passed over for the bf16 convolution
+// and a pooling (the result equals MaxPool2d(Conv2dReLU) under autocast);
+// without autocast the fused operation runs.
+func TestConv2dReLUMaxPoolAutocast(t *testing.T) {
+	spy := &fusedConvPoolSpy{CompleteBackend: tensor.CPU.(tensor.CompleteBackend), LowPrecisionConvBackend: tensor.CPU.(tensor.LowPrecisionConvBackend)}
+	rng := rand.New(rand.NewPCG(4, 2))
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws, bs := rnd(2*3*8*8), rnd(4*3*3*3), rnd(4)
+	run := func(be tensor.Backend, autocast bool, fused bool) []float32 {
+		s := tensor.NewScope()
+		defer s.Release()
+		if autocast {
+			s.SetAutocast(tensor.BFloat16)
+		}
+		x, w, b := tensor.FromFloat32(be, s, xs, 2, 3, 8, 8), tensor.FromFloat32(be, s, ws, 4, 3, 3, 3), tensor.FromFloat32(be, s, bs, 4)
+		if fused {
+			return tensor.Conv2dReLUMaxPool(x, w, b, 1, 1, 2).Float32s()
+		}
+		return tensor.MaxPool2d(tensor.Conv2dReLU(x, w, b, 1, 1), 2, 2).Float32s()
+	}
+	got, want := run(spy, true, true), run(tensor.CPU, true, false)
+	if spy.calls != 0 {
+		t.Errorf("under bf16 autocast the fused float32 convolution + pooling ran %d times", spy.calls)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("under autocast [%d] = %v, want %v (MaxPool2d of the bf16 Conv2dReLU)", i, got[i], want[i])
+		}
+	}
+	run(spy, false, true)
+	if spy.calls != 1 {
+		t.Errorf("without autocast the fused operation ran %d times, want 1", spy.calls)
+	}
+}

@@ -125,13 +125,18 @@ func convInputSink(e *engine, x *Tensor) (Buffer, *Tensor) {
 // convolution, bias, ReLU and max pooling over disjoint k×k windows. On a
 // backend that implements ConvPoolBackend it is one operation that stores
 // only the pooled output and the positions of the maxima; elsewhere it is
-// the two operations.
+// the two operations. Under bf16 autocast, where the backend runs the
+// convolution in bf16, it is the two operations too, so that the fused
+// float32 kernel does not silently keep the convolution in float32.
 func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
 	fb, ok := x.st.b.(ConvPoolBackend)
 	if !ok {
 		return MaxPool2d(Conv2dReLU(x, w, b, stride, pad), k, k)
 	}
 	x, w, g := convGeomOf(x, w, b, stride, pad, true)
+	if lb, low := x.st.b.(LowPrecisionConvBackend); low && scopeOf(x, w, b).Autocast() == BFloat16 && lb.ConvLowp(g) {
+		return MaxPool2d(convolve(x, w, b, g), k, k)
+	}
 	p := PoolGeom{N: g.N, C: g.K, H: g.OutH(), W: g.OutW(), KH: k, KW: k, StrideH: k, StrideW: k}
 	if k < 1 || p.OutH() < 1 || p.OutW() < 1 {
 		panic(fmt.Sprintf("tensor: MaxPool2d window %d stride %d on %v", k, k, []int{p.N, p.C, p.H, p.W}))
