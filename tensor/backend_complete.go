@@ -297,7 +297,12 @@ func (c composed) CrossEntropy(loss, dlogits, logits, labels Buffer, n, classes 
 	shape := []int{n * classes}
 	picked := scratch(c.Backend, n*classes)
 	defer c.Free(picked)
-	c.Binary(OpMul, picked, flat(onehot), flat(logp), shape)
+	// Selected, not multiplied: a -Inf logit of another class would make
+	// 0·(-Inf) = NaN where the kernel's loss is finite.
+	zero := scratch(c.Backend, 1)
+	defer c.Free(zero)
+	c.Fill(zero, 0)
+	c.Where(picked, flat(onehot), flat(logp), View{Buf: zero, Strides: []int{0}}, shape)
 	c.Reduce(ReduceSum, loss, picked, 1, n*classes, 1, false)
 	c.Unary(OpMulScalar, loss, flat(loss), []int{1}, -1/float32(n), 0)
 	if dlogits.Empty() {

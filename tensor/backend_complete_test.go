@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -46,6 +47,36 @@ func TestCompleteUsesTheBackendsOwnParts(t *testing.T) {
 	for i, v := range x.Float32s() {
 		if v != want[i] {
 			t.Fatalf("Add then AddBias: %v, want %v", x.Float32s(), want)
+		}
+	}
+}
+
+// The composed CrossEntropy keeps a -Inf logit of another class out of the
+// loss (the CPU kernel's loss is finite there), and gives the kernel's
+// loss and gradient.
+func TestCompleteCrossEntropyNegativeInfinity(t *testing.T) {
+	inf := float32(math.Inf(-1))
+	logits := []float32{2, inf, 0.5, -1, 3, inf}
+	labels := []int32{0, 1}
+	run := func(b tensor.Backend) (float32, []float32) {
+		c := tensor.Complete(b)
+		s := tensor.NewScope()
+		defer s.Release()
+		z := tensor.FromFloat32(b, s, logits, 2, 3)
+		lab := tensor.FromInt32(b, s, labels, 2)
+		loss, dz := tensor.Zeros(b, s, 1), tensor.Zeros(b, s, 2, 3)
+		c.CrossEntropy(loss.Buffer(), dz.Buffer(), z.Buffer(), lab.Buffer(), 2, 3)
+		return loss.Float32s()[0], dz.Float32s()
+	}
+	got, gotD := run(tensortest.CoreOnly(tensor.CPU))
+	want, wantD := run(tensor.CPU)
+	if math.IsNaN(float64(got)) || math.Abs(float64(got-want)) > 1e-6*math.Abs(float64(want)) {
+		t.Errorf("composed loss %v, CPU kernel %v", got, want)
+	}
+	for i := range wantD {
+		if math.Abs(float64(gotD[i]-wantD[i])) > 1e-6 {
+			t.Errorf("composed dlogits %v, CPU kernel %v", gotD, wantD)
+			break
 		}
 	}
 }
