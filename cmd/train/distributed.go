@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn/parallel"
 	"github.com/ember-ml/ember/nn/trainer"
 )
@@ -78,10 +79,43 @@ func (o *options) checkLaunch() error {
 		return errors.New("--nnodes, --node-rank, --master-addr, --master-port and --rank-env apply with --nproc-per-node")
 	case launching && o.set["gpu"]:
 		return fmt.Errorf("--gpu %d does not apply with --nproc-per-node (each rank takes the GPU of its local rank)", o.gpu)
-	case launching && o.batchSize%(l.nprocPerNode*l.nnodes) != 0:
-		return fmt.Errorf("--batch-size %d is not a multiple of the %d ranks (--nproc-per-node %d × --nnodes %d): each rank takes an equal part", o.batchSize, l.nprocPerNode*l.nnodes, l.nprocPerNode, l.nnodes)
+	case launching && !o.batchFromResume() && o.batchSize%(l.nprocPerNode*l.nnodes) != 0:
+		// A resume that does not give --batch-size takes the checkpoint's,
+		// which the ranks read: they check it (checkWorldBatch).
+		return fmt.Errorf("--batch-size %d is not a multiple of the %d ranks (--nproc-per-node %d × --nnodes %d; the batch size %s): each rank takes an equal part", o.batchSize, l.nprocPerNode*l.nnodes, l.nprocPerNode, l.nnodes, o.batchOrigin(false))
 	}
 	return nil
+}
+
+// batchFromResume reports whether --batch-size is left to the checkpoint
+// that --resume names (the command line does not give it).
+func (o *options) batchFromResume() bool { return o.resume != "" && !o.set["batch-size"] }
+
+// batchOrigin says where --batch-size came from, for its errors: the
+// command line, the checkpoint (recorded: it recorded the
+// value), or the default.
+func (o *options) batchOrigin(recorded bool) string {
+	switch {
+	case o.set["batch-size"]:
+		return "from the command line"
+	case recorded:
+		return "from the checkpoint " + models.StatePath(o.resume)
+	}
+	return "is the default"
+}
+
+// checkWorldBatch checks that the ranks split --batch-size evenly; it runs
+// after a resume has taken back the checkpoint's --batch-size.
+func (t *job) checkWorldBatch() error {
+	o := t.opt
+	if !t.distributed() || o.batchSize%t.env.WorldSize == 0 {
+		return nil
+	}
+	recorded := false
+	if t.resumed != nil {
+		_, recorded = t.resumed.Flags["batch-size"]
+	}
+	return usageError{fmt.Errorf("--batch-size %d is not a multiple of the world size %d (the batch size %s): each rank takes an equal part", o.batchSize, t.env.WorldSize, o.batchOrigin(recorded))}
 }
 
 // launchedByUs reports whether this process is a rank that train
@@ -155,9 +189,8 @@ func (t *job) joinJob() error {
 		return nil
 	}
 	o := t.opt
-	if o.batchSize%env.WorldSize != 0 {
-		return usageError{fmt.Errorf("--batch-size %d is not a multiple of the world size %d: each rank takes an equal part", o.batchSize, env.WorldSize)}
-	}
+	// The batch's split over the ranks is checked after a resume has
+	// taken back the checkpoint's --batch-size (checkWorldBatch).
 	if env.Rank != 0 {
 		t.out = io.Discard
 	}

@@ -135,6 +135,9 @@ func (t *job) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := t.checkWorldBatch(); err != nil {
+		return err
+	}
 	if err := t.checkOutputs(); err != nil {
 		return err
 	}
