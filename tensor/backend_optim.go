@@ -41,12 +41,11 @@ const (
 
 // AdamStep holds the hyper-parameters of an Adam or AdamW update that stay
 // fixed from step to step (launch arguments; the per-step values, 1 - beta1
-// among them, are in the scalars buffer). The differences 1-beta are given as torch computes them
-// (in double, then rounded once to float32), not as 1 - float32(beta).
+// among them as the weight of the first moment's lerp, are in the scalars
+// buffer at AdamBeta1Weight). The differences 1-beta are given as torch
+// computes them (in double, then rounded once to float32), not as
+// 1 - float32(beta).
 type AdamStep struct {
-	// Beta1Weight is 1 - beta1, the weight of the gradient in the first
-	// moment's lerp: m = lerp(m, g, 1 - beta1).
-	Beta1Weight float32
 	// Beta2 and OneMinusBeta2: v = v·beta2 + (1 - beta2)·g·g.
 	Beta2, OneMinusBeta2 float32
 	Eps                  float32
