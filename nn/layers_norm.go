@@ -88,7 +88,12 @@ func (n *BatchNorm) Training() bool { return !n.evaluating }
 func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
 	training := !n.evaluating || n.RunningMean == nil
 	var y *tensor.Tensor
-	if training && n.sync != nil {
+	// Without running statistics evaluation uses the batch's too, but
+	// this rank's own: evaluation may run on some ranks only (the
+	// trainer's, on rank 0), where an all-reduce would wait for peers
+	// that never join it (torch's need_sync = bn_training and
+	// self.training).
+	if training && !n.evaluating && n.sync != nil {
 		y = n.syncForward(x)
 	} else {
 		y = tensor.BatchNorm(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps)
