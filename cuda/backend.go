@@ -134,9 +134,17 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
 	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
-	opt.LinearLt = opt.LinearLt || os.Getenv("EMBER_LINEAR_LT") == "1"
-	opt.LinearLtEverywhere = opt.LinearLtEverywhere || os.Getenv("EMBER_LINEAR_LT") == "all"
-	opt.NoLinearLtWide = opt.NoLinearLtWide || off("EMBER_LINEAR_LT")
+	switch v := os.Getenv("EMBER_LINEAR_LT"); v {
+	case "":
+	case "0":
+		opt.NoLinearLtWide = true
+	case "1":
+		opt.LinearLt = true
+	case "all":
+		opt.LinearLtEverywhere = true
+	default:
+		return opt, fmt.Errorf("cuda: EMBER_LINEAR_LT=%q: want 0, 1 or all", v)
+	}
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")

@@ -14,12 +14,13 @@ import (
 // separate reduction over g. The products without an epilogue (dx, and dw
 // behind the ReLU's mask, whose pass already sums db) stay on cuBLAS.
 //
-// Which layers: with BackendOptions.LinearLt (EMBER_LINEAR_LT=1) those
-// that go to cuBLAS otherwise, batches above linearTiledRows, the tiled
-// kernels of linear.cu keeping the smaller ones; LinearLtEverywhere
-// (EMBER_LINEAR_LT=all) every layer cuBLASLt takes, for comparisons.
-// Neither is on by default until TestGPULinearPathsBench has measured the
-// paths on the GPU (docs/performance.md).
+// Which layers: by default the wide ones of at most linearTiledRows rows
+// (in·out from ltWideMin), where cuBLASLt measured faster than the tiled
+// kernels of linear.cu (BackendOptions.NoLinearLtWide, EMBER_LINEAR_LT=0,
+// keeps them tiled); with BackendOptions.LinearLt (EMBER_LINEAR_LT=1) also
+// the batches above linearTiledRows, which go to cuBLAS otherwise and have
+// not been timed on cuBLASLt; LinearLtEverywhere (EMBER_LINEAR_LT=all)
+// every layer cuBLASLt takes, for comparisons.
 //
 // cuBLASLt chooses an algorithm per shape from its heuristics on the
 // shape's first call (host-only work: nothing is queued or waited for,
@@ -52,7 +53,7 @@ func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, 
 func (b *Backend) openLt() {
 	b.ltEverywhere, b.ltWide = b.opt.LinearLtEverywhere, !b.opt.NoLinearLtWide
 	if !b.opt.LinearLt && !b.opt.LinearLtEverywhere && !b.ltWide {
-		b.ltErr = errors.New("cuBLASLt not asked for (BackendOptions.LinearLt, EMBER_LINEAR_LT=1)")
+		b.ltErr = errors.New("cuBLASLt turned off (BackendOptions.NoLinearLtWide, EMBER_LINEAR_LT=0)")
 		return
 	}
 	ws := 0

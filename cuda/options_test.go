@@ -76,13 +76,18 @@ func TestNoEnvironmentInLibrary(t *testing.T) {
 // 256 rows, "all" for every layer, anything else neither.
 func TestOptionsFromEnvLinearLt(t *testing.T) {
 	for _, c := range []struct {
-		v              string
-		lt, everywhere bool
-	}{{"1", true, false}, {"all", false, true}, {"0", false, false}, {"", false, false}} {
+		v                    string
+		lt, everywhere, wide bool
+	}{{"1", true, false, true}, {"all", false, true, true}, {"0", false, false, false}, {"", false, false, true}} {
 		t.Setenv("EMBER_LINEAR_LT", c.v)
 		opt, err := OptionsFromEnv(BackendOptions{})
-		if err != nil || opt.LinearLt != c.lt || opt.LinearLtEverywhere != c.everywhere {
-			t.Errorf("EMBER_LINEAR_LT=%q: LinearLt %v, LinearLtEverywhere %v, %v; want %v, %v", c.v, opt.LinearLt, opt.LinearLtEverywhere, err, c.lt, c.everywhere)
+		if err != nil || opt.LinearLt != c.lt || opt.LinearLtEverywhere != c.everywhere || opt.NoLinearLtWide == c.wide {
+			t.Errorf("EMBER_LINEAR_LT=%q: LinearLt %v, LinearLtEverywhere %v, NoLinearLtWide %v, %v; want %v, %v, %v",
+				c.v, opt.LinearLt, opt.LinearLtEverywhere, opt.NoLinearLtWide, err, c.lt, c.everywhere, !c.wide)
 		}
+	}
+	t.Setenv("EMBER_LINEAR_LT", "on")
+	if _, err := OptionsFromEnv(BackendOptions{}); err == nil || !strings.Contains(err.Error(), "EMBER_LINEAR_LT") {
+		t.Errorf("EMBER_LINEAR_LT=on: %v; want an error naming the variable", err)
 	}
 }
