@@ -32,7 +32,9 @@
 //     (backend_reduce.go), gathers, scatters and batched products
 //     (backend_index.go), MatMul, Conv2d and Conv2dBackward, counter-based
 //     random numbers (backend_random.go), and Synchronize.
-//   - Everything else is an optional interface with a fallback.
+//   - Everything else is an optional interface, nearly all with a
+//     fallback (average and adaptive pooling, the augmented gather and
+//     autocast refuse a backend without theirs, naming it).
 //     CompleteBackend's parts are dense-buffer forms of core operations:
 //     ArithmeticBackend (Add, Axpy, ScaleBy, Sum, ReLU, Argmax, ...),
 //     BiasBackend, MaxPoolBackend, CrossEntropyBackend, SGDBackend and
@@ -48,9 +50,12 @@
 //     Philox words, the same bits on every backend), LowPrecisionBackend
 //     and LowPrecisionConvBackend (casts, bfloat16 products and
 //     convolutions, backend_lowp.go), CausalSoftmaxBackend,
-//     FusedBackend, and LeNet's fused ConvPoolBackend, BiasReLUBackend,
-//     LinearBackend and LinearCrossEntropyBackend. cpu*.go implement
-//     everything on the host; package cuda implements it on NVIDIA GPUs;
+//     AttentionBackend (fused scaled dot-product attention; without it,
+//     the composed products and softmax), FusedBackend, and the fused
+//     ConvPoolBackend, BiasReLUBackend, LinearBackend and
+//     LinearCrossEntropyBackend. cpu*.go implement the core and every
+//     optional interface but AttentionBackend on the host; package cuda
+//     implements them all on NVIDIA GPUs;
 //     package tensortest is the conformance suite both run, and its
 //     CoreOnly hides every optional interface, so that the same suite
 //     checks the fallbacks.

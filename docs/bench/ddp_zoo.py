@@ -9,7 +9,7 @@
 # usage: torchrun --nproc_per_node N ddp_zoo.py ZOO_PY MODE FMNIST_DIR EPOCHS BATCH
 #   ZOO_PY: path of zoo.py (its building blocks are imported from there)
 #   MODE:   fp32 | bf16
-# e.g.     torchrun --nproc_per_node 2 ddp_zoo.py .gpu/zoo.py fp32 .gpu/fmnist 3 512
+# e.g.     torchrun --nproc_per_node 2 ddp_zoo.py path/to/zoo.py fp32 FASHION_MNIST_DIR 3 512
 import gzip, importlib.util, json, os, sys, time
 import numpy as np, torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
 
