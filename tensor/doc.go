@@ -53,8 +53,9 @@
 //     AttentionBackend (fused scaled dot-product attention; without it,
 //     the composed products and softmax), FusedBackend, and the fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
-//     LinearCrossEntropyBackend. cpu*.go implement the core and every
-//     optional interface but AttentionBackend on the host; package cuda
+//     LinearCrossEntropyBackend. cpu*.go implement the core and the
+//     optional interfaces on the host, but for AttentionBackend and the
+//     four fused ones (the CPU runs their composed forms); package cuda
 //     implements them all on NVIDIA GPUs;
 //     package tensortest is the conformance suite both run, and its
 //     CoreOnly hides every optional interface, so that the same suite

@@ -112,9 +112,10 @@ func (n *NCCL) closeSide() error {
 // second stream (AsyncAllReducer), joined back in FinishGradients, before
 // the optimiser reads them. Buckets start in their order (Buckets) on
 // every rank, whatever the order of the hooks, so that the ranks' NCCL
-// calls match. With Overlap on, call FinishGradients after each Backward
-// instead of AllReduceGradients. Inside a captured step the hooks run
-// during the capture and the all-reduces become nodes of the graph.
+// calls match. With Overlap on, call BeginGradients before each Backward
+// and FinishGradients after it instead of AllReduceGradients. Inside a
+// captured step the hooks run during the capture and the all-reduces
+// become nodes of the graph.
 func (d *DataParallel) Overlap() error {
 	if d.overlap {
 		return nil
@@ -148,6 +149,17 @@ func (d *DataParallel) StopOverlap() {
 		p.Tensor.SetGradReadyHook(nil)
 	}
 	d.overlap = false
+}
+
+// BeginGradients starts the bookkeeping of a backward pass afresh: no
+// bucket started, no gradient ready, no error. With Overlap on, call it
+// before each Backward: FinishGradients resets the same state, but a pass
+// that never reached it (a captured step that failed mid-backward and is
+// retried eagerly, a panic) would otherwise leave its counts to the next
+// pass, whose buckets then never start or start early, and its error.
+func (d *DataParallel) BeginGradients() {
+	d.asyncErr, d.next = nil, 0
+	clear(d.ready)
 }
 
 // Launched is the number of buckets whose all-reduce has started in the
@@ -198,8 +210,7 @@ func (d *DataParallel) FinishGradients() error {
 		d.launch(d.next)
 	}
 	err := d.asyncErr
-	d.asyncErr, d.next = nil, 0
-	clear(d.ready)
+	d.BeginGradients()
 	if a, ok := d.c.(AsyncAllReducer); ok {
 		err = errors.Join(err, a.JoinAsync())
 	}

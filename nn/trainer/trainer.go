@@ -317,6 +317,11 @@ func (r *run) loop(ctx context.Context) error {
 	opt.ZeroGrad() // once: each step's update zeroes them after reading them
 	step, err := CaptureStep(r.b, func(s *tensor.Scope) *tensor.Tensor {
 		loss := r.lossOf(src.Batch(s), lossSum)
+		if r.par.dp != nil {
+			// Afresh: a capture that failed mid-backward, retried
+			// eagerly, left the overlap's counts of its pass.
+			r.par.dp.BeginGradients()
+		}
 		loss.Backward()
 		r.reduceGradients()
 		opt.StepAndZeroGrad()
