@@ -107,10 +107,34 @@ func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucket
 			by = append(by, y[i])
 		}
 		s := tensor.NewScope()
-		loss := nn.CrossEntropyLoss(m.Forward(tensor.FromFloat32(b, s, bx, local, ddpFeatures)), tensor.FromInt32(b, s, by, local))
+		xb := tensor.FromFloat32(b, s, bx, local, ddpFeatures)
+		var logits *tensor.Tensor
+		launchedMid := -1
+		if dp != nil && overlap {
+			// A probe of ones between the layers (exact: the values and
+			// gradients are unchanged) whose gradient is ready once the
+			// backward pass is through Out and before Hidden: by then
+			// Out's buckets have started, Hidden's not.
+			probe := tensor.Full(b, s, 1, local, 16).SetRequiresGrad(true)
+			probe.SetGradReadyHook(func(*tensor.Tensor) { launchedMid = dp.Launched() })
+			logits = m.Out.Forward(tensor.Mul(tensor.ReLU(m.Hidden.Forward(xb)), probe))
+			dp.BeginGradients()
+		} else {
+			logits = m.Forward(xb)
+		}
+		loss := nn.CrossEntropyLoss(logits, tensor.FromInt32(b, s, by, local))
 		loss.Backward()
 		s.Release()
 		if dp != nil {
+			if overlap {
+				early := outOnlyBuckets(dp, len(nn.Parameters(m.Hidden)))
+				if early == 0 && len(dp.Buckets()) > 1 {
+					return nil, fmt.Errorf("%d buckets, none of Out's gradients alone: the mid-pass check checks nothing", len(dp.Buckets()))
+				}
+				if launchedMid != early {
+					return nil, fmt.Errorf("step %d: %d of %d buckets started when the backward pass reached Hidden; want the %d holding only Out's gradients", step, launchedMid, len(dp.Buckets()), early)
+				}
+			}
 			if overlap && dp.Launched() != len(dp.Buckets()) {
 				return nil, fmt.Errorf("step %d: %d of %d buckets started during the backward pass; all parameters were reached, so all should have", step, dp.Launched(), len(dp.Buckets()))
 			}
@@ -125,6 +149,22 @@ func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucket
 		out = append(out, p.Tensor.Float32s())
 	}
 	return out, nil
+}
+
+// outOnlyBuckets is the number of leading buckets (in their order) whose
+// parameters all come after the first hidden ones: those of the mlp's
+// Out layer, final before the backward pass reaches Hidden.
+func outOnlyBuckets(dp *DataParallel, hidden int) int {
+	n := 0
+	for _, b := range dp.Buckets() {
+		for _, pi := range b.Params {
+			if pi < hidden {
+				return n
+			}
+		}
+		n++
+	}
+	return n
 }
 
 // runFake trains on n goroutine ranks of a FakeGroup.
@@ -211,8 +251,9 @@ func TestDataParallelMatchesOneRank(t *testing.T) {
 }
 
 // With Overlap, each bucket is all-reduced from the backward pass as soon
-// as its gradients are final (trainRankOverlap checks that every bucket
-// started before Backward returned); the sums are the same, in the same
+// as its gradients are final (trainRankOverlap checks that Out's buckets
+// started before the pass reached Hidden, and every bucket before
+// Backward returned); the sums are the same, in the same
 // order, so the parameters are bitwise those of AllReduceGradients after
 // backward, and within the tolerance above of one rank with batch B.
 func TestDataParallelOverlapMatches(t *testing.T) {
