@@ -409,8 +409,8 @@ func (r *run) loop(ctx context.Context) error {
 			}
 			r.endStep()
 		}
-		// The end of the epoch (its collectives, the evaluation, the save)
-		// is watched as one more step.
+		// The end of the epoch's collectives are watched as one more
+		// step; the evaluation and the save are not (below).
 		r.beginStep(steps)
 		if err := r.b.Synchronize(); err != nil {
 			return r.stepError(err)
@@ -426,6 +426,13 @@ func (r *run) loop(ctx context.Context) error {
 		if err != nil {
 			return r.stepError(err)
 		}
+		// Rank 0 alone evaluates and writes the checkpoint, which may take
+		// far longer than a step, while the other ranks wait for it in the
+		// save's collective: the watchdog's step deadline is paused on
+		// every rank until all meet there (a communicator's failure still
+		// ends the wait), so that a long evaluation is not taken for a
+		// hung peer.
+		r.endStep()
 		testLoss, acc := math.NaN(), math.NaN()
 		if c.Evaluate != nil {
 			var err error
@@ -452,7 +459,14 @@ func (r *run) loop(ctx context.Context) error {
 		if err := r.save(epoch+1, 0); err != nil {
 			return r.stepError(err)
 		}
-		r.endStep()
+		if c.Checkpoint == "" && epoch+1 < c.Epochs {
+			// No save to wait in: wait for rank 0's evaluation here,
+			// unwatched, rather than in the next step's (watched)
+			// collective.
+			if err := r.onMain(func() error { return nil }); err != nil {
+				return r.stepError(err)
+			}
+		}
 	}
 	return nil
 }
