@@ -58,6 +58,13 @@ func (t *Tensor) SetGradReadyHook(fn func(*Tensor)) {
 // gradient ignores its entry). out must be a tensor made for this result,
 // with no history of its own. It returns out, which requires a gradient
 // when an input does.
+//
+// The gradients backward returns belong to Function: each is added into
+// its input's gradient and then released (as soon as the pass is through
+// this operation), so backward should return tensors made for them. One
+// that shares its memory with g, out or an input (backward returned g
+// itself, say) is left alone, and one returned for several inputs is
+// released once; g itself belongs to Backward and must not be released.
 func Function(op string, out *Tensor, backward func(g *Tensor) []*Tensor, inputs ...*Tensor) *Tensor {
 	if out.node != nil || out.requiresGrad {
 		panic("tensor: Function of a tensor that already has a history or requires grad; give it a new tensor")
@@ -68,6 +75,20 @@ func Function(op string, out *Tensor, backward func(g *Tensor) []*Tensor, inputs
 			if i < len(gs) && gs[i] != nil && in != nil && in.requiresGrad {
 				mustSameShape(op+" backward", in, gs[i])
 				e.pass(in, gs[i])
+			}
+		}
+		// Passed (copied or added) into the inputs' gradients: the
+		// returned tensors are not needed any more.
+		kept := map[*storage]bool{g.st: true, out.st: true}
+		for _, in := range inputs {
+			if in != nil {
+				kept[in.st] = true
+			}
+		}
+		for _, gi := range gs {
+			if gi != nil && !kept[gi.st] {
+				kept[gi.st] = true
+				gi.st.release()
 			}
 		}
 	}, inputs...)
