@@ -25,9 +25,9 @@ type ConnectOptions struct {
 // rank calls it, and all must pick the same kind (set EMBER_COMM the same
 // on every rank to force one).
 func Connect(ctx context.Context, env Environment, b tensor.Backend, opt ConnectOptions) (Communicator, error) {
-	kind := opt.Kind
+	kind, source := opt.Kind, "ConnectOptions.Kind"
 	if kind == "" {
-		kind = os.Getenv("EMBER_COMM")
+		kind, source = os.Getenv("EMBER_COMM"), "EMBER_COMM"
 	}
 	cb, isCUDA := b.(*cuda.Backend)
 	if kind == "" {
@@ -39,7 +39,7 @@ func Connect(ctx context.Context, env Environment, b tensor.Backend, opt Connect
 	switch kind {
 	case "nccl":
 		if !isCUDA {
-			return nil, fmt.Errorf("parallel: EMBER_COMM=nccl needs a CUDA backend, not %s", b.Name())
+			return nil, fmt.Errorf("parallel: %s=nccl needs a CUDA backend, not %s", source, b.Name())
 		}
 		return NewNCCL(ctx, env, cb, opt.Rendezvous)
 	case "tcp":
@@ -48,5 +48,5 @@ func Connect(ctx context.Context, env Environment, b tensor.Backend, opt Connect
 		}
 		return NewTCP(ctx, env, b, opt.TCP)
 	}
-	return nil, fmt.Errorf("parallel: EMBER_COMM=%q: want nccl or tcp", kind)
+	return nil, fmt.Errorf("parallel: %s=%q: want nccl or tcp", source, kind)
 }
