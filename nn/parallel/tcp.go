@@ -55,12 +55,14 @@ type TCPOptions struct {
 	Timeout time.Duration
 }
 
-// Wire format of a collective, little-endian (the hosts' own order on
-// every machine this runs on; it is only ever between processes of one
-// job, after a hello of "EMTC", u32 rank, u16 len, the run's token):
-// request (rank r → rank 0) "u8 kind, u32 arg, u32 seq, u32 count,
-// count float32s" (a broadcast's non-root ranks send no values); answer
-// (rank 0 → rank r) "u8 0, count float32s" or "u8 1, u16 len, message".
+// Wire format of a collective: the u32s and float32s little-endian (the
+// hosts' own order on every machine this runs on; it is only ever between
+// processes of one job), the u16 lengths of strings big-endian (network
+// order, as appendString16 writes them for the rendezvous too). After a
+// hello of "EMTC", u32 rank, u16 len, the run's token: request (rank r →
+// rank 0) "u8 kind, u32 arg, u32 seq, u32 count, count float32s" (a
+// broadcast's non-root ranks send no values); answer (rank 0 → rank r)
+// "u8 0, count float32s" or "u8 1, u16 len, message" (abortAll's).
 const (
 	tcpAllReduce = iota + 1
 	tcpBroadcast
