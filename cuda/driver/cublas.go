@@ -325,6 +325,20 @@ func (b *BLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a uintptr,
 	}, nil)
 }
 
+// checkBatch checks a strided-batched product's batch count and strides
+// (elements apart; 0 reuses one matrix) for op.
+func checkBatch(op string, batch int, strides ...int64) error {
+	if batch < 0 || batch > math.MaxInt32 {
+		return fmt.Errorf("cuda: %s: batch count %d out of range", op, batch)
+	}
+	for _, st := range strides {
+		if st < 0 {
+			return fmt.Errorf("cuda: %s: negative stride", op)
+		}
+	}
+	return nil
+}
+
 // SgemmStridedBatched computes batch independent row-major GEMMs
 //
 //	C_i = alpha * op(A_i) * op(B_i) + beta * C_i,  i = 0 .. batch-1
@@ -339,11 +353,8 @@ func (b *BLAS) SgemmStridedBatched(transA, transB bool, m, n, k int, alpha float
 	if err != nil {
 		return err
 	}
-	if batch < 0 || batch > math.MaxInt32 {
-		return fmt.Errorf("cuda: SgemmStridedBatched: batch count %d out of range", batch)
-	}
-	if strideA < 0 || strideB < 0 || strideC < 0 {
-		return fmt.Errorf("cuda: SgemmStridedBatched: negative stride")
+	if err := checkBatch("SgemmStridedBatched", batch, strideA, strideB, strideC); err != nil {
+		return err
 	}
 	if batch == 0 {
 		return nil
@@ -413,11 +424,8 @@ func (b *BLAS) GemmStridedBatchedBF16(transA, transB bool, m, n, k int, alpha fl
 	if err != nil {
 		return err
 	}
-	if batch < 0 || batch > math.MaxInt32 {
-		return fmt.Errorf("cuda: GemmStridedBatchedBF16: batch count %d out of range", batch)
-	}
-	if strideA < 0 || strideB < 0 || strideC < 0 {
-		return fmt.Errorf("cuda: GemmStridedBatchedBF16: negative stride")
+	if err := checkBatch("GemmStridedBatchedBF16", batch, strideA, strideB, strideC); err != nil {
+		return err
 	}
 	if batch == 0 {
 		return nil
