@@ -640,38 +640,7 @@ func testConv2dBackward(e *env) {
 					gg.ReLU = true
 				}
 				r := refConvBackward(dyRef, x, w, g)
-				var dx, dw, db *dbuf
-				var dxb, dwb, dbb tensor.Buffer
-				if v.dx {
-					dx = e.nanOut("dx", len(x))
-					dxb = dx.win
-				}
-				if v.dw {
-					dw = e.f32("dw", dw0, false)
-					dwb = dw.win
-				}
-				if v.db {
-					db = e.f32("db", db0, false)
-					dbb = db.win
-				}
-				e.b.Conv2dBackward(dxb, dwb, dbb, e.in("dy", dy), e.in("x", x), e.in("w", w), yb, gg)
-				if dx != nil {
-					e.near("Conv2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), r.dx, r.dxB, tolAcc)
-				}
-				if dw != nil {
-					for i, v := range dw0 {
-						r.dw[i] += float64(v)
-						r.dwB[i] += math.Abs(float64(v))
-					}
-					e.near("Conv2dBackward dw (accumulated)", dims(g.K, g.C, g.R, g.S), e.getF(dw), r.dw, r.dwB, tolAcc)
-				}
-				if db != nil {
-					for i, v := range db0 {
-						r.db[i] += float64(v)
-						r.dbB[i] += math.Abs(float64(v))
-					}
-					e.near("Conv2dBackward db (accumulated)", dims(g.K), e.getF(db), r.db, r.dbB, tolAcc)
-				}
+				checkConvBackward(e, v.dx, v.dw, v.db, dy, x, w, yb, gg, r, dw0, db0)
 			})
 		}
 	}

@@ -178,39 +178,8 @@ func testConvGeneral(e *env) {
 					gg.ReLU = true
 				}
 				r := refConvGeneralBackward(dyRef, x, w, g)
-				var dx, dw, db *dbuf
-				var dxb, dwb, dbb tensor.Buffer
 				dw0, db0 := e.normal(wLen, 1), e.normal(g.K, 1)
-				if v.dx {
-					dx = e.nanOut("dx", len(x))
-					dxb = dx.win
-				}
-				if v.dw {
-					dw = e.f32("dw", dw0, false)
-					dwb = dw.win
-				}
-				if v.db {
-					db = e.f32("db", db0, false)
-					dbb = db.win
-				}
-				e.b.Conv2dBackward(dxb, dwb, dbb, e.in("dy", dy), e.in("x", x), e.in("w", w), yb, gg)
-				if dx != nil {
-					e.near("Conv2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), r.dx, r.dxB, tolAcc)
-				}
-				if dw != nil {
-					for i, v := range dw0 {
-						r.dw[i] += float64(v)
-						r.dwB[i] += math.Abs(float64(v))
-					}
-					e.near("Conv2dBackward dw (accumulated)", dims(g.K, g.C/max(g.Groups, 1), g.R, g.S), e.getF(dw), r.dw, r.dwB, tolAcc)
-				}
-				if db != nil {
-					for i, v := range db0 {
-						r.db[i] += float64(v)
-						r.dbB[i] += math.Abs(float64(v))
-					}
-					e.near("Conv2dBackward db (accumulated)", dims(g.K), e.getF(db), r.db, r.dbB, tolAcc)
-				}
+				checkConvBackward(e, v.dx, v.dw, v.db, dy, x, w, yb, gg, r, dw0, db0)
 			})
 		}
 	}
@@ -266,4 +235,42 @@ func convGeneralAutogradCases() []agCase {
 		})
 	}
 	return cases
+}
+
+// checkConvBackward runs Conv2dBackward of geometry g (dy masked by yb
+// under g.ReLU) for the gradients asked for, dw and db accumulating onto
+// dw0 and db0, and compares them with the reference r.
+func checkConvBackward(e *env, wantDx, wantDw, wantDb bool, dy, x, w []float32, yb tensor.Buffer, g tensor.ConvGeom, r convGrads, dw0, db0 []float32) {
+	var dx, dw, db *dbuf
+	var dxb, dwb, dbb tensor.Buffer
+	if wantDx {
+		dx = e.nanOut("dx", len(x))
+		dxb = dx.win
+	}
+	if wantDw {
+		dw = e.f32("dw", dw0, false)
+		dwb = dw.win
+	}
+	if wantDb {
+		db = e.f32("db", db0, false)
+		dbb = db.win
+	}
+	e.b.Conv2dBackward(dxb, dwb, dbb, e.in("dy", dy), e.in("x", x), e.in("w", w), yb, g)
+	if dx != nil {
+		e.near("Conv2dBackward dx", dims(g.N, g.C, g.H, g.W), e.getF(dx), r.dx, r.dxB, tolAcc)
+	}
+	if dw != nil {
+		for i, v := range dw0 {
+			r.dw[i] += float64(v)
+			r.dwB[i] += math.Abs(float64(v))
+		}
+		e.near("Conv2dBackward dw (accumulated)", dims(g.K, g.C/g.GroupCount(), g.R, g.S), e.getF(dw), r.dw, r.dwB, tolAcc)
+	}
+	if db != nil {
+		for i, v := range db0 {
+			r.db[i] += float64(v)
+			r.dbB[i] += math.Abs(float64(v))
+		}
+		e.near("Conv2dBackward db (accumulated)", dims(g.K), e.getF(db), r.db, r.dbB, tolAcc)
+	}
 }
