@@ -60,14 +60,7 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 		x.buffer(), optBuffer(weight), optBuffer(bias), n, c, inner, training, momentum, eps)
 	record(out, "batch_norm", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
-		var dw, db Buffer
-		var accW, accB bool
-		if weight != nil {
-			dw, accW = e.sink(weight)
-		}
-		if bias != nil {
-			db, accB = e.sink(bias)
-		}
+		dw, db, accW, accB := affineSinks(e, weight, bias)
 		nb.BatchNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			n, c, inner, training, accX, accW, accB)
 	}, x, weight, bias)
@@ -114,14 +107,7 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 	nb.LayerNorm(out.buffer(), mean.buffer(), inv.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), rows, cols, eps)
 	record(out, "layer_norm", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
-		var dw, db Buffer
-		var accW, accB bool
-		if weight != nil {
-			dw, accW = e.sink(weight)
-		}
-		if bias != nil {
-			db, accB = e.sink(bias)
-		}
+		dw, db, accW, accB := affineSinks(e, weight, bias)
 		nb.LayerNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			rows, cols, accX, accW, accB)
 	}, x, weight, bias)
@@ -193,4 +179,16 @@ func (h hostNorm) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	hdx, hdw, hdb := h.host(dx), h.host(dweight), h.host(dbias)
 	CPU.(NormBackend).LayerNormBackward(hdx, hdw, hdb, h.host(dy), h.host(x), h.host(weight), h.host(saveMean), h.host(saveInvStd), rows, cols, accX, accW, accB)
 	h.back(dx, hdx, dweight, hdw, dbias, hdb)
+}
+
+// affineSinks are the gradient buffers of a normalisation's optional
+// weight and bias (empty for a missing one) and whether each accumulates.
+func affineSinks(e *engine, weight, bias *Tensor) (dw, db Buffer, accW, accB bool) {
+	if weight != nil {
+		dw, accW = e.sink(weight)
+	}
+	if bias != nil {
+		db, accB = e.sink(bias)
+	}
+	return dw, db, accW, accB
 }

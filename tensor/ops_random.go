@@ -194,15 +194,7 @@ func dropoutFused(db DropoutBackend, x *Tensor, p float32, gen RandomSource) *Te
 	if out.Len() > 0 { // an empty draw takes no counter, as randomTensor's
 		gen.dropout(db, out.buffer(), mask.buffer(), x.buffer(), 1-p, 1/(1-p))
 	}
-	record(out, "dropout", func(g *Tensor, e *engine) {
-		dx := Empty(be, e.scopeFor(x), x.shape...)
-		Complete(be).Mul(dx.buffer(), g.buffer(), mask.buffer())
-		e.give(x, dx)
-	}, x)
-	if out.node == nil { // no backward pass will read the mask
-		mask.Release()
-	}
-	return out
+	return recordMasked(out, x, mask)
 }
 
 // dropoutApply returns x·mask with the backward pass dy·mask.
@@ -211,12 +203,19 @@ func dropoutApply(x, mask *Tensor) *Tensor {
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)
 	Complete(be).Mul(out.buffer(), x.buffer(), mask.buffer())
+	return recordMasked(out, x, mask)
+}
+
+// recordMasked records out = x·mask with the backward pass dy·mask, and
+// releases the mask when no backward pass will read it.
+func recordMasked(out, x, mask *Tensor) *Tensor {
+	be := x.st.b
 	record(out, "dropout", func(g *Tensor, e *engine) {
 		dx := Empty(be, e.scopeFor(x), x.shape...)
 		Complete(be).Mul(dx.buffer(), g.buffer(), mask.buffer())
 		e.give(x, dx)
 	}, x)
-	if out.node == nil { // no backward pass will read the mask
+	if out.node == nil {
 		mask.Release()
 	}
 	return out
