@@ -110,8 +110,11 @@ func TestGPUAttentionGPTShape(t *testing.T) {
 //
 //   - the float64 attention of the bfloat16-rounded inputs that rounds the
 //     dropped weights and the score gradients where they enter a product:
-//     dV within 1e-4 (it rounds the same normalised weights: float32 sums;
-//     only the right dropout bits and mma fragments meet it), the others
+//     dV within 2e-3 (it rounds the same normalised weights, but a weight
+//     w whose float32 value lies within its exp2f and float32 error of a
+//     bfloat16 tie rounds the other way, moving dV by 2^-8·w·|dO|: measured
+//     2.4e-4 at the GPT's shape, where weights near 1 of the first causal
+//     rows weigh most; a wrong dropout bit moves it by w·|dO|), the others
 //     within 1e-2 (the kernel rounds each weight before normalising it,
 //     against the running maximum, so a weight may round the other way by
 //     2^-8 relative, and dQ, dK see that through rowsum(dO·O): ≈ 5·2^-9;
@@ -244,7 +247,7 @@ func checkAttentionBF16(t *testing.T, b tensor.Backend) {
 				}
 				return r
 			}
-			check("the rounded float64 reference", rounded, []float64{1e-2, 1e-2, 1e-2, 1e-4})
+			check("the rounded float64 reference", rounded, []float64{1e-2, 1e-2, 1e-2, 2e-3})
 			check("the CPU's composed autocast", widen(cpuOut, cpuGrads), []float64{1e-2, 1e-2, 1e-2, 1e-2})
 			check("the float64 reference", exact, []float64{3e-2, 3e-2, 3e-2, 3e-2})
 			check("the float32 fused kernels", widen(f32Out, f32Grads), []float64{3e-2, 3e-2, 3e-2, 3e-2})

@@ -14,9 +14,10 @@
 // Layout: a block of 4 warps owns 64 rows (queries in the forward and dQ
 // kernels, keys in the dK/dV kernel), 16 per warp, held as mma A fragments
 // in registers; the other operand walks tiles of 64 rows through shared
-// memory, converted to bfloat16 as it is stored, either row-major or
-// transposed so that every B fragment is one 32-bit load (rows padded by 8
-// elements: the 8 groups of a warp's loads fall in distinct banks). A
+// memory, converted to bfloat16 as it is stored, row-major (rows padded by
+// 8 elements: the 8 rows a warp's loads touch at once fall in distinct
+// banks). A B fragment along a tile's rows is one 32-bit load; one across
+// them (V, or K, Q and dO in the gradient products) is ldmatrix .trans. A
 // product's float32 C fragments are the A fragments of the next product
 // (FlashAttention-2's register reuse), so P and dS never reach shared
 // memory. Tiles wholly above a causal diagonal are skipped per block, and
@@ -50,6 +51,21 @@ __device__ __forceinline__ void ember_attb_mma(float c[4], const unsigned int a[
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// r = the B fragments (b0, b1) of columns n0..n0+7 and then of n0+8..n0+15,
+// k-rows k0..k0+15, of a product whose B[k][n] is X[k][n] (X row-major in
+// shared memory, stride ld): ldmatrix .trans of four 8x8 tiles, lanes
+// 8m..8m+7 giving the rows of tile m (k-rows 8(m&1).., columns 8(m>>1)..).
+__device__ __forceinline__ void ember_attb_ldsm_t4(unsigned int r[4], const unsigned short* X, int ld, int k0, int n0) {
+    const int lane = threadIdx.x % 32, m = lane >> 3, i = lane & 7;
+    const unsigned short* p = X + (k0 + 8 * (m & 1) + i) * ld + n0 + 8 * (m >> 1);
+    unsigned int a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n" : "=r"(a) : "l"(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
 }
 
 // The bfloat16 pair (lo, hi), each rounded to nearest, ties to even.
@@ -101,24 +117,6 @@ __device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const 
         w.x = ember_attb_pack(x.x, x.y);
         w.y = ember_attb_pack(x.z, x.w);
         *reinterpret_cast<ember_attb_u2*>(dst + r * LD + c) = w;
-    }
-}
-
-// dst[c][r] (row stride BN + 8) = bfloat16(src[row0 + r][c]): the tile
-// transposed, 0 past row n. A thread takes two rows and four columns, so
-// that a warp stores 32 consecutive words.
-template <int D>
-__device__ __forceinline__ void ember_attb_fill_trans(unsigned short* dst, const float* src, int row0, int n) {
-    constexpr int LD = EMBER_ATTB_BN + 8, BN = EMBER_ATTB_BN;
-    for (int idx = threadIdx.x; idx < BN * D / 8; idx += EMBER_ATTB_NT) {
-        const int r = 2 * (idx % (BN / 2)), c = (idx / (BN / 2)) * 4;
-        ember_f4 x = {0.f, 0.f, 0.f, 0.f}, y = x;
-        if (row0 + r < n) x = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r) * D + c);
-        if (row0 + r + 1 < n) y = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r + 1) * D + c);
-        *reinterpret_cast<unsigned int*>(dst + (c + 0) * LD + r) = ember_attb_pack(x.x, y.x);
-        *reinterpret_cast<unsigned int*>(dst + (c + 1) * LD + r) = ember_attb_pack(x.y, y.y);
-        *reinterpret_cast<unsigned int*>(dst + (c + 2) * LD + r) = ember_attb_pack(x.z, y.z);
-        *reinterpret_cast<unsigned int*>(dst + (c + 3) * LD + r) = ember_attb_pack(x.w, y.w);
     }
 }
 
@@ -240,10 +238,10 @@ template <int D>
 __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
                                                int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset) {
-    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, LDT = BN + 8, KS = D / 16, NB = BN / 8,
+    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
-    __shared__ __attribute__((aligned(16))) unsigned short svt[D * LDT];
+    __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
     const int tiles = (T + BM - 1) / BM;
     const int tile = tiles - 1 - (int)(blockIdx.x / BH);  // the heaviest causal tiles first
     const long long bh = blockIdx.x % BH;
@@ -267,9 +265,9 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
     l[0] = l[1] = 0.0f;
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
-        __syncthreads();  // the previous tile's products are done with sk, svt
+        __syncthreads();  // the previous tile's products are done with sk, sv
         ember_attb_fill_rows<D>(sk, k, k0, S);
-        ember_attb_fill_trans<D>(svt, v, k0, S);
+        ember_attb_fill_rows<D>(sv, v, k0, S);
         __syncthreads();
         // Column blocks with a key at or before the warp's last row.
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
@@ -335,10 +333,11 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
                 unsigned int a[4];
                 ember_attb_c_to_a<NB>(a, s, kk);
 #pragma unroll
-                for (int j = 0; j < DB; j++) {
-                    unsigned int b0, b1;
-                    ember_attb_frag_b(svt, LDT, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(o[j], a, b0, b1);
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sv, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(o[j], a, b[0], b[1]);
+                    ember_attb_mma(o[j + 1], a, b[2], b[3]);
                 }
             }
         }
@@ -366,11 +365,10 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
                                               const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                               int causal, float scale, float keep, float dscale, const int* stateOrNull,
                                               long long seed, long long offset) {
-    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, LDT = BN + 8, KS = D / 16, NB = BN / 8,
+    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
     __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
-    __shared__ __attribute__((aligned(16))) unsigned short skt[D * LDT];
     const int tiles = (T + BM - 1) / BM;
     const int tile = tiles - 1 - (int)(blockIdx.x / BH);
     const long long bh = blockIdx.x % BH;
@@ -422,7 +420,6 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
         __syncthreads();
         ember_attb_fill_rows<D>(sk, k, k0, S);
         ember_attb_fill_rows<D>(sv, v, k0, S);
-        ember_attb_fill_trans<D>(skt, k, k0, S);
         __syncthreads();
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
         if (jn <= 0) continue;
@@ -462,10 +459,11 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
                 unsigned int a[4];
                 ember_attb_c_to_a<NB>(a, s, kk);
 #pragma unroll
-                for (int j = 0; j < DB; j++) {
-                    unsigned int b0, b1;
-                    ember_attb_frag_b(skt, LDT, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(acc[j], a, b0, b1);
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sk, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(acc[j], a, b[0], b[1]);
+                    ember_attb_mma(acc[j + 1], a, b[2], b[3]);
                 }
             }
         }
@@ -489,12 +487,10 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
                                                const float* lse, const float* delta, const float* dout, int BH, int T,
                                                int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset) {
-    constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, LDT = BQ + 8, KS = D / 16, NB = BQ / 8,
+    constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sq[BQ * LDS];
     __shared__ __attribute__((aligned(16))) unsigned short sg[BQ * LDS];
-    __shared__ __attribute__((aligned(16))) unsigned short sqt[D * LDT];
-    __shared__ __attribute__((aligned(16))) unsigned short sgt[D * LDT];
     __shared__ float slse[BQ], sdelta[BQ];
     const int tile = (int)(blockIdx.x / BH);  // under a causal mask the first keys see the most queries
     const long long bh = blockIdx.x % BH;
@@ -527,8 +523,6 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
         __syncthreads();
         ember_attb_fill_rows<D>(sq, q, q0, T);
         ember_attb_fill_rows<D>(sg, dout, q0, T);
-        ember_attb_fill_trans<D>(sqt, q, q0, T);
-        ember_attb_fill_trans<D>(sgt, dout, q0, T);
         if (threadIdx.x < BQ) {
             const int qi = q0 + threadIdx.x;
             slse[threadIdx.x] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
@@ -575,12 +569,14 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
                 ember_attb_c_to_a<NB>(a, s, kk);
                 ember_attb_c_to_a<NB>(d, dp, kk);
 #pragma unroll
-                for (int j = 0; j < DB; j++) {
-                    unsigned int b0, b1;
-                    ember_attb_frag_b(sgt, LDT, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(gv[j], a, b0, b1);
-                    ember_attb_frag_b(sqt, LDT, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(gk[j], d, b0, b1);
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sg, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(gv[j], a, b[0], b[1]);
+                    ember_attb_mma(gv[j + 1], a, b[2], b[3]);
+                    ember_attb_ldsm_t4(b, sq, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(gk[j], d, b[0], b[1]);
+                    ember_attb_mma(gk[j + 1], d, b[2], b[3]);
                 }
             }
         }

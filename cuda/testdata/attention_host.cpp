@@ -19,6 +19,7 @@ pthread_barrier_t g_warp_bar[32];
 float g_shfl[1024];
 unsigned g_shflu[1024];
 ember_mma_frag g_mma[1024];
+const unsigned short* g_ldsm[1024];
 
 static void launch(int grid, int nt, std::function<void()> body) {
     gridDim = {(unsigned)grid, 1, 1};

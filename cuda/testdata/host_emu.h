@@ -93,3 +93,17 @@ inline unsigned ember_host_bf16(float f) {
     return u >> 16;
 }
 inline unsigned ember_attb_pack(float lo, float hi) { return ember_host_bf16(lo) | (ember_host_bf16(hi) << 16); }
+
+// ldmatrix.sync.m8n8.x4.trans.b16: lanes 8m..8m+7 post the rows of tile m;
+// lane 4g + t then holds elements (2t, g) and (2t+1, g) of each tile.
+extern const unsigned short* g_ldsm[1024];
+inline void ember_attb_ldsm_t4(unsigned r[4], const unsigned short* X, int ld, int k0, int n0) {
+    int t = threadIdx.x, w = t / 32, l = t % 32, m = l >> 3, i = l & 7, g = l >> 2, tt = l & 3;
+    g_ldsm[t] = X + (k0 + 8 * (m & 1) + i) * ld + n0 + 8 * (m >> 1);
+    pthread_barrier_wait(&g_warp_bar[w]);
+    for (int mm = 0; mm < 4; mm++) {
+        const unsigned short *r0 = g_ldsm[w * 32 + 8 * mm + 2 * tt], *r1 = g_ldsm[w * 32 + 8 * mm + 2 * tt + 1];
+        r[mm] = (unsigned)r0[g] | ((unsigned)r1[g] << 16);
+    }
+    pthread_barrier_wait(&g_warp_bar[w]);
+}
