@@ -11,9 +11,14 @@ import "fmt"
 // too and multiply the same way. Parameters, their gradients and the
 // optimiser's state stay float32 (torch's "master weights"), as does every
 // other operation: softmax, normalisation, losses, reductions, elementwise
-// arithmetic. Nothing is kept in bfloat16 between operations: each product
-// casts its operands when it runs (the backward pass casts them again), so
-// the memory of a step grows only by the transient bfloat16 copies.
+// arithmetic. As torch's autocast, which saves a product's bfloat16 inputs
+// for its backward pass, MatMul, Linear and BatchMatMul cast each float32
+// operand once per step: the forward pass keeps its bfloat16 copies of the
+// operands until the backward pass has read them (or drops them at once
+// when no backward pass will run), and the backward pass casts the
+// incoming gradient once for both of its products. A step's memory grows
+// by those bfloat16 copies (half the size of the float32 inputs that the
+// backward pass keeps anyway).
 //
 // Convolutions (Conv2d, Conv2dReLU, Conv2dWith) run in bfloat16 the same way
 // on a backend that implements LowPrecisionConvBackend and takes their
@@ -79,28 +84,80 @@ func (p products) lowp() bool { return p.lp != nil }
 // inScope is p with its transient copies in s (a backward pass's scope).
 func (p products) inScope(s *Scope) products { p.s = s; return p }
 
+// operand is a float32 operand of a product and, under autocast, its
+// bfloat16 copy when one is at hand (h nil: the product casts it itself).
+type operand struct {
+	f Buffer
+	h *Tensor
+}
+
+// keep is src as an operand of several products: under autocast cast to
+// bfloat16 once here, so that the products share the copy; the caller
+// releases it (operand.release) after queueing the last of them.
+func (p products) keep(src Buffer) operand {
+	o := operand{f: src}
+	if p.lowp() {
+		o.h = p.half(src)
+	}
+	return o
+}
+
+// release frees a kept bfloat16 copy (the products that read it are
+// queued first, so the memory is reused after them).
+func (o operand) release() {
+	if o.h != nil {
+		o.h.Release()
+	}
+}
+
 // matMul is MatMul's c = alpha·op(a)·op(b) + beta·c.
 func (p products) matMul(c, a, b Buffer, m, n, k int, transA, transB bool, alpha, beta float32) {
+	p.matMulOf(c, operand{f: a}, operand{f: b}, m, n, k, transA, transB, alpha, beta)
+}
+
+// matMulOf is matMul of operands whose bfloat16 copies may be kept ones;
+// those it casts itself it releases after the product.
+func (p products) matMulOf(c Buffer, a, b operand, m, n, k int, transA, transB bool, alpha, beta float32) {
 	if !p.lowp() {
-		p.be.MatMul(c, a, b, m, n, k, transA, transB, alpha, beta)
+		p.be.MatMul(c, a.f, b.f, m, n, k, transA, transB, alpha, beta)
 		return
 	}
-	ha, hb := p.half(a), p.half(b)
-	p.lp.MatMulLowp(c, ha.buffer(), hb.buffer(), m, n, k, transA, transB, alpha, beta)
-	ha.Release() // the product is queued first: the memory is reused after it
-	hb.Release()
+	ha, hb := p.halfOf(a), p.halfOf(b)
+	p.lp.MatMulLowp(c, ha.h.buffer(), hb.h.buffer(), m, n, k, transA, transB, alpha, beta)
+	p.releaseOwn(a, ha)
+	p.releaseOwn(b, hb)
 }
 
 // batched is MatMulBatched's batch of products.
 func (p products) batched(c, a, b Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
+	p.batchedOf(c, operand{f: a}, operand{f: b}, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
+}
+
+// batchedOf is batched of operands whose bfloat16 copies may be kept ones.
+func (p products) batchedOf(c Buffer, a, b operand, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
 	if !p.lowp() {
-		p.be.MatMulBatched(c, a, b, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
+		p.be.MatMulBatched(c, a.f, b.f, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
 		return
 	}
-	ha, hb := p.half(a), p.half(b)
-	p.lp.MatMulBatchedLowp(c, ha.buffer(), hb.buffer(), batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
-	ha.Release()
-	hb.Release()
+	ha, hb := p.halfOf(a), p.halfOf(b)
+	p.lp.MatMulBatchedLowp(c, ha.h.buffer(), hb.h.buffer(), batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
+	p.releaseOwn(a, ha)
+	p.releaseOwn(b, hb)
+}
+
+// halfOf is o with its bfloat16 copy: the kept one, or a new one.
+func (p products) halfOf(o operand) operand {
+	if o.h == nil {
+		o.h = p.half(o.f)
+	}
+	return o
+}
+
+// releaseOwn releases the copy of h that halfOf made for o (not a kept one).
+func (p products) releaseOwn(o, h operand) {
+	if o.h == nil {
+		h.h.Release()
+	}
 }
 
 // half is a transient bfloat16 copy of a float32 operand.

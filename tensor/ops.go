@@ -72,16 +72,30 @@ func MatMul(a, b *Tensor) *Tensor {
 	be := a.st.b
 	out := Empty(be, scopeOf(a, b), m, n)
 	p := productsFor(be, out.scope)
-	p.matMul(out.buffer(), a.buffer(), b.buffer(), m, n, k, false, false, 1, 0)
+	ha, hb := p.keep(a.buffer()), p.keep(b.buffer()) // for the backward pass too
+	p.matMulOf(out.buffer(), ha, hb, m, n, k, false, false, 1, 0)
 	record(out, "matmul", func(g *Tensor, e *engine) {
-		p := p.inScope(e.scopeFor(a))
-		if da, acc := e.sink(a); !da.Empty() { // da = g·bᵀ
-			p.matMul(da, g.buffer(), b.buffer(), m, k, n, false, true, 1, beta(acc))
+		defer ha.release()
+		defer hb.release()
+		da, accA := e.sink(a)
+		db, accB := e.sink(b)
+		if da.Empty() && db.Empty() {
+			return
 		}
-		if db, acc := e.sink(b); !db.Empty() { // db = aᵀ·g
-			p.matMul(db, a.buffer(), g.buffer(), k, n, m, true, false, 1, beta(acc))
+		p := p.inScope(e.scopeFor(a))
+		hg := p.keep(g.buffer())
+		defer hg.release()
+		if !da.Empty() { // da = g·bᵀ
+			p.matMulOf(da, hg, hb, m, k, n, false, true, 1, beta(accA))
+		}
+		if !db.Empty() { // db = aᵀ·g
+			p.matMulOf(db, ha, hg, k, n, m, true, false, 1, beta(accB))
 		}
 	}, a, b)
+	if out.node == nil { // no backward pass will read the copies
+		ha.release()
+		hb.release()
+	}
 	return out
 }
 
@@ -120,20 +134,28 @@ func Linear(x, w, b *Tensor) *Tensor {
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
 	p := productsFor(be, out.scope)
-	p.matMul(out.buffer(), x.buffer(), w.buffer(), n, outF, in, false, true, 1, 0)
+	// Under autocast the bfloat16 x and w are kept for the backward pass.
+	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
+	p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
 	if b != nil {
 		Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
+		defer hx.release()
+		defer hw.release()
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
-		linearGrads(p.inScope(e.scopeFor(x)), g, x, w, dx, dw, accX, accW)
+		linearGradsOf(p.inScope(e.scopeFor(x)), g, x, w, hx, hw, dx, dw, accX, accW)
 		if b != nil {
 			if db, accB := e.sink(b); !db.Empty() {
 				Complete(be).BiasGrad(db, g.buffer(), n, outF, 1, accB)
 			}
 		}
 	}, x, w, b)
+	if out.node == nil { // no backward pass will read the copies
+		hx.release()
+		hw.release()
+	}
 	return out
 }
 
@@ -226,12 +248,27 @@ func linearOperands(op string, x, w, b *Tensor) (*Tensor, *Tensor) {
 // gradient g through p, each skipped when its buffer is empty and added
 // when acc.
 func linearGrads(p products, g, x, w *Tensor, dx, dw Buffer, accX, accW bool) {
+	linearGradsOf(p, g, x, w, operand{f: x.buffer()}, operand{f: w.buffer()}, dx, dw, accX, accW)
+}
+
+// linearGradsOf is linearGrads with x and w as operands whose bfloat16
+// copies the forward pass may have kept; under autocast g is cast once for
+// both products.
+func linearGradsOf(p products, g, x, w *Tensor, hx, hw operand, dx, dw Buffer, accX, accW bool) {
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
+	if dx.Empty() && dw.Empty() {
+		return
+	}
+	hg := operand{f: g.buffer()}
+	if !dx.Empty() && !dw.Empty() {
+		hg = p.keep(hg.f)
+		defer hg.release()
+	}
 	if !dx.Empty() {
-		p.matMul(dx, g.buffer(), w.buffer(), n, in, outF, false, false, 1, beta(accX))
+		p.matMulOf(dx, hg, hw, n, in, outF, false, false, 1, beta(accX))
 	}
 	if !dw.Empty() {
-		p.matMul(dw, g.buffer(), x.buffer(), outF, in, n, true, false, 1, beta(accW))
+		p.matMulOf(dw, hg, hx, outF, in, n, true, false, 1, beta(accW))
 	}
 }
 

@@ -61,21 +61,37 @@ func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
 		beta = 1
 	}
 	p := productsFor(be, s)
+	var ha, hb operand // under autocast the bfloat16 copies, kept for the backward pass
 	if out.Len() > 0 {
-		p.batched(out.buffer(), oa.buffer(m*k), ob.buffer(k*n), nb, m, n, k, oa.stride, ob.stride, m*n, oa.trans, ob.trans, alpha, beta)
+		ha, hb = p.keep(oa.buffer(m*k)), p.keep(ob.buffer(k*n))
+		p.batchedOf(out.buffer(), ha, hb, nb, m, n, k, oa.stride, ob.stride, m*n, oa.trans, ob.trans, alpha, beta)
 	}
 	record(out, "batch_matmul", func(g *Tensor, e *engine) {
+		defer ha.release()
+		defer hb.release()
+		if out.Len() == 0 {
+			ha, hb = operand{f: oa.buffer(m * k)}, operand{f: ob.buffer(k * n)}
+		}
+		hg := operand{f: g.buffer()}
+		if a.requiresGrad && b.requiresGrad {
+			hg = p.inScope(e.scopeFor(a)).keep(hg.f)
+			defer hg.release()
+		}
 		if a.requiresGrad { // dA_i = alpha·G_i·B_iᵀ
 			da := Empty(be, e.scopeFor(a), append(append([]int(nil), batch...), m, k)...)
-			p.inScope(e.scopeFor(a)).batched(da.buffer(), g.buffer(), ob.buffer(k*n), nb, m, k, n, m*n, ob.stride, m*k, false, !ob.trans, alpha, 0)
+			p.inScope(e.scopeFor(a)).batchedOf(da.buffer(), hg, hb, nb, m, k, n, m*n, ob.stride, m*k, false, !ob.trans, alpha, 0)
 			e.give(a, sumToBatch(da, oa.batch, a.shape))
 		}
 		if b.requiresGrad { // dB_i = alpha·A_iᵀ·G_i
 			db := Empty(be, e.scopeFor(b), append(append([]int(nil), batch...), k, n)...)
-			p.inScope(e.scopeFor(b)).batched(db.buffer(), oa.buffer(m*k), g.buffer(), nb, k, n, m, oa.stride, m*n, k*n, !oa.trans, false, alpha, 0)
+			p.inScope(e.scopeFor(b)).batchedOf(db.buffer(), ha, hg, nb, k, n, m, oa.stride, m*n, k*n, !oa.trans, false, alpha, 0)
 			e.give(b, sumToBatch(db, ob.batch, b.shape))
 		}
 	}, a, b)
+	if out.node == nil { // no backward pass will read the copies
+		ha.release()
+		hb.release()
+	}
 	shape := out.Shape()
 	switch {
 	case rowA && colB:
