@@ -9,11 +9,52 @@ package tensor
 // gradient, the weights and their gradients) to bfloat16 and accumulate in
 // float32, as autocast's composed attention does; the buffers stay
 // float32 either way, and a backend may compute such a call in float32.
+//
+// Inner and the layouts say where each tensor's rows lie in its buffer
+// (AttentionLayout): the Heads heads are Heads/Inner groups of Inner (an
+// Inner of 0 reads as 1), and a zero layout is the dense one. The layouts
+// of q, k, v, out and dout are the tensors the forward reads and writes;
+// DQ, DK and DV those of the gradients the backward pass writes (which may
+// share one buffer, as long as their elements are disjoint).
 type AttentionShape struct {
 	Heads, T, S, D int
 	Causal         bool
 	Scale          float32
 	BFloat16       bool
+
+	Inner                      int
+	Q, K, V, O, DO, DQ, DK, DV AttentionLayout
+}
+
+// AttentionLayout places the rows of one [Heads, rows, D] tensor of a fused
+// attention call in its buffer: row r of head h = g·Inner + i (group g,
+// i < Inner) starts at element g·Group + i·Head + r·Row, and its D elements
+// follow each other. The zero layout is the dense one (Group Inner·rows·D,
+// Head rows·D, Row D): a permuted view of a projection, as q of [B, T, 3,
+// H, D] seen as [B, H, T, D], is Group T·3·H·D, Head D, Row 3·H·D.
+type AttentionLayout struct {
+	Group, Head, Row int
+}
+
+// InnerHeads is sh.Inner, 1 when unset.
+func (sh AttentionShape) InnerHeads() int { return max(sh.Inner, 1) }
+
+// Resolve is l, or for the zero layout the dense one of a tensor of rows
+// rows per head in sh.
+func (l AttentionLayout) Resolve(sh AttentionShape, rows int) AttentionLayout {
+	if l == (AttentionLayout{}) {
+		return AttentionLayout{Group: sh.InnerHeads() * rows * sh.D, Head: rows * sh.D, Row: sh.D}
+	}
+	return l
+}
+
+// Extent is the number of elements from the first that a buffer laid out
+// as l (resolved) must hold for sh's heads of rows rows: one past the
+// last element of the last row.
+func (l AttentionLayout) Extent(sh AttentionShape, rows int) int {
+	l = l.Resolve(sh, rows)
+	inner := sh.InnerHeads()
+	return (sh.Heads/inner-1)*l.Group + (inner-1)*l.Head + (rows-1)*l.Row + sh.D
 }
 
 // AttentionDropout is the dropout on the attention weights of a fused
@@ -33,8 +74,10 @@ type AttentionDropout struct {
 // AttentionBackend is implemented by backends with a fused attention
 // (FlashAttention-style: the [T, S] weights are never stored), which
 // ScaledDotProductAttention[Dropout] uses where AttentionSupported allows
-// and composes from BatchMatMul, Softmax and Dropout elsewhere. q, out and
-// dout are [Heads, T, D], k and v [Heads, S, D], all dense float32.
+// and composes from BatchMatMul, Softmax and Dropout elsewhere. q, out,
+// dout and dq are [Heads, T, D], k, v, dk and dv [Heads, S, D], all
+// float32, laid out as AttentionShape's layouts say (dense by default);
+// each buffer starts at its tensor's first element.
 type AttentionBackend interface {
 	// AttentionSupported reports whether the fused kernels take heads of
 	// query/key dimension d and value dimension dv.

@@ -325,39 +325,227 @@ func attention(q, k, v *Tensor, causal bool, scale, p float32, gen RandomSource)
 // dropout (0 < p < 1) the draw takes gen's next (Heads·T·S+3)/4 blocks, as
 // Dropout over the weights would; a DeviceGenerator's (seed, offset) are
 // copied on the device for the backward pass. Under autocast to bfloat16
-// sh.BFloat16 lets the backend multiply in bfloat16.
+// sh.BFloat16 lets the backend multiply in bfloat16. q, k and v are read
+// through their strides where the kernels take them (attentionOperand):
+// permuted views need no copy. The output and the gradients are dense.
 func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p float32, gen RandomSource) *Tensor {
-	q, k, v = q.Contiguous(), k.Contiguous(), v.Contiguous()
+	rank := len(q.shape)
+	sh.Inner = 1
+	if rank >= 3 {
+		sh.Inner = q.shape[rank-3]
+	}
+	q, sh.Q = attentionOperand(q, sh.Inner)
+	k, sh.K = attentionOperand(k, sh.Inner)
+	v, sh.V = attentionOperand(v, sh.Inner)
 	be := q.st.b
 	s := scopeOf(q, k, v)
-	sh.BFloat16 = s.Autocast() == BFloat16 // the backward pass follows the forward's choice
-	drop := AttentionDropout{Keep: 1, Scale: 1}
-	var saved *Tensor // a DeviceGenerator's state at the draw
-	if p > 0 {
-		drop, saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
-		drop.Keep, drop.Scale = 1-p, 1/(1-p)
-	}
-	outShape := append(q.Shape()[:len(q.shape)-1], v.shape[len(v.shape)-1])
-	out := Empty(be, s, outShape...)
-	lse := Empty(be, s, sh.Heads, sh.T)
-	ab.AttentionForward(out.buffer(), lse.buffer(), q.buffer(), k.buffer(), v.buffer(), sh, drop)
+	out := Empty(be, s, append(q.Shape()[:rank-1], v.shape[rank-1])...)
+	sh.O = denseAttentionLayout(sh, sh.T)
+	a := attentionRun(ab, q, k, v, out, sh, p, gen)
 	record(out, "attention", func(g *Tensor, e *engine) {
 		dq := Empty(be, e.scopeFor(q), q.shape...)
 		dk := Empty(be, e.scopeFor(k), k.shape...)
 		dv := Empty(be, e.scopeFor(v), v.shape...)
-		ab.AttentionBackward(dq.buffer(), dk.buffer(), dv.buffer(), q.buffer(), k.buffer(), v.buffer(),
-			out.buffer(), lse.buffer(), g.buffer(), sh, drop)
+		dT, dS := denseAttentionLayout(sh, sh.T), denseAttentionLayout(sh, sh.S)
+		a.backward(g, dq.buffer(), dk.buffer(), dv.buffer(), dT, dS, dS)
 		e.give(q, dq)
 		e.give(k, dk)
 		e.give(v, dv)
 	}, q, k, v)
-	if out.node == nil { // no backward pass will read them
-		lse.Release()
-		if saved != nil {
-			saved.Release()
+	a.done(out)
+	return out
+}
+
+// ScaledDotProductAttentionPacked is ScaledDotProductAttention[Dropout] of
+// the heads of one projection qkv [B, T, 3, H, D] (queries, keys and values
+// along axis 2, as a transformer's one Linear to 3·H·D channels makes
+// them) with the output as [B, T, H, D], the order in which the heads are
+// merged again: it is
+//
+//	q, k, v := qkv.Select(2, i).Permute(0, 2, 1, 3) for i = 0, 1, 2
+//	ScaledDotProductAttentionDropout(q, k, v, causal, scale, p, gen).Permute(0, 2, 1, 3)
+//
+// (p = 0 and gen nil for none). On an AttentionBackend that takes heads of
+// D the fused kernels read q, k and v in place, write the output dense in
+// [B, T, H, D] order (so that a Reshape to [B, T, H·D] is free) and the
+// backward pass writes the three gradients into one [B, T, 3, H, D]
+// gradient: no copies either way. Elsewhere it is the composition above.
+func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32, gen RandomSource) *Tensor {
+	sh := qkv.Shape()
+	if len(sh) != 5 || sh[2] != 3 {
+		panic(fmt.Sprintf("tensor: ScaledDotProductAttentionPacked of %v; want [B, T, 3, H, D]", sh))
+	}
+	if !(p >= 0 && p <= 1) {
+		panic(fmt.Sprintf("tensor: ScaledDotProductAttentionPacked dropout probability %v outside [0, 1]", p))
+	}
+	if p > 0 && gen == nil {
+		panic("tensor: ScaledDotProductAttentionPacked with dropout probability > 0 needs a RandomSource, got nil")
+	}
+	b, t, h, d := sh[0], sh[1], sh[3], sh[4]
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	head := func(i int) *Tensor { return qkv.Narrow(2, i, 1).Squeeze(2).Permute(0, 2, 1, 3) }
+	ab, ok := qkv.st.b.(AttentionBackend)
+	if !ok || b*h == 0 || t == 0 || p >= 1 || !ab.AttentionSupported(d, d) {
+		return attention(head(0), head(1), head(2), causal, scale, p, gen).Permute(0, 2, 1, 3)
+	}
+	x := qkv
+	// q, k or v as [B, H, T, D] (views that are not recorded).
+	view := func(i int) *Tensor {
+		st := x.strides
+		return x.view(x.off+i*st[2], []int{b, h, t, d}, []int{st[0], st[3], st[1], st[4]})
+	}
+	if !attentionStrides(view(0)) || !attentionStrides(view(1)) || !attentionStrides(view(2)) {
+		x = x.Contiguous()
+	}
+	a := AttentionShape{Heads: b * h, T: t, S: t, D: d, Causal: causal, Scale: scale, Inner: h}
+	var q, k, v *Tensor
+	q, a.Q = attentionOperand(view(0), h)
+	k, a.K = attentionOperand(view(1), h)
+	v, a.V = attentionOperand(view(2), h)
+	be := x.st.b
+	out := Empty(be, x.scope, b, t, h, d)
+	a.O = AttentionLayout{Group: t * h * d, Head: d, Row: h * d}
+	run := attentionRun(ab, q, k, v, out, a, p, gen)
+	record(out, "attention_packed", func(g *Tensor, e *engine) {
+		dx := Empty(be, e.scopeFor(x), b, t, 3, h, d)
+		l := AttentionLayout{Group: t * 3 * h * d, Head: d, Row: 3 * h * d}
+		buf, hd := dx.buffer(), h*d
+		gv := g.view(g.off, []int{b, h, t, d}, []int{g.strides[0], g.strides[2], g.strides[1], g.strides[3]})
+		run.backward(gv, buf, buf.Slice(hd, buf.Len-hd), buf.Slice(2*hd, buf.Len-2*hd), l, l, l)
+		e.give(x, dx)
+	}, x)
+	run.done(out)
+	return out
+}
+
+// attentionCall is a fused attention after its forward pass: what its
+// backward pass reads.
+type attentionCall struct {
+	ab       AttentionBackend
+	q, k, v  *Tensor
+	out, lse *Tensor
+	saved    *Tensor // a DeviceGenerator's state at the draw, or nil
+	drop     AttentionDropout
+	sh       AttentionShape // as the forward ran (BFloat16 set)
+}
+
+// attentionRun queues the forward pass of q, k and v (laid out as sh.Q,
+// sh.K, sh.V) into out (laid out as sh.O) with dropout p drawn from gen.
+func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, p float32, gen RandomSource) attentionCall {
+	be := q.st.b
+	s := scopeOf(q, k, v)
+	sh.BFloat16 = s.Autocast() == BFloat16 // the backward pass follows the forward's choice
+	a := attentionCall{ab: ab, q: q, k: k, v: v, out: out, drop: AttentionDropout{Keep: 1, Scale: 1}, sh: sh}
+	if p > 0 {
+		a.drop, a.saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
+		a.drop.Keep, a.drop.Scale = 1-p, 1/(1-p)
+	}
+	a.lse = Empty(be, s, sh.Heads, sh.T)
+	ab.AttentionForward(out.buffer(), a.lse.buffer(), q.window(sh.Q.Extent(sh, sh.T)), k.window(sh.K.Extent(sh, sh.S)),
+		v.window(sh.V.Extent(sh, sh.S)), sh, a.drop)
+	return a
+}
+
+// backward queues the gradients of the call for the output gradient g
+// (the output's [..., Heads, T, D] order, any strides) into dq, dk and dv,
+// laid out as lq, lk and lv.
+func (a attentionCall) backward(g *Tensor, dq, dk, dv Buffer, lq, lk, lv AttentionLayout) {
+	sh := a.sh
+	sh.DQ, sh.DK, sh.DV = lq, lk, lv
+	g, sh.DO = attentionOperand(g, sh.InnerHeads())
+	a.ab.AttentionBackward(dq, dk, dv, a.q.window(sh.Q.Extent(sh, sh.T)), a.k.window(sh.K.Extent(sh, sh.S)),
+		a.v.window(sh.V.Extent(sh, sh.S)), a.out.buffer(), a.lse.buffer(), g.window(sh.DO.Extent(sh, sh.T)), sh, a.drop)
+}
+
+// done drops what the backward pass would read when none will run.
+func (a attentionCall) done(out *Tensor) {
+	if out.node == nil {
+		a.lse.Release()
+		if a.saved != nil {
+			a.saved.Release()
 		}
 	}
-	return out
+}
+
+// denseAttentionLayout is the layout of a dense [Heads, rows, D] tensor.
+func denseAttentionLayout(sh AttentionShape, rows int) AttentionLayout {
+	return AttentionLayout{}.Resolve(sh, rows)
+}
+
+// attentionOperand is t [..., rows, D] as the fused kernels read it: its
+// layout with the last batch dimension (of size inner; 1 for a rank-2 t)
+// as the inner heads, t itself where attentionStrides allows, else a
+// dense copy.
+func attentionOperand(t *Tensor, inner int) (*Tensor, AttentionLayout) {
+	if !attentionStrides(t) {
+		t = t.Contiguous()
+	}
+	// A stride of an axis of size 1 is never stepped: it takes the dense
+	// value, so that a dense t has the dense layout.
+	r := len(t.shape)
+	rows, d := t.shape[r-2], t.shape[r-1]
+	l := AttentionLayout{Group: inner * rows * d, Head: rows * d, Row: d}
+	if rows != 1 {
+		l.Row = t.strides[r-2]
+	}
+	if r >= 3 && inner != 1 {
+		l.Head = t.strides[r-3]
+	}
+	// The outer batch dimensions nest (attentionStrides): a group steps
+	// by the stride of the innermost one that is not 1.
+	for i := r - 4; i >= 0; i-- {
+		if t.shape[i] != 1 {
+			l.Group = t.strides[i]
+			break
+		}
+	}
+	return t, l
+}
+
+// attentionStrides reports whether the fused kernels read t [..., rows, D]
+// in place: its last dimension dense, its batch dimensions before the last
+// one a single stride, and (unless t is dense) its offset and strides
+// multiples of 4 elements, for the kernels' 16-byte loads.
+func attentionStrides(t *Tensor) bool {
+	if t.IsContiguous() {
+		return true
+	}
+	r := len(t.shape)
+	if t.shape[r-1] != 1 && t.strides[r-1] != 1 {
+		return false
+	}
+	if t.off%4 != 0 {
+		return false
+	}
+	for i := 0; i < r-1; i++ {
+		if t.shape[i] != 1 && t.strides[i]%4 != 0 {
+			return false
+		}
+	}
+	// Outer batch dimensions (before the last batch dimension): nested.
+	prev := -1 // the next inner outer dimension of size > 1
+	for i := r - 4; i >= 0; i-- {
+		if t.shape[i] == 1 {
+			continue
+		}
+		if prev >= 0 && t.strides[i] != t.strides[prev]*t.shape[prev] {
+			return false
+		}
+		prev = i
+	}
+	return true
+}
+
+// window is t's memory from its first element, n elements of it (a
+// strided view's extent).
+func (t *Tensor) window(n int) Buffer {
+	if t.st.h.released.Load() {
+		panic("tensor: use of a released tensor")
+	}
+	t.fillPendingOnes()
+	return t.st.buf.Slice(t.off, n)
 }
 
 // causalSoftmax is Softmax over the last axis of scores [..., t, S] with

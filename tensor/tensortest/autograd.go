@@ -784,6 +784,7 @@ func autogradCases() []agCase {
 	cases = append(cases, lossAutogradCases()...)
 	cases = append(cases, matmulAutogradCases()...)
 	cases = append(cases, attentionCases()...)
+	cases = append(cases, stridedAttentionCases()...)
 	cases = append(cases, convGeneralAutogradCases()...)
 	cases = append(cases, poolAutogradCases()...)
 	cases = append(cases, randomCases()...)
