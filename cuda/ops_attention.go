@@ -35,10 +35,12 @@ func (b *Backend) AttentionSupported(d, dv int) bool {
 
 // attnArgs checks a fused attention's buffers and returns the trailing
 // kernel arguments shared by the three kernels (sizes, mask, scale,
-// dropout).
+// dropout, the inner heads). Each buffer must hold its layout's extent;
+// the strides of a layout other than the dense one must be multiples of 4
+// elements (the kernels' 16-byte loads and 8-byte stores).
 func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.AttentionDropout, bufs map[string]tensor.Buffer) []any {
-	if sh.Heads < 1 || sh.T < 1 || sh.S < 1 || !b.AttentionSupported(sh.D, sh.D) {
-		panic(fmt.Sprintf("cuda: %s of %d heads, T %d, S %d, D %d", op, sh.Heads, sh.T, sh.S, sh.D))
+	if sh.Heads < 1 || sh.T < 1 || sh.S < 1 || !b.AttentionSupported(sh.D, sh.D) || sh.Inner < 0 || sh.Heads%sh.InnerHeads() != 0 {
+		panic(fmt.Sprintf("cuda: %s of %d heads (%d inner), T %d, S %d, D %d", op, sh.Heads, sh.Inner, sh.T, sh.S, sh.D))
 	}
 	if int64(sh.Heads)*int64((max(sh.T, sh.S)+attnBwdRows-1)/attnBwdRows) > 1<<31-1 {
 		panic(fmt.Sprintf("cuda: %s of %d heads, T %d, S %d: too many blocks for one grid", op, sh.Heads, sh.T, sh.S))
@@ -46,14 +48,19 @@ func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.Atte
 	if !(drop.Keep > 0 && drop.Keep <= 1) {
 		panic(fmt.Sprintf("cuda: %s: dropout keep probability %v outside (0, 1]", op, drop.Keep))
 	}
-	sizes := map[string]int{
-		"q": sh.Heads * sh.T * sh.D, "out": sh.Heads * sh.T * sh.D, "dout": sh.Heads * sh.T * sh.D, "dq": sh.Heads * sh.T * sh.D,
-		"k": sh.Heads * sh.S * sh.D, "v": sh.Heads * sh.S * sh.D, "dk": sh.Heads * sh.S * sh.D, "dv": sh.Heads * sh.S * sh.D,
-		"lse": sh.Heads * sh.T,
-	}
 	for name, buf := range bufs {
-		if buf.Len != sizes[name] {
-			panic(fmt.Sprintf("cuda: %s: %s has %d elements, want %d", op, name, buf.Len, sizes[name]))
+		if name == "lse" {
+			if buf.Len != sh.Heads*sh.T {
+				panic(fmt.Sprintf("cuda: %s: lse has %d elements, want %d", op, buf.Len, sh.Heads*sh.T))
+			}
+			continue
+		}
+		l, rows := attnLayout(sh, name)
+		if n := l.Extent(sh, rows); buf.Len < n {
+			panic(fmt.Sprintf("cuda: %s: %s has %d elements, its layout %+v needs %d", op, name, buf.Len, l, n))
+		}
+		if r := l.Resolve(sh, rows); r != (tensor.AttentionLayout{}.Resolve(sh, rows)) && (r.Group%4 != 0 || r.Head%4 != 0 || r.Row%4 != 0 || buf.Off%4 != 0) {
+			panic(fmt.Sprintf("cuda: %s: %s layout %+v at element %d: want strides and offset multiples of 4", op, name, r, buf.Off))
 		}
 	}
 	var state uintptr
@@ -62,7 +69,43 @@ func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.Atte
 		state = b.i32(op, drop.State)
 	}
 	return []any{int32(sh.Heads), int32(sh.T), int32(sh.S), flag(sh.Causal), sh.Scale, drop.Keep, drop.Scale,
-		state, int64(drop.Seed), int64(drop.Offset)}
+		state, int64(drop.Seed), int64(drop.Offset), int32(sh.InnerHeads())}
+}
+
+// attnLayout is the layout of the named tensor of a call and its rows per
+// head.
+func attnLayout(sh tensor.AttentionShape, name string) (tensor.AttentionLayout, int) {
+	switch name {
+	case "q":
+		return sh.Q, sh.T
+	case "out":
+		return sh.O, sh.T
+	case "dout":
+		return sh.DO, sh.T
+	case "dq":
+		return sh.DQ, sh.T
+	case "k":
+		return sh.K, sh.S
+	case "v":
+		return sh.V, sh.S
+	case "dk":
+		return sh.DK, sh.S
+	case "dv":
+		return sh.DV, sh.S
+	}
+	panic("cuda: attention tensor " + name)
+}
+
+// attnLayoutArgs are the (group, head, row) strides of the named tensors,
+// in order: the kernels' trailing arguments.
+func attnLayoutArgs(sh tensor.AttentionShape, names ...string) []any {
+	var args []any
+	for _, name := range names {
+		l, rows := attnLayout(sh, name)
+		l = l.Resolve(sh, rows)
+		args = append(args, int64(l.Group), int64(l.Head), int64(l.Row))
+	}
+	return args
 }
 
 // AttentionForward runs ember_attention_fwd_dD (ember_attention_bf16_fwd_d64
@@ -72,6 +115,7 @@ func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.At
 	const op = "attention"
 	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"out": out, "lse": lse, "q": q, "k": k, "v": v})
 	args := append([]any{b.f32(op, out), b.f32(op, lse), b.f32(op, q), b.f32(op, k), b.f32(op, v)}, tail...)
+	args = append(args, attnLayoutArgs(sh, "out", "q", "k", "v")...)
 	if b.attnBF16(sh) {
 		grid := (sh.T + attnBF16Rows - 1) / attnBF16Rows * sh.Heads
 		b.launchGrid(op, b.kernel("ember_attention_bf16_fwd_d64"), grid, attnBF16Threads, args...)
@@ -92,8 +136,10 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 	defer b.release(ws)
 	delta := uintptr(ws.Ptr())
 	pq, pk, pv, pl, pg := b.f32(op, q), b.f32(op, k), b.f32(op, v), b.f32(op, lse), b.f32(op, dout)
-	dqArgs := append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...)
-	dkvArgs := append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...)
+	dqArgs := append(append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...),
+		attnLayoutArgs(sh, "dq", "q", "k", "v", "out", "dout")...)
+	dkvArgs := append(append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...),
+		attnLayoutArgs(sh, "dk", "dv", "q", "k", "v", "dout")...)
 	if b.attnBF16(sh) {
 		rows := attnBF16Rows
 		b.launchGrid(op, b.kernel("ember_attention_bf16_dq_d64"), (sh.T+rows-1)/rows*sh.Heads, attnBF16Threads, dqArgs...)

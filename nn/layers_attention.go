@@ -56,21 +56,21 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("nn: MultiheadSelfAttention of %d channels given %v; want [B, T, %d]", c, s, c))
 	}
 	bsz, t, h := s[0], s[1], a.Heads
-	// [B, T, 3C] → [B, T, 3, H, D] → [3, B, H, T, D], one copy; q, k and v
-	// are then dense slices of it.
-	qkv := a.QKV.Forward(x).Reshape(bsz, t, 3, h, c/h).Permute(2, 0, 3, 1, 4).Contiguous()
-	head := func(i int) *tensor.Tensor { return qkv.Narrow(0, i, 1).Squeeze(0) }
-	var y *tensor.Tensor
+	// [B, T, 3C] viewed [B, T, 3, H, D]: the packed attention reads q, k
+	// and v in place and writes [B, T, H, D], whose merge of the heads is
+	// a free reshape (and the backward pass one gradient of the
+	// projection), where the backend has a fused attention.
+	qkv := a.QKV.Forward(x).Reshape(bsz, t, 3, h, c/h)
+	var p float32
+	var src tensor.RandomSource
 	if d := a.AttnDrop; d != nil && d.Training() && d.P > 0 {
-		src := d.Source
+		p, src = d.P, d.Source
 		if src == nil {
 			src = DefaultRandomSource
 		}
-		y = tensor.ScaledDotProductAttentionDropout(head(0), head(1), head(2), a.Causal, 0, d.P, src)
-	} else {
-		y = tensor.ScaledDotProductAttention(head(0), head(1), head(2), a.Causal, 0)
 	}
-	return a.Proj.Forward(y.Permute(0, 2, 1, 3).Reshape(bsz, t, c))
+	y := tensor.ScaledDotProductAttentionPacked(qkv, a.Causal, 0, p, src)
+	return a.Proj.Forward(y.Reshape(bsz, t, c))
 }
 
 // TransformerBlock is a pre-norm transformer block, exactly the Block of

@@ -17,6 +17,12 @@
 // Head dimensions: D = Dv, a multiple of 16 up to 64 (the instantiations
 // at the end); the Go side falls back to the composed operators otherwise.
 //
+// Every [BH, rows, D] tensor is read or written through its layout
+// (ember_att_lay, tensor.AttentionLayout: the trailing arguments, H the
+// inner heads), so that the heads of a transformer's [B, T, 3, H, D]
+// projection are read in place and its output written as [B, T, H, D];
+// only each row's D elements must be contiguous. lse and delta are dense.
+//
 // Thread layout of every tile product: 16 threads (tx) across the columns
 // and ROWS/4 (ty) down the rows; a thread owns rows 4ty..4ty+3 and columns
 // tx + 16j. Shared rows are padded to D + 4 floats, so that the 16-byte row
@@ -65,14 +71,25 @@ __device__ __forceinline__ void ember_att_keep(unsigned char* keepm, long long b
     }
 }
 
-// dst[r·(D+4) + c] = src[(row0 + r)·D + c] for the ROWS rows of a tile, 0
+// Where a tensor's rows lie (tensor.AttentionLayout): row r of head bh,
+// bh = g·H + i (i < H), starts at element g·group + i·head + r·row; its D
+// elements are contiguous.
+struct ember_att_lay {
+    long long group, head, row;
+};
+
+__device__ __forceinline__ long long ember_att_head(ember_att_lay l, long long bh, int H) {
+    return bh / H * l.group + bh % H * l.head;
+}
+
+// dst[r·(D+4) + c] = src[(row0 + r)·ld + c] for the ROWS rows of a tile, 0
 // past row n.
 template <int D, int ROWS, int NT>
-__device__ __forceinline__ void ember_att_load(float* dst, const float* src, int row0, int n) {
+__device__ __forceinline__ void ember_att_load(float* dst, const float* src, long long ld, int row0, int n) {
     constexpr int LD = D + 4;
     for (int idx = threadIdx.x; idx < ROWS * D; idx += NT) {
         const int r = idx / D, c = idx % D;
-        dst[r * LD + c] = row0 + r < n ? src[(long long)(row0 + r) * D + c] : 0.0f;
+        dst[r * LD + c] = row0 + r < n ? src[(long long)(row0 + r) * ld + c] : 0.0f;
     }
 }
 
@@ -140,13 +157,14 @@ __device__ __forceinline__ float ember_att_row_sum(float v) {
 }
 
 // Forward: a block of 4·ROWS threads per tile of ROWS queries of one head
-// (bh). out [BH, T, D]; lse [BH, T] the natural log-sum-exp of each row's
+// (bh). out [BH, T, D] (through lo); lse [BH, T] the natural log-sum-exp of each row's
 // scaled, masked scores (before dropout). keep < 1 applies dropout with
 // mask values dscale.
 template <int D, int ROWS>
 __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
-                                              const int* stateOrNull, long long seed, long long offset) {
+                                              const int* stateOrNull, long long seed, long long offset, int H,
+                                              ember_att_lay lo, ember_att_lay lq, ember_att_lay lk, ember_att_lay lv) {
     constexpr int BN = EMBER_ATT_BN, LD = D + 4, LDP = BN + 4, NT = ROWS * 4, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sq[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float skv[BN * LD];
@@ -158,16 +176,16 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
     const long long bh = blockIdx.x % BH;
     const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
     const int q0 = tile * ROWS;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    out += bh * T * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    out += ember_att_head(lo, bh, H);
     lse += bh * T;
     const bool drop = keep < 1.0f;
     unsigned long long dseed = 0, doff = 0;
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;  // scores in base-2 units
-    ember_att_load<D, ROWS, NT>(sq, q, q0, T);
+    ember_att_load<D, ROWS, NT>(sq, q, lq.row, q0, T);
     float m[4], l[4], o[4][DC];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -179,7 +197,7 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
     const int kend = causal ? ember_imin(S, q0 + ROWS) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
         __syncthreads();  // the previous tile's products are done with skv, sp
-        ember_att_load<D, BN, NT>(skv, k, k0, S);
+        ember_att_load<D, BN, NT>(skv, k, lk.row, k0, S);
         if (drop) ember_att_keep<ROWS, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
         float s[4][2];
@@ -217,7 +235,7 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
             for (int c = 0; c < DC; c++) o[i][c] *= alpha;
         }
         __syncthreads();  // every thread is done reading K
-        ember_att_load<D, BN, NT>(skv, v, k0, S);
+        ember_att_load<D, BN, NT>(skv, v, lv.row, k0, S);
         __syncthreads();
         ember_att_pv<D>(o, sp, skv, ty, tx);
     }
@@ -227,7 +245,7 @@ __device__ __forceinline__ void ember_att_fwd(float* out, float* lse, const floa
         if (qi >= T) continue;
         const float inv = 1.0f / l[i];
 #pragma unroll
-        for (int c = 0; c < DC; c++) out[(long long)qi * D + tx + 16 * c] = o[i][c] * inv;
+        for (int c = 0; c < DC; c++) out[(long long)qi * lo.row + tx + 16 * c] = o[i][c] * inv;
         if (tx == 0) lse[qi] = (m[i] + log2f(l[i])) * EMBER_ATT_LN2;
     }
 }
@@ -240,7 +258,8 @@ template <int D>
 __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                             long long seed, long long offset) {
+                                             long long seed, long long offset, int H, ember_att_lay ldq, ember_att_lay lq,
+                                             ember_att_lay lk, ember_att_lay lv, ember_att_lay lo, ember_att_lay ldo) {
     constexpr int ROWS = 32, BN = EMBER_ATT_BN, LD = D + 4, LDP = BN + 4, NT = 128, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sq[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float sdo[ROWS * LD];
@@ -254,25 +273,25 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
     const long long bh = blockIdx.x % BH;
     const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16, warp = tid / 32, lane = tid % 32;
     const int q0 = tile * ROWS;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    o += bh * T * D;
-    dout += bh * T * D;
-    dq += bh * T * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    o += ember_att_head(lo, bh, H);
+    dout += ember_att_head(ldo, bh, H);
+    dq += ember_att_head(ldq, bh, H);
     lse += bh * T;
     delta += bh * T;
     const bool drop = keep < 1.0f;
     unsigned long long dseed = 0, doff = 0;
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;
-    ember_att_load<D, ROWS, NT>(sq, q, q0, T);
-    ember_att_load<D, ROWS, NT>(sdo, dout, q0, T);
+    ember_att_load<D, ROWS, NT>(sq, q, lq.row, q0, T);
+    ember_att_load<D, ROWS, NT>(sdo, dout, ldo.row, q0, T);
     for (int r = warp; r < ROWS; r += NT / 32) {  // a warp per row
         const int qi = q0 + r;
         float d = 0.0f;
         if (qi < T) {
-            for (int c = lane; c < D; c += 32) d = __fmaf_rn(dout[(long long)qi * D + c], o[(long long)qi * D + c], d);
+            for (int c = lane; c < D; c += 32) d = __fmaf_rn(dout[(long long)qi * ldo.row + c], o[(long long)qi * lo.row + c], d);
         }
         d = ember_warp_sum(d);
         if (lane == 0) {
@@ -290,8 +309,8 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
     const int kend = causal ? ember_imin(S, q0 + ROWS) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
         __syncthreads();
-        ember_att_load<D, BN, NT>(sk, k, k0, S);
-        ember_att_load<D, BN, NT>(sv, v, k0, S);
+        ember_att_load<D, BN, NT>(sk, k, lk.row, k0, S);
+        ember_att_load<D, BN, NT>(sv, v, lv.row, k0, S);
         if (drop) ember_att_keep<ROWS, NT>(skeep, bh, q0, k0, T, S, dseed, doff, keep);
         __syncthreads();
         float s[4][2], dp[4][2];
@@ -320,7 +339,7 @@ __device__ __forceinline__ void ember_att_dq(float* dq, float* delta, const floa
         const int qi = q0 + 4 * ty + i;
         if (qi >= T) continue;
 #pragma unroll
-        for (int c = 0; c < DC; c++) dq[(long long)qi * D + tx + 16 * c] = acc[i][c] * scale;
+        for (int c = 0; c < DC; c++) dq[(long long)qi * ldq.row + tx + 16 * c] = acc[i][c] * scale;
     }
 }
 
@@ -330,7 +349,8 @@ template <int D>
 __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
                                               const float* lse, const float* delta, const float* dout, int BH, int T,
                                               int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                              long long seed, long long offset) {
+                                              long long seed, long long offset, int H, ember_att_lay ldk, ember_att_lay ldv,
+                                              ember_att_lay lq, ember_att_lay lk, ember_att_lay lv, ember_att_lay ldo) {
     constexpr int ROWS = 32, BQ = EMBER_ATT_BN, LD = D + 4, LDP = BQ + 4, NT = 128, DC = D / 16;
     __shared__ __attribute__((aligned(16))) float sk[ROWS * LD];
     __shared__ __attribute__((aligned(16))) float sv[ROWS * LD];
@@ -345,20 +365,20 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
     const long long bh = blockIdx.x % BH;
     const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
     const int k0 = tile * ROWS;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    dout += bh * T * D;
-    dk += bh * S * D;
-    dv += bh * S * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    dout += ember_att_head(ldo, bh, H);
+    dk += ember_att_head(ldk, bh, H);
+    dv += ember_att_head(ldv, bh, H);
     lse += bh * T;
     delta += bh * T;
     const bool drop = keep < 1.0f;
     unsigned long long dseed = 0, doff = 0;
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;
-    ember_att_load<D, ROWS, NT>(sk, k, k0, S);
-    ember_att_load<D, ROWS, NT>(sv, v, k0, S);
+    ember_att_load<D, ROWS, NT>(sk, k, lk.row, k0, S);
+    ember_att_load<D, ROWS, NT>(sv, v, lv.row, k0, S);
     float gk[4][DC], gv[4][DC];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -369,8 +389,8 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
     const int qstart = causal ? (k0 / BQ) * BQ : 0;
     for (int q0 = qstart; q0 < T; q0 += BQ) {
         __syncthreads();
-        ember_att_load<D, BQ, NT>(sq, q, q0, T);
-        ember_att_load<D, BQ, NT>(sdo, dout, q0, T);
+        ember_att_load<D, BQ, NT>(sq, q, lq.row, q0, T);
+        ember_att_load<D, BQ, NT>(sdo, dout, ldo.row, q0, T);
         if (tid < BQ) {
             const int qi = q0 + tid;
             slse[tid] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
@@ -415,8 +435,8 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
         if (kj >= S) continue;
 #pragma unroll
         for (int c = 0; c < DC; c++) {
-            dk[(long long)kj * D + tx + 16 * c] = gk[i][c] * scale;
-            dv[(long long)kj * D + tx + 16 * c] = gv[i][c];
+            dk[(long long)kj * ldk.row + tx + 16 * c] = gk[i][c] * scale;
+            dv[(long long)kj * ldv.row + tx + 16 * c] = gv[i][c];
         }
     }
 }
@@ -425,56 +445,104 @@ __device__ __forceinline__ void ember_att_dkv(float* dk, float* dv, const float*
 // plain text (the Go side reads the signatures from the source).
 extern "C" __global__ void ember_attention_fwd_d16(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
-                                              const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<16, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              const int* stateOrNull, long long seed, long long offset, int H,
+                                              long long og, long long oh, long long orow, long long qg, long long qh,
+                                              long long qrow, long long kg, long long kh, long long krow, long long vg,
+                                              long long vh, long long vrow) {
+    ember_att_fwd<16, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                          {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
 }
 extern "C" __global__ void ember_attention_dq_d16(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                             long long seed, long long offset) {
-    ember_att_dq<16>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                             long long seed, long long offset, int H, long long dqg, long long dqh,
+                                             long long dqrow, long long qg, long long qh, long long qrow, long long kg,
+                                             long long kh, long long krow, long long vg, long long vh, long long vrow,
+                                             long long og, long long oh, long long orow, long long dog, long long doh,
+                                             long long dorow) {
+    ember_att_dq<16>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                     {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
+                     {dog, doh, dorow});
 }
 extern "C" __global__ void ember_attention_dkv_d16(float* dk, float* dv, const float* q, const float* k, const float* v,
                                               const float* lse, const float* delta, const float* dout, int BH, int T,
                                               int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                              long long seed, long long offset) {
-    ember_att_dkv<16>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              long long seed, long long offset, int H, long long dkg, long long dkh,
+                                              long long dkrow, long long dvg, long long dvh, long long dvrow, long long qg,
+                                              long long qh, long long qrow, long long kg, long long kh, long long krow,
+                                              long long vg, long long vh, long long vrow, long long dog, long long doh,
+                                              long long dorow) {
+    ember_att_dkv<16>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                      {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow},
+                      {dog, doh, dorow});
 }
 
 extern "C" __global__ void ember_attention_fwd_d32(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
-                                              const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<32, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              const int* stateOrNull, long long seed, long long offset, int H,
+                                              long long og, long long oh, long long orow, long long qg, long long qh,
+                                              long long qrow, long long kg, long long kh, long long krow, long long vg,
+                                              long long vh, long long vrow) {
+    ember_att_fwd<32, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                          {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
 }
 extern "C" __global__ void ember_attention_dq_d32(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                             long long seed, long long offset) {
-    ember_att_dq<32>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                             long long seed, long long offset, int H, long long dqg, long long dqh,
+                                             long long dqrow, long long qg, long long qh, long long qrow, long long kg,
+                                             long long kh, long long krow, long long vg, long long vh, long long vrow,
+                                             long long og, long long oh, long long orow, long long dog, long long doh,
+                                             long long dorow) {
+    ember_att_dq<32>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                     {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
+                     {dog, doh, dorow});
 }
 extern "C" __global__ void ember_attention_dkv_d32(float* dk, float* dv, const float* q, const float* k, const float* v,
                                               const float* lse, const float* delta, const float* dout, int BH, int T,
                                               int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                              long long seed, long long offset) {
-    ember_att_dkv<32>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              long long seed, long long offset, int H, long long dkg, long long dkh,
+                                              long long dkrow, long long dvg, long long dvh, long long dvrow, long long qg,
+                                              long long qh, long long qrow, long long kg, long long kh, long long krow,
+                                              long long vg, long long vh, long long vrow, long long dog, long long doh,
+                                              long long dorow) {
+    ember_att_dkv<32>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                      {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow},
+                      {dog, doh, dorow});
 }
 
 extern "C" __global__ void ember_attention_fwd_d64(float* out, float* lse, const float* q, const float* k, const float* v,
                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
-                                              const int* stateOrNull, long long seed, long long offset) {
-    ember_att_fwd<64, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              const int* stateOrNull, long long seed, long long offset, int H,
+                                              long long og, long long oh, long long orow, long long qg, long long qh,
+                                              long long qrow, long long kg, long long kh, long long krow, long long vg,
+                                              long long vh, long long vrow) {
+    ember_att_fwd<64, 64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                          {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
 }
 extern "C" __global__ void ember_attention_dq_d64(float* dq, float* delta, const float* q, const float* k, const float* v,
                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                             long long seed, long long offset) {
-    ember_att_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                             long long seed, long long offset, int H, long long dqg, long long dqh,
+                                             long long dqrow, long long qg, long long qh, long long qrow, long long kg,
+                                             long long kh, long long krow, long long vg, long long vh, long long vrow,
+                                             long long og, long long oh, long long orow, long long dog, long long doh,
+                                             long long dorow) {
+    ember_att_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                     {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
+                     {dog, doh, dorow});
 }
 extern "C" __global__ void ember_attention_dkv_d64(float* dk, float* dv, const float* q, const float* k, const float* v,
                                               const float* lse, const float* delta, const float* dout, int BH, int T,
                                               int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                              long long seed, long long offset) {
-    ember_att_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+                                              long long seed, long long offset, int H, long long dkg, long long dkh,
+                                              long long dkrow, long long dvg, long long dvh, long long dvrow, long long qg,
+                                              long long qh, long long qrow, long long kg, long long kh, long long krow,
+                                              long long vg, long long vh, long long vrow, long long dog, long long doh,
+                                              long long dorow) {
+    ember_att_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                      {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow},
+                      {dog, doh, dorow});
 }
 
 // saved = state, then state's offset advances by blocks: the fused

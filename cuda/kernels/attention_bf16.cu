@@ -79,10 +79,11 @@ __device__ __forceinline__ unsigned int ember_attb_pack(float lo, float hi) {
 __device__ __forceinline__ float ember_attb_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float ember_attb_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
-// A fragments of rows row0..row0+15 of src [n, D] (float32), rounded to
+// A fragments of rows row0..row0+15 of src [n, D] (float32, rows ld apart), rounded to
 // bfloat16: a[kk] covers columns 16kk..16kk+15. Rows past n are 0.
 template <int D>
-__device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], const float* src, int row0, int n) {
+__device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], const float* src, long long ld, int row0,
+                                                  int n) {
     const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int ra = row0 + g, rb = row0 + g + 8;
 #pragma unroll
@@ -90,12 +91,12 @@ __device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], con
         const int c = 16 * kk + 2 * t;
         ember_f2 x0 = {0.f, 0.f}, x1 = x0, x2 = x0, x3 = x0;
         if (ra < n) {
-            x0 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * D + c);
-            x2 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * D + c + 8);
+            x0 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * ld + c);
+            x2 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * ld + c + 8);
         }
         if (rb < n) {
-            x1 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * D + c);
-            x3 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * D + c + 8);
+            x1 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * ld + c);
+            x3 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * ld + c + 8);
         }
         a[kk][0] = ember_attb_pack(x0.x, x0.y);
         a[kk][1] = ember_attb_pack(x1.x, x1.y);
@@ -104,15 +105,15 @@ __device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], con
     }
 }
 
-// dst[r][c] (row stride D + 8) = bfloat16(src[row0 + r][c]) for the BN rows
-// of a tile, 0 past row n.
+// dst[r][c] (row stride D + 8) = bfloat16(src[(row0 + r)·ld + c]) for the BN
+// rows of a tile, 0 past row n (ld a multiple of 4: 16-byte loads).
 template <int D>
-__device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const float* src, int row0, int n) {
+__device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const float* src, long long ld, int row0, int n) {
     constexpr int LD = D + 8, BN = EMBER_ATTB_BN;
     for (int idx = threadIdx.x; idx < BN * D / 4; idx += EMBER_ATTB_NT) {
         const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
         ember_f4 x = {0.f, 0.f, 0.f, 0.f};
-        if (row0 + r < n) x = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r) * D + c);
+        if (row0 + r < n) x = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r) * ld + c);
         ember_attb_u2 w;
         w.x = ember_attb_pack(x.x, x.y);
         w.y = ember_attb_pack(x.z, x.w);
@@ -237,7 +238,8 @@ __device__ __forceinline__ unsigned int ember_attb_keep_kq(long long bh, int T, 
 template <int D>
 __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
                                                int BH, int T, int S, int causal, float scale, float keep, float dscale,
-                                               const int* stateOrNull, long long seed, long long offset) {
+                                               const int* stateOrNull, long long seed, long long offset, int H,
+                                               ember_att_lay lo, ember_att_lay lq, ember_att_lay lk, ember_att_lay lv) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
@@ -247,17 +249,17 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
     const long long bh = blockIdx.x % BH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int q0 = tile * BM, r0 = q0 + 16 * warp;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    out += bh * T * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    out += ember_att_head(lo, bh, H);
     lse += bh * T;
     const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
     unsigned long long dseed = 0, doff = 0;
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;  // scores in base-2 units
     unsigned int qa[KS][4];
-    ember_attb_load_a<D>(qa, q, r0, T);
+    ember_attb_load_a<D>(qa, q, lq.row, r0, T);
     float o[DB][4], m[2], l[2];
 #pragma unroll
     for (int j = 0; j < DB; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -266,8 +268,8 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
         __syncthreads();  // the previous tile's products are done with sk, sv
-        ember_attb_fill_rows<D>(sk, k, k0, S);
-        ember_attb_fill_rows<D>(sv, v, k0, S);
+        ember_attb_fill_rows<D>(sk, k, lk.row, k0, S);
+        ember_attb_fill_rows<D>(sv, v, lv.row, k0, S);
         __syncthreads();
         // Column blocks with a key at or before the warp's last row.
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
@@ -351,7 +353,7 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
         const float inv = 1.0f / l[h];
 #pragma unroll
         for (int j = 0; j < DB; j++) {
-            *reinterpret_cast<ember_f2*>(out + (long long)row * D + 8 * j + 2 * t) = ember_f2{o[j][2 * h] * inv, o[j][2 * h + 1] * inv};
+            *reinterpret_cast<ember_f2*>(out + (long long)row * lo.row + 8 * j + 2 * t) = ember_f2{o[j][2 * h] * inv, o[j][2 * h + 1] * inv};
         }
         if (t == 0) lse[row] = (m[h] + log2f(l[h])) * EMBER_ATT_LN2;
     }
@@ -364,7 +366,9 @@ template <int D>
 __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const float* q, const float* k, const float* v,
                                               const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                               int causal, float scale, float keep, float dscale, const int* stateOrNull,
-                                              long long seed, long long offset) {
+                                              long long seed, long long offset, int H, ember_att_lay ldq,
+                                              ember_att_lay lq, ember_att_lay lk, ember_att_lay lv, ember_att_lay lo,
+                                              ember_att_lay ldo) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
@@ -374,12 +378,12 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
     const long long bh = blockIdx.x % BH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int q0 = tile * BM, r0 = q0 + 16 * warp;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    o += bh * T * D;
-    dout += bh * T * D;
-    dq += bh * T * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    o += ember_att_head(lo, bh, H);
+    dout += ember_att_head(ldo, bh, H);
+    dq += ember_att_head(ldq, bh, H);
     lse += bh * T;
     delta += bh * T;
     const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
@@ -387,8 +391,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;
     unsigned int qa[KS][4], ga[KS][4];
-    ember_attb_load_a<D>(qa, q, r0, T);
-    ember_attb_load_a<D>(ga, dout, r0, T);
+    ember_attb_load_a<D>(qa, q, lq.row, r0, T);
+    ember_attb_load_a<D>(ga, dout, ldo.row, r0, T);
     // delta over the fragment's columns, then over the 4 lanes of a row.
     float dl[2] = {0.0f, 0.0f}, ls[2];
 #pragma unroll
@@ -400,7 +404,7 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int c = 16 * kk + 2 * t + 8 * half;
-                    const ember_f2 x = *reinterpret_cast<const ember_f2*>(o + (long long)row * D + c);
+                    const ember_f2 x = *reinterpret_cast<const ember_f2*>(o + (long long)row * lo.row + c);
                     const unsigned int w = ga[kk][h + 2 * half];
                     dl[h] = __fmaf_rn(ember_attb_lo(w), x.x, dl[h]);
                     dl[h] = __fmaf_rn(ember_attb_hi(w), x.y, dl[h]);
@@ -418,8 +422,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
     for (int k0 = 0; k0 < kend; k0 += BN) {
         __syncthreads();
-        ember_attb_fill_rows<D>(sk, k, k0, S);
-        ember_attb_fill_rows<D>(sv, v, k0, S);
+        ember_attb_fill_rows<D>(sk, k, lk.row, k0, S);
+        ember_attb_fill_rows<D>(sv, v, lv.row, k0, S);
         __syncthreads();
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
         if (jn <= 0) continue;
@@ -474,7 +478,7 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
         if (row >= T) continue;
 #pragma unroll
         for (int j = 0; j < DB; j++) {
-            *reinterpret_cast<ember_f2*>(dq + (long long)row * D + 8 * j + 2 * t) = ember_f2{acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale};
+            *reinterpret_cast<ember_f2*>(dq + (long long)row * ldq.row + 8 * j + 2 * t) = ember_f2{acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale};
         }
     }
 }
@@ -486,7 +490,9 @@ template <int D>
 __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
                                                const float* lse, const float* delta, const float* dout, int BH, int T,
                                                int S, int causal, float scale, float keep, float dscale,
-                                               const int* stateOrNull, long long seed, long long offset) {
+                                               const int* stateOrNull, long long seed, long long offset, int H,
+                                               ember_att_lay ldk, ember_att_lay ldv, ember_att_lay lq, ember_att_lay lk,
+                                               ember_att_lay lv, ember_att_lay ldo) {
     constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sq[BQ * LDS];
@@ -496,12 +502,12 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
     const long long bh = blockIdx.x % BH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int k0 = tile * BM, r0 = k0 + 16 * warp;
-    q += bh * T * D;
-    k += bh * S * D;
-    v += bh * S * D;
-    dout += bh * T * D;
-    dk += bh * S * D;
-    dv += bh * S * D;
+    q += ember_att_head(lq, bh, H);
+    k += ember_att_head(lk, bh, H);
+    v += ember_att_head(lv, bh, H);
+    dout += ember_att_head(ldo, bh, H);
+    dk += ember_att_head(ldk, bh, H);
+    dv += ember_att_head(ldv, bh, H);
     lse += bh * T;
     delta += bh * T;
     const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
@@ -509,8 +515,8 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
     if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
     const float sc = scale * EMBER_ATT_LOG2E;
     unsigned int ka[KS][4], va[KS][4];
-    ember_attb_load_a<D>(ka, k, r0, S);
-    ember_attb_load_a<D>(va, v, r0, S);
+    ember_attb_load_a<D>(ka, k, lk.row, r0, S);
+    ember_attb_load_a<D>(va, v, lv.row, r0, S);
     float gk[DB][4], gv[DB][4];
 #pragma unroll
     for (int j = 0; j < DB; j++) {
@@ -521,8 +527,8 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
     const int qstart = causal ? (k0 / BQ) * BQ : 0;
     for (int q0 = qstart; q0 < T; q0 += BQ) {
         __syncthreads();
-        ember_attb_fill_rows<D>(sq, q, q0, T);
-        ember_attb_fill_rows<D>(sg, dout, q0, T);
+        ember_attb_fill_rows<D>(sq, q, lq.row, q0, T);
+        ember_attb_fill_rows<D>(sg, dout, ldo.row, q0, T);
         if (threadIdx.x < BQ) {
             const int qi = q0 + threadIdx.x;
             slse[threadIdx.x] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
@@ -587,8 +593,8 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
         if (key >= S) continue;
 #pragma unroll
         for (int j = 0; j < DB; j++) {
-            *reinterpret_cast<ember_f2*>(dk + (long long)key * D + 8 * j + 2 * t) = ember_f2{gk[j][2 * h] * scale, gk[j][2 * h + 1] * scale};
-            *reinterpret_cast<ember_f2*>(dv + (long long)key * D + 8 * j + 2 * t) = ember_f2{gv[j][2 * h], gv[j][2 * h + 1]};
+            *reinterpret_cast<ember_f2*>(dk + (long long)key * ldk.row + 8 * j + 2 * t) = ember_f2{gk[j][2 * h] * scale, gk[j][2 * h + 1] * scale};
+            *reinterpret_cast<ember_f2*>(dv + (long long)key * ldv.row + 8 * j + 2 * t) = ember_f2{gv[j][2 * h], gv[j][2 * h + 1]};
         }
     }
 }
@@ -596,22 +602,31 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float
 // The instantiations (D = 64), with the signatures of attention.cu's.
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_fwd_d64(
     float* out, float* lse, const float* q, const float* k, const float* v, int BH, int T, int S, int causal,
-    float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset) {
-    ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+    float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset, int H, long long og,
+    long long oh, long long orow, long long qg, long long qh, long long qrow, long long kg, long long kh, long long krow,
+    long long vg, long long vh, long long vrow) {
+    ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dq_d64(
     float* dq, float* delta, const float* q, const float* k, const float* v, const float* o, const float* lse,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-    long long seed, long long offset) {
+    long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
+    long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
+    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow) {
     ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
-                      offset);
+                      offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
+                      {dog, doh, dorow});
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dkv_d64(
     float* dk, float* dv, const float* q, const float* k, const float* v, const float* lse, const float* delta,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
-    long long seed, long long offset) {
+    long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
+    long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
+    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow) {
     ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
-                       offset);
+                       offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
+                       {vg, vh, vrow}, {dog, doh, dorow});
 }
 
 #endif  // sm_80

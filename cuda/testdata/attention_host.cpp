@@ -105,9 +105,104 @@ static double err(const std::vector<float>& got, const std::vector<double>& want
     return w / m;
 }
 
-typedef void (*fwd_t)(float*, float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long);
-typedef void (*dq_t)(float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long);
-typedef void (*dkv_t)(float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long);
+#define L3 long long, long long, long long
+typedef void (*fwd_t)(float*, float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long, int, L3, L3, L3, L3);
+typedef void (*dq_t)(float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long, int, L3, L3, L3, L3, L3, L3);
+typedef void (*dkv_t)(float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, int, int, int, int, float, float, float, const int*, long long, long long, int, L3, L3, L3, L3, L3, L3);
+
+// Lay is a tensor.AttentionLayout: row r of head bh (= g·H + i) at
+// element g·group + i·head + r·row.
+struct Lay { long long group, head, row; };
+#define LA(l) (l).group, (l).head, (l).row
+
+// Layouts is one case's memory: dense [BH, rows, D] tensors (H = 1), or
+// with packed a transformer's (H inner heads, T = S): q, k, v and their
+// gradients views of one [B, T, 3, H, D] projection each (at offsets 0,
+// H·D, 2·H·D), out and dout [B, T, H, D]. The kernels read and write
+// through the layouts; to and from convert to and from dense tensors, the
+// rest of a buffer holding a sentinel the kernels must not overwrite.
+struct Layouts {
+    int BH, T, S, D, H;
+    bool packed;
+    Lay q, k, v, o;
+    long long koff, voff, qkvLen, oLen;
+    Layouts(int BH_, int T_, int S_, int D_, int H_) : BH(BH_), T(T_), S(S_), D(D_), H(H_ > 0 ? H_ : 1), packed(H_ > 0) {
+        if (packed) {
+            const long long row = 3LL * H * D;
+            q = k = v = {T * row, D, row};
+            o = {(long long)T * H * D, D, (long long)H * D};
+            koff = (long long)H * D, voff = 2LL * H * D;
+            qkvLen = BH / H * T * row, oLen = (long long)BH * T * D;
+        } else {
+            q = o = {(long long)T * D, (long long)T * D, D};
+            k = v = {(long long)S * D, (long long)S * D, D};
+            koff = voff = 0, qkvLen = oLen = 0;
+        }
+    }
+    long long at(Lay l, int bh, int r, int c) const { return bh / H * l.group + bh % H * l.head + (long long)r * l.row + c; }
+    // to writes dense x [BH, rows, D] into buf at off through l.
+    void to(std::vector<float>& buf, long long off, Lay l, int rows, const std::vector<float>& x) const {
+        for (int bh = 0; bh < BH; bh++)
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < D; c++) buf[off + at(l, bh, r, c)] = x[((long long)bh * rows + r) * D + c];
+    }
+    std::vector<float> from(const std::vector<float>& buf, long long off, Lay l, int rows) const {
+        std::vector<float> x((long long)BH * rows * D);
+        for (int bh = 0; bh < BH; bh++)
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < D; c++) x[((long long)bh * rows + r) * D + c] = buf[off + at(l, bh, r, c)];
+        return x;
+    }
+};
+
+static const float kSentinel = 1234.5f;
+
+// untouched counts the sentinels of buf that the kernels overwrote: the
+// elements of no tensor at the offsets offs of the layouts ls.
+static int untouched(const Layouts& L, const std::vector<float>& buf, std::vector<std::pair<long long, Lay>> views, int rows) {
+    std::vector<bool> mine(buf.size());
+    for (auto& [off, l] : views)
+        for (int bh = 0; bh < L.BH; bh++)
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < L.D; c++) mine[off + L.at(l, bh, r, c)] = true;
+    int bad = 0;
+    for (size_t i = 0; i < buf.size(); i++) bad += !mine[i] && buf[i] != kSentinel;
+    return bad;
+}
+
+// Run is the three kernels of one case through its layouts: the dense
+// results (out, dq, dk, dv) and how many elements outside the tensors
+// they wrote.
+struct Run { std::vector<float> out, dq, dk, dv; int stray; };
+
+template <class F, class Q, class KV>
+static Run runLaid(const Layouts& L, int fwdRows, int fwdNT, int bwdRows, int bwdNT, F fwd, Q dqk, KV dkv,
+                   const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                   const std::vector<float>& g, bool causal, float scale, float keep, float dscale, const int* st,
+                   long long sd, long long of) {
+    const int BH = L.BH, T = L.T, S = L.S, D = L.D;
+    std::vector<float> lse(BH * T), delta(BH * T);
+    Run res;
+    if (!L.packed) {
+        res.out.resize(q.size()), res.dq.resize(q.size()), res.dk.resize(k.size()), res.dv.resize(v.size());
+        launch((T + fwdRows - 1) / fwdRows * BH, fwdNT, [&] { fwd(res.out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.o), LA(L.q), LA(L.k), LA(L.v)); });
+        launch((T + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dqk(res.dq.data(), delta.data(), q.data(), k.data(), v.data(), res.out.data(), lse.data(), g.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.q), LA(L.q), LA(L.k), LA(L.v), LA(L.o), LA(L.o)); });
+        launch((S + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dkv(res.dk.data(), res.dv.data(), q.data(), k.data(), v.data(), lse.data(), delta.data(), g.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.k), LA(L.v), LA(L.q), LA(L.k), LA(L.v), LA(L.o)); });
+        res.stray = 0;
+        return res;
+    }
+    std::vector<float> qkv(L.qkvLen, kSentinel), gb(L.oLen), ob(L.oLen, kSentinel), dqkv(L.qkvLen, kSentinel);
+    L.to(qkv, 0, L.q, T, q), L.to(qkv, L.koff, L.k, S, k), L.to(qkv, L.voff, L.v, S, v), L.to(gb, 0, L.o, T, g);
+    const float *pq = qkv.data(), *pk = qkv.data() + L.koff, *pv = qkv.data() + L.voff;
+    launch((T + fwdRows - 1) / fwdRows * BH, fwdNT, [&] { fwd(ob.data(), lse.data(), pq, pk, pv, BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.o), LA(L.q), LA(L.k), LA(L.v)); });
+    launch((T + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dqk(dqkv.data(), delta.data(), pq, pk, pv, ob.data(), lse.data(), gb.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.q), LA(L.q), LA(L.k), LA(L.v), LA(L.o), LA(L.o)); });
+    launch((S + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dkv(dqkv.data() + L.koff, dqkv.data() + L.voff, pq, pk, pv, lse.data(), delta.data(), gb.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.k), LA(L.v), LA(L.q), LA(L.k), LA(L.v), LA(L.o)); });
+    res.out = L.from(ob, 0, L.o, T);
+    res.dq = L.from(dqkv, 0, L.q, T), res.dk = L.from(dqkv, L.koff, L.k, S), res.dv = L.from(dqkv, L.voff, L.v, S);
+    res.stray = untouched(L, dqkv, {{0, L.q}, {L.koff, L.k}, {L.voff, L.v}}, T) + untouched(L, ob, {{0, L.o}}, T) +
+                untouched(L, qkv, {{0, L.q}, {L.koff, L.k}, {L.voff, L.v}}, T);
+    return res;
+}
 
 // bf16Cases checks attention_bf16.cu (D = 64, blocks of 64 rows and 128
 // threads) against ref on the bfloat16-rounded inputs with the weights and
@@ -122,10 +217,12 @@ typedef void (*dkv_t)(float*, float*, const float*, const float*, const float*, 
 // tolAutocast: the inputs' 2^-9 rounding carried through the softmax;
 // measured at most 7.5e-3).
 static int bf16Cases() {
-    struct C { int BH, T, S; bool causal; float p; bool state; };
-    C cases[] = {{1, 130, 130, true, 0.2f, false}, {2, 70, 45, true, 0.2f, false}, {2, 45, 70, true, 0, true},
-                 {3, 33, 40, false, 0.5f, false}, {1, 19, 21, false, 0, false}, {1, 64, 128, false, 0.2f, true},
-                 {1, 256, 256, true, 0.2f, false}, {1, 100, 37, false, 0.3f, false}};
+    struct C { int BH, T, S; bool causal; float p; bool state; int H; };
+    C cases[] = {{1, 130, 130, true, 0.2f, false, 0}, {2, 70, 45, true, 0.2f, false, 0}, {2, 45, 70, true, 0, true, 0},
+                 {3, 33, 40, false, 0.5f, false, 0}, {1, 19, 21, false, 0, false, 0}, {1, 64, 128, false, 0.2f, true, 0},
+                 {1, 256, 256, true, 0.2f, false, 0}, {1, 100, 37, false, 0.3f, false, 0},
+                 // A transformer's layout: q, k, v views of [B, T, 3, H, D], out [B, T, H, D].
+                 {6, 70, 70, true, 0.2f, false, 3}, {4, 130, 130, true, 0, true, 2}, {2, 45, 45, false, 0.3f, false, 1}};
     const int D = 64;
     int fails = 0;
     for (auto c : cases) {
@@ -138,29 +235,31 @@ static int bf16Cases() {
         int state[4] = {(int)(unsigned)seed, (int)(unsigned)(seed >> 32), (int)(unsigned)off, (int)(unsigned)(off >> 32)};
         const int* st = c.state ? state : nullptr;
         long long sd = c.state ? 0 : (long long)seed, of = c.state ? 0 : (long long)off;
-        std::vector<float> out(q.size()), lse(c.BH * c.T), delta(c.BH * c.T), dq(q.size()), dk(k.size()), dv(v.size());
-        launch((c.T + 63) / 64 * c.BH, 128, [&] { ember_attention_bf16_fwd_d64(out.data(), lse.data(), q.data(), k.data(), v.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
-        launch((c.T + 63) / 64 * c.BH, 128, [&] { ember_attention_bf16_dq_d64(dq.data(), delta.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), g.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
-        launch((c.S + 63) / 64 * c.BH, 128, [&] { ember_attention_bf16_dkv_d64(dk.data(), dv.data(), q.data(), k.data(), v.data(), lse.data(), delta.data(), g.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
+        Layouts L(c.BH, c.T, c.S, D, c.H);
+        Run run = runLaid(L, 64, 128, 64, 128, ember_attention_bf16_fwd_d64, ember_attention_bf16_dq_d64, ember_attention_bf16_dkv_d64,
+                          q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
+        auto &out = run.out, &dq = run.dq, &dk = run.dk, &dv = run.dv;
         std::vector<double> ro, rq, rk, rv, fo, fq, fk, fv;
         ref(c.BH, c.T, c.S, D, c.causal, scale, keep, dscale, seed, off, rounded(q), rounded(k), rounded(v), rounded(g), ro, rq, rk, rv, true);
         ref(c.BH, c.T, c.S, D, c.causal, scale, keep, dscale, seed, off, q, k, v, g, fo, fq, fk, fv);
         double e[4] = {err(out, ro), err(dq, rq), err(dk, rk), err(dv, rv)};
         double f[4] = {err(out, fo), err(dq, fq), err(dk, fk), err(dv, fv)};
-        bool ok = e[3] < 1e-4;
+        bool ok = e[3] < 1e-4 && run.stray == 0;
         for (int i = 0; i < 4; i++) ok = ok && e[i] < 1e-2 && f[i] < 3e-2;
         fails += !ok;
-        printf("%s bf16 BH %d T %d S %d D %d causal %d p %.1f state %d: rounded out %.2e dq %.2e dk %.2e dv %.2e; float64 out %.2e dq %.2e dk %.2e dv %.2e\n",
-               ok ? "ok  " : "FAIL", c.BH, c.T, c.S, D, c.causal, c.p, c.state, e[0], e[1], e[2], e[3], f[0], f[1], f[2], f[3]);
+        printf("%s bf16 BH %d T %d S %d D %d causal %d p %.1f state %d packed H %d (stray writes %d): rounded out %.2e dq %.2e dk %.2e dv %.2e; float64 out %.2e dq %.2e dk %.2e dv %.2e\n",
+               ok ? "ok  " : "FAIL", c.BH, c.T, c.S, D, c.causal, c.p, c.state, c.H, run.stray, e[0], e[1], e[2], e[3], f[0], f[1], f[2], f[3]);
     }
     return fails;
 }
 
 int main(int argc, char** argv) {
     int fwdRows = atoi(argv[1]), fwdNT = atoi(argv[2]);
-    struct C { int BH, T, S, D; bool causal; float p; bool state; };
-    C cases[] = {{1, 130, 130, 64, true, 0.2f, false}, {2, 70, 45, 16, true, 0, false}, {2, 45, 70, 16, true, 0.2f, true},
-                 {3, 33, 40, 32, false, 0.5f, false}, {1, 19, 21, 16, false, 0, false}};
+    struct C { int BH, T, S, D; bool causal; float p; bool state; int H; };
+    C cases[] = {{1, 130, 130, 64, true, 0.2f, false, 0}, {2, 70, 45, 16, true, 0, false, 0}, {2, 45, 70, 16, true, 0.2f, true, 0},
+                 {3, 33, 40, 32, false, 0.5f, false, 0}, {1, 19, 21, 16, false, 0, false, 0},
+                 // A transformer's layout: q, k, v views of [B, T, 3, H, D], out [B, T, H, D].
+                 {6, 70, 70, 16, true, 0.2f, false, 3}, {4, 45, 45, 32, false, 0, true, 2}, {2, 130, 130, 64, true, 0.2f, false, 2}};
     int fails = 0;
     for (auto c : cases) {
         std::mt19937 rng(c.T * 7 + c.S);
@@ -171,20 +270,19 @@ int main(int argc, char** argv) {
         unsigned long long seed = 0x5eedd80full, off = 12345;
         int state[4] = {(int)(unsigned)seed, (int)(unsigned)(seed >> 32), (int)(unsigned)off, (int)(unsigned)(off >> 32)};
         const int* st = c.state ? state : nullptr;
-        std::vector<float> out(q.size()), lse(c.BH * c.T), delta(c.BH * c.T), dq(q.size()), dk(k.size()), dv(v.size());
         fwd_t F = c.D == 16 ? ember_attention_fwd_d16 : c.D == 32 ? ember_attention_fwd_d32 : ember_attention_fwd_d64;
         dq_t Q = c.D == 16 ? ember_attention_dq_d16 : c.D == 32 ? ember_attention_dq_d32 : ember_attention_dq_d64;
         dkv_t KV = c.D == 16 ? ember_attention_dkv_d16 : c.D == 32 ? ember_attention_dkv_d32 : ember_attention_dkv_d64;
         long long sd = c.state ? 0 : (long long)seed, of = c.state ? 0 : (long long)off;
-        launch((c.T + fwdRows - 1) / fwdRows * c.BH, fwdNT, [&] { F(out.data(), lse.data(), q.data(), k.data(), v.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
-        launch((c.T + 31) / 32 * c.BH, 128, [&] { Q(dq.data(), delta.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), g.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
-        launch((c.S + 31) / 32 * c.BH, 128, [&] { KV(dk.data(), dv.data(), q.data(), k.data(), v.data(), lse.data(), delta.data(), g.data(), c.BH, c.T, c.S, c.causal, scale, keep, dscale, st, sd, of); });
+        Layouts L(c.BH, c.T, c.S, c.D, c.H);
+        Run run = runLaid(L, fwdRows, fwdNT, 32, 128, F, Q, KV, q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
+        auto &out = run.out, &dq = run.dq, &dk = run.dk, &dv = run.dv;
         std::vector<double> ro, rq, rk, rv;
         ref(c.BH, c.T, c.S, c.D, c.causal, scale, keep, dscale, seed, off, q, k, v, g, ro, rq, rk, rv);
         double e[4] = {err(out, ro), err(dq, rq), err(dk, rk), err(dv, rv)};
-        bool ok = e[0] < 1e-5 && e[1] < 1e-5 && e[2] < 1e-5 && e[3] < 1e-5;
+        bool ok = e[0] < 1e-5 && e[1] < 1e-5 && e[2] < 1e-5 && e[3] < 1e-5 && run.stray == 0;
         fails += !ok;
-        printf("%s BH %d T %d S %d D %d causal %d p %.1f state %d: out %.2e dq %.2e dk %.2e dv %.2e\n", ok ? "ok  " : "FAIL", c.BH, c.T, c.S, c.D, c.causal, c.p, c.state, e[0], e[1], e[2], e[3]);
+        printf("%s BH %d T %d S %d D %d causal %d p %.1f state %d packed H %d (stray writes %d): out %.2e dq %.2e dk %.2e dv %.2e\n", ok ? "ok  " : "FAIL", c.BH, c.T, c.S, c.D, c.causal, c.p, c.state, c.H, run.stray, e[0], e[1], e[2], e[3]);
     }
     fails += bf16Cases();
     return fails;

@@ -33,6 +33,10 @@ func autocastCases() []agCase {
 		// D = 64: a GPU's tensor-core attention (the shape, with dropout
 		// from the device, of attentionCases' float32 one).
 		sdpaFullCase([]int{1, 2}, 130, 130, 64, 64, true, 0, 0.2, true, false),
+		// ... and its strided reads and writes: a transformer's packed
+		// projection, and permuted views.
+		sdpaPackedCase(2, 3, 130, 64, true, 0.2, false),
+		sdpaPermutedCase(2, 2, 70, 64, true, false),
 		// A convolution's output and input and weight gradients are
 		// rounded to bfloat16 as well (tensor.LowPrecisionConvBackend).
 		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
