@@ -110,13 +110,9 @@ func (o operand) release() {
 	}
 }
 
-// matMul is MatMul's c = alpha·op(a)·op(b) + beta·c.
-func (p products) matMul(c, a, b Buffer, m, n, k int, transA, transB bool, alpha, beta float32) {
-	p.matMulOf(c, operand{f: a}, operand{f: b}, m, n, k, transA, transB, alpha, beta)
-}
-
-// matMulOf is matMul of operands whose bfloat16 copies may be kept ones;
-// those it casts itself it releases after the product.
+// matMulOf is MatMul's c = alpha·op(a)·op(b) + beta·c of operands whose
+// bfloat16 copies may be kept ones; those it casts itself it releases
+// after the product.
 func (p products) matMulOf(c Buffer, a, b operand, m, n, k int, transA, transB bool, alpha, beta float32) {
 	if !p.lowp() {
 		p.be.MatMul(c, a.f, b.f, m, n, k, transA, transB, alpha, beta)
@@ -128,12 +124,8 @@ func (p products) matMulOf(c Buffer, a, b operand, m, n, k int, transA, transB b
 	p.releaseOwn(b, hb)
 }
 
-// batched is MatMulBatched's batch of products.
-func (p products) batched(c, a, b Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
-	p.batchedOf(c, operand{f: a}, operand{f: b}, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
-}
-
-// batchedOf is batched of operands whose bfloat16 copies may be kept ones.
+// batchedOf is MatMulBatched's batch of products of operands whose
+// bfloat16 copies may be kept ones.
 func (p products) batchedOf(c Buffer, a, b operand, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {
 	if !p.lowp() {
 		p.be.MatMulBatched(c, a.f, b.f, batch, m, n, k, strideA, strideB, strideC, transA, transB, alpha, beta)
