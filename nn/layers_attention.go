@@ -10,8 +10,10 @@ import (
 // MultiheadSelfAttention is self-attention over a sequence x [B, T, C]
 // with Heads heads of C/Heads channels: one Linear QKV [3C, C] makes the
 // queries, keys and values (in that order along its output), each head
-// attends with tensor.ScaledDotProductAttention (scale 1/√(C/Heads),
-// causal when Causal), and Proj [C, C] mixes the heads' outputs. Its
+// attends with tensor.ScaledDotProductAttentionPacked (scale 1/√(C/Heads),
+// causal when Causal; on a fused attention the heads are read from the
+// projection and merged again without copies), and Proj [C, C] mixes the
+// heads' outputs. Its
 // parameters are qkv.weight, qkv.bias, proj.weight, proj.bias, as the
 // attention of a GPT block written in PyTorch as
 //
