@@ -130,7 +130,7 @@ func (b *Backend) batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	py, pw, pb := b.f32(op, y), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
 	if training {
 		if sl, threads, shared, ok := b.bnOnePass(n, c, inner); ok {
-			devCheck(op, sl.launchShared(b.kernel("ember_batch_norm_onepass"), Dim3{X: min(c, maxGrid), Y: 1, Z: 1},
+			devCheck(op, sl.launchShared(b.kernel(b.bnOne.kernel()), Dim3{X: min(c, maxGrid), Y: 1, Z: 1},
 				Dim3{X: threads, Y: 1, Z: 1}, shared, []any{py, pm, pi, prm, prv, px, pw, pb,
 					int32(n), int32(c), int32(inner), momentum, eps, int32(act)}))
 			return
@@ -198,8 +198,22 @@ func (b *Backend) batchNormBackward(dx, dweight, dbias, dy, x, weight, bias, sav
 		if needCoef {
 			coef = partial + uintptr(2*c*parts*8)
 		}
+		// A GELU's derivative (erff, expf) costs more than a pass over
+		// memory: the sums' kernel stores g for the dx pass, in dx itself
+		// when it is overwritten.
+		var pg uintptr
+		if (act == tensor.OpGELU || act == tensor.OpGELUTanh) && !dx.Empty() {
+			if pg = b.f32Opt(op, "dx", dx, total); accX {
+				gs := b.workspace(op, 4*total)
+				defer b.release(gs)
+				pg = gs.Ptr()
+			}
+		}
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), bnGrid(c, parts), blockSize, partial,
-			pdy, px, pm, pi, pw, pb, int64(n), int64(c), int64(inner), int64(parts), int32(act))
+			pdy, px, pm, pi, pw, pb, pg, int64(n), int64(c), int64(inner), int64(parts), int32(act))
+		if pg != 0 {
+			pdy, act = pg, tensor.OpIdentity
+		}
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_finish"), warpGroups(c), blockSize, coef, pdw, pdb, partial,
 			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))
 	}
@@ -239,6 +253,17 @@ type bnOnePassState struct {
 	ready       atomic.Bool // once has run
 	bytes       int
 	anyChannels bool // tests: take the path for any number of channels
+	// threads and unroll, when set, replace the choice of block size and
+	// of loads in flight per thread (8 or 16): tests and benchmarks.
+	threads, unroll int
+}
+
+// kernel is the one-pass kernel's name.
+func (st *bnOnePassState) kernel() string {
+	if st.unroll == 16 {
+		return "ember_batch_norm_onepass16"
+	}
+	return "ember_batch_norm_onepass"
 }
 
 // bnSharedCandidates are the per-block shared memory sizes tried, largest
@@ -270,12 +295,12 @@ func (b *Backend) bnOnePass(n, c, inner int) (sl sharedLauncher, threads, shared
 	}
 	st.once.Do(func() {
 		defer st.ready.Store(true)
-		f := b.loaded("ember_batch_norm_onepass")
-		if f == nil {
+		f, f16 := b.loaded("ember_batch_norm_onepass"), b.loaded("ember_batch_norm_onepass16")
+		if f == nil || f16 == nil {
 			return
 		}
 		for _, bytes := range bnSharedCandidates {
-			if f.SetMaxDynamicSharedMemory(bytes) == nil {
+			if f.SetMaxDynamicSharedMemory(bytes) == nil && f16.SetMaxDynamicSharedMemory(bytes) == nil {
 				st.bytes = bytes
 				return
 			}
@@ -288,6 +313,9 @@ func (b *Backend) bnOnePass(n, c, inner int) (sl sharedLauncher, threads, shared
 	threads = 512
 	if 2*shared > st.bytes {
 		threads = 1024
+	}
+	if st.threads > 0 {
+		threads = st.threads
 	}
 	return sl, threads, shared, true
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ember-ml/ember/nn/nntest"
@@ -25,9 +26,16 @@ func newOnePassBackend(t *testing.T) *Backend {
 
 // TestGPUBackendConformanceBNOnePass runs the conformance suite (its
 // BatchNorm and BatchNormAct cases are the point) with the one-pass batch
-// norm for any number of channels.
+// norm for any number of channels, in each of its forms (threads x loads
+// in flight per thread).
 func TestGPUBackendConformanceBNOnePass(t *testing.T) {
-	tensortest.RunBackend(t, newOnePassBackend(t))
+	for _, v := range [][2]int{{0, 8}, {512, 16}, {1024, 16}} {
+		t.Run(fmt.Sprintf("%dx%d", v[0], v[1]), func(t *testing.T) {
+			b := newOnePassBackend(t)
+			b.bnOne.threads, b.bnOne.unroll = v[0], v[1]
+			tensortest.RunBackend(t, b)
+		})
+	}
 }
 
 // TestGPUBatchNormOnePassShapes: the one-pass path takes the shapes it is
@@ -54,6 +62,8 @@ func TestGPUBatchNormOnePassShapes(t *testing.T) {
 // the layers one by one, bit for bit, on both training paths, in float32
 // and under bfloat16 autocast.
 func TestGPUBatchNormFusion(t *testing.T) {
-	t.Run("split", func(t *testing.T) { nntest.RunBatchNormFusion(t, newGPUBackend(t, BackendOptions{NoBatchNormOnePass: true})) })
+	t.Run("split", func(t *testing.T) {
+		nntest.RunBatchNormFusion(t, newGPUBackend(t, BackendOptions{NoBatchNormOnePass: true}))
+	})
 	t.Run("one pass", func(t *testing.T) { nntest.RunBatchNormFusion(t, newOnePassBackend(t)) })
 }

@@ -85,6 +85,13 @@ func TestGPUOpBench(t *testing.T) {
 		t.Skip("the operator benchmark runs with EMBER_OPBENCH=1")
 	}
 	b := newGPUBackend(t, BackendOptions{})
+	// EMBER_OPBENCH_BN=THREADSxUNROLL picks the one-pass batch norm's
+	// block size and loads in flight per thread (to compare its forms).
+	if v := os.Getenv("EMBER_OPBENCH_BN"); v != "" {
+		if _, err := fmt.Sscanf(v, "%dx%d", &b.bnOne.threads, &b.bnOne.unroll); err != nil {
+			t.Fatalf("EMBER_OPBENCH_BN=%q: want THREADSxUNROLL, e.g. 512x16", v)
+		}
+	}
 	var filter *regexp.Regexp
 	if f := os.Getenv("EMBER_OPBENCH_FILTER"); f != "" {
 		var err error

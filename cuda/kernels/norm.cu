@@ -350,12 +350,12 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
     }
 }
 
-// ember_bn_walk calls f(k, at) for this thread's elements k = threadIdx.x,
-// threadIdx.x + blockDim.x, ... < m of channel ch of [n, c, inner] (m =
-// n·inner), at its flat index, eight at a time: the eight indices first
-// (additions only), then the eight calls, so that their loads are in
-// flight together.
-template <typename F>
+// ember_bn_walk calls f(k, a, count) for this thread's elements k =
+// threadIdx.x, threadIdx.x + blockDim.x, ... < m of channel ch of [n, c,
+// inner] (m = n·inner), U at a time (count of them, at the flat indices
+// a): the U indices first (additions only), then one call, so that their
+// loads are in flight together.
+template <int U, typename F>
 __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F f) {
     const int step = blockDim.x;
     int k = threadIdx.x;
@@ -372,14 +372,14 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F
             at += wrap;
         }
     };
-    for (; k + 7 * step < m; k += 8 * step) {
-        int a[8];
+    for (; k + (U - 1) * step < m; k += U * step) {
+        int a[U];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < U; j++) {
             a[j] = at;
             next();
         }
-        f(k, a, 8);
+        f(k, a, U);
     }
     for (; k < m; k += step) {
         int a[1] = {at};
@@ -398,21 +398,24 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F
 // shared memory. One read and one write of x's size instead of the three
 // launches' two reads (the second from the L2 where it still holds it).
 // Dynamic shared memory: m floats.
-extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass(
-    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
-    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+template <int U>
+__device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* saveMean, float* saveInvStd,
+                                                              float* runMeanOrNull, float* runVarOrNull,
+                                                              const float* x, const float* weightOrNull,
+                                                              const float* biasOrNull, int n, int c, int inner,
+                                                              float momentum, float eps, int act) {
     extern __shared__ float held[];
     const int m = n * inner;
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
         double s = 0.0;
-        ember_bn_walk(c, inner, ch, m, [&](int k, const int* a, int count) {
-            float v[8];
+        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
+            float v[U];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < U; j++) {
                 if (j < count) v[j] = x[a[j]];
             }
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < U; j++) {
                 if (j < count) {
                     held[k + j * (int)blockDim.x] = v[j];
                     s += (double)v[j];
@@ -439,15 +442,29 @@ extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass(
         }
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-        ember_bn_walk(c, inner, ch, m, [&](int k, const int* a, int count) {
+        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < U; j++) {
                 if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
             }
         });
         // The next channel overwrites held.
         __syncthreads();
     }
+}
+
+// The one-pass kernel with eight loads in flight per thread, and with 16.
+extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_onepass_body<8>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                     biasOrNull, n, c, inner, momentum, eps, act);
+}
+extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_onepass_body<16>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                      biasOrNull, n, c, inner, momentum, eps, act);
 }
 
 // d = v, or d + v when acc, in double rounded once (store in cpu_norm.go).
@@ -458,12 +475,14 @@ __device__ __forceinline__ void ember_store(float* d, double v, int acc) {
 
 // Stage 1 of the backward sums: partial[2(ch·parts + p)] = Σ g and
 // partial[2(ch·parts + p) + 1] = Σ g·x̂ over the block's part, g the
-// gradient of z (ember_bn_grad: dy, or dy·act'(z)).
+// gradient of z (ember_bn_grad: dy, or dy·act'(z)), also stored in gOut
+// when not null (so that the dx pass does not evaluate a GELU's
+// derivative again: erff and expf cost more than the memory traffic).
 extern "C" __global__ void ember_batch_norm_backward_partial(double* partial, const float* dy, const float* x,
                                                              const float* saveMean, const float* saveInvStd,
                                                              const float* weightOrNull, const float* biasOrNull,
-                                                             long long n, long long c, long long inner,
-                                                             long long parts, int act) {
+                                                             float* gOutOrNull, long long n, long long c,
+                                                             long long inner, long long parts, int act) {
     const long long m = n * inner;
     for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
         const long long ch = blk / parts;
@@ -476,7 +495,9 @@ extern "C" __global__ void ember_batch_norm_backward_partial(double* partial, co
         double sdy = 0.0, sdyx = 0.0;
         ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
             const float xv = x[at];
-            const double g = (double)ember_bn_grad(act, dy[at], xv, mean32, inv32, w, b);
+            const float g32 = ember_bn_grad(act, dy[at], xv, mean32, inv32, w, b);
+            if (gOutOrNull != 0) gOutOrNull[at] = g32;
+            const double g = (double)g32;
             sdy += g;
             sdyx += g * (((double)xv - mean) * inv);
         });
