@@ -85,7 +85,9 @@ func (n *BatchNorm) SetTraining(on bool) { n.evaluating = !on }
 func (n *BatchNorm) Training() bool { return !n.evaluating }
 
 // forward normalises x, which the caller has checked.
-func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor { return n.forwardWith(x, tensor.OpIdentity) }
+func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
+	return n.forwardWith(x, tensor.OpIdentity)
+}
 
 // forwardWith normalises x and applies act (OpIdentity: none) in the same
 // operation; with statistics from all ranks act must be OpIdentity.
