@@ -113,6 +113,11 @@ type BackendOptions struct {
 	// default (os.UserCacheDir()/ember/kernels), "off" nowhere, anything
 	// else a directory (driver.KernelCacheFor).
 	KernelCache string
+	// KernelBundle is where precompiled kernels come from (kernels_bundle.go):
+	// "" the bundle embedded in the binary, "off" none (every unit is
+	// compiled, or read from KernelCache), anything else a bundle file
+	// written by cmd/kernelbundle.
+	KernelBundle string
 	// KernelLog, when not nil, gets one line per kernel unit as it becomes
 	// ready (compiled or read from the cache) with the seconds it took:
 	// what a cold start spends where (kernels_load.go).
@@ -125,8 +130,9 @@ type BackendOptions struct {
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
-// EMBER_KERNEL_CACHE (a directory, or "off") sets KernelCache where opt
-// leaves it empty, and EMBER_KERNEL_LOG=1 sends KernelLog to standard
+// EMBER_KERNEL_CACHE (a directory, or "off") sets KernelCache and
+// EMBER_KERNEL_BUNDLE (a file, or "off") KernelBundle where opt leaves
+// them empty, and EMBER_KERNEL_LOG=1 sends KernelLog to standard
 // error. The library itself reads no
 // variable: commands and tests call this.
 func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
@@ -150,6 +156,9 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
 		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
+	}
+	if opt.KernelBundle == "" {
+		opt.KernelBundle = os.Getenv("EMBER_KERNEL_BUNDLE")
 	}
 	if opt.KernelLog == nil && os.Getenv("EMBER_KERNEL_LOG") == "1" {
 		opt.KernelLog = os.Stderr
@@ -179,6 +188,7 @@ type Backend struct {
 	blas   *BLAS
 	alloc  *Allocator
 	kl     *kernelLoader        // compiles the kernel units on demand (kernels_load.go); nil in tests that load every kernel
+	bundle *KernelBundle        // precompiled units (kernels_bundle.go); nil: none
 	fnMu   sync.RWMutex         // guards fns
 	fns    map[string]*Function // the kernels of the units compiled so far, by extern "C" name
 	x      executor             // where device work goes: the GPU, or a recorder in tests
@@ -255,6 +265,9 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		}
 	}
 	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
+	if err = b.openBundle(); err != nil {
+		return nil, err
+	}
 	if b.kl, err = newKernelLoader(b); err != nil {
 		return nil, err
 	}

@@ -163,7 +163,7 @@ func TestKernelLoaderScheduling(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[int]int{}
 	started := map[int]chan struct{}{2: make(chan struct{}), 3: make(chan struct{})}
-	l.load = func(i int) (*Module, error) {
+	l.load = func(i int) (*Module, string, error) {
 		mu.Lock()
 		calls[i]++
 		mu.Unlock()
@@ -173,13 +173,13 @@ func TestKernelLoaderScheduling(t *testing.T) {
 			select {
 			case <-other:
 			case <-time.After(10 * time.Second):
-				return nil, fmt.Errorf("unit %d compiled alone", i)
+				return nil, "", fmt.Errorf("unit %d compiled alone", i)
 			}
 		}
 		if i == 1 {
-			return nil, errors.New("no compiler today")
+			return nil, "", errors.New("no compiler today")
 		}
-		return nil, nil
+		return nil, "fake", nil
 	}
 	var wg sync.WaitGroup
 	for range 4 {

@@ -229,6 +229,19 @@ func pick(targets map[string]*zip.File, sm int) (string, bool) {
 	return best, best != ""
 }
 
+// TargetFor is the target of the bundle's images that a GPU of compute
+// capability major.minor loads (see pick); false when none fits it.
+func (kb *KernelBundle) TargetFor(major, minor int) (string, bool) {
+	if kb == nil {
+		return "", false
+	}
+	targets := map[string]*zip.File{}
+	for _, t := range kb.Manifest.Targets {
+		targets[t] = nil
+	}
+	return pick(targets, major*10+minor)
+}
+
 // Image returns the bundle's image of src compiled with opts for a GPU of
 // compute capability major.minor (see pick), decompressed and checked
 // against its CRC-32. ErrNotInBundle when there is none.
