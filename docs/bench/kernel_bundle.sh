@@ -10,7 +10,7 @@
 #        bash docs/bench/kernel_bundle.sh gpu DIR       # writes $OUT/bundle.zip
 #   3. here, with the files the call brought back:
 #        cp FILES_AT/bundle.zip cuda/kernels/bundle.zip
-#        go run ./cmd/kernelbundle -check -strict cuda/kernels/bundle.zip
+#        go run ./cmd/kernelbundle -strict -check cuda/kernels/bundle.zip
 #        EMBER_KERNEL_BUNDLE_STRICT=1 go test -run KernelBundleFresh ./cuda
 #      and commit the bundle.
 #
@@ -37,7 +37,7 @@ gpu)
   for f in "$dir"/*.gz; do gunzip -kf "$f"; done
   chmod +x "$dir"/kernelbundle "$dir"/train 2>/dev/null
   timeout 120 "$dir/kernelbundle" -v -o "$OUT/bundle.zip" 2> "$OUT/kernelbundle.log" || { tail "$OUT/kernelbundle.log"; exit 1; }
-  "$dir/kernelbundle" -check -strict "$OUT/bundle.zip" || exit 1
+  "$dir/kernelbundle" -strict -check "$OUT/bundle.zip" || exit 1
   mnist=$(pwd)/.gpu/mnist
   if [ -x "$dir/train" ] && [ -d "$mnist" ]; then
     w=$(mktemp -d); cd "$w" || exit 1
