@@ -159,7 +159,7 @@
 //
 // The backend's own kernel units also come precompiled: kernels/bundle.zip,
 // embedded in the binary, holds each unit as an sm_90 cubin (H100, H200)
-// and as compute_90 PTX (JIT-compiled by the driver on newer GPUs), keyed
+// and as compute_90 PTX (for newer GPUs where NVRTC is missing), keyed
 // by a SHA-256 of the unit's source and options (kernels_bundle.go). A
 // unit found there loads in milliseconds and runs no compiler; a unit
 // edited since the bundle was made, an older GPU, or a damaged bundle

@@ -14,11 +14,13 @@ import (
 // The kernel bundle: the kernel units compiled ahead of time, embedded in
 // the binary, so that a cold start (empty kernel cache) on the GPUs it was
 // built for runs no compiler. kernels/bundle.zip holds each unit as a
-// cubin for sm_90 (H100, H200) and as PTX for compute_90, which the driver
-// JIT-compiles on newer GPUs; older GPUs compile at run time as without a
-// bundle. Entries are keyed by a SHA-256 of the unit's exact source and
-// options (package cuda/driver, kernelbundle.go), so a unit edited since
-// the bundle was made is compiled at run time: a stale bundle costs time,
+// cubin for sm_90 (H100, H200) and as PTX for compute_90. A newer GPU
+// compiles with NVRTC where it can, which measured faster than the
+// driver's JIT of the PTX, and loads the PTX where NVRTC fails or is
+// missing (kernels_load.go); an older GPU compiles as without a bundle.
+// Entries are keyed by a SHA-256 of the unit's exact source and options
+// (package cuda/driver, kernelbundle.go), so a unit edited since the
+// bundle was made is compiled at run time: a stale bundle costs time,
 // never a wrong kernel. A damaged embedded bundle is ignored the same way
 // (KernelLog says so).
 //
@@ -161,8 +163,10 @@ func (b *Backend) openBundle() error {
 	if len(stale) > 0 {
 		fmt.Fprintf(w, "; stale (compiled at run time): %s", strings.Join(stale, ", "))
 	}
-	if t, ok := kb.TargetFor(major, minor); ok {
+	if t, ok := kb.TargetFor(major, minor); ok && !isPTXTarget(t) {
 		fmt.Fprintf(w, "; this GPU (sm_%d%d) loads %s", major, minor, t)
+	} else if ok {
+		fmt.Fprintf(w, "; this GPU (sm_%d%d) compiles with NVRTC, the bundle's %s PTX the fallback", major, minor, t)
 	} else {
 		fmt.Fprintf(w, "; nothing for this GPU (sm_%d%d): every unit is compiled", major, minor)
 	}

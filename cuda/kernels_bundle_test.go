@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,23 +104,28 @@ func TestOpenKernelBundle(t *testing.T) {
 	}
 }
 
-// dropUnit rewrites a bundle without unit i's images: that unit is then
-// stale in it.
-func dropUnit(t *testing.T, data []byte, i int) []byte {
+// unitKey is unit i's bundle key.
+func unitKey(t *testing.T, i int) string {
+	t.Helper()
+	src, err := kernelUnits[i].source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return driver.BundleKey(src, kernelUnits[i].options())
+}
+
+// filterBundle rewrites a bundle with only the entries keep accepts (the
+// manifest is always kept).
+func filterBundle(t *testing.T, data []byte, keep func(name string) bool) []byte {
 	t.Helper()
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := kernelUnits[i].source()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := driver.BundleKey(src, kernelUnits[i].options())
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for _, f := range zr.File {
-		if !strings.HasPrefix(f.Name, key+"/") {
+		if f.Name == "manifest.json" || keep(f.Name) {
 			if err := zw.Copy(f); err != nil {
 				t.Fatal(err)
 			}
@@ -133,9 +139,10 @@ func dropUnit(t *testing.T, data []byte, i int) []byte {
 
 // TestKernelBundleUnitsGPU starts backends on the GPU with the bundle
 // (EMBER_KERNEL_BUNDLE or the embedded one): each fresh unit loads from
-// it when it has an image for this GPU; a unit missing from it (as an
-// edited one is) compiles at run time, and the operators of both compute
-// what the CPU does. Skipped where the bundle has nothing for this GPU
+// it when it has a cubin for this GPU; a unit missing from it (as an
+// edited one is) compiles at run time, as every unit does when the bundle
+// holds only PTX for this GPU (a newer GPU than its cubins, with NVRTC
+// present); the operators compute what the CPU does either way. Skipped where the bundle has nothing for this GPU
 // or is stale for the core units.
 func TestKernelBundleUnitsGPU(t *testing.T) {
 	d := requireGPU(t)
@@ -176,20 +183,22 @@ func TestKernelBundleUnitsGPU(t *testing.T) {
 		y.Release()
 		x.Release()
 	}
+	key0, cubin := unitKey(t, 0), "/sm_"+strconv.Itoa(major*10+minor)+".cubin"
 	for _, c := range []struct {
 		what    string
-		drop    int // a unit removed from the bundle: -1 none
+		keep    func(name string) bool
 		bundled map[int]bool
+		reason  map[int]string // what KernelUnit.From says of a unit
 	}{
-		{"the bundle", -1, map[int]bool{0: true, 9: true}},
-		{"the bundle without unit 0", 0, map[int]bool{0: false, 9: true}},
+		{"the bundle", func(string) bool { return true }, map[int]bool{0: true, 9: true}, nil},
+		{"the bundle without unit 0", func(n string) bool { return !strings.HasPrefix(n, key0+"/") },
+			map[int]bool{0: false, 9: true}, map[int]string{0: "changed since the bundle was made"}},
+		// A newer GPU than the cubins finds only PTX: NVRTC compiles.
+		{"the bundle's PTX only", func(n string) bool { return !strings.HasSuffix(n, cubin) },
+			map[int]bool{0: false, 9: false}, map[int]string{0: "PTX", 9: "PTX"}},
 	} {
 		path := filepath.Join(t.TempDir(), "bundle.zip")
-		d := data
-		if c.drop >= 0 {
-			d = dropUnit(t, data, c.drop)
-		}
-		if err := os.WriteFile(path, d, 0o644); err != nil {
+		if err := os.WriteFile(path, filterBundle(t, data, c.keep), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		var log bytes.Buffer
@@ -201,8 +210,10 @@ func TestKernelBundleUnitsGPU(t *testing.T) {
 				t.Errorf("%s: unit %d loaded from the bundle %v, want %v (%s)", c.what, i, units[i].Bundled, want, units[i].From)
 			}
 		}
-		if c.drop >= 0 && !strings.Contains(units[c.drop].From, "changed since the bundle was made") {
-			t.Errorf("%s: unit %d: %q; want the reason it was compiled", c.what, c.drop, units[c.drop].From)
+		for i, want := range c.reason {
+			if !strings.Contains(units[i].From, want) {
+				t.Errorf("%s: unit %d: %q; want the reason it was compiled (%q)", c.what, i, units[i].From, want)
+			}
 		}
 		b.kl.settle()
 		if !strings.Contains(log.String(), "kernel bundle ("+path) {

@@ -123,8 +123,14 @@ func (l *kernelLoader) compile(i int) {
 }
 
 // compileUnit loads unit i from the kernel bundle or, where the bundle has
-// no usable image of it, compiles it (or reads it from the kernel cache);
-// then it registers the module's kernels with the backend.
+// no cubin of it for this GPU, compiles it (or reads it from the kernel
+// cache); then it registers the module's kernels with the backend.
+//
+// The bundle's PTX (what a GPU newer than its cubins gets) is only the
+// fallback when NVRTC fails or is missing: on the H200's 16-core host a
+// cold LeNet start from PTX took 17.9 s of process time against 11.3 s
+// through NVRTC, since the driver JIT-compiles one module at a time while
+// the units compile with NVRTC side by side (docs/performance.md).
 func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 	src, err := kernelUnits[i].source()
 	if err != nil {
@@ -133,19 +139,34 @@ func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 	opts := kernelUnits[i].options()
 	var m *Module
 	from := "compiled (or read from the kernel cache)"
+	target, ptx := "", false
 	if l.b.bundle != nil {
+		if t, ok := l.b.bundle.TargetFor(l.b.dev.ComputeCapability()); ok {
+			target, ptx = t, isPTXTarget(t)
+		}
+	}
+	if target != "" && !ptx {
 		m, err = l.b.dev.LoadBundled(l.b.bundle, src, opts...)
 		if err == nil {
 			from = fmt.Sprintf("from the kernel bundle (%s %v)", m.Arch, m.Kind)
 		} else {
-			// A stale unit, another GPU, or an image the driver rejects:
-			// compile, as without a bundle.
+			// A stale unit, or an image the driver rejects: compile, as
+			// without a bundle.
 			from += ", not from the bundle: " + strings.TrimPrefix(err.Error(), "cuda: kernel bundle: ")
 		}
 	}
 	if m == nil {
-		if m, err = l.b.dev.Compile(src, opts...); err != nil {
-			return nil, "", err
+		var cerr error
+		if m, cerr = l.b.dev.Compile(src, opts...); cerr != nil {
+			if !ptx {
+				return nil, "", cerr
+			}
+			if m, err = l.b.dev.LoadBundled(l.b.bundle, src, opts...); err != nil {
+				return nil, "", errors.Join(cerr, err)
+			}
+			from = fmt.Sprintf("from the kernel bundle (%s %v, JIT-compiled by the driver) after NVRTC failed: %v", m.Arch, m.Kind, cerr)
+		} else if ptx {
+			from += fmt.Sprintf(", not from the bundle's %s PTX (the fallback where NVRTC fails)", target)
 		}
 	}
 	if err := l.b.register(i, m); err != nil {
@@ -154,6 +175,10 @@ func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 	}
 	return m, from, nil
 }
+
+// isPTXTarget says whether a bundle target is PTX (compute_XY) rather than
+// a cubin (sm_XY).
+func isPTXTarget(target string) bool { return strings.HasPrefix(target, "compute_") }
 
 // wait starts the units and waits for all of them; the first error.
 func (l *kernelLoader) wait(units ...int) error {
