@@ -165,7 +165,7 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst tensor.Buffer, x tensor.View, sha
 	}
 	o := strided(name, shape, tensorStrides(shape), x.Strides)
 	if ok, st := o.dense1(); ok && st[0] == 1 && st[1] == 1 {
-		b.launch(name, b.kernel("ember_unary_dense"), n, pd, px, int64(n), int32(op), a, c)
+		b.launch4(name, b.kernel("ember_unary_dense"), n, aligned16(pd, px), pd, px, int64(n), int32(op), a, c)
 		return
 	}
 	b.launch(name, b.kernel("ember_unary_strided"), n, o.argsOf(1, pd, px, int64(n), int32(op), a, c)...)
@@ -196,7 +196,8 @@ func (b *Backend) UnaryBackward(op tensor.UnaryOp, dx, dy, x tensor.Buffer, n in
 	need(name, "dx", dx, n)
 	need(name, "dy", dy, n)
 	need(name, "x", x, n)
-	b.launch(name, b.kernel("ember_unary_backward"), n, b.f32(name, dx), b.f32(name, dy), b.f32(name, x), int64(n), int32(op), p, q, flag(accumulate))
+	pdx, pdy, px := b.f32(name, dx), b.f32(name, dy), b.f32(name, x)
+	b.launch4(name, b.kernel("ember_unary_backward"), n, aligned16(pdx, pdy, px), pdx, pdy, px, int64(n), int32(op), p, q, flag(accumulate))
 }
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View, shape []int) {
@@ -212,7 +213,8 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 	}
 	o := strided(name, shape, tensorStrides(shape), x.Strides, y.Strides)
 	if ok, st := o.dense1(); ok && st[0] == 1 {
-		b.launch(name, b.kernel("ember_binary_dense"), n, pd, px, py, int64(n), int32(op), st[1], st[2])
+		vec := pd%16 == 0 && (st[1] == 0 || px%16 == 0) && (st[2] == 0 || py%16 == 0)
+		b.launch4(name, b.kernel("ember_binary_dense"), n, vec, pd, px, py, int64(n), int32(op), st[1], st[2])
 		return
 	}
 	if c, ok := o.channel(); ok {

@@ -51,7 +51,6 @@ const (
 	splitColChunkMin = 64
 	splitColBlocks   = 1024
 	colsShortMax     = 1024
-	cols4Groups      = 4 // float4 columns per block of ember_reduce_cols4 (EMBER_C4_GROUPS)
 )
 
 func (b *Backend) reduceSplitCols(name string, op tensor.ReduceOp, pf, pi, px uintptr, outer, n, inner int, accumulate bool) {
@@ -119,10 +118,6 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		warps := blockSize / 32
 		b.launchGrid(name, b.kernel("ember_reduce_rows_warp"), min((outer+warps-1)/warps, maxGrid), blockSize, args...)
-	case (m+31)/32 < splitColGroups && n <= colsShortMax && inner%4 == 0 && px%16 == 0 &&
-		(op == tensor.ReduceSum || op == tensor.ReduceMean):
-		args = []any{pf, px, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate)}
-		b.launchGrid(name, b.kernel("ember_reduce_cols4"), (m/4+cols4Groups-1)/cols4Groups, 1024, args...)
 	case (m+31)/32 < splitColGroups && n <= colsShortMax:
 		args = append(args, int64(outer), int64(n), int64(inner), int32(op), flag(accumulate))
 		grid := Dim3{X: (m + 31) / 32, Y: 1, Z: 1}

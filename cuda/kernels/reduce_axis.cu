@@ -256,63 +256,6 @@ extern "C" __global__ void ember_reduce_cols32(float* dstfOrNull, int* dstiOrNul
     ember_reduce_cols_body<32>(dstfOrNull, dstiOrNull, x, outer, n, inner, op, acc);
 }
 
-// Sums and means of few columns along a short axis, the columns in groups
-// of four (inner a multiple of 4, x 16-byte aligned): a block of 1024
-// threads takes EMBER_C4_GROUPS float4 columns and splits the axis into
-// EMBER_C4_PARTS interleaved parts, each thread issuing all of its (at most
-// EMBER_C4_LOADS) 16-byte loads before adding them; the parts are joined
-// by a fixed tree in shared memory. The second stage of a sum over axes
-// 0, 2, 3 ([512, 64] over 512): ember_reduce_cols32 gave two blocks of
-// 32 columns 16 dependent 4-byte loads a thread (9 us of 36); this gives
-// four blocks two 16-byte loads a thread.
-#define EMBER_C4_GROUPS 4
-#define EMBER_C4_PARTS 256
-#define EMBER_C4_LOADS 4
-extern "C" __global__ void __launch_bounds__(1024) ember_reduce_cols4(float* dst, const float* x, long long outer,
-                                                                      long long n, long long inner, int op, int acc) {
-    __shared__ double part[EMBER_C4_PARTS][EMBER_C4_GROUPS][4];
-    const int g = threadIdx.x % EMBER_C4_GROUPS, p = threadIdx.x / EMBER_C4_GROUPS;
-    const long long inner4 = inner >> 2, m4 = outer * inner4;
-    const long long c4 = (long long)blockIdx.x * EMBER_C4_GROUPS + g;
-    double s[4] = {0.0, 0.0, 0.0, 0.0};
-    if (c4 < m4) {
-        const long long o = c4 / inner4, i4 = c4 - o * inner4;
-        const ember_f4* col = reinterpret_cast<const ember_f4*>(x) + o * n * inner4 + i4;
-        for (long long k0 = p; k0 < n; k0 += EMBER_C4_PARTS * EMBER_C4_LOADS) {
-            ember_f4 v[EMBER_C4_LOADS] = {};
-#pragma unroll
-            for (int u = 0; u < EMBER_C4_LOADS; u++) {
-                const long long k = k0 + u * EMBER_C4_PARTS;
-                if (k < n) v[u] = col[k * inner4];
-            }
-#pragma unroll
-            for (int u = 0; u < EMBER_C4_LOADS; u++) {
-                if (k0 + u * EMBER_C4_PARTS < n) {
-                    s[0] += (double)v[u].x;
-                    s[1] += (double)v[u].y;
-                    s[2] += (double)v[u].z;
-                    s[3] += (double)v[u].w;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < 4; c++) part[p][g][c] = s[c];
-    __syncthreads();
-    for (int h = EMBER_C4_PARTS / 2; h > 0; h >>= 1) {
-        if (p < h) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) part[p][g][c] += part[p + h][g][c];
-        }
-        __syncthreads();
-    }
-    if (p == 0 && c4 < m4) {
-        const ember_best none = {0.0f, -1};
-#pragma unroll
-        for (int c = 0; c < 4; c++) ember_reduce_store(dst, 0, 4 * c4 + c, op, acc, part[0][g][c], none, n);
-    }
-}
-
 // Few long rows, pass 1: block (c, r) reduces chunk c (chunk elements) of
 // row r into partial r*gridDim.x + c, so that a handful of rows still
 // fills the GPU.
