@@ -165,7 +165,7 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst tensor.Buffer, x tensor.View, sha
 	}
 	o := strided(name, shape, tensorStrides(shape), x.Strides)
 	if ok, st := o.dense1(); ok && st[0] == 1 && st[1] == 1 {
-		b.launch4(name, b.kernel("ember_unary_dense"), n, aligned16(pd, px), pd, px, int64(n), int32(op), a, c)
+		b.launch(name, b.kernel("ember_unary_dense"), n, pd, px, int64(n), int32(op), a, c)
 		return
 	}
 	b.launch(name, b.kernel("ember_unary_strided"), n, o.argsOf(1, pd, px, int64(n), int32(op), a, c)...)
@@ -196,8 +196,7 @@ func (b *Backend) UnaryBackward(op tensor.UnaryOp, dx, dy, x tensor.Buffer, n in
 	need(name, "dx", dx, n)
 	need(name, "dy", dy, n)
 	need(name, "x", x, n)
-	pdx, pdy, px := b.f32(name, dx), b.f32(name, dy), b.f32(name, x)
-	b.launch4(name, b.kernel("ember_unary_backward"), n, aligned16(pdx, pdy, px), pdx, pdy, px, int64(n), int32(op), p, q, flag(accumulate))
+	b.launch(name, b.kernel("ember_unary_backward"), n, b.f32(name, dx), b.f32(name, dy), b.f32(name, x), int64(n), int32(op), p, q, flag(accumulate))
 }
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View, shape []int) {

@@ -83,16 +83,9 @@ __device__ __forceinline__ double ember_row_sum4(const ember_f4* row, long long 
         s += (double)c.x + (double)c.y + (double)c.z + (double)c.w;
         s += (double)d.x + (double)d.y + (double)d.z + (double)d.w;
     }
-    // The rest, fewer than four float4 of this lane: loaded together (one at
-    // a time, a row of 784 waited for three round trips instead of two).
-    ember_f4 t[3] = {};
-#pragma unroll
-    for (int j = 0; j < 3; j++) {
-        if (k + 32 * j < n4) t[j] = row[k + 32 * j];
-    }
-#pragma unroll
-    for (int j = 0; j < 3; j++) {
-        if (k + 32 * j < n4) s += (double)t[j].x + (double)t[j].y + (double)t[j].z + (double)t[j].w;
+    for (; k < n4; k += 32) {
+        const ember_f4 a = row[k];
+        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
     }
     return s;
 }

@@ -195,15 +195,14 @@ template <int OP>
 __device__ __forceinline__ void unary_dense_body(float* dst, const float* x, long long n, float a, float b) {
     if (ember_aligned4(dst) && ember_aligned4(x)) {
         const long long n4 = n >> 2;
-        ember_stream<ember_f4>(
-            n4, [&](long long q) { return reinterpret_cast<const ember_f4*>(x)[q]; },
-            [&](long long q, ember_f4 v) {
-                v.x = ember_unary(OP, v.x, a, b);
-                v.y = ember_unary(OP, v.y, a, b);
-                v.z = ember_unary(OP, v.z, a, b);
-                v.w = ember_unary(OP, v.w, a, b);
-                reinterpret_cast<ember_f4*>(dst)[q] = v;
-            });
+        EMBER_LOOP(long long, i, n4) {
+            ember_f4 v = reinterpret_cast<const ember_f4*>(x)[i];
+            v.x = ember_unary(OP, v.x, a, b);
+            v.y = ember_unary(OP, v.y, a, b);
+            v.z = ember_unary(OP, v.z, a, b);
+            v.w = ember_unary(OP, v.w, a, b);
+            reinterpret_cast<ember_f4*>(dst)[i] = v;
+        }
         EMBER_LOOP(long long, i, n - 4 * n4) dst[4 * n4 + i] = ember_unary(OP, x[4 * n4 + i], a, b);
         return;
     }
@@ -225,25 +224,19 @@ extern "C" __global__ void ember_unary_backward(float* dx, const float* dy, cons
                                                 float b, int acc) {
     if (ember_aligned4(dx) && ember_aligned4(dy) && ember_aligned4(x)) { // four at a time: 16-byte accesses
         const long long n4 = n >> 2;
-        const ember_f4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
-        ember_stream<ember_f4x3>(
-            n4,
-            [&](long long q) {
-                return ember_f4x3{reinterpret_cast<const ember_f4*>(x)[q], reinterpret_cast<const ember_f4*>(dy)[q],
-                                  acc ? reinterpret_cast<const ember_f4*>(dx)[q] : zero};
-            },
-            [&](long long q, ember_f4x3 v) {
-                const ember_f4 xv = v.a, d = v.b;
-                ember_f4 r = {ember_unary_grad(op, xv.x, d.x, a, b), ember_unary_grad(op, xv.y, d.y, a, b),
-                              ember_unary_grad(op, xv.z, d.z, a, b), ember_unary_grad(op, xv.w, d.w, a, b)};
-                if (acc) {
-                    r.x = v.c.x + r.x;
-                    r.y = v.c.y + r.y;
-                    r.z = v.c.z + r.z;
-                    r.w = v.c.w + r.w;
-                }
-                reinterpret_cast<ember_f4*>(dx)[q] = r;
-            });
+        EMBER_LOOP(long long, q, n4) {
+            const ember_f4 xv = reinterpret_cast<const ember_f4*>(x)[q], d = reinterpret_cast<const ember_f4*>(dy)[q];
+            ember_f4 r = {ember_unary_grad(op, xv.x, d.x, a, b), ember_unary_grad(op, xv.y, d.y, a, b),
+                          ember_unary_grad(op, xv.z, d.z, a, b), ember_unary_grad(op, xv.w, d.w, a, b)};
+            if (acc) {
+                const ember_f4 o = reinterpret_cast<const ember_f4*>(dx)[q];
+                r.x = o.x + r.x;
+                r.y = o.y + r.y;
+                r.z = o.z + r.z;
+                r.w = o.w + r.w;
+            }
+            reinterpret_cast<ember_f4*>(dx)[q] = r;
+        }
         EMBER_LOOP(long long, i, n - 4 * n4) {
             const long long j = 4 * n4 + i;
             const float v = ember_unary_grad(op, x[j], dy[j], a, b);
