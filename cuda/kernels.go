@@ -48,6 +48,7 @@ var kernelFiles = []string{
 	"kernels/augment.cu",
 	"kernels/cast.cu",
 	"kernels/attention.cu",
+	"kernels/attention_bf16.cu",
 }
 
 // kernelUnit is one translation unit: files concatenated in order, and
@@ -85,7 +86,7 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/norm.cu", "kernels/pool.cu"}},
 	// The fused attention, which draws Dropout's bits (philox.cu): its own
 	// unit, compiled on first use.
-	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"}},
 	// The linear layers and the fused losses of the core.
 	{files: []string{"kernels/common.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
 }
