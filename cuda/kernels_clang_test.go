@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -33,11 +34,18 @@ func TestKernelsParseWithClang(t *testing.T) {
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		args := []string{"-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
-			"--cuda-gpu-arch=sm_70", "-include", decls, "-Wall", "-Werror", "-fsyntax-only"}
-		args = append(append(args, u.defines...), file)
-		if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
-			t.Fatalf("clang, unit %d %v: %v\n%s", i, u.files, err, out)
+		// sm_80 as well where a unit has kernels compiled for it only.
+		archs := []string{"sm_70"}
+		if slices.Contains(u.files, "kernels/attention_bf16.cu") {
+			archs = append(archs, "sm_80")
+		}
+		for _, arch := range archs {
+			args := []string{"-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
+				"--cuda-gpu-arch=" + arch, "-include", decls, "-Wall", "-Werror", "-fsyntax-only"}
+			args = append(append(args, u.defines...), file)
+			if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
+				t.Fatalf("clang, unit %d %v (%s): %v\n%s", i, u.files, arch, err, out)
+			}
 		}
 	}
 }

@@ -25,7 +25,7 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 	if err != nil {
 		t.Skip("clang++ not installed")
 	}
-	src, err := concatKernels([]string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu"})
+	src, err := concatKernels([]string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"})
 	if err != nil {
 		t.Fatal(err)
 	}

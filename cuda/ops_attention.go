@@ -14,6 +14,18 @@ const (
 	attnBwdRows, attnBwdThreads = 32, 128
 )
 
+// The tensor-core kernels of kernels/attention_bf16.cu, taken under
+// autocast to bfloat16 (AttentionShape.BFloat16) for D = 64: every kernel
+// a block of 128 threads per 64 rows (queries, or keys for dK and dV).
+// Other heads under autocast keep the float32 kernels.
+const attnBF16Rows, attnBF16Threads = 64, 128
+
+// attnBF16 reports whether a call takes the bfloat16 tensor-core kernels
+// (compiled for sm_80 and later only).
+func (b *Backend) attnBF16(sh tensor.AttentionShape) bool {
+	return sh.BFloat16 && sh.D == 64 && b.hasKernel("ember_attention_bf16_fwd_d64")
+}
+
 // AttentionSupported reports the head dimensions of the fused kernels
 // (tensor.AttentionBackend): D = Dv in {16, 32, 64}. Other heads take the
 // composed attention.
@@ -53,18 +65,25 @@ func (b *Backend) attnArgs(op string, sh tensor.AttentionShape, drop tensor.Atte
 		state, int64(drop.Seed), int64(drop.Offset)}
 }
 
-// AttentionForward runs ember_attention_fwd_dD: a block per 64 queries of
-// a head, the heaviest causal tiles first.
+// AttentionForward runs ember_attention_fwd_dD (ember_attention_bf16_fwd_d64
+// under autocast): a block per 64 queries of a head, the heaviest causal
+// tiles first.
 func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
 	const op = "attention"
 	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"out": out, "lse": lse, "q": q, "k": k, "v": v})
 	args := append([]any{b.f32(op, out), b.f32(op, lse), b.f32(op, q), b.f32(op, k), b.f32(op, v)}, tail...)
+	if b.attnBF16(sh) {
+		grid := (sh.T + attnBF16Rows - 1) / attnBF16Rows * sh.Heads
+		b.launchGrid(op, b.kernel("ember_attention_bf16_fwd_d64"), grid, attnBF16Threads, args...)
+		return
+	}
 	grid := (sh.T + attnFwdRows - 1) / attnFwdRows * sh.Heads
 	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_fwd_d%d", sh.D)), grid, attnFwdThreads, args...)
 }
 
 // AttentionBackward runs ember_attention_dq_dD (which also leaves each
-// row's Σ dO·O in a workspace) and then ember_attention_dkv_dD.
+// row's Σ dO·O in a workspace) and then ember_attention_dkv_dD, or their
+// bfloat16 versions under autocast.
 func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
 	const op = "attention_backward"
 	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"dq": dq, "dk": dk, "dv": dv, "q": q, "k": k, "v": v,
@@ -73,12 +92,18 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 	defer b.release(ws)
 	delta := uintptr(ws.Ptr())
 	pq, pk, pv, pl, pg := b.f32(op, q), b.f32(op, k), b.f32(op, v), b.f32(op, lse), b.f32(op, dout)
-	args := append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...)
+	dqArgs := append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...)
+	dkvArgs := append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...)
+	if b.attnBF16(sh) {
+		rows := attnBF16Rows
+		b.launchGrid(op, b.kernel("ember_attention_bf16_dq_d64"), (sh.T+rows-1)/rows*sh.Heads, attnBF16Threads, dqArgs...)
+		b.launchGrid(op, b.kernel("ember_attention_bf16_dkv_d64"), (sh.S+rows-1)/rows*sh.Heads, attnBF16Threads, dkvArgs...)
+		return
+	}
 	grid := (sh.T + attnBwdRows - 1) / attnBwdRows * sh.Heads
-	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dq_d%d", sh.D)), grid, attnBwdThreads, args...)
-	args = append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...)
+	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dq_d%d", sh.D)), grid, attnBwdThreads, dqArgs...)
 	grid = (sh.S + attnBwdRows - 1) / attnBwdRows * sh.Heads
-	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dkv_d%d", sh.D)), grid, attnBwdThreads, args...)
+	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_attention_dkv_d%d", sh.D)), grid, attnBwdThreads, dkvArgs...)
 }
 
 // AttentionTakeState copies a device generator's state into saved and

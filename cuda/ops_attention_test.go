@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -96,4 +98,251 @@ func TestGPUAttentionGPTShape(t *testing.T) {
 	if _, off := gen.SeedOffset(); off != 2*uint64(bsz*heads*T*T)/4 {
 		t.Errorf("generator offset %d after a capture and two replays; want %d", off, 2*bsz*heads*T*T/4)
 	}
+}
+
+// TestGPUAttentionBF16 checks the tensor-core attention (attention_bf16.cu,
+// taken under autocast to bfloat16 for D = 64) on fresh random inputs,
+// causal or not, with T and S that are no multiple of the 64-row tiles
+// (S = 45 and 37 also no multiple of 4: the dropout bits' slow path), with
+// dropout from a Generator and a DeviceGenerator and without. The output
+// and the three gradients of Σ out·G must agree normwise (largest
+// difference over largest reference value) with:
+//
+//   - the float64 attention of the bfloat16-rounded inputs that rounds the
+//     dropped weights and the score gradients where they enter a product:
+//     dV within 2e-3 (it rounds the same normalised weights, but a weight
+//     w whose float32 value lies within its exp2f and float32 error of a
+//     bfloat16 tie rounds the other way, moving dV by 2^-8·w·|dO|: measured
+//     2.4e-4 at the GPT's shape, where weights near 1 of the first causal
+//     rows weigh most; a wrong dropout bit moves it by w·|dO|), the others
+//     within 1e-2 (the kernel rounds each weight before normalising it,
+//     against the running maximum, so a weight may round the other way by
+//     2^-8 relative, and dQ, dK see that through rowsum(dO·O): ≈ 5·2^-9;
+//     measured on the host at most 4.4e-3);
+//   - the CPU's composed attention under the same autocast (the same bits,
+//     the weights rounded after normalising): 1e-2 likewise;
+//   - the float64 attention of the unrounded inputs, and the float32 fused
+//     kernels: 3e-2, tensortest's tolAutocast (the inputs' 2^-9 rounding
+//     carried through the softmax; measured on the host at most 7.5e-3).
+//
+// The float64 reference's gradients are checked against central
+// differences on the smallest case.
+func TestGPUAttentionBF16(t *testing.T) {
+	checkAttentionBF16(t, newGPUBackend(t, BackendOptions{}))
+}
+
+// checkAttentionBF16 is TestGPUAttentionBF16 on backend b.
+func checkAttentionBF16(t *testing.T, b tensor.Backend) {
+	const D = 64
+	cases := []struct {
+		batch     []int
+		T, S      int
+		causal    bool
+		p         float32
+		device    bool // a DeviceGenerator (else a Generator)
+		finiteDif bool
+	}{
+		{[]int{1}, 19, 21, true, 0, false, true},
+		{[]int{2}, 70, 45, true, 0.2, false, false},
+		{[]int{2}, 45, 70, false, 0, false, false},
+		{[]int{3}, 33, 40, false, 0.5, true, false},
+		{[]int{1}, 100, 37, false, 0.3, true, false},
+		{[]int{1, 2}, 130, 130, true, 0, false, false},
+		{[]int{2, 3}, 256, 256, true, 0.2, true, false},
+	}
+	for ci, c := range cases {
+		name := fmt.Sprintf("T%d_S%d_causal%v_p%g", c.T, c.S, c.causal, c.p)
+		t.Run(name, func(t *testing.T) {
+			bh := 1
+			for _, n := range c.batch {
+				bh *= n
+			}
+			shape := func(rows int) []int { return append(append([]int(nil), c.batch...), rows, D) }
+			rng := rand.New(rand.NewPCG(uint64(ci)+1, uint64(time.Now().UnixNano())))
+			normal := func(n int) []float32 {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				return x
+			}
+			host := [][]float32{normal(bh * c.T * D), normal(bh * c.S * D), normal(bh * c.S * D), normal(bh * c.T * D)}
+			const seed = 18
+			run := func(be tensor.Backend, autocast bool) (out []float32, grads [3][]float32) {
+				s := tensor.NewScope()
+				defer s.Release()
+				if autocast {
+					s.SetAutocast(tensor.BFloat16)
+				}
+				var in [3]*tensor.Tensor
+				for i, rows := range []int{c.T, c.S, c.S} {
+					in[i] = tensor.FromFloat32(be, s, host[i], shape(rows)...).SetRequiresGrad(true)
+				}
+				var y *tensor.Tensor
+				switch {
+				case c.p == 0:
+					y = tensor.ScaledDotProductAttention(in[0], in[1], in[2], c.causal, 0)
+				case c.device:
+					gen := tensor.NewDeviceGenerator(be, seed)
+					defer gen.Release()
+					y = tensor.ScaledDotProductAttentionDropout(in[0], in[1], in[2], c.causal, 0, c.p, gen)
+				default:
+					y = tensor.ScaledDotProductAttentionDropout(in[0], in[1], in[2], c.causal, 0, c.p, tensor.NewGenerator(seed))
+				}
+				tensor.Sum(tensor.Mul(y, tensor.FromFloat32(be, s, host[3], shape(c.T)...))).Backward()
+				for i := range in {
+					grads[i] = in[i].Grad().Float32s()
+				}
+				return y.Float32s(), grads
+			}
+			gotOut, gotGrads := run(b, true)
+			got := append([][]float32{gotOut}, gotGrads[:]...)
+			cpuOut, cpuGrads := run(tensor.CPU, true)
+			f32Out, f32Grads := run(b, false)
+
+			var mask []float64 // the dropout's mask values (0 or 1/(1-p)), as Dropout draws them
+			if c.p > 0 {
+				s := tensor.NewNoGradScope()
+				ones := tensor.Full(tensor.CPU, s, 1, bh*c.T*c.S)
+				for _, m := range tensor.Dropout(ones, c.p, true, tensor.NewGenerator(seed)).Float32s() {
+					mask = append(mask, float64(m))
+				}
+				s.Release()
+			}
+			f64 := func(x []float32, round bool) []float64 {
+				r := make([]float64, len(x))
+				for i, v := range x {
+					if round {
+						v = tensor.BFloat16Float32(tensor.BFloat16Bits(v))
+					}
+					r[i] = float64(v)
+				}
+				return r
+			}
+			sc := 1 / math.Sqrt(D)
+			ref := func(round bool) [][]float64 {
+				o, dq, dk, dv := attention64(f64(host[0], round), f64(host[1], round), f64(host[2], round), f64(host[3], round),
+					mask, bh, c.T, c.S, D, c.causal, sc, round)
+				return [][]float64{o, dq, dk, dv}
+			}
+			rounded, exact := ref(true), ref(false)
+			names := []string{"output", "dq", "dk", "dv"}
+			check := func(against string, want [][]float64, tol []float64) {
+				for i := range want {
+					m, worst := 0.0, 0.0
+					for j := range want[i] {
+						m = math.Max(m, math.Abs(want[i][j]))
+						worst = math.Max(worst, math.Abs(float64(got[i][j])-want[i][j]))
+					}
+					t.Logf("%s against %s: %.2e", names[i], against, worst/m)
+					if !(worst <= tol[i]*m) {
+						t.Errorf("%s: %.3g of the largest value %g from %s; want at most %g", names[i], worst/m, m, against, tol[i])
+					}
+				}
+			}
+			widen := func(out []float32, grads [3][]float32) [][]float64 {
+				r := [][]float64{f64(out, false)}
+				for _, g := range grads {
+					r = append(r, f64(g, false))
+				}
+				return r
+			}
+			check("the rounded float64 reference", rounded, []float64{1e-2, 1e-2, 1e-2, 2e-3})
+			check("the CPU's composed autocast", widen(cpuOut, cpuGrads), []float64{1e-2, 1e-2, 1e-2, 1e-2})
+			check("the float64 reference", exact, []float64{3e-2, 3e-2, 3e-2, 3e-2})
+			check("the float32 fused kernels", widen(f32Out, f32Grads), []float64{3e-2, 3e-2, 3e-2, 3e-2})
+
+			if c.finiteDif {
+				ins := [][]float64{f64(host[0], false), f64(host[1], false), f64(host[2], false)}
+				g := f64(host[3], false)
+				loss := func() float64 {
+					o, _, _, _ := attention64(ins[0], ins[1], ins[2], g, mask, bh, c.T, c.S, D, c.causal, sc, false)
+					l := 0.0
+					for i, v := range o {
+						l += v * g[i]
+					}
+					return l
+				}
+				const h = 1e-6 // truncation and rounding errors near 1e-10
+				for w, in := range ins {
+					for _, i := range []int{0, len(in) / 3, len(in) - 1} {
+						x0 := in[i]
+						in[i] = x0 + h
+						up := loss()
+						in[i] = x0 - h
+						down := loss()
+						in[i] = x0
+						if fd := (up - down) / (2 * h); math.Abs(fd-exact[w+1][i]) > 1e-6*(1+math.Abs(fd)) {
+							t.Errorf("float64 reference: gradient %d of input %d is %g, central differences %g", i, w, exact[w+1][i], fd)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// attention64 is attention in float64 and its gradients for the output
+// gradient g, with dropout mask values mask over [bh, T, S] (nil: none).
+// With lowp the dropped weights and the score gradients are rounded to
+// bfloat16 where they enter a product (the caller rounds the inputs), as
+// autocast's composed attention rounds them.
+func attention64(q, k, v, g, mask []float64, bh, T, S, D int, causal bool, scale float64, lowp bool) (out, dq, dk, dv []float64) {
+	rb := func(x float64) float64 {
+		if !lowp {
+			return x
+		}
+		return float64(tensor.BFloat16Float32(tensor.BFloat16Bits(float32(x))))
+	}
+	out, dq = make([]float64, bh*T*D), make([]float64, bh*T*D)
+	dk, dv = make([]float64, bh*S*D), make([]float64, bh*S*D)
+	p, dp, m := make([]float64, S), make([]float64, S), make([]float64, S)
+	for h := 0; h < bh; h++ {
+		for i := 0; i < T; i++ {
+			keys := S
+			if causal {
+				keys = min(i+1, S)
+			}
+			qi, gi := q[(h*T+i)*D:][:D], g[(h*T+i)*D:][:D]
+			mx := math.Inf(-1)
+			for j := 0; j < keys; j++ {
+				s := 0.0
+				for c, x := range qi {
+					s += x * k[(h*S+j)*D+c]
+				}
+				p[j] = s * scale
+				mx = math.Max(mx, p[j])
+			}
+			z := 0.0
+			for j := 0; j < keys; j++ {
+				p[j] = math.Exp(p[j] - mx)
+				z += p[j]
+			}
+			sum := 0.0
+			for j := 0; j < keys; j++ {
+				p[j] /= z
+				m[j] = 1
+				if mask != nil {
+					m[j] = mask[(h*T+i)*S+j]
+				}
+				pm := rb(p[j] * m[j])
+				dp[j] = 0
+				for c := 0; c < D; c++ {
+					out[(h*T+i)*D+c] += pm * v[(h*S+j)*D+c]
+					dv[(h*S+j)*D+c] += pm * gi[c]
+					dp[j] += gi[c] * v[(h*S+j)*D+c]
+				}
+				dp[j] *= m[j]
+				sum += p[j] * dp[j]
+			}
+			for j := 0; j < keys; j++ {
+				ds := rb(p[j]*(dp[j]-sum)) * scale
+				for c := 0; c < D; c++ {
+					dq[(h*T+i)*D+c] += ds * k[(h*S+j)*D+c]
+					dk[(h*S+j)*D+c] += ds * qi[c]
+				}
+			}
+		}
+	}
+	return out, dq, dk, dv
 }

@@ -4,11 +4,16 @@ package tensor
 // (every batch dimension folded) of T queries and S keys, head dimension
 // D for queries, keys and values, and the softmax's scale (already
 // resolved: never 0) and causal mask (keys after their query, s > t,
-// excluded).
+// excluded). BFloat16 is set under autocast to bfloat16: the two products
+// of each pass may then round their operands (q, k, v, the output
+// gradient, the weights and their gradients) to bfloat16 and accumulate in
+// float32, as autocast's composed attention does; the buffers stay
+// float32 either way, and a backend may compute such a call in float32.
 type AttentionShape struct {
 	Heads, T, S, D int
 	Causal         bool
 	Scale          float32
+	BFloat16       bool
 }
 
 // AttentionDropout is the dropout on the attention weights of a fused

@@ -308,11 +308,13 @@ func attention(q, k, v *Tensor, causal bool, scale, p float32, gen RandomSource)
 // row's log-sum-exp forward, the three gradients from them backward. With
 // dropout (0 < p < 1) the draw takes gen's next (Heads·T·S+3)/4 blocks, as
 // Dropout over the weights would; a DeviceGenerator's (seed, offset) are
-// copied on the device for the backward pass.
+// copied on the device for the backward pass. Under autocast to bfloat16
+// sh.BFloat16 lets the backend multiply in bfloat16.
 func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p float32, gen RandomSource) *Tensor {
 	q, k, v = q.Contiguous(), k.Contiguous(), v.Contiguous()
 	be := q.st.b
 	s := scopeOf(q, k, v)
+	sh.BFloat16 = s.Autocast() == BFloat16 // the backward pass follows the forward's choice
 	drop := AttentionDropout{Keep: 1, Scale: 1}
 	var saved *Tensor // a DeviceGenerator's state at the draw
 	if p > 0 {

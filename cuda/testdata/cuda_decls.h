@@ -20,6 +20,8 @@ __device__ double __shfl_xor_sync(unsigned, double, int);
 __device__ int __shfl_xor_sync(unsigned, int, int);
 __device__ float __shfl_down_sync(unsigned, float, int);
 __device__ float __shfl_sync(unsigned, float, int);
+__device__ unsigned __shfl_xor_sync(unsigned, unsigned, int);
+__device__ unsigned __shfl_sync(unsigned, unsigned, int);
 __device__ float expf(float);
 __device__ float logf(float);
 __device__ float exp2f(float);

@@ -30,6 +30,9 @@ func autocastCases() []agCase {
 		bmmCase("BatchMatMul/transposed views", []int{3, 5, 4}, []int{3, 6, 5}, []int{1, 2}, []int{1, 2}),
 		sdpaCase(false, 0),
 		sdpaCase(true, 0.7),
+		// D = 64: a GPU's tensor-core attention (the shape, with dropout
+		// from the device, of attentionCases' float32 one).
+		sdpaFullCase([]int{1, 2}, 130, 130, 64, 64, true, 0, 0.2, true, false),
 		// A convolution's output and input and weight gradients are
 		// rounded to bfloat16 as well (tensor.LowPrecisionConvBackend).
 		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),

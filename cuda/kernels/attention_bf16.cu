@@ -1,0 +1,617 @@
+// attention_bf16.cu: the fused attention of attention.cu on tensor cores,
+// for autocast to bfloat16 (tensor.AttentionShape.BFloat16): the same
+// FlashAttention-2 split (a forward kernel, a dQ kernel that also leaves
+// delta = rowsum(dO·O), a dK/dV kernel; no atomics, deterministic), with
+// every tile product an mma.sync m16n8k16 of bfloat16 operands and float32
+// accumulation. q, k, v and dO arrive as float32 and are rounded to
+// bfloat16 (to nearest, ties to even) as they are loaded; the weights P and
+// their gradients dS are rounded where they enter a product, which is
+// where autocast's composed attention rounds them (its BatchMatMul
+// operands). The softmax statistics, the dropout and every output stay
+// float32. Dropout draws the bits of ember_dropout over the [BH, T, S]
+// weights, as attention.cu does.
+//
+// Layout: a block of 4 warps owns 64 rows (queries in the forward and dQ
+// kernels, keys in the dK/dV kernel), 16 per warp, held as mma A fragments
+// in registers; the other operand walks tiles of 64 rows through shared
+// memory, converted to bfloat16 as it is stored, row-major (rows padded by
+// 8 elements: the 8 rows a warp's loads touch at once fall in distinct
+// banks). A B fragment along a tile's rows is one 32-bit load; one across
+// them (V, or K, Q and dO in the gradient products) is ldmatrix .trans. A
+// product's float32 C fragments are the A fragments of the next product
+// (FlashAttention-2's register reuse), so P and dS never reach shared
+// memory. Tiles wholly above a causal diagonal are skipped per block, and
+// the 8-column blocks above it per warp.
+//
+// Fragments of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"),
+// for lane = 4g + t: A (16x16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t..],
+// a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]; B (16x8, col) b0 = B[2t, 2t+1][g],
+// b1 = B[2t+8, 2t+9][g]; C (16x8) c0, c1 = C[g][2t, 2t+1], c2, c3 =
+// C[g+8][2t, 2t+1]. A pair of bfloat16 is one 32-bit word, the lower index
+// in the low half.
+
+// mma.sync of bfloat16 needs sm_80: on older devices the kernels are
+// compiled out and the Go side keeps the float32 kernels.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+#define EMBER_ATTB_ROWS 64  // rows of a block: 4 warps of 16
+#define EMBER_ATTB_BN 64    // rows of a shared tile
+#define EMBER_ATTB_NT 128
+
+// Two 32-bit words stored as one 8-byte access.
+struct __attribute__((aligned(8))) ember_attb_u2 {
+    unsigned int x, y;
+};
+
+#ifndef EMBER_HOST_EMU
+// c += a·b for one m16n8k16 tile, bfloat16 operands, float32 accumulation.
+__device__ __forceinline__ void ember_attb_mma(float c[4], const unsigned int a[4], unsigned int b0, unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// r = the B fragments (b0, b1) of columns n0..n0+7 and then of n0+8..n0+15,
+// k-rows k0..k0+15, of a product whose B[k][n] is X[k][n] (X row-major in
+// shared memory, stride ld): ldmatrix .trans of four 8x8 tiles, lanes
+// 8m..8m+7 giving the rows of tile m (k-rows 8(m&1).., columns 8(m>>1)..).
+__device__ __forceinline__ void ember_attb_ldsm_t4(unsigned int r[4], const unsigned short* X, int ld, int k0, int n0) {
+    const int lane = threadIdx.x % 32, m = lane >> 3, i = lane & 7;
+    const unsigned short* p = X + (k0 + 8 * (m & 1) + i) * ld + n0 + 8 * (m >> 1);
+    unsigned int a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n" : "=r"(a) : "l"(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+// The bfloat16 pair (lo, hi), each rounded to nearest, ties to even.
+__device__ __forceinline__ unsigned int ember_attb_pack(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#endif
+
+__device__ __forceinline__ float ember_attb_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float ember_attb_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+
+// A fragments of rows row0..row0+15 of src [n, D] (float32), rounded to
+// bfloat16: a[kk] covers columns 16kk..16kk+15. Rows past n are 0.
+template <int D>
+__device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], const float* src, int row0, int n) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int ra = row0 + g, rb = row0 + g + 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const int c = 16 * kk + 2 * t;
+        ember_f2 x0 = {0.f, 0.f}, x1 = x0, x2 = x0, x3 = x0;
+        if (ra < n) {
+            x0 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * D + c);
+            x2 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * D + c + 8);
+        }
+        if (rb < n) {
+            x1 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * D + c);
+            x3 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * D + c + 8);
+        }
+        a[kk][0] = ember_attb_pack(x0.x, x0.y);
+        a[kk][1] = ember_attb_pack(x1.x, x1.y);
+        a[kk][2] = ember_attb_pack(x2.x, x2.y);
+        a[kk][3] = ember_attb_pack(x3.x, x3.y);
+    }
+}
+
+// dst[r][c] (row stride D + 8) = bfloat16(src[row0 + r][c]) for the BN rows
+// of a tile, 0 past row n.
+template <int D>
+__device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const float* src, int row0, int n) {
+    constexpr int LD = D + 8, BN = EMBER_ATTB_BN;
+    for (int idx = threadIdx.x; idx < BN * D / 4; idx += EMBER_ATTB_NT) {
+        const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+        ember_f4 x = {0.f, 0.f, 0.f, 0.f};
+        if (row0 + r < n) x = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r) * D + c);
+        ember_attb_u2 w;
+        w.x = ember_attb_pack(x.x, x.y);
+        w.y = ember_attb_pack(x.z, x.w);
+        *reinterpret_cast<ember_attb_u2*>(dst + r * LD + c) = w;
+    }
+}
+
+// The B fragment of columns n0..n0+7 and k-rows k0..k0+15 of a product
+// whose B[k][n] is X[n][k] (X row-major, stride ld).
+__device__ __forceinline__ void ember_attb_frag_b(const unsigned short* X, int ld, int n0, int k0, unsigned int& b0,
+                                                  unsigned int& b1) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const unsigned short* p = X + (n0 + g) * ld + k0 + 2 * t;
+    b0 = *reinterpret_cast<const unsigned int*>(p);
+    b1 = *reinterpret_cast<const unsigned int*>(p + 8);
+}
+
+// The A fragment of k-step kk of a product whose A is the C fragments c
+// (16 rows by 8·NB columns) of the previous product.
+template <int NB>
+__device__ __forceinline__ void ember_attb_c_to_a(unsigned int a[4], const float c[NB][4], int kk) {
+    a[0] = ember_attb_pack(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = ember_attb_pack(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = ember_attb_pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = ember_attb_pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// Whether weight e of the draw at (seed, off) is kept: its own block.
+__device__ __forceinline__ bool ember_attb_kept(unsigned long long seed, unsigned long long off, unsigned long long e,
+                                                float keep) {
+    const unsigned long long blk = off + (e >> 2);
+    unsigned int w[4] = {(unsigned int)blk, (unsigned int)(blk >> 32), 0u, 0u};
+    ember_philox(w, (unsigned int)seed, (unsigned int)(seed >> 32));
+    const unsigned int x = (e & 3) == 0 ? w[0] : (e & 3) == 1 ? w[1] : (e & 3) == 2 ? w[2] : w[3];
+    return ember_unit24(x) < keep;
+}
+
+// w = the Philox block blk of the draw at (seed, off).
+__device__ __forceinline__ void ember_attb_philox_at(unsigned long long seed, unsigned long long off,
+                                                     unsigned long long blk, unsigned int w[4]) {
+    const unsigned long long c = off + blk;
+    w[0] = (unsigned int)c;
+    w[1] = (unsigned int)(c >> 32);
+    w[2] = 0u;
+    w[3] = 0u;
+    ember_philox(w, (unsigned int)seed, (unsigned int)(seed >> 32));
+}
+
+// Keep bits of a C fragment whose rows are queries and columns keys (the
+// forward and dQ kernels): bit e for element e of the fragment, the weight
+// (bh, row + 8(e>>1), col + (e&1)), row = the warp's first row + g, col =
+// the block's first column + 2t. When S is a multiple of 4 (aligned) the
+// four weights of a Philox block lie in two lanes (t, t^1) of one row:
+// each lane draws one row's block and the pair swaps halves, one draw per
+// four weights. Else each weight draws its own block. Warp-uniform.
+__device__ __forceinline__ unsigned int ember_attb_keep_qk(long long bh, int T, int S, int row, int col,
+                                                           unsigned long long seed, unsigned long long off, float keep,
+                                                           bool aligned) {
+    if (aligned) {
+        const int t = threadIdx.x & 3;
+        const bool odd = (t & 1) != 0;
+        const int myrow = odd ? row + 8 : row;
+        const unsigned long long e0 = ((unsigned long long)(bh * T + myrow)) * (unsigned long long)S +
+                                      (unsigned long long)(col & ~3);
+        unsigned int w[4];
+        ember_attb_philox_at(seed, off, e0 >> 2, w);
+        const unsigned int r0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[2], 1);
+        const unsigned int r1 = __shfl_xor_sync(0xffffffffu, odd ? w[1] : w[3], 1);
+        const unsigned int a0 = odd ? r0 : w[0], a1 = odd ? r1 : w[1];  // row
+        const unsigned int b0 = odd ? w[2] : r0, b1 = odd ? w[3] : r1;  // row + 8
+        return (ember_unit24(a0) < keep ? 1u : 0u) | (ember_unit24(a1) < keep ? 2u : 0u) |
+               (ember_unit24(b0) < keep ? 4u : 0u) | (ember_unit24(b1) < keep ? 8u : 0u);
+    }
+    unsigned int bits = 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const unsigned long long idx = ((unsigned long long)(bh * T + row + 8 * (e >> 1))) * (unsigned long long)S +
+                                       (unsigned long long)(col + (e & 1));
+        if (ember_attb_kept(seed, off, idx, keep)) bits |= 1u << e;
+    }
+    return bits;
+}
+
+// Keep bits of a C fragment whose rows are keys and columns queries (the
+// dK/dV kernel): bit e for the weight (bh, col + (e&1), key + 8(e>>1)),
+// key = the warp's first key + g. When S is a multiple of 4 the four keys
+// of a Philox block are rows of the 4 lanes with the same t and g>>2: lane
+// r = g&3 of such a group draws the block of (query col + (r&1), keys of
+// half r>>1), and four shuffles give each lane word r of every block.
+// Warp-uniform.
+__device__ __forceinline__ unsigned int ember_attb_keep_kq(long long bh, int T, int S, int key, int col,
+                                                           unsigned long long seed, unsigned long long off, float keep,
+                                                           bool aligned) {
+    if (aligned) {
+        const int lane = threadIdx.x & 31, r = (lane >> 2) & 3;
+        const unsigned long long e0 = ((unsigned long long)(bh * T + col + (r & 1))) * (unsigned long long)S +
+                                      (unsigned long long)(key - r + 8 * (r >> 1));
+        unsigned int w[4];
+        ember_attb_philox_at(seed, off, e0 >> 2, w);
+        unsigned int bits = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int sw = (r + i) & 3, src = (r - i) & 3;  // the word sent, the lane (block) read
+            const unsigned int send = sw == 0 ? w[0] : sw == 1 ? w[1] : sw == 2 ? w[2] : w[3];
+            const unsigned int got = __shfl_sync(0xffffffffu, send, (lane & ~12) | (src << 2));
+            if (ember_unit24(got) < keep) bits |= 1u << src;
+        }
+        return bits;
+    }
+    unsigned int bits = 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const unsigned long long idx = ((unsigned long long)(bh * T + col + (e & 1))) * (unsigned long long)S +
+                                       (unsigned long long)(key + 8 * (e >> 1));
+        if (ember_attb_kept(seed, off, idx, keep)) bits |= 1u << e;
+    }
+    return bits;
+}
+
+// Forward: out [BH, T, D] and lse [BH, T] (natural log-sum-exp of each
+// row's scaled, masked scores, before dropout), as ember_att_fwd.
+template <int D>
+__device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                                               int BH, int T, int S, int causal, float scale, float keep, float dscale,
+                                               const int* stateOrNull, long long seed, long long offset) {
+    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
+                  DB = D / 8;
+    __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
+    const int tiles = (T + BM - 1) / BM;
+    const int tile = tiles - 1 - (int)(blockIdx.x / BH);  // the heaviest causal tiles first
+    const long long bh = blockIdx.x % BH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int q0 = tile * BM, r0 = q0 + 16 * warp;
+    q += bh * T * D;
+    k += bh * S * D;
+    v += bh * S * D;
+    out += bh * T * D;
+    lse += bh * T;
+    const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
+    unsigned long long dseed = 0, doff = 0;
+    if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
+    const float sc = scale * EMBER_ATT_LOG2E;  // scores in base-2 units
+    unsigned int qa[KS][4];
+    ember_attb_load_a<D>(qa, q, r0, T);
+    float o[DB][4], m[2], l[2];
+#pragma unroll
+    for (int j = 0; j < DB; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    m[0] = m[1] = ember_neg_inf();
+    l[0] = l[1] = 0.0f;
+    const int kend = causal ? ember_imin(S, q0 + BM) : S;
+    for (int k0 = 0; k0 < kend; k0 += BN) {
+        __syncthreads();  // the previous tile's products are done with sk, sv
+        ember_attb_fill_rows<D>(sk, k, k0, S);
+        ember_attb_fill_rows<D>(sv, v, k0, S);
+        __syncthreads();
+        // Column blocks with a key at or before the warp's last row.
+        const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
+        if (jn <= 0) continue;
+        float s[NB][4];
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            if (j < jn) {
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    unsigned int b0, b1;
+                    ember_attb_frag_b(sk, LDS, 8 * j, 16 * kk, b0, b1);
+                    ember_attb_mma(s[j], qa[kk], b0, b1);
+                }
+            }
+        }
+        float mx[2] = {ember_neg_inf(), ember_neg_inf()};
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = r0 + g + 8 * (e >> 1), col = k0 + 8 * j + 2 * t + (e & 1);
+                const bool ok = col < S && (!causal || col <= row);
+                s[j][e] = ok ? s[j][e] * sc : ember_neg_inf();
+                mx[e >> 1] = ember_nan_max(mx[e >> 1], s[j][e]);
+            }
+        }
+        float alpha[2], mnew[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float x = mx[h];
+            x = ember_nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+            x = ember_nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+            mnew[h] = ember_nan_max(m[h], x);
+            const bool none = mnew[h] == ember_neg_inf();  // every key so far masked
+            alpha[h] = none ? 1.0f : exp2f(m[h] - mnew[h]);
+            if (none) mnew[h] = 0.0f;  // exp2f(-inf - 0) = 0 below
+            m[h] = none ? ember_neg_inf() : mnew[h];
+            l[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int j = 0; j < DB; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            unsigned int bits = 0xfu;
+            if (drop && j < jn) bits = ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[j][e] - mnew[e >> 1]);
+                l[e >> 1] += p;  // this lane's part of the row sum, reduced at the end
+                s[j][e] = drop ? ((bits >> e) & 1u ? p * dscale : 0.0f) : p;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if (2 * kk < jn) {
+                unsigned int a[4];
+                ember_attb_c_to_a<NB>(a, s, kk);
+#pragma unroll
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sv, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(o[j], a, b[0], b[1]);
+                    ember_attb_mma(o[j + 1], a, b[2], b[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        const int row = r0 + g + 8 * h;
+        if (row >= T) continue;
+        const float inv = 1.0f / l[h];
+#pragma unroll
+        for (int j = 0; j < DB; j++) {
+            *reinterpret_cast<ember_f2*>(out + (long long)row * D + 8 * j + 2 * t) = ember_f2{o[j][2 * h] * inv, o[j][2 * h + 1] * inv};
+        }
+        if (t == 0) lse[row] = (m[h] + log2f(l[h])) * EMBER_ATT_LN2;
+    }
+}
+
+// dQ: a block per 64 queries. It first sets delta[t] = Σ_c bf16(dO[t][c])·
+// O[t][c] for its rows (read by the dK/dV kernel, launched after it).
+// dq = scale·Σ_s bf16(dS)·k with dS = P·(M·dO·vᵀ - delta).
+template <int D>
+__device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const float* q, const float* k, const float* v,
+                                              const float* o, const float* lse, const float* dout, int BH, int T, int S,
+                                              int causal, float scale, float keep, float dscale, const int* stateOrNull,
+                                              long long seed, long long offset) {
+    constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
+                  DB = D / 8;
+    __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
+    const int tiles = (T + BM - 1) / BM;
+    const int tile = tiles - 1 - (int)(blockIdx.x / BH);
+    const long long bh = blockIdx.x % BH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int q0 = tile * BM, r0 = q0 + 16 * warp;
+    q += bh * T * D;
+    k += bh * S * D;
+    v += bh * S * D;
+    o += bh * T * D;
+    dout += bh * T * D;
+    dq += bh * T * D;
+    lse += bh * T;
+    delta += bh * T;
+    const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
+    unsigned long long dseed = 0, doff = 0;
+    if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
+    const float sc = scale * EMBER_ATT_LOG2E;
+    unsigned int qa[KS][4], ga[KS][4];
+    ember_attb_load_a<D>(qa, q, r0, T);
+    ember_attb_load_a<D>(ga, dout, r0, T);
+    // delta over the fragment's columns, then over the 4 lanes of a row.
+    float dl[2] = {0.0f, 0.0f}, ls[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = r0 + g + 8 * h;
+        if (row < T) {
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int c = 16 * kk + 2 * t + 8 * half;
+                    const ember_f2 x = *reinterpret_cast<const ember_f2*>(o + (long long)row * D + c);
+                    const unsigned int w = ga[kk][h + 2 * half];
+                    dl[h] = __fmaf_rn(ember_attb_lo(w), x.x, dl[h]);
+                    dl[h] = __fmaf_rn(ember_attb_hi(w), x.y, dl[h]);
+                }
+            }
+        }
+        dl[h] += __shfl_xor_sync(0xffffffffu, dl[h], 1);
+        dl[h] += __shfl_xor_sync(0xffffffffu, dl[h], 2);
+        ls[h] = row < T ? lse[row] * EMBER_ATT_LOG2E : 0.0f;
+        if (row < T && t == 0) delta[row] = dl[h];
+    }
+    float acc[DB][4];
+#pragma unroll
+    for (int j = 0; j < DB; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const int kend = causal ? ember_imin(S, q0 + BM) : S;
+    for (int k0 = 0; k0 < kend; k0 += BN) {
+        __syncthreads();
+        ember_attb_fill_rows<D>(sk, k, k0, S);
+        ember_attb_fill_rows<D>(sv, v, k0, S);
+        __syncthreads();
+        const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
+        if (jn <= 0) continue;
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+            if (j < jn) {
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    unsigned int b0, b1;
+                    ember_attb_frag_b(sk, LDS, 8 * j, 16 * kk, b0, b1);
+                    ember_attb_mma(s[j], qa[kk], b0, b1);
+                    ember_attb_frag_b(sv, LDS, 8 * j, 16 * kk, b0, b1);
+                    ember_attb_mma(dp[j], ga[kk], b0, b1);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            unsigned int bits = 0xfu;
+            if (drop && j < jn) bits = ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, row = r0 + g + 8 * h, col = k0 + 8 * j + 2 * t + (e & 1);
+                const bool ok = row < T && col < S && (!causal || col <= row);
+                const float p = ok ? exp2f(s[j][e] * sc - ls[h]) : 0.0f;
+                float gd = dp[j][e];
+                if (drop) gd = (bits >> e) & 1u ? gd * dscale : 0.0f;
+                s[j][e] = p * (gd - dl[h]);  // dS
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if (2 * kk < jn) {
+                unsigned int a[4];
+                ember_attb_c_to_a<NB>(a, s, kk);
+#pragma unroll
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sk, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(acc[j], a, b[0], b[1]);
+                    ember_attb_mma(acc[j + 1], a, b[2], b[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = r0 + g + 8 * h;
+        if (row >= T) continue;
+#pragma unroll
+        for (int j = 0; j < DB; j++) {
+            *reinterpret_cast<ember_f2*>(dq + (long long)row * D + 8 * j + 2 * t) = ember_f2{acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale};
+        }
+    }
+}
+
+// dK and dV: a block per 64 keys, over the tiles of queries that see them.
+// dv = Σ_t bf16(M·P)·dO, dk = scale·Σ_t bf16(dS)·q, computed transposed
+// (keys as the rows of every product).
+template <int D>
+__device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
+                                               const float* lse, const float* delta, const float* dout, int BH, int T,
+                                               int S, int causal, float scale, float keep, float dscale,
+                                               const int* stateOrNull, long long seed, long long offset) {
+    constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
+                  DB = D / 8;
+    __shared__ __attribute__((aligned(16))) unsigned short sq[BQ * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short sg[BQ * LDS];
+    __shared__ float slse[BQ], sdelta[BQ];
+    const int tile = (int)(blockIdx.x / BH);  // under a causal mask the first keys see the most queries
+    const long long bh = blockIdx.x % BH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int k0 = tile * BM, r0 = k0 + 16 * warp;
+    q += bh * T * D;
+    k += bh * S * D;
+    v += bh * S * D;
+    dout += bh * T * D;
+    dk += bh * S * D;
+    dv += bh * S * D;
+    lse += bh * T;
+    delta += bh * T;
+    const bool drop = keep < 1.0f, aligned = (S & 3) == 0;
+    unsigned long long dseed = 0, doff = 0;
+    if (drop) ember_att_seed(stateOrNull, seed, offset, dseed, doff);
+    const float sc = scale * EMBER_ATT_LOG2E;
+    unsigned int ka[KS][4], va[KS][4];
+    ember_attb_load_a<D>(ka, k, r0, S);
+    ember_attb_load_a<D>(va, v, r0, S);
+    float gk[DB][4], gv[DB][4];
+#pragma unroll
+    for (int j = 0; j < DB; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) gk[j][e] = gv[j][e] = 0.0f;
+    }
+    // Queries before k0 see none of these keys under the causal mask.
+    const int qstart = causal ? (k0 / BQ) * BQ : 0;
+    for (int q0 = qstart; q0 < T; q0 += BQ) {
+        __syncthreads();
+        ember_attb_fill_rows<D>(sq, q, q0, T);
+        ember_attb_fill_rows<D>(sg, dout, q0, T);
+        if (threadIdx.x < BQ) {
+            const int qi = q0 + threadIdx.x;
+            slse[threadIdx.x] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
+            sdelta[threadIdx.x] = qi < T ? delta[qi] : 0.0f;
+        }
+        __syncthreads();
+        // Column (query) blocks with a query at or after the warp's first key.
+        const int jlo = causal ? (r0 > q0 ? (r0 - q0) / 8 : 0) : 0;
+        if (jlo >= NB) continue;
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+            if (j >= jlo) {
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    unsigned int b0, b1;
+                    ember_attb_frag_b(sq, LDS, 8 * j, 16 * kk, b0, b1);
+                    ember_attb_mma(s[j], ka[kk], b0, b1);
+                    ember_attb_frag_b(sg, LDS, 8 * j, 16 * kk, b0, b1);
+                    ember_attb_mma(dp[j], va[kk], b0, b1);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            unsigned int bits = 0xfu;
+            if (drop && j >= jlo) bits = ember_attb_keep_kq(bh, T, S, r0 + g, q0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = r0 + g + 8 * (e >> 1), cq = 8 * j + 2 * t + (e & 1), qi = q0 + cq;
+                const bool ok = qi < T && key < S && (!causal || key <= qi);
+                const float p = ok ? exp2f(s[j][e] * sc - slse[cq]) : 0.0f;
+                const float mk = drop ? ((bits >> e) & 1u ? dscale : 0.0f) : 1.0f;
+                s[j][e] = p * mk;                          // the dropped weight, for dV
+                dp[j][e] = p * (dp[j][e] * mk - sdelta[cq]);  // dS, for dK
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            if (2 * kk + 1 >= jlo) {
+                unsigned int a[4], d[4];
+                ember_attb_c_to_a<NB>(a, s, kk);
+                ember_attb_c_to_a<NB>(d, dp, kk);
+#pragma unroll
+                for (int j = 0; j < DB; j += 2) {
+                    unsigned int b[4];
+                    ember_attb_ldsm_t4(b, sg, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(gv[j], a, b[0], b[1]);
+                    ember_attb_mma(gv[j + 1], a, b[2], b[3]);
+                    ember_attb_ldsm_t4(b, sq, LDS, 16 * kk, 8 * j);
+                    ember_attb_mma(gk[j], d, b[0], b[1]);
+                    ember_attb_mma(gk[j + 1], d, b[2], b[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = r0 + g + 8 * h;
+        if (key >= S) continue;
+#pragma unroll
+        for (int j = 0; j < DB; j++) {
+            *reinterpret_cast<ember_f2*>(dk + (long long)key * D + 8 * j + 2 * t) = ember_f2{gk[j][2 * h] * scale, gk[j][2 * h + 1] * scale};
+            *reinterpret_cast<ember_f2*>(dv + (long long)key * D + 8 * j + 2 * t) = ember_f2{gv[j][2 * h], gv[j][2 * h + 1]};
+        }
+    }
+}
+
+// The instantiations (D = 64), with the signatures of attention.cu's.
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_fwd_d64(
+    float* out, float* lse, const float* q, const float* k, const float* v, int BH, int T, int S, int causal,
+    float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset) {
+    ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset);
+}
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dq_d64(
+    float* dq, float* delta, const float* q, const float* k, const float* v, const float* o, const float* lse,
+    const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
+    long long seed, long long offset) {
+    ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
+                      offset);
+}
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dkv_d64(
+    float* dk, float* dv, const float* q, const float* k, const float* v, const float* lse, const float* delta,
+    const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
+    long long seed, long long offset) {
+    ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
+                       offset);
+}
+
+#endif  // sm_80
