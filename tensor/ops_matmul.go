@@ -161,16 +161,14 @@ func matrixOperand(t *Tensor, batch []int, s *Scope) matOperand {
 		}
 	}
 	strides[len(full)-2], strides[len(full)-1] = t.strides[rank-2], t.strides[rank-1]
-	return matOperand{t: t.view(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+	return matOperand{t: t.rawView(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
 }
 
 // buffer is the operand's memory from its first element: a whole batch of
 // matrices of size elements, or one when it broadcasts.
 func (o matOperand) buffer(size int) Buffer {
 	t := o.t
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	n := size
 	if o.stride != 0 {
@@ -195,7 +193,7 @@ func sumToBatch(g *Tensor, tb []int, shape []int) *Tensor {
 	if cur != g {
 		g.Release()
 	}
-	return cur.view(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
+	return cur.rawView(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
 }
 
 // sumAxis sums a dense tensor over one axis (kept with size 1), as a
@@ -335,12 +333,7 @@ func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p f
 		e.give(k, dk)
 		e.give(v, dv)
 	}, q, k, v)
-	if out.node == nil { // no backward pass will read them
-		lse.Release()
-		if saved != nil {
-			saved.Release()
-		}
-	}
+	saveFor(out, lse, saved)
 	return out
 }
 

@@ -64,10 +64,7 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 		nb.BatchNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			n, c, inner, training, accX, accW, accB)
 	}, x, weight, bias)
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
-	}
+	saveFor(out, mean, inv)
 	return out
 }
 
@@ -111,10 +108,7 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 		nb.LayerNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			rows, cols, accX, accW, accB)
 	}, x, weight, bias)
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
-	}
+	saveFor(out, mean, inv)
 	return out
 }
 
