@@ -76,6 +76,7 @@ func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
 			e.give(b, sumToBatch(db, ob.batch, b.shape))
 		}
 	}, a, b)
+	saveFor(out, oa.copyOf(a), ob.copyOf(b))
 	shape := out.Shape()
 	switch {
 	case rowA && colB:
@@ -162,6 +163,15 @@ func matrixOperand(t *Tensor, batch []int, s *Scope) matOperand {
 	}
 	strides[len(full)-2], strides[len(full)-1] = t.strides[rank-2], t.strides[rank-1]
 	return matOperand{t: t.rawView(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+}
+
+// copyOf is the operand's tensor when it is a dense copy of t that only
+// the product reads (nil when it is t's own memory).
+func (o matOperand) copyOf(t *Tensor) *Tensor {
+	if o.t.st == t.st {
+		return nil
+	}
+	return o.t
 }
 
 // buffer is the operand's memory from its first element: a whole batch of
