@@ -520,6 +520,9 @@ func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int)
 	for start := 0; start < n; start += batch {
 		k := min(batch, n-start)
 		s := tensor.NewNoGradScope()
+		// Layers that hand each input back once the next is done
+		// (tensor.ReleaseInput) may, in this scope, as torch.no_grad does.
+		s.SetReleaseInBackward(os.Getenv("EMBER_ZOO_RELEASE") != "0")
 		xs := tensor.Empty(x.Backend(), s, k, x.Dim(1), x.Dim(2), x.Dim(3)) // in s, so is all that derives from it
 		tensor.CopyTensor(xs, x.Narrow(0, start, k))
 		pred := tensor.Argmax(m.Logits(xs)).Int32s()

@@ -205,3 +205,26 @@ func freeEarly(st *storage) {
 	st.byBackward = true
 	st.release()
 }
+
+// ReleaseInput gives back the memory of in, the input of one link of a
+// chain of operations whose result is out (a layer of a Sequential, the
+// layer after it done), when the caller will not read in again and
+// nothing else can: in belongs to a scope that records no graph (an
+// evaluation's NewNoGradScope) and releases early (SetReleaseInBackward),
+// no view or Detach was made of it, it is not retained, and out does not
+// share its memory. Evaluation then holds about two layers' activations at
+// a time instead of all of them until the scope is released, as PyTorch's
+// no_grad frees each one when its last reference goes. It reports whether
+// it freed in; with a graph recorded it never does (Backward needs the
+// activations and frees them itself).
+func ReleaseInput(in, out *Tensor) bool {
+	if in == nil || in == out || in.node != nil || in.requiresGrad || (out != nil && out.st == in.st) {
+		return false
+	}
+	st := in.st
+	if st.refs != 1 || !releasing(st) || st.owner.GradEnabled() {
+		return false
+	}
+	freeEarly(st)
+	return true
+}

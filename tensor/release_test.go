@@ -394,3 +394,96 @@ func TestScopeKeepsIntermediatesByDefault(t *testing.T) {
 	}
 	s.Release()
 }
+
+// ReleaseInput in an evaluation: a chain of layers run in a no-grad scope
+// that releases early holds a couple of activations at a time, with the
+// same result; it never frees a tensor something else may read.
+func TestReleaseInputInEvaluation(t *testing.T) {
+	run := func(early bool) (out []float32, peak int) {
+		c := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(11, 11))
+		var ws []*tensor.Tensor
+		for range 6 {
+			ws = append(ws, randParam(c, rng, 0.3, 8, 8, 3, 3))
+		}
+		s := tensor.NewNoGradScope()
+		s.SetReleaseInBackward(early)
+		x := randInput(c, s, rng, 4, 8, 16, 16)
+		start := c.Live()
+		c.ResetPeak()
+		// Twelve links, as a Sequential of convolutions and ReLUs runs.
+		var links []func(*tensor.Tensor) *tensor.Tensor
+		for _, w := range ws {
+			links = append(links, func(h *tensor.Tensor) *tensor.Tensor { return tensor.Conv2d(h, w, nil, 1, 1) }, tensor.ReLU)
+		}
+		h := x
+		for _, link := range links {
+			in := h
+			h = link(in)
+			if in != x { // the chain's input is the caller's
+				tensor.ReleaseInput(in, h)
+			}
+		}
+		peak = c.Peak() - start
+		out = h.Float32s()
+		if x.Released() || math.IsNaN(float64(x.Float32s()[0])) {
+			t.Error("the chain's input was freed")
+		}
+		s.Release()
+		if c.BadFrees() != 0 {
+			t.Errorf("%d double frees", c.BadFrees())
+		}
+		return out, peak
+	}
+	late, latePeak := run(false)
+	early, earlyPeak := run(true)
+	sameBits(t, "the evaluation's output", early, late)
+	const act = 4 * 8 * 16 * 16 * 4 // one activation's bytes
+	t.Logf("peak %d B keeping, %d B releasing (an activation is %d B)", latePeak, earlyPeak, act)
+	if latePeak < 11*act || earlyPeak > 3*act {
+		t.Errorf("peak %d B keeping, %d B releasing; want about 12 and at most 3 activations of %d B", latePeak, earlyPeak, act)
+	}
+
+	// What ReleaseInput leaves alone.
+	c := tensor.NewCountingCPU()
+	rng := rand.New(rand.NewPCG(12, 12))
+	ng := tensor.NewNoGradScope()
+	ng.SetReleaseInBackward(true)
+	a := tensor.Tanh(randInput(c, ng, rng, 3, 4))
+	view := a.Reshape(12)
+	if tensor.ReleaseInput(a, tensor.Tanh(a)) || a.Released() {
+		t.Error("ReleaseInput freed a tensor with a view")
+	}
+	_ = view
+	b := tensor.Tanh(randInput(c, ng, rng, 3, 4))
+	if tensor.ReleaseInput(b, b) || tensor.ReleaseInput(b, b.Reshape(12)) {
+		t.Error("ReleaseInput freed the output's own memory")
+	}
+	kept := tensor.Tanh(randInput(c, ng, rng, 3, 4)).Retain()
+	if tensor.ReleaseInput(kept, tensor.Tanh(kept)) {
+		t.Error("ReleaseInput freed a retained tensor")
+	}
+	d := tensor.Tanh(randInput(c, ng, rng, 3, 4))
+	if !tensor.ReleaseInput(d, tensor.Tanh(d)) {
+		t.Error("ReleaseInput kept a tensor nothing else reads")
+	}
+	mustPanic(t, "reading what ReleaseInput freed", "gave back", func() { d.Float32s() })
+	ng.Release()
+	off := tensor.NewNoGradScope() // not releasing early
+	e := tensor.Tanh(randInput(c, off, rng, 3, 4))
+	if tensor.ReleaseInput(e, tensor.Tanh(e)) {
+		t.Error("ReleaseInput freed a tensor of a scope that does not release early")
+	}
+	off.Release()
+	g := tensor.NewScope() // recording a graph
+	g.SetReleaseInBackward(true)
+	w := randParam(c, rng, 0.3, 4, 4)
+	f := tensor.Tanh(randInput(c, g, rng, 3, 4)) // no gradient flows to it, but Linear's backward reads it for w
+	if tensor.ReleaseInput(f, tensor.Linear(f, w, nil)) {
+		t.Error("ReleaseInput freed an input a backward pass reads")
+	}
+	g.Release()
+	if c.BadFrees() != 0 {
+		t.Errorf("%d double frees", c.BadFrees())
+	}
+}

@@ -259,7 +259,7 @@ func (t *Tensor) mustBeLive() {
 		return
 	}
 	if t.st.byBackward {
-		panic("tensor: use of a tensor whose memory Backward gave back (its scope releases in backward, Scope.SetReleaseInBackward): call Retain on it before Backward to read it afterwards")
+		panic("tensor: use of a tensor whose memory Backward (or ReleaseInput) gave back (its scope releases in backward, Scope.SetReleaseInBackward): call Retain on it before Backward to read it afterwards")
 	}
 	panic("tensor: use of a released tensor")
 }
