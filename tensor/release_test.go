@@ -265,7 +265,7 @@ func TestReleaseInBackwardKeepsWhatIsHeld(t *testing.T) {
 		held = map[string][]float32{"loss": loss.Float32s(), "outside": outside.Float32s(), "detached": detached.Float32s(),
 			"kept": kept.Float32s(), "leaf": xin.Float32s(), "leaf view": xview.Float32s(), "long": long.Float32s()}
 		if early {
-			mustPanic(t, "reading a tensor Backward freed", "Backward gave back", func() { freed.Float32s() })
+			mustPanic(t, "reading a tensor Backward freed", "given back early", func() { freed.Float32s() })
 			mustPanic(t, "reading y, freed", "Retain", func() { y.Float32s() })
 		} else {
 			equalF32(t, "an intermediate without early release", freed.Float32s(), before)
@@ -467,7 +467,7 @@ func TestReleaseInputInEvaluation(t *testing.T) {
 	if !tensor.ReleaseInput(d, tensor.Tanh(d)) {
 		t.Error("ReleaseInput kept a tensor nothing else reads")
 	}
-	mustPanic(t, "reading what ReleaseInput freed", "gave back", func() { d.Float32s() })
+	mustPanic(t, "reading what ReleaseInput freed", "given back early", func() { d.Float32s() })
 	ng.Release()
 	off := tensor.NewNoGradScope() // not releasing early
 	e := tensor.Tanh(randInput(c, off, rng, 3, 4))

@@ -259,7 +259,7 @@ func (t *Tensor) mustBeLive() {
 		return
 	}
 	if t.st.byBackward {
-		panic("tensor: use of a tensor whose memory Backward (or ReleaseInput) gave back (its scope releases in backward, Scope.SetReleaseInBackward): call Retain on it before Backward to read it afterwards")
+		panic("tensor: use of a tensor whose memory was given back early, by Backward or ReleaseInput (its scope releases in backward, Scope.SetReleaseInBackward): call Retain on it first to read it later")
 	}
 	panic("tensor: use of a released tensor")
 }
