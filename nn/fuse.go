@@ -280,12 +280,17 @@ func plan(ls []Layer, off bool) []fusionStep {
 
 // runLayers applies ls in order, grouped as plan says.
 func runLayers(ls []Layer, off bool, x *tensor.Tensor) *tensor.Tensor {
+	first := x
 	for _, st := range plan(ls, off) {
+		in := x
 		if st.rule == nil {
 			x = ls[st.start].Module.Forward(x)
-			continue
+		} else {
+			x = st.rule.forward(ls[st.start:st.start+st.n], x)
 		}
-		x = st.rule.forward(ls[st.start:st.start+st.n], x)
+		if in != first { // the caller's input stays
+			tensor.ReleaseInput(in, x)
+		}
 	}
 	return x
 }

@@ -108,10 +108,7 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 				n, c, inner, training, act, accX, accW, accB)
 		}, x, weight, bias)
 	}
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
-	}
+	saveFor(out, mean, inv)
 	return out
 }
 
@@ -155,10 +152,7 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 		nb.LayerNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			rows, cols, accX, accW, accB)
 	}, x, weight, bias)
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
-	}
+	saveFor(out, mean, inv)
 	return out
 }
 
