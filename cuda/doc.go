@@ -155,6 +155,23 @@
 // disables it; OptionsFromEnv sets it from EMBER_KERNEL_CACHE);
 // ReadKernelStats counts compilations and hits. See package cuda/driver.
 //
+// # Kernel bundle
+//
+// The backend's own kernel units also come precompiled: kernels/bundle.zip,
+// embedded in the binary, holds each unit as an sm_90 cubin (H100, H200)
+// and as compute_90 PTX (for newer GPUs where NVRTC is missing), keyed
+// by a SHA-256 of the unit's source and options (kernels_bundle.go). A
+// unit found there loads in milliseconds and runs no compiler; a unit
+// edited since the bundle was made, an older GPU, or a damaged bundle
+// falls back to NVRTC and the kernel cache. BackendOptions.KernelBundle
+// (EMBER_KERNEL_BUNDLE) names another bundle file or "off"; with
+// EMBER_KERNEL_LOG=1 the backend prints how many units are fresh and where
+// each came from. Regenerate it with cmd/kernelbundle on a machine with
+// NVRTC (docs/bench/kernel_bundle.sh does it from one without):
+//
+//	go run ./cmd/kernelbundle -o cuda/kernels/bundle.zip
+//	go run ./cmd/kernelbundle -check cuda/kernels/bundle.zip   # which units are stale
+//
 // # cuBLAS
 //
 // Device.NewBLAS returns a cuBLAS handle bound to a stream. Its Sgemm and

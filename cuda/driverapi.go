@@ -41,6 +41,7 @@ type (
 	GraphExec     = driver.GraphExec     // an instantiated CUDA graph
 	ImageKind     = driver.ImageKind     // what a cached kernel image is
 	KernelCache   = driver.KernelCache   // the on-disk cache of compiled kernels
+	KernelBundle  = driver.KernelBundle  // kernels compiled ahead of time (kernels_bundle.go)
 	KernelStats   = driver.KernelStats   // compilations and cache hits
 	LibraryError  = driver.LibraryError  // a library that could not be opened
 	Module        = driver.Module        // a loaded CUDA module

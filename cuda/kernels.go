@@ -59,15 +59,19 @@ type kernelUnit struct {
 }
 
 // kernelUnits compile into a module each, concurrently when several are
-// needed at once (kernels_load.go says when): NVRTC
-// compiles one program on one thread, and the register-tiled convolutions'
-// unrolled templates are most of the work (one unit of everything took 9.0
-// s cold on the H200's host). conv_rt.cu is compiled twice, for its 5x5 and
-// its 3x3 kernels.
+// needed at once (kernels_load.go says when): NVRTC compiles one program
+// on one thread, so the longest unit is a cold start's critical path
+// where the kernel bundle (kernels_bundle.go) has no image of it. The
+// register-tiled convolutions' unrolled templates and the strided
+// elementwise kernels (instantiated per op code) are most of the work (one
+// unit of everything took 9.0 s cold on the H200's host). conv_rt.cu is
+// compiled twice, for its 5x5 and its 3x3 kernels. Indices are stable:
+// new units go at the end.
+//
 // generalUnits are the units of the general operators of any model, which
 // NewBackend starts compiling in the background, side by side (one unit of
-// them all took 18.5 s cold on the H200's host, the longest path of a cold
-// start).
+// them all took 18.5 s cold on the H200's host); the gathers, casts and
+// the augmented gather (unit 10) compile on first use.
 var generalUnits = []int{4, 5, 6, 7}
 
 var kernelUnits = []kernelUnit{
@@ -77,10 +81,11 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/conv.cu", "kernels/conv_pool.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=5"}},
 	{files: []string{"kernels/common.cu", "kernels/conv_rt.cu"}, defines: []string{"-DEMBER_RT_SIZE=3"}},
-	// The general operators: strided elementwise by op code with the
-	// gathers and casts; reductions over an axis, softmax and class losses;
-	// random numbers and the optimisers; normalisation and pooling.
-	{files: []string{"kernels/common.cu", "kernels/strided.cu", "kernels/index.cu", "kernels/cast.cu", "kernels/philox.cu", "kernels/augment.cu"}},
+	// The general operators: strided elementwise by op code (its own unit:
+	// with the gathers and casts it was the longest, 7.55 s); reductions
+	// over an axis, softmax and class losses; random numbers and the
+	// optimisers; normalisation and pooling.
+	{files: []string{"kernels/common.cu", "kernels/strided.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/reduce_axis.cu", "kernels/softmax.cu", "kernels/xent.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/random.cu", "kernels/optim.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/norm.cu", "kernels/pool.cu"}},
@@ -89,6 +94,9 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"}},
 	// The linear layers and the fused losses of the core.
 	{files: []string{"kernels/common.cu", "kernels/loss.cu", "kernels/linear.cu", "kernels/narrow.cu"}},
+	// Gathers, bfloat16 casts and layouts, and the augmented gather (which
+	// draws its crops and flips with philox.cu): compiled on first use.
+	{files: []string{"kernels/common.cu", "kernels/index.cu", "kernels/cast.cu", "kernels/philox.cu", "kernels/augment.cu"}},
 }
 
 // kernelOptions are the NVRTC options of the backend's modules. --fmad=false

@@ -212,7 +212,8 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 	}
 	o := strided(name, shape, tensorStrides(shape), x.Strides, y.Strides)
 	if ok, st := o.dense1(); ok && st[0] == 1 {
-		b.launch(name, b.kernel("ember_binary_dense"), n, pd, px, py, int64(n), int32(op), st[1], st[2])
+		vec := pd%16 == 0 && (st[1] == 0 || px%16 == 0) && (st[2] == 0 || py%16 == 0)
+		b.launch4(name, b.kernel("ember_binary_dense"), n, vec, pd, px, py, int64(n), int32(op), st[1], st[2])
 		return
 	}
 	if c, ok := o.channel(); ok {

@@ -92,10 +92,7 @@ func MatMul(a, b *Tensor) *Tensor {
 			p.matMulOf(db, ha, hg, k, n, m, true, false, 1, beta(accB))
 		}
 	}, a, b)
-	if out.node == nil { // no backward pass will read the copies
-		ha.release()
-		hb.release()
-	}
+	saveFor(out, ha.h, hb.h) // freed at once when no backward pass will read them
 	return out
 }
 
@@ -152,10 +149,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 			}
 		}
 	}, x, w, b)
-	if out.node == nil { // no backward pass will read the copies
-		hx.release()
-		hw.release()
-	}
+	saveFor(out, hx.h, hw.h) // freed at once when no backward pass will read them
 	return out
 }
 
@@ -313,6 +307,7 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 		dst, acc := e.sink(logits)
 		Complete(be).ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
 	}, logits)
+	saveFor(loss, dlogits)
 	return loss
 }
 
@@ -400,6 +395,7 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 		}
 		lastLayerGrads(be, dw, db, d, x, w, accW, accB)
 	}, x, w, b)
+	saveFor(loss, dlogits, dx)
 	return loss
 }
 

@@ -88,10 +88,7 @@ func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
 			e.give(b, sumToBatch(db, ob.batch, b.shape))
 		}
 	}, a, b)
-	if out.node == nil { // no backward pass will read the copies
-		ha.release()
-		hb.release()
-	}
+	saveFor(out, oa.copyOf(a), ob.copyOf(b), ha.h, hb.h)
 	shape := out.Shape()
 	switch {
 	case rowA && colB:
@@ -177,16 +174,23 @@ func matrixOperand(t *Tensor, batch []int, s *Scope) matOperand {
 		}
 	}
 	strides[len(full)-2], strides[len(full)-1] = t.strides[rank-2], t.strides[rank-1]
-	return matOperand{t: t.view(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+	return matOperand{t: t.rawView(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+}
+
+// copyOf is the operand's tensor when it is a dense copy of t that only
+// the product reads (nil when it is t's own memory).
+func (o matOperand) copyOf(t *Tensor) *Tensor {
+	if o.t.st == t.st {
+		return nil
+	}
+	return o.t
 }
 
 // buffer is the operand's memory from its first element: a whole batch of
 // matrices of size elements, or one when it broadcasts.
 func (o matOperand) buffer(size int) Buffer {
 	t := o.t
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	n := size
 	if o.stride != 0 {
@@ -211,7 +215,7 @@ func sumToBatch(g *Tensor, tb []int, shape []int) *Tensor {
 	if cur != g {
 		g.Release()
 	}
-	return cur.view(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
+	return cur.rawView(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
 }
 
 // sumAxis sums a dense tensor over one axis (kept with size 1), as a
@@ -352,7 +356,7 @@ func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p f
 		e.give(k, dk)
 		e.give(v, dv)
 	}, q, k, v)
-	a.done(out)
+	saveFor(out, a.lse, a.saved)
 	return out
 }
 
@@ -416,7 +420,7 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 		run.backward(gv, buf, buf.Slice(hd, buf.Len-hd), buf.Slice(2*hd, buf.Len-2*hd), l, l, l)
 		e.give(x, dx)
 	}, x)
-	run.done(out)
+	saveFor(out, run.lse, run.saved)
 	return out
 }
 
@@ -457,16 +461,6 @@ func (a attentionCall) backward(g *Tensor, dq, dk, dv Buffer, lq, lk, lv Attenti
 	g, sh.DO = attentionOperand(g, sh.InnerHeads())
 	a.ab.AttentionBackward(dq, dk, dv, a.q.window(sh.Q.Extent(sh, sh.T)), a.k.window(sh.K.Extent(sh, sh.S)),
 		a.v.window(sh.V.Extent(sh, sh.S)), a.out.buffer(), a.lse.buffer(), g.window(sh.DO.Extent(sh, sh.T)), sh, a.drop)
-}
-
-// done drops what the backward pass would read when none will run.
-func (a attentionCall) done(out *Tensor) {
-	if out.node == nil {
-		a.lse.Release()
-		if a.saved != nil {
-			a.saved.Release()
-		}
-	}
 }
 
 // denseAttentionLayout is the layout of a dense [Heads, rows, D] tensor.
@@ -541,9 +535,7 @@ func attentionStrides(t *Tensor) bool {
 // window is t's memory from its first element, n elements of it (a
 // strided view's extent).
 func (t *Tensor) window(n int) Buffer {
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	return t.st.buf.Slice(t.off, n)
 }

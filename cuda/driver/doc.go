@@ -57,6 +57,17 @@
 // Device.SetKernelCache and KernelCacheFor choose another or none. The
 // package reads no environment variable of ember's own.
 //
+// # Kernel bundles
+//
+// A KernelBundle (kernelbundle.go) is a zip archive of images compiled
+// ahead of time, keyed by BundleKey (a SHA-256 of the exact source and
+// options) and the target (sm_XY cubin, compute_XY PTX);
+// BuildKernelBundle writes one (NVRTC, no GPU needed), and
+// Device.LoadBundled loads the image that fits the device without running
+// a compiler. An edited source finds no entry (ErrNotInBundle); a damaged
+// archive or image, or one the driver rejects, is an error: callers then
+// Compile as usual. Package cuda embeds the bundle of its own kernels.
+//
 // # cuBLAS
 //
 // Device.NewBLAS returns a cuBLAS handle bound to a stream (cublas.go). Its

@@ -58,10 +58,14 @@ type KernelStats struct {
 	CacheMisses   int64 // lookups that found no usable entry
 	CacheBadEntry int64 // entries found but unreadable, corrupt or rejected by the driver
 	CacheWriteErr int64 // entries that could not be written
+	BundleHits    int64 // modules loaded from a kernel bundle (LoadBundled)
+	BundleMisses  int64 // sources a bundle held no image of (changed since it was made, or another GPU)
+	BundleBad     int64 // bundle images damaged or rejected by the driver
 }
 
 var kstats struct {
 	compiles, hits, misses, bad, writeErr atomic.Int64
+	bundleHits, bundleMisses, bundleBad   atomic.Int64
 }
 
 // ReadKernelStats returns the process-wide kernel counters.
@@ -72,6 +76,9 @@ func ReadKernelStats() KernelStats {
 		CacheMisses:   kstats.misses.Load(),
 		CacheBadEntry: kstats.bad.Load(),
 		CacheWriteErr: kstats.writeErr.Load(),
+		BundleHits:    kstats.bundleHits.Load(),
+		BundleMisses:  kstats.bundleMisses.Load(),
+		BundleBad:     kstats.bundleBad.Load(),
 	}
 }
 

@@ -182,6 +182,95 @@ extern "C" __global__ void ember_softmax_rows(float* y, const float* x, long lon
     }
 }
 
+// ember_softmax_rows4_body is ember_softmax_rows for rows of n <= 128*J,
+// n a multiple of 4, x and y 16-byte aligned, in a kernel of its own per
+// size class (J) so that short rows do not pay the registers of the long
+// ones (the shared kernel's 1024-wide template limited the warps resident
+// on an SM), R rows a warp at a time: every load of the R rows is issued
+// before the first reduction waits on them. The operations and their order
+// are ember_softmax_row4's, so the results are the same bits.
+template <int J, int R>
+__device__ __forceinline__ void ember_softmax_rows4_body(float* y, const float* x, long long rows, int n, int logOut) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long r0 = ((long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R; r0 < rows; r0 += warps * R) {
+        float v[R][J][4];
+        float m[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float* xr = x + (r0 + r) * n;
+            m[r] = ember_neg_inf();
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const int e = 4 * (lane + 32 * j);
+                if (r0 + r < rows && e < n) {
+                    const ember_f4 q = *reinterpret_cast<const ember_f4*>(xr + e);
+                    v[r][j][0] = q.x;
+                    v[r][j][1] = q.y;
+                    v[r][j][2] = q.z;
+                    v[r][j][3] = q.w;
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; k++) v[r][j][k] = ember_neg_inf();
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) m[r] = ember_nan_max(m[r], v[r][j][k]);
+            }
+            m[r] = ember_warp_max(m[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    if (4 * (lane + 32 * j) + k < n) {
+                        const float t = expf(v[r][j][k] - m[r]);
+                        s += t;
+                        if (!logOut) v[r][j][k] = t;
+                    }
+                }
+            }
+            s = ember_warp_sum(s);
+            if (r0 + r >= rows) continue;
+            const float ls = logOut ? logf(s) : 0.0f, inv = logOut ? 0.0f : 1.0f / s;
+            float* yr = y + (r0 + r) * n;
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const int e = 4 * (lane + 32 * j);
+                if (e >= n) break;
+                float o[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) o[k] = logOut ? v[r][j][k] - m[r] - ls : v[r][j][k] * inv;
+                const ember_f4 q = {o[0], o[1], o[2], o[3]};
+                *reinterpret_cast<ember_f4*>(yr + e) = q;
+            }
+        }
+    }
+}
+
+// The size classes, ember_softmax_rows4_JxR (written out: the Go side
+// finds kernels by their extern "C" declarations).
+extern "C" __global__ void ember_softmax_rows4_1x2(float* y, const float* x, long long rows, int n, int logOut) {
+    ember_softmax_rows4_body<1, 2>(y, x, rows, n, logOut);
+}
+extern "C" __global__ void ember_softmax_rows4_2x1(float* y, const float* x, long long rows, int n, int logOut) {
+    ember_softmax_rows4_body<2, 1>(y, x, rows, n, logOut);
+}
+extern "C" __global__ void ember_softmax_rows4_4x1(float* y, const float* x, long long rows, int n, int logOut) {
+    ember_softmax_rows4_body<4, 1>(y, x, rows, n, logOut);
+}
+extern "C" __global__ void ember_softmax_rows4_8x1(float* y, const float* x, long long rows, int n, int logOut) {
+    ember_softmax_rows4_body<8, 1>(y, x, rows, n, logOut);
+}
+
 // Causal attention scores [rows, n], rows = batch·t: row r is query
 // q = r mod t, whose softmax is over its first min(q+1, n) scores; the
 // rest are masked: never read, and their probabilities written as 0. This

@@ -260,16 +260,22 @@ __device__ __forceinline__ void binary_dense_body(float* dst, const float* x, co
     if (ember_aligned4(dst) && (xs == 0 || ember_aligned4(x)) && (ys == 0 || ember_aligned4(y))) {
         const long long n4 = n >> 2;
         const float x0 = x[0], y0 = y[0];
-        EMBER_LOOP(long long, i, n4) {
-            ember_f4 u = {x0, x0, x0, x0}, v = {y0, y0, y0, y0};
-            if (xs) u = reinterpret_cast<const ember_f4*>(x)[i];
-            if (ys) v = reinterpret_cast<const ember_f4*>(y)[i];
-            u.x = ember_binary(OP, u.x, v.x);
-            u.y = ember_binary(OP, u.y, v.y);
-            u.z = ember_binary(OP, u.z, v.z);
-            u.w = ember_binary(OP, u.w, v.w);
-            reinterpret_cast<ember_f4*>(dst)[i] = u;
-        }
+        ember_stream<ember_f4x2>(
+            n4,
+            [&](long long q) {
+                ember_f4x2 v = {{x0, x0, x0, x0}, {y0, y0, y0, y0}};
+                if (xs) v.a = reinterpret_cast<const ember_f4*>(x)[q];
+                if (ys) v.b = reinterpret_cast<const ember_f4*>(y)[q];
+                return v;
+            },
+            [&](long long q, ember_f4x2 v) {
+                ember_f4 u = v.a;
+                u.x = ember_binary(OP, u.x, v.b.x);
+                u.y = ember_binary(OP, u.y, v.b.y);
+                u.z = ember_binary(OP, u.z, v.b.z);
+                u.w = ember_binary(OP, u.w, v.b.w);
+                reinterpret_cast<ember_f4*>(dst)[q] = u;
+            });
         EMBER_LOOP(long long, i, n - 4 * n4) {
             const long long j = 4 * n4 + i;
             dst[j] = ember_binary(OP, x[j * xs], y[j * ys]);

@@ -497,7 +497,10 @@ func testCopyView(e *env) {
 // exactly.
 func testReduce(e *env) {
 	shapes := [][3]int{{1, 1, 1}, {3, 7, 1}, {2, 1025, 1}, {1000, 5, 1}, {3, 4099, 1}, {5, 33, 7}, {1, 4099, 3}, {7, 1, 33},
-		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}, {37, 784, 1}, {5, 36, 1}, {9, 8, 1}}
+		{1, 65537, 1}, {5, 20001, 1}, {3, 1000, 17}, {2, 3, 1025}, {4, 0, 3}, {37, 784, 1}, {5, 36, 1}, {9, 8, 1},
+		// few columns, a multiple of 4, along a short axis (aligned when n is
+		// a multiple of 8), and one unaligned
+		{1, 512, 64}, {3, 40, 8}, {2, 1024, 4}, {1, 8, 4096}, {2, 1000, 12}, {3, 37, 8}}
 	ops := []struct {
 		op   tensor.ReduceOp
 		name string
