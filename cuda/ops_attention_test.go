@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,4 +346,46 @@ func attention64(q, k, v, g, mask []float64, bh, T, S, D int, causal bool, scale
 		}
 	}
 	return out, dq, dk, dv
+}
+
+// TestRecordedAttentionStrided runs the packed attention and the attention
+// of permuted views forward and backward on the recorder (which checks
+// every launch against its kernel's C signature): the fused kernels run,
+// float32 and under autocast the bfloat16 ones for D = 64, and the packed
+// attention launches no strided copy either way.
+func TestRecordedAttentionStrided(t *testing.T) {
+	b, rec := newRecordingBackend(t)
+	for _, c := range []struct {
+		dt     tensor.DType
+		d      int
+		prefix string
+	}{{tensor.Float32, 16, "ember_attention_"}, {tensor.BFloat16, 64, "ember_attention_bf16_"}} {
+		s := tensor.NewScope()
+		s.SetAutocast(c.dt)
+		qkv := tensor.Zeros(b, s, 2, 5, 3, 3, c.d).SetRequiresGrad(true)
+		rec.reset()
+		tensor.Sum(tensor.ScaledDotProductAttentionPacked(qkv, true, 0, 0, nil).Reshape(2, 5, 3*c.d)).Backward()
+		for _, k := range []string{"fwd", "dq", "dkv"} {
+			name := fmt.Sprintf("%s%s_d%d", c.prefix, k, c.d)
+			if rec.launches[name] != 1 {
+				t.Errorf("%v packed: %d launches of %s, want 1 (launches %v)", c.dt, rec.launches[name], name, rec.launches)
+			}
+		}
+		for name, n := range rec.launches {
+			if strings.Contains(name, "copy_strided") || strings.Contains(name, "copy_view") {
+				t.Errorf("%v packed: %d launches of %s", c.dt, n, name)
+			}
+		}
+		x := tensor.Zeros(b, s, 2, 5, 3, c.d).SetRequiresGrad(true)
+		rec.reset()
+		v := x.Permute(0, 2, 1, 3)
+		tensor.Sum(tensor.ScaledDotProductAttention(v, v, v, false, 0)).Backward()
+		if name := fmt.Sprintf("%sfwd_d%d", c.prefix, c.d); rec.launches[name] != 1 {
+			t.Errorf("%v permuted views: %d launches of %s, want 1", c.dt, rec.launches[name], name)
+		}
+		if err := b.Synchronize(); err != nil {
+			t.Errorf("Synchronize: %v", err)
+		}
+		s.Release()
+	}
 }
