@@ -6,7 +6,9 @@ import (
 	"slices"
 )
 
-// Reductions over any set of axes, with torch's keepdim. Each run of
+// Reductions over any set of axes, with torch's keepdim. Sums and means
+// over every axis but one run of kept axes are one ReduceChannels of
+// [outer, C, inner] to [C]. Otherwise each run of
 // adjacent axes is one Backend.Reduce over [outer, n, inner] of a dense
 // input, innermost run first: [512,64,784] over axes 0 and 2 is 784-long
 // rows, then the 512-long columns of the [512,64] partial sums, without
@@ -74,6 +76,15 @@ func reduceRaw(x *Tensor, axes []int, op ReduceOp, dt DType, s *Scope) *Tensor {
 	if !x.IsContiguous() {
 		src = x.Detach().copyDense(s)
 		defer src.Release()
+	}
+	// Sums and means over all but one run of kept axes ([outer, C, inner]
+	// to [C]: NCHW over (0, 2, 3)) are one per-channel reduction, not two
+	// stages.
+	if runs := adjacentRuns(axes); len(runs) == 2 && runs[0][0] == 0 && runs[1][1] == len(x.shape) &&
+		(op == ReduceSum || op == ReduceMean) && dt == Float32 && axesCount(x.shape, axes) > 0 {
+		i, j := runs[0][1], runs[1][0]
+		Complete(be).ReduceChannels(op, out.buffer(), src.buffer(), numel(x.shape[:i]), numel(x.shape[i:j]), numel(x.shape[j:]), false)
+		return out
 	}
 	// Each run of adjacent axes is one Reduce, the last run first, so that
 	// the earlier runs keep their places in the shrinking shape; no stage
