@@ -129,7 +129,8 @@ func reshapedView(t *Tensor, shape []int) *Tensor {
 // keepdim, as torch.sum(x, dim, keepdim). Each run of adjacent axes is
 // summed in float64 on every backend and rounded to float32 once, so a sum
 // over k separate runs rounds k times (a relative error of about k·2⁻²⁴
-// of Σ|x|).
+// of Σ|x|); a sum over all axes but one run of kept axes (NCHW over 0, 2,
+// 3) is one ReduceChannels, rounded once.
 func SumAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes("SumAxes", x.shape, axes)
 	out := reshapedView(reduceRaw(x, ax, ReduceSum, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
@@ -155,7 +156,8 @@ func axesCount(shape, axes []int) int {
 // MeanAxes is SumAxes divided by the number of elements reduced: each run
 // of adjacent axes is one ReduceMean (the division in the reduction, before
 // its one rounding, not a pass of its own), and the mean of equal-sized
-// means is the mean. The gradient is g/n broadcast back.
+// means is the mean; over all axes but one kept run it is one
+// ReduceChannels. The gradient is g/n broadcast back.
 func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes("MeanAxes", x.shape, axes)
 	if axesCount(x.shape, ax) == 0 { // 0/0: NaN, as torch's
