@@ -207,7 +207,7 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	devCheck(name, b.x.launch(b.kernel("ember_reduce_channels"), Dim3{X: i32dim(name, channels), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+	devCheck(name, b.x.launch(b.kernel("ember_reduce_channels"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
 		[]any{pdst, part, px, int64(outer), int64(channels), int64(inner), int64(chunk), int32(op), flag(accumulate)}))
 	if splits > 1 {
 		const warps = blockSize / 32
