@@ -96,6 +96,10 @@ type BackendOptions struct {
 	// NoCuDNN runs convolutions through im2col + cuBLAS even where cuDNN
 	// is installed (conv_cudnn.go).
 	NoCuDNN bool
+	// NoBatchNormOnePass normalises every training batch norm in three
+	// launches (statistics, their finish, y), also where a channel fits
+	// in a block's shared memory (norm.go).
+	NoBatchNormOnePass bool
 	// NoSideStream keeps every operation on one stream: a captured step
 	// then has no parallel branches (side.go).
 	NoSideStream bool
@@ -126,7 +130,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0 turn the matching
+// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
@@ -153,6 +157,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	}
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
+	opt.NoBatchNormOnePass = opt.NoBatchNormOnePass || off("EMBER_BN_ONEPASS")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
 		opt.KernelCache = os.Getenv("EMBER_KERNEL_CACHE")
@@ -217,6 +222,8 @@ type Backend struct {
 	dnnEverywhere bool         // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
 	gen           generated // generated elementwise kernels (ewk.go)
+
+	bnOne bnOnePassState // one-pass batch norm's shared memory (norm.go)
 }
 
 // Launch geometry. blockSize threads per block for 1-D kernels; grids are

@@ -1,8 +1,11 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -91,9 +94,24 @@ func channelArgs(total, c, inner int) []any {
 }
 
 // BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):
-// in training each part's sum and squared deviations from its mean, then
-// the statistics per channel, then y elementwise.
+// in training, where a channel fits in a block's shared memory and the
+// channels fill the GPU, one launch (bnOnePass); otherwise each part's sum
+// and squared deviations from its mean, then the statistics per channel,
+// then y elementwise.
 func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32) {
+	b.batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias, n, c, inner, training, momentum, eps, tensor.OpIdentity)
+}
+
+// BatchNormAct is BatchNorm with the activation in the kernel that writes
+// y (tensor.BatchNormActBackend).
+func (b *Backend) BatchNormAct(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32, act tensor.UnaryOp) {
+	if !tensor.BatchNormActivation(act) {
+		panic(fmt.Sprintf("cuda: batch_norm_act: activation op %d; want identity, ReLU or GELU", act))
+	}
+	b.batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias, n, c, inner, training, momentum, eps, act)
+}
+
+func (b *Backend) batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32, act tensor.UnaryOp) {
 	const op = "batch_norm"
 	total := n * c * inner
 	need(op, "x", x, total)
@@ -109,6 +127,15 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
 	px := b.f32(op, x)
+	py, pw, pb := b.f32(op, y), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	if training {
+		if sl, threads, shared, ok := b.bnOnePass(n, c, inner); ok {
+			devCheck(op, sl.launchShared(b.kernel(b.bnOne.kernel()), Dim3{X: min(c, maxGrid), Y: 1, Z: 1},
+				Dim3{X: threads, Y: 1, Z: 1}, shared, []any{py, pm, pi, prm, prv, px, pw, pb,
+					int32(n), int32(c), int32(inner), momentum, eps, int32(act)}))
+			return
+		}
+	}
 	parts := bnParts(c, n*inner)
 	var partial uintptr
 	if training {
@@ -120,15 +147,15 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	}
 	b.launchGrid(op, b.kernel("ember_batch_norm_finish"), warpGroups(c), blockSize, pm, pi, prm, prv, partial,
 		int64(n), int64(c), int64(inner), int64(parts), flag(training), momentum, eps)
-	py, pw, pb := b.f32(op, y), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
 	if total <= math.MaxInt32 && (px|py)%16 == 0 {
 		di, dc := newDivider(max(inner, 1)), newDivider(c)
 		b.launch(op, b.kernel("ember_batch_norm_apply4"), max(total/4, 1), py, px, pm, pi, pw, pb, int32(total), int32(c),
-			int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift))
+			int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift), int32(act))
 		return
 	}
 	args := []any{py, px, pm, pi, pw, pb, int64(total), int64(c), int64(inner)}
-	b.launch(op, b.kernel("ember_batch_norm_apply"), total, append(args, channelArgs(total, c, inner)...)...)
+	args = append(args, channelArgs(total, c, inner)...)
+	b.launch(op, b.kernel("ember_batch_norm_apply"), total, append(args, int32(act))...)
 }
 
 // BatchNormBackward computes dx, dweight and dbias of BatchNorm
@@ -136,6 +163,19 @@ func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 // totals per channel (which also write the parameters' gradients), then dx
 // elementwise.
 func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd tensor.Buffer, n, c, inner int, training, accX, accW, accB bool) {
+	b.batchNormBackward(dx, dweight, dbias, dy, x, weight, tensor.Buffer{}, saveMean, saveInvStd, n, c, inner, training, tensor.OpIdentity, accX, accW, accB)
+}
+
+// BatchNormActBackward is BatchNormBackward of dy·act'(z), z recomputed
+// from x in both passes over dy (tensor.BatchNormActBackend).
+func (b *Backend) BatchNormActBackward(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd tensor.Buffer, n, c, inner int, training bool, act tensor.UnaryOp, accX, accW, accB bool) {
+	if !tensor.BatchNormActivation(act) {
+		panic(fmt.Sprintf("cuda: batch_norm_act_backward: activation op %d; want identity, ReLU or GELU", act))
+	}
+	b.batchNormBackward(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd, n, c, inner, training, act, accX, accW, accB)
+}
+
+func (b *Backend) batchNormBackward(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd tensor.Buffer, n, c, inner int, training bool, act tensor.UnaryOp, accX, accW, accB bool) {
 	const op = "batch_norm_backward"
 	total := n * c * inner
 	need(op, "dy", dy, total)
@@ -147,6 +187,7 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	}
 	pdy, px, pm, pi := b.f32(op, dy), b.f32(op, x), b.f32(op, saveMean), b.f32(op, saveInvStd)
 	pdw, pdb := b.f32Opt(op, "dweight", dweight, c), b.f32Opt(op, "dbias", dbias, c)
+	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
 	needCoef := training && !dx.Empty()
 	var coef uintptr
 	if needCoef || pdw != 0 || pdb != 0 {
@@ -157,23 +198,126 @@ func (b *Backend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 		if needCoef {
 			coef = partial + uintptr(2*c*parts*8)
 		}
+		// A GELU's derivative (erff, expf) costs more than a pass over
+		// memory: the sums' kernel stores g for the dx pass, in dx itself
+		// when it is overwritten.
+		var pg uintptr
+		if (act == tensor.OpGELU || act == tensor.OpGELUTanh) && !dx.Empty() {
+			if pg = b.f32Opt(op, "dx", dx, total); accX {
+				gs := b.workspace(op, 4*total)
+				defer b.release(gs)
+				pg = gs.Ptr()
+			}
+		}
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_partial"), bnGrid(c, parts), blockSize, partial,
-			pdy, px, pm, pi, int64(n), int64(c), int64(inner), int64(parts))
+			pdy, px, pm, pi, pw, pb, pg, int64(n), int64(c), int64(inner), int64(parts), int32(act))
+		if pg != 0 {
+			pdy, act = pg, tensor.OpIdentity
+		}
 		b.launchGrid(op, b.kernel("ember_batch_norm_backward_finish"), warpGroups(c), blockSize, coef, pdw, pdb, partial,
 			int64(n), int64(c), int64(inner), int64(parts), flag(accW), flag(accB))
 	}
 	if !dx.Empty() {
-		pdx, pw := b.f32Opt(op, "dx", dx, total), b.f32Opt(op, "weight", weight, c)
+		pdx := b.f32Opt(op, "dx", dx, total)
 		if total <= math.MaxInt32 && (pdx|pdy|px)%16 == 0 {
 			di, dc := newDivider(max(inner, 1)), newDivider(c)
-			b.launch(op, b.kernel("ember_batch_norm_backward_dx4"), max(total/4, 1), pdx, pdy, px, pw, pm, pi, coef,
-				int32(total), int32(c), int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift), flag(training), flag(accX))
+			b.launch(op, b.kernel("ember_batch_norm_backward_dx4"), max(total/4, 1), pdx, pdy, px, pw, pm, pi, coef, pb,
+				int32(total), int32(c), int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift), flag(training), flag(accX), int32(act))
 			return
 		}
-		args := []any{pdx, pdy, px, pw, pm, pi, coef, int64(total), int64(c), int64(inner)}
+		args := []any{pdx, pdy, px, pw, pm, pi, coef, pb, int64(total), int64(c), int64(inner)}
 		args = append(args, channelArgs(total, c, inner)...)
-		b.launch(op, b.kernel("ember_batch_norm_backward_dx"), total, append(args, flag(training), flag(accX))...)
+		b.launch(op, b.kernel("ember_batch_norm_backward_dx"), total, append(args, flag(training), flag(accX), int32(act))...)
 	}
+}
+
+// sharedLauncher is an executor that launches kernels with dynamic shared
+// memory (the GPU's); the tests' recorders lack it, and batch norm takes
+// its other path there.
+type sharedLauncher interface {
+	launchShared(f *Function, grid, block Dim3, shared int, args []any) error
+}
+
+func (g *gpuExec) launchShared(f *Function, grid, block Dim3, shared int, args []any) error {
+	if err := g.settle(); err != nil {
+		return err
+	}
+	return f.Launch(grid, block, shared, g.stream, args...)
+}
+
+// bnOnePassState is the one-pass batch norm's shared memory: the most
+// dynamic shared memory a block of ember_batch_norm_onepass may take, set
+// once on the kernel (0: the path is off).
+type bnOnePassState struct {
+	once        sync.Once
+	ready       atomic.Bool // once has run
+	bytes       int
+	anyChannels bool // tests: take the path for any number of channels
+	// threads and unroll, when set, replace the choice of block size and
+	// of loads in flight per thread (8 or 16): tests and benchmarks.
+	threads, unroll int
+}
+
+// kernel is the one-pass kernel's name.
+func (st *bnOnePassState) kernel() string {
+	if st.unroll == 16 {
+		return "ember_batch_norm_onepass16"
+	}
+	return "ember_batch_norm_onepass"
+}
+
+// bnSharedCandidates are the per-block shared memory sizes tried, largest
+// first: H100/H200 (227 KiB), A100 (163 KiB), the 99 KiB of sm_86/sm_89,
+// less 1 KiB for the kernel's static shared memory (the block sums).
+var bnSharedCandidates = []int{227<<10 - 1<<10, 163<<10 - 1<<10, 99<<10 - 1<<10}
+
+// bnOnePass says whether a training batch norm of [n, c, inner] runs as
+// ember_batch_norm_onepass, and with how many threads and bytes of shared
+// memory: where a channel's n·inner floats fit in the shared memory a block
+// may take and there are at least as many channels as SMs (one block per
+// channel: fewer would leave SMs idle, where the split path spreads every
+// channel over many blocks). Blocks of 512 threads, or 1024 when a channel
+// takes more than half the shared memory (then one block fits on an SM, and
+// it alone must keep enough loads in flight).
+func (b *Backend) bnOnePass(n, c, inner int) (sl sharedLauncher, threads, shared int, ok bool) {
+	if b.opt.NoBatchNormOnePass {
+		return nil, 0, 0, false
+	}
+	sl, ok = b.x.(sharedLauncher)
+	if !ok || n*c*inner > math.MaxInt32 {
+		return nil, 0, 0, false
+	}
+	st := &b.bnOne
+	if !st.ready.Load() && b.capturing.Load() {
+		// Setting a kernel's attribute while a graph is captured is left
+		// alone: this step takes the split path.
+		return nil, 0, 0, false
+	}
+	st.once.Do(func() {
+		defer st.ready.Store(true)
+		f, f16 := b.loaded("ember_batch_norm_onepass"), b.loaded("ember_batch_norm_onepass16")
+		if f == nil || f16 == nil {
+			return
+		}
+		for _, bytes := range bnSharedCandidates {
+			if f.SetMaxDynamicSharedMemory(bytes) == nil && f16.SetMaxDynamicSharedMemory(bytes) == nil {
+				st.bytes = bytes
+				return
+			}
+		}
+	})
+	shared = 4 * n * inner
+	if shared > st.bytes || (c < b.dev.MultiprocessorCount() && !st.anyChannels) {
+		return nil, 0, 0, false
+	}
+	threads = 512
+	if 2*shared > st.bytes {
+		threads = 1024
+	}
+	if st.threads > 0 {
+		threads = st.threads
+	}
+	return sl, threads, shared, true
 }
 
 // warpGroups is the grid of a kernel that gives each of groups (rows,

@@ -85,6 +85,13 @@ func TestGPUOpBench(t *testing.T) {
 		t.Skip("the operator benchmark runs with EMBER_OPBENCH=1")
 	}
 	b := newGPUBackend(t, BackendOptions{})
+	// EMBER_OPBENCH_BN=THREADSxUNROLL picks the one-pass batch norm's
+	// block size and loads in flight per thread (to compare its forms).
+	if v := os.Getenv("EMBER_OPBENCH_BN"); v != "" {
+		if _, err := fmt.Sscanf(v, "%dx%d", &b.bnOne.threads, &b.bnOne.unroll); err != nil {
+			t.Fatalf("EMBER_OPBENCH_BN=%q: want THREADSxUNROLL, e.g. 512x16", v)
+		}
+	}
 	var filter *regexp.Regexp
 	if f := os.Getenv("EMBER_OPBENCH_FILTER"); f != "" {
 		var err error
@@ -389,11 +396,18 @@ func normCase(op, shape string, dims []int, params int, f func(x, w, bias *tenso
 		}}
 }
 
-func batchNormCase(dims []int) opCase {
+func batchNormCase(dims []int) opCase { return batchNormActCase(dims, tensor.OpIdentity) }
+
+// batchNormActCase is BatchNorm followed by act (ResNet-9's ReLU,
+// airbench's GELU) as nn's fusion runs it: one operation each way, the
+// same traffic as BatchNorm's ("BatchNormReLU", "BatchNormGELU"; PyTorch's
+// rows are its two operations).
+func batchNormActCase(dims []int, act tensor.UnaryOp) opCase {
 	c := dims[1]
+	op := map[tensor.UnaryOp]string{tensor.OpIdentity: "BatchNorm", tensor.OpReLU: "BatchNormReLU", tensor.OpGELU: "BatchNormGELU"}[act]
 	var mean, variance *tensor.Tensor // made by the first setup, freed with the inputs
-	cs := normCase("BatchNorm", shapeName(dims)+" train", dims, c, func(x, w, bias *tensor.Tensor) *tensor.Tensor {
-		return tensor.BatchNorm(x, w, bias, mean, variance, true, 0.1, 1e-5)
+	cs := normCase(op, shapeName(dims)+" train", dims, c, func(x, w, bias *tensor.Tensor) *tensor.Tensor {
+		return tensor.BatchNormAct(x, w, bias, mean, variance, true, 0.1, 1e-5, act)
 	}, true)
 	setup := cs.setup
 	cs.setup = func(b tensor.Backend, rng *rand.Rand) (func(*tensor.Scope) *tensor.Tensor, []*tensor.Tensor) {
@@ -475,6 +489,10 @@ func opCases() []opCase {
 		batchNormCase(resnetAct),
 		batchNormCase([]int{512, 128, 14, 14}),
 		batchNormCase([]int{512, 256, 7, 7}),
+		batchNormCase([]int{1024, 256, 7, 7}),
+		batchNormActCase([]int{512, 128, 14, 14}, tensor.OpReLU),
+		batchNormActCase([]int{512, 256, 7, 7}, tensor.OpReLU),
+		batchNormActCase([]int{1024, 256, 7, 7}, tensor.OpGELU),
 		crossEntropyCase(0.1),
 		crossEntropyCase(0),
 		unaryCase("Dropout", shapeName(gptAct)+" p=0.2", gptAct, 2, 2, func(x *tensor.Tensor) *tensor.Tensor {

@@ -22,7 +22,8 @@ import (
 
 // The zoo's GPU benchmark: each workload of zoo.py (the PyTorch anchors)
 // run the same way with the same model, batch size, optimiser and schedule,
-// printing zoo.py's JSON lines plus the GPU memory it reserved at peak.
+// printing zoo.py's JSON lines plus the GPU memory it reserved and
+// allocated at peak (docs/bench/zoo_memory.sh puts them beside PyTorch's).
 //
 //	EMBER_ZOO=resnet9 EMBER_ZOO_FMNIST=DIR [EMBER_ZOO_EPOCHS=8] go test ./models -run TestZooGPU -v -timeout 1h
 //	EMBER_ZOO=airbench go test ./models -run TestZooGPU -v
@@ -38,6 +39,8 @@ import (
 // launches every step eagerly instead of replaying a captured CUDA graph.
 // EMBER_ZOO_ATTENTION=composed hides the backend's fused attention, so that
 // attention is composed of products, softmax and dropout (to compare).
+// EMBER_ZOO_RELEASE=0 keeps a step's activations until the next step
+// instead of giving them back during Backward (to compare the memory).
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -113,12 +116,18 @@ type zooEnv struct {
 	sizes     zooSizes
 	precision tensor.Precision // "" is fp32
 	lines     []map[string]any // what zooOut printed, for the smoke test
+	// The allocator's peaks (bytes) folded in by memPhase: the run's, its
+	// training steps' and its evaluations'.
+	peak, train, eval struct{ reserved, allocated int }
 }
 
-// newScope is a scope for a workload's steps, with the run's autocast.
+// newScope is a scope for a workload's steps, with the run's autocast,
+// giving the activations back during Backward as trainer.CaptureStep's
+// scopes do (EMBER_ZOO_RELEASE=0: kept until the next step, to compare).
 func (z *zooEnv) newScope() *tensor.Scope {
 	s := tensor.NewScope()
 	s.SetAutocast(z.precision.Autocast())
+	s.SetReleaseInBackward(os.Getenv("EMBER_ZOO_RELEASE") != "0")
 	return s
 }
 
@@ -157,22 +166,39 @@ func (z *zooEnv) sync(t *testing.T) {
 	}
 }
 
-// peakReservedMiB is the GPU memory the allocator reserved at its peak
-// (0 on the CPU).
-func (z *zooEnv) peakReservedMiB() float64 {
+// memPhase folds the allocator's peaks since the last call into those of
+// the phase that just ended (training steps, or an evaluation when eval)
+// and the run's, and starts them afresh; nothing on the CPU.
+func (z *zooEnv) memPhase(eval bool) {
 	if z.gpu == nil {
-		return 0
+		return
 	}
-	return mib(z.gpu.MemoryStats().Reserved.Peak)
+	st := z.gpu.MemoryStats()
+	ph := &z.train
+	if eval {
+		ph = &z.eval
+	}
+	for _, p := range []*struct{ reserved, allocated int }{ph, &z.peak} {
+		p.reserved = max(p.reserved, st.Reserved.Peak)
+		p.allocated = max(p.allocated, st.Allocated.Peak)
+	}
+	z.gpu.Allocator().ResetPeakStats()
 }
 
-// peakAllocatedMiB is the memory the allocator's blocks held at their peak
-// (torch's max_memory_allocated; 0 on the CPU).
-func (z *zooEnv) peakAllocatedMiB() float64 {
-	if z.gpu == nil {
-		return 0
+// memory is the memory fields of a JSON line, in MiB as torch reports
+// them: peak_reserved_mib and peak_allocated_mib are the run's so far
+// (zoo_memory.py's torch.cuda.max_memory_reserved and
+// max_memory_allocated), the train_ and eval_ ones those of the training
+// steps and the evaluations (data sets and cuBLAS's workspace included in
+// all). It folds in the phase that just ended (memPhase).
+func (z *zooEnv) memory(eval bool) []any {
+	z.memPhase(eval)
+	kv := []any{"peak_reserved_mib", mib(z.peak.reserved), "peak_allocated_mib", mib(z.peak.allocated),
+		"train_peak_reserved_mib", mib(z.train.reserved), "train_peak_allocated_mib", mib(z.train.allocated)}
+	if z.eval.reserved > 0 {
+		kv = append(kv, "eval_peak_reserved_mib", mib(z.eval.reserved), "eval_peak_allocated_mib", mib(z.eval.allocated))
 	}
-	return mib(z.gpu.MemoryStats().Allocated.Peak)
+	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0")
 }
 
 // out prints one JSON line as zoo.py's out does, with mode "ember".
@@ -437,9 +463,11 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		lastLoss := loss.Item()
+		z.memPhase(false)
 		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
-		z.out(t, "resnet9", "epoch", e+1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
-			"test_acc", round(acc, 2), "peak_reserved_mib", z.peakReservedMiB(), "peak_allocated_mib", z.peakAllocatedMiB(), "step", st.logged)
+		z.sync(t)
+		z.out(t, "resnet9", append([]any{"epoch", e + 1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
+			"test_acc", round(acc, 2), "step", st.logged}, z.memory(true)...)...)
 	}
 }
 
@@ -492,6 +520,9 @@ func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int)
 	for start := 0; start < n; start += batch {
 		k := min(batch, n-start)
 		s := tensor.NewNoGradScope()
+		// Layers that hand each input back once the next is done
+		// (tensor.ReleaseInput) may, in this scope, as torch.no_grad does.
+		s.SetReleaseInBackward(os.Getenv("EMBER_ZOO_RELEASE") != "0")
 		xs := tensor.Empty(x.Backend(), s, k, x.Dim(1), x.Dim(2), x.Dim(3)) // in s, so is all that derives from it
 		tensor.CopyTensor(xs, x.Narrow(0, start, k))
 		pred := tensor.Argmax(m.Logits(xs)).Int32s()
@@ -553,8 +584,8 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 		}
 		z.sync(t)
 		secs := time.Since(start).Seconds()
-		z.out(t, "airbench", "epoch", e+1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
-			"peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+		z.out(t, "airbench", append([]any{"epoch", e + 1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
+			"step", st.logged}, z.memory(false)...)...)
 	}
 }
 
@@ -624,8 +655,8 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		}
 		z.sync(t)
 		secs := time.Since(start).Seconds()
-		z.out(t, "gpt", "round", r+1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx)/secs),
-			"loss", round(float64(loss.Item()), 4), "vocab", v, "peak_reserved_mib", z.peakReservedMiB(), "step", st.logged)
+		z.out(t, "gpt", append([]any{"round", r + 1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx) / secs),
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "step", st.logged}, z.memory(false)...)...)
 	}
 }
 
@@ -671,6 +702,11 @@ func TestZooHarnessCPU(t *testing.T) {
 		loss, _ := l["loss"].(float64)
 		if l["what"] != want[i] || !(loss > 0) || math.IsInf(loss, 0) {
 			t.Errorf("line %d: %v; want %s with a finite positive loss", i, l, want[i])
+		}
+		for _, k := range []string{"peak_reserved_mib", "peak_allocated_mib", "train_peak_reserved_mib", "train_peak_allocated_mib", "release_in_backward"} {
+			if _, ok := l[k]; !ok {
+				t.Errorf("line %d has no %s (zoo_memory.sh reads it): %v", i, k, l)
+			}
 		}
 	}
 	if acc, _ := z.lines[1]["test_acc"].(float64); acc < 0 || acc > 100 || z.lines[1]["epoch"] != 2 {

@@ -24,12 +24,12 @@
 // step captured in a CUDA graph).
 //
 // Fusion (fuse.go): a Sequential runs groups of consecutive layers as one
-// fused operation (Conv2d→ReLU→MaxPool2d, Conv2d→ReLU, Linear→ReLU,
-// activations in a row as one generated kernel), a Residual adds its skip
-// connection in its block's last activations, and a Sequential's
-// CrossEntropyLoss runs its last Linear layer with the loss; the results
-// are the layers' own up to the order of sums. SetFusion(m, false), or
-// EMBER_FUSION=off, runs every layer on its own.
+// fused operation (Conv2d→ReLU→MaxPool2d, Conv2d→ReLU, BatchNorm→ReLU or
+// GELU, Linear→ReLU, activations in a row as one generated kernel), a
+// Residual adds its skip connection in its block's last activations, and a
+// Sequential's CrossEntropyLoss runs its last Linear layer with the loss;
+// the results are the layers' own up to the order of sums. SetFusion(m,
+// false), or EMBER_FUSION=off, runs every layer on its own.
 //
 // Where to start: module.go (Module, Parameter), tree.go (how fields
 // become state_dict names), one file per layer (conv2d.go, linear.go,

@@ -13,8 +13,8 @@ import (
 // its layers on its own. Before a forward pass it looks at consecutive
 // layers and runs a group that a rule of fusionRules matches through one
 // fused tensor operation: a convolution with its ReLU and a max pooling
-// over disjoint windows, a convolution with its ReLU, a linear layer with
-// its ReLU; CrossEntropyLoss and LossSum run a last Linear layer and the
+// over disjoint windows, a convolution with its ReLU, batch norm with its
+// ReLU or GELU, a linear layer with its ReLU; CrossEntropyLoss and LossSum run a last Linear layer and the
 // loss as one operation. The fused operations compute what the layers do
 // one by one (up to the order of the sums), and each falls back to those
 // layers' operations on a backend without a fused form, so fusion changes
@@ -65,6 +65,21 @@ var fusionRules = []fusionRule{
 		},
 		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
 			return ls[0].Module.(*Conv2d).ForwardReLU(x)
+		},
+	},
+	{
+		// Batch norm and its activation: the activation in the pass that
+		// writes the output, its gradient in batch norm's backward pass
+		// (which recomputes the normalised value from the input).
+		name: "batchnorm+act",
+		match: func(ls []Layer) int {
+			if len(ls) >= 2 && batchNormOf(ls[0].Module) != nil && bnActivation(ls[1].Module) != tensor.OpIdentity {
+				return 2
+			}
+			return 0
+		},
+		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
+			return batchNormOf(ls[0].Module).forwardAct(ls[0].Module, ls[1].Module, x)
 		},
 	},
 	{
@@ -265,12 +280,17 @@ func plan(ls []Layer, off bool) []fusionStep {
 
 // runLayers applies ls in order, grouped as plan says.
 func runLayers(ls []Layer, off bool, x *tensor.Tensor) *tensor.Tensor {
+	first := x
 	for _, st := range plan(ls, off) {
+		in := x
 		if st.rule == nil {
 			x = ls[st.start].Module.Forward(x)
-			continue
+		} else {
+			x = st.rule.forward(ls[st.start:st.start+st.n], x)
 		}
-		x = st.rule.forward(ls[st.start:st.start+st.n], x)
+		if in != first { // the caller's input stays
+			tensor.ReleaseInput(in, x)
+		}
 	}
 	return x
 }
@@ -302,6 +322,45 @@ func crossEntropyOf(m Module, x, labels, sum *tensor.Tensor) *tensor.Tensor {
 		tensor.Complete(loss.Backend()).Axpy(sum.Buffer(), 1, loss.Buffer())
 	}
 	return loss
+}
+
+// batchNormOf is the state of a BatchNorm1d or BatchNorm2d layer, nil for
+// another module.
+func batchNormOf(m Module) *BatchNorm {
+	switch v := m.(type) {
+	case *BatchNorm2d:
+		if v != nil {
+			return &v.BatchNorm
+		}
+	case *BatchNorm1d:
+		if v != nil {
+			return &v.BatchNorm
+		}
+	}
+	return nil
+}
+
+// bnActivation is the op of an activation layer that batch norm can run
+// in its own kernels (ReLU, GELU in either form), else OpIdentity.
+func bnActivation(m Module) tensor.UnaryOp {
+	switch v := m.(type) {
+	case ReLU, *ReLU:
+		return tensor.OpReLU
+	case GELU:
+		return geluOp(v.Tanh)
+	case *GELU:
+		if v != nil {
+			return geluOp(v.Tanh)
+		}
+	}
+	return tensor.OpIdentity
+}
+
+func geluOp(approximateTanh bool) tensor.UnaryOp {
+	if approximateTanh {
+		return tensor.OpGELUTanh
+	}
+	return tensor.OpGELU
 }
 
 // isReLU reports whether m is a ReLU layer.

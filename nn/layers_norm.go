@@ -86,6 +86,12 @@ func (n *BatchNorm) Training() bool { return !n.evaluating }
 
 // forward normalises x, which the caller has checked.
 func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
+	return n.forwardWith(x, tensor.OpIdentity)
+}
+
+// forwardWith normalises x and applies act (OpIdentity: none) in the same
+// operation; with statistics from all ranks act must be OpIdentity.
+func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Tensor {
 	training := !n.evaluating || n.RunningMean == nil
 	var y *tensor.Tensor
 	// Without running statistics evaluation uses the batch's too, but
@@ -96,7 +102,7 @@ func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
 	if training && !n.evaluating && n.sync != nil {
 		y = n.syncForward(x)
 	} else {
-		y = tensor.BatchNorm(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps)
+		y = tensor.BatchNormAct(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps, act)
 	}
 	if training && n.NumBatchesTracked != nil {
 		// One more step, counted on the device: no host synchronisation,
@@ -111,6 +117,23 @@ func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
 		}
 	}
 	return y
+}
+
+// forwardAct is act(bn(x)) for the layers bn (a BatchNorm1d or
+// BatchNorm2d whose state n is) and act (ReLU or GELU): one operation each
+// way (tensor.BatchNormAct), or the two layers one after the other where
+// the statistics come from all ranks (SetSyncBatchNorm).
+func (n *BatchNorm) forwardAct(bn, act Module, x *tensor.Tensor) *tensor.Tensor {
+	if n.sync != nil && !n.evaluating {
+		return act.Forward(bn.Forward(x))
+	}
+	switch l := bn.(type) {
+	case *BatchNorm2d:
+		l.check(x)
+	case *BatchNorm1d:
+		l.check(x)
+	}
+	return n.forwardWith(x, bnActivation(act))
 }
 
 // BatchNorm1d normalises [N, C] or [N, C, L] input per channel, as
@@ -130,10 +153,14 @@ func NewBatchNorm1dWith(b tensor.Backend, c int, o BatchNormOptions) *BatchNorm1
 
 // Forward normalises x [N, C] or [N, C, L].
 func (n *BatchNorm1d) Forward(x *tensor.Tensor) *tensor.Tensor {
+	n.check(x)
+	return n.forward(x)
+}
+
+func (n *BatchNorm1d) check(x *tensor.Tensor) {
 	if s := x.Shape(); (len(s) != 2 && len(s) != 3) || (n.channels() > 0 && s[1] != n.channels()) {
 		panic(fmt.Sprintf("nn: BatchNorm1d of %d channels given %v; want [N, %d] or [N, %d, L]", n.channels(), s, n.channels(), n.channels()))
 	}
-	return n.forward(x)
 }
 
 // BatchNorm2d normalises [N, C, H, W] input per channel, as
@@ -153,10 +180,14 @@ func NewBatchNorm2dWith(b tensor.Backend, c int, o BatchNormOptions) *BatchNorm2
 
 // Forward normalises x [N, C, H, W].
 func (n *BatchNorm2d) Forward(x *tensor.Tensor) *tensor.Tensor {
+	n.check(x)
+	return n.forward(x)
+}
+
+func (n *BatchNorm2d) check(x *tensor.Tensor) {
 	if s := x.Shape(); len(s) != 4 || (n.channels() > 0 && s[1] != n.channels()) {
 		panic(fmt.Sprintf("nn: BatchNorm2d of %d channels given %v; want [N, %d, H, W]", n.channels(), s, n.channels()))
 	}
-	return n.forward(x)
 }
 
 // channels is C: the constructor's, or for a layer built as a struct

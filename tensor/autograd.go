@@ -8,6 +8,7 @@ type node struct {
 	op       string
 	inputs   []*Tensor
 	backward func(g *Tensor, e *engine)
+	saved    []*Tensor // buffers made for backward alone (saveFor)
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.
@@ -108,6 +109,7 @@ func (t *Tensor) IsLeaf() bool { return t.node == nil && !t.consumed }
 
 // Detach returns a view of t that records no history.
 func (t *Tensor) Detach() *Tensor {
+	t.st.refs++ // a holder outside the graph: Backward keeps the memory
 	return &Tensor{st: t.st, off: t.off, shape: t.Shape(), strides: t.Strides(), scope: t.scope}
 }
 
@@ -128,7 +130,11 @@ func record(out *Tensor, op string, backward func(g *Tensor, e *engine), inputs 
 
 // Backward computes the gradient of the scalar t with respect to every leaf
 // that requires one, adding it into their Grad (as PyTorch accumulates).
-// The graph is consumed: calling Backward twice on it panics.
+// The graph is consumed: calling Backward twice on it, or on another root
+// whose graph shares a part with it, panics before anything is computed.
+// In a scope that releases in backward (SetReleaseInBackward) the memory
+// of the graph's intermediate tensors is given back during the pass
+// (release.go).
 func (t *Tensor) Backward() {
 	if t.Len() != 1 {
 		panic(fmt.Sprintf("tensor: Backward of a non-scalar of shape %v", t.shape))
@@ -139,7 +145,11 @@ func (t *Tensor) Backward() {
 	if t.consumed {
 		panic("tensor: Backward through a graph that was already consumed")
 	}
+	if t.Released() {
+		panic("tensor: Backward of a released tensor (its scope was reset or released)")
+	}
 	order := topoOrder(t)
+	mustNotBeConsumed(order)
 	e := &engine{grads: make(map[*Tensor]*Tensor, len(order)), scope: t.scope}
 	// The seed is ones, filled only if a backward function reads it: those
 	// that know it is one (isOne) skip a fill per step.
@@ -153,6 +163,7 @@ func (t *Tensor) Backward() {
 		return
 	}
 	pending := hookedLeafUses(order)
+	plan := newReleasePlan(t, order)
 	e.grads[t] = seed
 	for i := len(order) - 1; i >= 0; i-- {
 		u := order[i]
@@ -163,20 +174,33 @@ func (t *Tensor) Backward() {
 		u.consumed = true
 		if g != nil {
 			e.current, e.keepCurrent = g.st, false
+			plan.before()
 			n.backward(g, e)
+			plan.after(e, n)
 		}
 		if pending != nil {
 			gradsReady(pending, n.inputs)
-		}
-		if g == nil {
-			continue
 		}
 		// Nothing reads u's gradient after this (unless a view of it became
 		// an input's gradient): give its memory back now rather than at the
 		// end of the step, which keeps the peak of a backward pass near one
 		// activation's gradient at a time.
-		if g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent {
+		if g != nil && g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent {
 			g.st.release()
+		}
+		plan.done(e, u, n)
+	}
+}
+
+// mustNotBeConsumed panics when a node of order reads a tensor whose own
+// node an earlier Backward used up: that part of the graph has no history
+// left (and, in a scope that releases in backward, no memory).
+func mustNotBeConsumed(order []*Tensor) {
+	for _, u := range order {
+		for _, in := range u.node.inputs {
+			if in != nil && in.requiresGrad && in.consumed {
+				panic(fmt.Sprintf("tensor: Backward through a graph that was already consumed: the input of %s was computed by a graph an earlier Backward went through", u.node.op))
+			}
 		}
 	}
 }
@@ -308,7 +332,10 @@ func (e *engine) pass(t *Tensor, g *Tensor) {
 	}
 	b := t.st.b
 	if !g.IsContiguous() {
+		// A dense copy for this pass alone: its memory goes back once the
+		// addition is queued.
 		g = g.copyDense(e.scopeFor(t))
+		defer g.Release()
 	}
 	dst, acc := e.sink(t)
 	if acc {

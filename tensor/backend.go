@@ -267,7 +267,7 @@ type SGDStep struct {
 //     optim and nn call them through it.
 //   - The layer-level and fused interfaces (LinearBackend,
 //     BiasReLUBackend, ConvPoolBackend, LinearCrossEntropyBackend,
-//     FusedBackend, NormBackend, PoolBackend, ClassLossBackend,
+//     FusedBackend, NormBackend, BatchNormActBackend, PoolBackend, ClassLossBackend,
 //     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
 //     DropoutBackend, AugmentBackend, LowPrecisionBackend,
 //     LowPrecisionConvBackend, AttentionBackend): the operation that looks

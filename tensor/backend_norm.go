@@ -39,3 +39,31 @@ type NormBackend interface {
 	// Σ_rows dy.
 	LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean, saveInvStd Buffer, rows, cols int, accX, accW, accB bool)
 }
+
+// BatchNormActBackend is implemented by backends that run batch norm and
+// the activation after it as one operation each way (BatchNormAct): the
+// activation in the pass that writes y, and its gradient folded into the
+// backward pass, which recomputes batch norm's output z from x rather than
+// keeping it. Without it BatchNormAct runs BatchNorm and the activation's
+// own operation (ReLU, GELU), which write and read z once more each way.
+type BatchNormActBackend interface {
+	// BatchNormAct is NormBackend.BatchNorm with y = act(z) for z the
+	// normalised value, act one of the activations BatchNormActivation
+	// accepts, computed as the elementwise core computes that op.
+	BatchNormAct(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias Buffer, n, c, inner int, training bool, momentum, eps float32, act UnaryOp)
+	// BatchNormActBackward is NormBackend.BatchNormBackward of the gradient
+	// g = dy·act'(z) of z, where z = (x - saveMean)·saveInvStd·weight +
+	// bias is recomputed as the forward pass rounded it (so that ReLU's
+	// mask is the forward's).
+	BatchNormActBackward(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd Buffer, n, c, inner int, training bool, act UnaryOp, accX, accW, accB bool)
+}
+
+// BatchNormActivation reports whether BatchNormAct takes act: identity,
+// ReLU and both forms of GELU.
+func BatchNormActivation(act UnaryOp) bool {
+	switch act {
+	case OpIdentity, OpReLU, OpGELU, OpGELUTanh:
+		return true
+	}
+	return false
+}

@@ -138,6 +138,37 @@ func (*cpuBackend) BatchNormBackward(dx, dweight, dbias, dy, x, weight, saveMean
 	}
 }
 
+// BatchNormAct is BatchNorm, then act on each y as the elementwise core
+// computes it (tensor.BatchNormActBackend).
+func (cb *cpuBackend) BatchNormAct(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias Buffer, n, c, inner int, training bool, momentum, eps float32, act UnaryOp) {
+	cb.BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias, n, c, inner, training, momentum, eps)
+	if act == OpIdentity {
+		return
+	}
+	ys := f32(y)
+	for i, v := range ys {
+		ys[i] = unary32(act, v, 0, 0)
+	}
+}
+
+// BatchNormActBackward recomputes z as BatchNorm rounds it, takes g =
+// dy·act'(z) as the elementwise core's backward pass does, and runs
+// BatchNormBackward on g (tensor.BatchNormActBackend).
+func (cb *cpuBackend) BatchNormActBackward(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd Buffer, n, c, inner int, training bool, act UnaryOp, accX, accW, accB bool) {
+	g := dy
+	if act != OpIdentity {
+		g, _ = cb.Alloc(dy.Len, Float32)
+		gs, dys, xs, sm, si := f32(g), f32(dy), f32(x), f32(saveMean), f32(saveInvStd)
+		w, b := f32Opt(weight), f32Opt(bias)
+		for i := range gs {
+			ch := (i / max(inner, 1)) % c
+			wc, bc := affineAt(w, b, ch)
+			gs[i] = unaryGrad32(act, normalized(xs[i], sm[ch], si[ch], wc, bc), dys[i], 0, 0)
+		}
+	}
+	cb.BatchNormBackward(dx, dweight, dbias, g, x, weight, saveMean, saveInvStd, n, c, inner, training, accX, accW, accB)
+}
+
 func (*cpuBackend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32) {
 	xs, ys, sm, si := f32(x), f32(y), f32(saveMean), f32(saveInvStd)
 	w, b := f32Opt(weight), f32Opt(bias)

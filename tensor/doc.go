@@ -24,7 +24,12 @@
 //   - Mixed precision: ops_cast.go (the BFloat16 dtype's rounding, Cast)
 //     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
 //     float32 results and float32 parameters, as torch.autocast).
-//   - autograd.go: Backward, gradient accumulation, ZeroGrad.
+//   - autograd.go: Backward, gradient accumulation, ZeroGrad; release.go:
+//     Scope.SetReleaseInBackward, under which Backward gives each
+//     activation back once the pass is through with it (Retain keeps one),
+//     and ReleaseInput, the same for a no-grad chain of layers.
+//     CountingCPU (cpu_counting.go) counts the bytes a step holds on the
+//     host.
 //   - backend.go: the Backend interface, which is all a new backend must
 //     implement: memory (Alloc, Free, Upload, Download), Fill, Copy and
 //     CopyStrided, strided elementwise operations by op code

@@ -276,6 +276,7 @@ func CrossEntropy(logits, labels *Tensor) *Tensor {
 		dst, acc := e.sink(logits)
 		Complete(be).ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
 	}, logits)
+	saveFor(loss, dlogits)
 	return loss
 }
 
@@ -363,6 +364,7 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 		}
 		lastLayerGrads(be, dw, db, d, x, w, accW, accB)
 	}, x, w, b)
+	saveFor(loss, dlogits, dx)
 	return loss
 }
 

@@ -161,6 +161,7 @@ func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
 			e.pass(x, dx)
 		}
 	}, x, w, b)
+	saveFor(out, argmax)
 	return out
 }
 

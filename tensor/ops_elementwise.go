@@ -54,9 +54,7 @@ func broadcastAll(op string, ts ...*Tensor) []int {
 // broadcasts to): zero strides on the new leading axes and on axes where t
 // has size 1.
 func viewOf(t *Tensor, shape []int) View {
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	strides := make([]int, len(shape))
 	lead := len(shape) - len(t.shape)
@@ -113,7 +111,7 @@ func sumTo(g *Tensor, shape []int, s *Scope) *Tensor {
 		cur, curShape = r, next
 		k = j
 	}
-	return cur.view(cur.off, slices.Clone(shape), contiguousStrides(shape))
+	return cur.rawView(cur.off, slices.Clone(shape), contiguousStrides(shape))
 }
 
 // channelForm says whether summing dims down to want (the same rank, each

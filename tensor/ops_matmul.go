@@ -76,6 +76,7 @@ func batchMatMul(a, b *Tensor, alpha float32, addend *Tensor) *Tensor {
 			e.give(b, sumToBatch(db, ob.batch, b.shape))
 		}
 	}, a, b)
+	saveFor(out, oa.copyOf(a), ob.copyOf(b))
 	shape := out.Shape()
 	switch {
 	case rowA && colB:
@@ -161,16 +162,23 @@ func matrixOperand(t *Tensor, batch []int, s *Scope) matOperand {
 		}
 	}
 	strides[len(full)-2], strides[len(full)-1] = t.strides[rank-2], t.strides[rank-1]
-	return matOperand{t: t.view(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+	return matOperand{t: t.rawView(t.off, full, strides).copyDense(s), stride: r * c, batch: tb}
+}
+
+// copyOf is the operand's tensor when it is a dense copy of t that only
+// the product reads (nil when it is t's own memory).
+func (o matOperand) copyOf(t *Tensor) *Tensor {
+	if o.t.st == t.st {
+		return nil
+	}
+	return o.t
 }
 
 // buffer is the operand's memory from its first element: a whole batch of
 // matrices of size elements, or one when it broadcasts.
 func (o matOperand) buffer(size int) Buffer {
 	t := o.t
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	n := size
 	if o.stride != 0 {
@@ -195,7 +203,7 @@ func sumToBatch(g *Tensor, tb []int, shape []int) *Tensor {
 	if cur != g {
 		g.Release()
 	}
-	return cur.view(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
+	return cur.rawView(cur.off, append([]int(nil), shape...), contiguousStrides(shape))
 }
 
 // sumAxis sums a dense tensor over one axis (kept with size 1), as a
@@ -335,12 +343,7 @@ func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p f
 		e.give(k, dk)
 		e.give(v, dv)
 	}, q, k, v)
-	if out.node == nil { // no backward pass will read them
-		lse.Release()
-		if saved != nil {
-			saved.Release()
-		}
-	}
+	saveFor(out, lse, saved)
 	return out
 }
 

@@ -16,6 +16,38 @@ import (
 // running statistics, which must be given. The backward pass is one
 // operation (the fused formula of NormBackend.BatchNormBackward).
 func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32) *Tensor {
+	return batchNorm(x, weight, bias, runningMean, runningVar, training, momentum, eps, OpIdentity)
+}
+
+// BatchNormAct is act(BatchNorm(x, ...)) for act OpReLU, OpGELU or
+// OpGELUTanh (OpIdentity is BatchNorm): one operation each way on a
+// backend with BatchNormActBackend (the activation in the pass that
+// writes the output; its gradient folded into batch norm's backward pass,
+// which recomputes the normalised value from x instead of keeping it),
+// else BatchNorm and the activation's operation. The results are those of
+// the two operations, bit for bit on the CPU and CUDA backends. Batch norm
+// runs in float32 under autocast, as BatchNorm does.
+func BatchNormAct(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
+	if !BatchNormActivation(act) {
+		panic(fmt.Sprintf("tensor: BatchNormAct with activation op %d; want OpIdentity, OpReLU, OpGELU or OpGELUTanh", act))
+	}
+	if _, ok := x.st.b.(BatchNormActBackend); !ok && act != OpIdentity {
+		y := BatchNorm(x, weight, bias, runningMean, runningVar, training, momentum, eps)
+		switch act {
+		case OpReLU:
+			return ReLU(y)
+		case OpGELU:
+			return GELU(y, false)
+		default:
+			return GELU(y, true)
+		}
+	}
+	return batchNorm(x, weight, bias, runningMean, runningVar, training, momentum, eps, act)
+}
+
+// batchNorm is BatchNorm followed by act through BatchNormActBackend, or
+// BatchNorm alone for OpIdentity.
+func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
 	if len(x.shape) < 2 {
 		panic(fmt.Sprintf("tensor: BatchNorm of %v; want [N, C, ...]", x.shape))
 	}
@@ -52,22 +84,31 @@ func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 		bias = bias.Contiguous()
 	}
 	be := x.st.b
-	nb := normOf(be)
 	s := scopeOf(x, weight, bias)
 	out := Empty(be, s, x.shape...)
 	mean, inv := Empty(be, s, c), Empty(be, s, c)
-	nb.BatchNorm(out.buffer(), mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
-		x.buffer(), optBuffer(weight), optBuffer(bias), n, c, inner, training, momentum, eps)
-	record(out, "batch_norm", func(g *Tensor, e *engine) {
-		dx, accX := e.sink(x)
-		dw, db, accW, accB := affineSinks(e, weight, bias)
-		nb.BatchNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
-			n, c, inner, training, accX, accW, accB)
-	}, x, weight, bias)
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
+	if act == OpIdentity {
+		nb := normOf(be)
+		nb.BatchNorm(out.buffer(), mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
+			x.buffer(), optBuffer(weight), optBuffer(bias), n, c, inner, training, momentum, eps)
+		record(out, "batch_norm", func(g *Tensor, e *engine) {
+			dx, accX := e.sink(x)
+			dw, db, accW, accB := affineSinks(e, weight, bias)
+			nb.BatchNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
+				n, c, inner, training, accX, accW, accB)
+		}, x, weight, bias)
+	} else {
+		ab := be.(BatchNormActBackend)
+		ab.BatchNormAct(out.buffer(), mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
+			x.buffer(), optBuffer(weight), optBuffer(bias), n, c, inner, training, momentum, eps, act)
+		record(out, "batch_norm_act", func(g *Tensor, e *engine) {
+			dx, accX := e.sink(x)
+			dw, db, accW, accB := affineSinks(e, weight, bias)
+			ab.BatchNormActBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), mean.buffer(), inv.buffer(),
+				n, c, inner, training, act, accX, accW, accB)
+		}, x, weight, bias)
 	}
+	saveFor(out, mean, inv)
 	return out
 }
 
@@ -111,10 +152,7 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 		nb.LayerNormBackward(dx, dw, db, g.buffer(), x.buffer(), optBuffer(weight), mean.buffer(), inv.buffer(),
 			rows, cols, accX, accW, accB)
 	}, x, weight, bias)
-	if out.node == nil {
-		mean.Release()
-		inv.Release()
-	}
+	saveFor(out, mean, inv)
 	return out
 }
 

@@ -64,6 +64,7 @@ func MaxPool2dWith(x *Tensor, o PoolOptions) *Tensor {
 		dx, acc := e.sink(x)
 		Complete(be).MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
 	}, x)
+	saveFor(out, argmax)
 	return out
 }
 
@@ -176,5 +177,6 @@ func AdaptiveMaxPool2d(x *Tensor, outH, outW int) *Tensor {
 		dx, acc := e.sink(x)
 		pb.AdaptiveMaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
 	}, x)
+	saveFor(out, argmax)
 	return out
 }

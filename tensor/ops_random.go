@@ -215,8 +215,6 @@ func recordMasked(out, x, mask *Tensor) *Tensor {
 		Complete(be).Mul(dx.buffer(), g.buffer(), mask.buffer())
 		e.give(x, dx)
 	}, x)
-	if out.node == nil {
-		mask.Release()
-	}
+	saveFor(out, mask)
 	return out
 }

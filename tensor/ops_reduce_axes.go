@@ -122,7 +122,7 @@ func adjacentRuns(axes []int) [][2]int {
 }
 
 func reshapedView(t *Tensor, shape []int) *Tensor {
-	return t.view(t.off, slices.Clone(shape), contiguousStrides(shape))
+	return t.rawView(t.off, slices.Clone(shape), contiguousStrides(shape))
 }
 
 // SumAxes sums x over axes (all when none), keeping them as size 1 when

@@ -5,8 +5,18 @@ import (
 	"slices"
 )
 
-// view returns a header over t's storage with another shape and strides.
+// view returns a header over t's storage with another shape and strides,
+// counted as one more holder of the storage: a view the caller may keep,
+// which Backward must not free under (release.go).
 func (t *Tensor) view(off int, shape, strides []int) *Tensor {
+	t.st.refs++
+	return t.rawView(off, shape, strides)
+}
+
+// rawView is view without the count, for a header that goes no further
+// than the operation making it (a transient operand) or that replaces t,
+// which nothing else holds (a fresh result seen with its final shape).
+func (t *Tensor) rawView(off int, shape, strides []int) *Tensor {
 	return &Tensor{st: t.st, off: off, shape: shape, strides: strides, scope: t.scope}
 }
 
@@ -82,9 +92,7 @@ func (t *Tensor) copyDense(s *Scope) *Tensor {
 		t.st.b.Copy(out.buffer(), t.buffer())
 		return out
 	}
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	t.fillPendingOnes()
 	t.st.b.CopyStrided(out.buffer(), t.st.buf.Slice(t.off, t.st.buf.Len-t.off), t.shape, t.strides)
 	return out

@@ -123,6 +123,7 @@ func classLoss(cl ClassLossBackend, logits, labels *Tensor, spec ClassLossSpec) 
 		dst, acc := e.sink(logits)
 		Complete(be).ScaleBy(dst, dlogits.buffer(), g.buffer(), acc)
 	}, logits)
+	saveFor(loss, dlogits)
 	return loss
 }
 

@@ -18,6 +18,9 @@ type Scope struct {
 	noGrad   bool
 	released bool
 	autocast DType // Float32 (off) or BFloat16 (autocast.go)
+	// early: Backward gives the memory of the scope's intermediate
+	// tensors back as it goes (SetReleaseInBackward, release.go).
+	early bool
 }
 
 // NewScope returns an empty scope that records gradients.

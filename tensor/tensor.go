@@ -35,6 +35,17 @@ type storage struct {
 	// onesPending marks Backward's seed before its memory is filled with
 	// ones: the first read through buffer (of it or a view) fills it.
 	onesPending bool
+
+	// What Backward needs to give the memory back early
+	// (Scope.SetReleaseInBackward, release.go): the scope that frees it
+	// (nil: long-lived), how many Tensor values were made over it (the
+	// tensor, its views, Detach), and whether Retain asked to keep it.
+	owner *Scope
+	refs  int
+	kept  bool
+	// byBackward records that Backward gave it back, for the error of a
+	// later read.
+	byBackward bool
 }
 
 // liveness is kept apart from storage so that a cleanup attached to the
@@ -54,7 +65,7 @@ func newStorage(b Backend, n int, dt DType, s *Scope) *storage {
 	if err != nil {
 		panic(&Error{Op: "alloc", Err: err})
 	}
-	st := &storage{b: b, buf: buf, h: &liveness{}}
+	st := &storage{b: b, buf: buf, h: &liveness{}, owner: s}
 	if s != nil {
 		s.own(st)
 	} else {
@@ -124,8 +135,10 @@ func numel(shape []int) int {
 
 func newTensor(b Backend, dt DType, s *Scope, shape ...int) *Tensor {
 	shape = append([]int(nil), shape...)
+	st := newStorage(b, numel(shape), dt, s)
+	st.refs = 1
 	return &Tensor{
-		st:      newStorage(b, numel(shape), dt, s),
+		st:      st,
 		shape:   shape,
 		strides: contiguousStrides(shape),
 		scope:   s,
@@ -231,14 +244,24 @@ func (t *Tensor) IsContiguous() bool {
 func (t *Tensor) Buffer() Buffer { return t.buffer() }
 
 func (t *Tensor) buffer() Buffer {
-	if t.st.h.released.Load() {
-		panic("tensor: use of a released tensor")
-	}
+	t.mustBeLive()
 	if !t.IsContiguous() {
 		panic("tensor: operation needs a contiguous tensor; call Contiguous")
 	}
 	t.fillPendingOnes()
 	return t.st.buf.Slice(t.off, t.Len())
+}
+
+// mustBeLive panics when t's memory has been freed, saying by whom when
+// it was Backward.
+func (t *Tensor) mustBeLive() {
+	if !t.st.h.released.Load() {
+		return
+	}
+	if t.st.byBackward {
+		panic("tensor: use of a tensor whose memory was given back early, by Backward or ReleaseInput (its scope releases in backward, Scope.SetReleaseInBackward): call Retain on it first to read it later")
+	}
+	panic("tensor: use of a released tensor")
 }
 
 // fillPendingOnes fills Backward's seed on its first read.

@@ -115,6 +115,63 @@ __device__ __forceinline__ float ember_normalized(float x, float mean, float inv
     return xh * w + b;
 }
 
+// The activations of BatchNormAct by their tensor.UnaryOp codes (0 for
+// none), each computed as strided.cu's ember_unary and ember_unary_grad
+// compute it (this unit does not hold strided.cu; the GPU tests compare
+// the fused and the unfused layers bit for bit), so that batch norm with
+// its activation gives the bits of the two operations one after the
+// other.
+#define EMBER_BN_ACT_RELU 11
+#define EMBER_BN_ACT_GELU 13
+#define EMBER_BN_ACT_GELU_TANH 14
+#define EMBER_BN_GELU_INV_SQRT2 0.70710678118654752440f
+#define EMBER_BN_GELU_INV_SQRT2PI 0.39894228040143267794f
+#define EMBER_BN_GELU_TANH_K 0.79788456080286535588f
+#define EMBER_BN_GELU_TANH_C 0.044715f
+
+__device__ __forceinline__ float ember_bn_act(int act, float x) {
+    switch (act) {
+    case EMBER_BN_ACT_RELU: return (x > 0.0f || x != x) ? x : 0.0f;
+    case EMBER_BN_ACT_GELU: {
+        const float cdf = 0.5f * (1.0f + erff(x * EMBER_BN_GELU_INV_SQRT2));
+        return x * cdf;
+    }
+    case EMBER_BN_ACT_GELU_TANH: {
+        const float u = EMBER_BN_GELU_TANH_K * (x + EMBER_BN_GELU_TANH_C * (x * x * x));
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    }
+    return x;
+}
+
+// dy·act'(x), as ember_unary_grad (ReLU: 0 where x <= 0, dy elsewhere,
+// NaN included, as relu_backward's mask of the output).
+__device__ __forceinline__ float ember_bn_act_grad(int act, float x, float dy) {
+    switch (act) {
+    case EMBER_BN_ACT_RELU: return x <= 0.0f ? 0.0f : dy;
+    case EMBER_BN_ACT_GELU: {
+        const float cdf = 0.5f * (1.0f + erff(x * EMBER_BN_GELU_INV_SQRT2));
+        const float pdf = EMBER_BN_GELU_INV_SQRT2PI * expf(-0.5f * (x * x));
+        return dy * (cdf + x * pdf);
+    }
+    case EMBER_BN_ACT_GELU_TANH: {
+        const float u = EMBER_BN_GELU_TANH_K * (x + EMBER_BN_GELU_TANH_C * (x * x * x));
+        const float t = tanhf(u);
+        const float du = EMBER_BN_GELU_TANH_K * (1.0f + 3.0f * EMBER_BN_GELU_TANH_C * (x * x));
+        return dy * (0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t * t) * du));
+    }
+    }
+    return dy;
+}
+
+// ember_bn_grad is the gradient of batch norm's output z at x: dy without
+// an activation, else dy·act'(z) for z recomputed as the forward pass
+// rounded it.
+__device__ __forceinline__ float ember_bn_grad(int act, float dy, float x, float mean, float inv, float w, float b) {
+    if (act == 0) return dy;
+    return ember_bn_act_grad(act, ember_normalized(x, mean, inv, w, b), dy);
+}
+
 // Batch norm splits each channel's m = n·inner elements into parts of a
 // few thousand (block p of channel ch is block ch·parts + p of the grid),
 // so that a few channels still fill the GPU. A block sums its part about
@@ -226,19 +283,19 @@ extern "C" __global__ void ember_batch_norm_finish(float* saveMean, float* saveI
     }
 }
 
-// y = x̂·w + b elementwise over [n, c, inner] (the channel of an index by
-// ember_bn_channel).
+// y = act(x̂·w + b) elementwise over [n, c, inner] (the channel of an index
+// by ember_bn_channel; act 0 for none).
 extern "C" __global__ void ember_batch_norm_apply(float* y, const float* x, const float* saveMean,
                                                   const float* saveInvStd, const float* weightOrNull,
                                                   const float* biasOrNull, long long total, long long c,
                                                   long long inner, int wide, int innerMul, int innerShift, int cMul,
-                                                  int cShift) {
+                                                  int cShift, int act) {
     EMBER_LOOP(long long, i, total) {
         const long long ch = ember_bn_channel(i, c, inner, wide, (unsigned int)innerMul, (unsigned int)innerShift,
                                               (unsigned int)cMul, (unsigned int)cShift);
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-        y[i] = ember_normalized(x[i], saveMean[ch], saveInvStd[ch], w, b);
+        y[i] = ember_bn_act(act, ember_normalized(x[i], saveMean[ch], saveInvStd[ch], w, b));
     }
 }
 
@@ -250,7 +307,7 @@ extern "C" __global__ void ember_batch_norm_apply(float* y, const float* x, cons
 extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, const float* saveMean,
                                                    const float* saveInvStd, const float* weightOrNull,
                                                    const float* biasOrNull, int total, int c, int innerMul,
-                                                   int innerShift, int cMul, int cShift) {
+                                                   int innerShift, int cMul, int cShift, int act) {
     const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
                        cs = (unsigned int)cShift, uc = (unsigned int)c;
     // The plane (n, c) of index i is i / inner; its channel is the plane
@@ -263,7 +320,7 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
     auto one = [&](unsigned int ch, float v) {
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-        return ember_normalized(v, saveMean[ch], saveInvStd[ch], w, b);
+        return ember_bn_act(act, ember_normalized(v, saveMean[ch], saveInvStd[ch], w, b));
     };
     const int groups = total >> 2;
     EMBER_LOOP(int, g, groups) {
@@ -275,10 +332,10 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
             const float w = weightOrNull != 0 ? weightOrNull[c0] : 1.0f;
             const float b = biasOrNull != 0 ? biasOrNull[c0] : 0.0f;
             const float mean = saveMean[c0], inv = saveInvStd[c0];
-            r.x = ember_normalized(v.x, mean, inv, w, b);
-            r.y = ember_normalized(v.y, mean, inv, w, b);
-            r.z = ember_normalized(v.z, mean, inv, w, b);
-            r.w = ember_normalized(v.w, mean, inv, w, b);
+            r.x = ember_bn_act(act, ember_normalized(v.x, mean, inv, w, b));
+            r.y = ember_bn_act(act, ember_normalized(v.y, mean, inv, w, b));
+            r.z = ember_bn_act(act, ember_normalized(v.z, mean, inv, w, b));
+            r.w = ember_bn_act(act, ember_normalized(v.w, mean, inv, w, b));
         } else {
             r.x = one(c0, v.x);
             r.y = one(channel(i + 1), v.y);
@@ -293,29 +350,156 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
     }
 }
 
+// ember_bn_walk calls f(k, a, count) for this thread's elements k =
+// threadIdx.x, threadIdx.x + blockDim.x, ... < m of channel ch of [n, c,
+// inner] (m = n·inner), U at a time (count of them, at the flat indices
+// a): the U indices first (additions only), then one call, so that their
+// loads are in flight together.
+template <int U, typename F>
+__device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F f) {
+    const int step = blockDim.x;
+    int k = threadIdx.x;
+    if (k >= m) return;
+    int o = k / inner, i = k - o * inner;
+    int at = (o * c + ch) * inner + i;
+    const int dq = step / inner, dr = step - dq * inner;
+    const int jump = dr + dq * c * inner, wrap = (c - 1) * inner;
+    auto next = [&]() {
+        i += dr;
+        at += jump;
+        if (i >= inner) {
+            i -= inner;
+            at += wrap;
+        }
+    };
+    for (; k + (U - 1) * step < m; k += U * step) {
+        int a[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            a[j] = at;
+            next();
+        }
+        f(k, a, U);
+    }
+    for (; k < m; k += step) {
+        int a[1] = {at};
+        next();
+        f(k, a, 1);
+    }
+}
+
+// ember_batch_norm_onepass is batch norm in training in one launch, for
+// channels that fit in a block's shared memory (tensors of fewer than 2^31
+// elements; norm.go decides): one block per channel reads its m elements
+// once into shared memory, sums them and then their squared deviations
+// from the mean there (the two passes of cpu_norm.go, exact, in a fixed
+// order: deterministic), writes the statistics and updates the running
+// ones as ember_batch_norm_finish does, and writes y = act(x̂·w + b) from
+// shared memory. One read and one write of x's size instead of the three
+// launches' two reads (the second from the L2 where it still holds it).
+// Dynamic shared memory: m floats.
+template <int U>
+__device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* saveMean, float* saveInvStd,
+                                                              float* runMeanOrNull, float* runVarOrNull,
+                                                              const float* x, const float* weightOrNull,
+                                                              const float* biasOrNull, int n, int c, int inner,
+                                                              float momentum, float eps, int act) {
+    extern __shared__ float held[];
+    const int m = n * inner;
+    for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        double s = 0.0;
+        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
+            float v[U];
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                if (j < count) v[j] = x[a[j]];
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                if (j < count) {
+                    held[k + j * (int)blockDim.x] = v[j];
+                    s += (double)v[j];
+                }
+            }
+        });
+        const double mean = ember_block_sum_all(s) / (double)m;
+        double q = 0.0;
+        for (int k = threadIdx.x; k < m; k += blockDim.x) {
+            const double d = (double)held[k] - mean;
+            q += d * d;
+        }
+        const double var = ember_block_sum_all(q) / (double)m;
+        const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
+        if (threadIdx.x == 0) {
+            saveMean[ch] = mean32;
+            saveInvStd[ch] = inv32;
+            if (runMeanOrNull != 0) {
+                const double mom = (double)momentum;
+                runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
+                runVarOrNull[ch] =
+                    (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
+            }
+        }
+        const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+        const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
+            }
+        });
+        // The next channel overwrites held.
+        __syncthreads();
+    }
+}
+
+// The one-pass kernel with eight loads in flight per thread, and with 16.
+extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_onepass_body<8>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                     biasOrNull, n, c, inner, momentum, eps, act);
+}
+extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_onepass_body<16>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                      biasOrNull, n, c, inner, momentum, eps, act);
+}
+
 // d = v, or d + v when acc, in double rounded once (store in cpu_norm.go).
 __device__ __forceinline__ void ember_store(float* d, double v, int acc) {
     if (acc) v += (double)*d;
     *d = (float)v;
 }
 
-// Stage 1 of the backward sums: partial[2(ch·parts + p)] = Σ dy and
-// partial[2(ch·parts + p) + 1] = Σ dy·x̂ over the block's part.
+// Stage 1 of the backward sums: partial[2(ch·parts + p)] = Σ g and
+// partial[2(ch·parts + p) + 1] = Σ g·x̂ over the block's part, g the
+// gradient of z (ember_bn_grad: dy, or dy·act'(z)), also stored in gOut
+// when not null (so that the dx pass does not evaluate a GELU's
+// derivative again: erff and expf cost more than the memory traffic).
 extern "C" __global__ void ember_batch_norm_backward_partial(double* partial, const float* dy, const float* x,
                                                              const float* saveMean, const float* saveInvStd,
-                                                             long long n, long long c, long long inner,
-                                                             long long parts) {
+                                                             const float* weightOrNull, const float* biasOrNull,
+                                                             float* gOutOrNull, long long n, long long c,
+                                                             long long inner, long long parts, int act) {
     const long long m = n * inner;
     for (long long blk = blockIdx.x; blk < c * parts; blk += gridDim.x) {
         const long long ch = blk / parts;
-        const double mean = (double)saveMean[ch], inv = (double)saveInvStd[ch];
+        const float mean32 = saveMean[ch], inv32 = saveInvStd[ch];
+        const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+        const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+        const double mean = (double)mean32, inv = (double)inv32;
         long long k0, k1;
         ember_bn_part(m, parts, blk - ch * parts, &k0, &k1);
         double sdy = 0.0, sdyx = 0.0;
         ember_bn_chunk(c, inner, ch, k0, k1, [&](long long at) {
-            const double g = (double)dy[at];
+            const float xv = x[at];
+            const float g32 = ember_bn_grad(act, dy[at], xv, mean32, inv32, w, b);
+            if (gOutOrNull != 0) gOutOrNull[at] = g32;
+            const double g = (double)g32;
             sdy += g;
-            sdyx += g * (((double)x[at] - mean) * inv);
+            sdyx += g * (((double)xv - mean) * inv);
         });
         sdy = ember_block_sum_d(sdy);
         sdyx = ember_block_sum_d(sdyx);
@@ -348,21 +532,25 @@ extern "C" __global__ void ember_batch_norm_backward_finish(double* coefOrNull, 
     }
 }
 
-// dx elementwise: w·inv·(dy - Σdy/m - x̂·Σdy·x̂/m) in training (coef from
-// the finish kernel), else w·inv·dy.
+// dx elementwise: w·inv·(g - Σg/m - x̂·Σg·x̂/m) in training (coef from
+// the finish kernel), else w·inv·g, for g = ember_bn_grad (dy without an
+// activation).
 extern "C" __global__ void ember_batch_norm_backward_dx(float* dx, const float* dy, const float* x,
                                                         const float* weightOrNull, const float* saveMean,
                                                         const float* saveInvStd, const double* coefOrNull,
-                                                        long long total, long long c, long long inner, int wide,
-                                                        int innerMul, int innerShift, int cMul, int cShift,
-                                                        int training, int acc) {
+                                                        const float* biasOrNull, long long total, long long c,
+                                                        long long inner, int wide, int innerMul, int innerShift,
+                                                        int cMul, int cShift, int training, int acc, int act) {
     EMBER_LOOP(long long, i, total) {
         const long long ch = ember_bn_channel(i, c, inner, wide, (unsigned int)innerMul, (unsigned int)innerShift,
                                               (unsigned int)cMul, (unsigned int)cShift);
-        const double mean = (double)saveMean[ch], inv = (double)saveInvStd[ch];
+        const float mean32 = saveMean[ch], inv32 = saveInvStd[ch];
+        const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+        const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+        const double mean = (double)mean32, inv = (double)inv32;
         double k = inv;
-        if (weightOrNull != 0) k *= (double)weightOrNull[ch];
-        double g = (double)dy[i];
+        if (weightOrNull != 0) k *= (double)w;
+        double g = (double)ember_bn_grad(act, dy[i], x[i], mean32, inv32, w, b);
         if (training) {
             const double xh = ((double)x[i] - mean) * inv;
             g = g - coefOrNull[2 * ch] - xh * coefOrNull[2 * ch + 1];
@@ -377,9 +565,10 @@ extern "C" __global__ void ember_batch_norm_backward_dx(float* dx, const float* 
 // share it, as ember_batch_norm_apply4.
 extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float* dy, const float* x,
                                                          const float* weightOrNull, const float* saveMean,
-                                                         const float* saveInvStd, const double* coefOrNull, int total,
-                                                         int c, int innerMul, int innerShift, int cMul, int cShift,
-                                                         int training, int acc) {
+                                                         const float* saveInvStd, const double* coefOrNull,
+                                                         const float* biasOrNull, int total, int c, int innerMul,
+                                                         int innerShift, int cMul, int cShift, int training, int acc,
+                                                         int act) {
     const unsigned int im = (unsigned int)innerMul, is = (unsigned int)innerShift, cm = (unsigned int)cMul,
                        cs = (unsigned int)cShift, uc = (unsigned int)c;
     // The plane (n, c) of index i is i / inner; its channel is the plane
@@ -392,19 +581,24 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
     // The per-channel terms: mean, inv, k = inv·w, and the two coefficients.
     struct terms {
         double mean, inv, k, c0, c1;
+        float mean32, inv32, w, b;
     };
     auto load = [&](unsigned int ch) {
         terms t;
-        t.mean = (double)saveMean[ch];
-        t.inv = (double)saveInvStd[ch];
+        t.mean32 = saveMean[ch];
+        t.inv32 = saveInvStd[ch];
+        t.w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+        t.b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+        t.mean = (double)t.mean32;
+        t.inv = (double)t.inv32;
         t.k = t.inv;
-        if (weightOrNull != 0) t.k *= (double)weightOrNull[ch];
+        if (weightOrNull != 0) t.k *= (double)t.w;
         t.c0 = training ? coefOrNull[2 * ch] : 0.0;
         t.c1 = training ? coefOrNull[2 * ch + 1] : 0.0;
         return t;
     };
     auto one = [&](const terms& t, float gy, float xv, float old) {
-        double g = (double)gy;
+        double g = (double)ember_bn_grad(act, gy, xv, t.mean32, t.inv32, t.w, t.b);
         if (training) {
             const double xh = ((double)xv - t.mean) * t.inv;
             g = g - t.c0 - xh * t.c1;
@@ -418,7 +612,7 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
         const unsigned int i = (unsigned int)q << 2;
         const ember_f4 g = reinterpret_cast<const ember_f4*>(dy)[q];
         ember_f4 xv = {0.0f, 0.0f, 0.0f, 0.0f}, o = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (training) xv = reinterpret_cast<const ember_f4*>(x)[q];
+        if (training || act != 0) xv = reinterpret_cast<const ember_f4*>(x)[q];
         if (acc) o = reinterpret_cast<const ember_f4*>(dx)[q];
         const unsigned int p0 = plane(i), p3 = plane(i + 3), c0 = ofPlane(p0);
         ember_f4 r;
@@ -438,7 +632,7 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
     }
     if (blockIdx.x == 0 && (int)threadIdx.x < (total & 3)) {
         const unsigned int i = ((unsigned int)groups << 2) + threadIdx.x;
-        dx[i] = one(load(channel(i)), dy[i], training ? x[i] : 0.0f, acc ? dx[i] : 0.0f);
+        dx[i] = one(load(channel(i)), dy[i], training || act != 0 ? x[i] : 0.0f, acc ? dx[i] : 0.0f);
     }
 }
 

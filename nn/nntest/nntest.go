@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,6 +92,125 @@ func fusedNet(b tensor.Backend, rng *rand.Rand) nn.Module {
 		nn.NewLinear(b, rng, 24, 7))
 }
 
+// bnActNet has batch norm before each activation it fuses with: ResNet-9's
+// convolution, batch norm and ReLU, airbench's pooling, convolution, batch
+// norm and GELU, and BatchNorm1d with the tanh form of GELU. No parameter's
+// gradient is zero by construction, so that the comparison with the CPU
+// is not one of rounding noise: the layers before a batch norm have no
+// bias (batch norm removes it), and a convolution stands between the
+// first batch norm and the second (which would otherwise undo any
+// positive scale of the first's weight: ReLU and max pooling commute with
+// it).
+func bnActNet(b tensor.Backend, rng *rand.Rand) nn.Module {
+	conv := func(in, out int) *nn.Conv2d {
+		return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}, NoBias: true})
+	}
+	return nn.NewSequential(
+		conv(3, 8), nn.NewBatchNorm2d(b, 8), nn.ReLU{},
+		nn.NewMaxPool2d(2), conv(8, 8), nn.NewBatchNorm2d(b, 8), nn.GELU{}, // 8 -> 4
+		nn.Flatten{}, nn.NewLinearNoBias(b, rng, 128, 6), nn.NewBatchNorm1d(b, 6), &nn.GELU{Tanh: true})
+}
+
+// BatchNormFusionPlan is bnActNet's plan: each batch norm with its
+// activation.
+var BatchNormFusionPlan = []string{"0", "1+2 (batchnorm+act)", "3", "4", "5+6 (batchnorm+act)", "7", "8", "9+10 (batchnorm+act)"}
+
+// RunBatchNormFusion runs bnActNet on b fused and with fusion off from the
+// same seed, two training steps and an evaluation step, in float32 and
+// under bfloat16 autocast (batch norm stays float32 there, its input the
+// convolution's bfloat16-rounded output): outputs, every gradient and the
+// running statistics must agree bit for bit, since the fused kernels
+// compute the unfused operations' values in the same order.
+func RunBatchNormFusion(t *testing.T, b tensor.Backend) {
+	t.Helper()
+	for _, autocast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autocast=%v", autocast), func(t *testing.T) {
+			c := Case{Name: "bnActNet", Build: bnActNet, Input: []int{4, 3, 8, 8}}
+			fused, plain := c.build(b, 11), c.build(b, 11)
+			defer fused.release()
+			defer plain.release()
+			nn.SetFusion(fused.m, true)
+			nn.SetFusion(plain.m, false)
+			if got := fused.m.(*nn.Sequential).FusionPlan(); !slices.Equal(got, BatchNormFusionPlan) {
+				t.Fatalf("plan %q, want %q", got, BatchNormFusionPlan)
+			}
+			rng := rand.New(rand.NewPCG(12, 13))
+			in := make([]float32, 4*3*8*8)
+			for step := 0; step < 3; step++ {
+				training := step < 2
+				if !training {
+					nn.SetTraining(fused.m, false)
+					nn.SetTraining(plain.m, false)
+				}
+				for j := range in {
+					in[j] = float32(rng.NormFloat64())
+				}
+				ws := rng.Uint64()
+				run := func(md model) ([]float32, [][]float32) {
+					if !autocast {
+						return md.step(c, in, nil, nil, ws, training)
+					}
+					return md.stepAutocast(c, in, ws, training)
+				}
+				fo, fg := run(fused)
+				po, pg := run(plain)
+				sameBits(t, fmt.Sprintf("step %d: output", step), fo, po)
+				for k := range pg {
+					sameBits(t, fmt.Sprintf("step %d: gradient %d", step, k), fg[k], pg[k])
+				}
+			}
+			fb, pb := nn.Buffers(fused.m), nn.Buffers(plain.m)
+			for k := range pb {
+				sameBits(t, "buffer "+pb[k].Name, fb[k].Tensor.Float32s(), pb[k].Tensor.Float32s())
+			}
+		})
+	}
+}
+
+// stepAutocast is step under bfloat16 autocast.
+func (md model) stepAutocast(c Case, in []float32, weightSeed uint64, training bool) (out []float32, grads [][]float32) {
+	s := tensor.NewScope()
+	defer s.Release()
+	s.SetAutocast(tensor.BFloat16)
+	x := tensor.FromFloat32(md.b, s, in, c.Input...).SetRequiresGrad(training)
+	y := md.m.Forward(x)
+	out = y.Float32s()
+	if !training {
+		return out, nil
+	}
+	wr := rand.New(rand.NewPCG(weightSeed, 2))
+	weights := make([]float32, len(out))
+	for j := range weights {
+		weights[j] = float32(wr.NormFloat64())
+	}
+	ps := nn.Parameters(md.m)
+	for _, p := range ps {
+		p.Tensor.ZeroGrad()
+	}
+	tensor.Sum(tensor.Mul(y, tensor.FromFloat32(md.b, s, weights, y.Shape()...))).Backward()
+	grads = append(grads, x.Grad().Float32s())
+	for _, p := range ps {
+		grads = append(grads, p.Tensor.Grad().Float32s())
+	}
+	return out, grads
+}
+
+// sameBits fails unless got and want are the same float32 values bit for
+// bit.
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, want %d", what, len(got), len(want))
+		return
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Errorf("%s: [%d] = %v fused, %v unfused (of %d values)", what, i, got[i], want[i], len(want))
+			return
+		}
+	}
+}
+
 // Cases are the layers RunLayers checks.
 var Cases = []Case{
 	{"Conv2dWith/groups,dilation,no bias", func(b tensor.Backend, rng *rand.Rand) nn.Module {
@@ -128,7 +248,12 @@ var Cases = []Case{
 	{"TransformerBlock", func(b tensor.Backend, rng *rand.Rand) nn.Module {
 		return nn.NewTransformerBlock(b, rng, 16, 4, 0.25)
 	}, []int{2, 6, 16}, 0, 2, 0},
+	{"BatchNorm2d/160 channels", func(b tensor.Backend, _ *rand.Rand) nn.Module { return nn.NewBatchNorm2d(b, 160) }, []int{4, 160, 3, 3}, 0, 2, 0},
 	// The fused forms nn picks, against the CPU's layers one by one.
+	{Name: "Sequential/batchnorm+activation", Build: bnActNet, Input: []int{4, 3, 8, 8}, Steps: 2},
+	{Name: "Sequential/batchnorm+gelu, 160 channels", Build: func(b tensor.Backend, _ *rand.Rand) nn.Module {
+		return nn.NewSequential(nn.NewBatchNorm2d(b, 160), nn.GELU{Tanh: true})
+	}, Input: []int{4, 160, 3, 3}, Steps: 2},
 	{Name: "Sequential/fused", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2},
 	{Name: "Sequential/fused with loss", Build: fusedNet, Input: []int{5, 3, 14, 14}, Steps: 2, Classes: 7},
 	{Name: "Residual/fused activations", Build: func(b tensor.Backend, rng *rand.Rand) nn.Module {

@@ -76,3 +76,7 @@ func TestMutantsFail(t *testing.T) {
 		}
 	}
 }
+
+// The fused batch norm and activation on the CPU against its layers one
+// by one, bit for bit.
+func TestCPUBatchNormFusion(t *testing.T) { RunBatchNormFusion(t, tensor.CPU) }

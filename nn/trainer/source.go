@@ -199,6 +199,7 @@ func (im *Images) evaluate(m nn.Module, batch int) (loss, accuracy float64) {
 			labels[i] = int32(d.Labels[start+i])
 		}
 		s := tensor.NewNoGradScope()
+		s.SetReleaseInBackward(true) // layers may hand back each input once the next is done (tensor.ReleaseInput)
 		ix := tensor.FromInt32(b, s, idx[:n], n)
 		var x *tensor.Tensor
 		if im.aug != nil {

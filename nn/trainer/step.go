@@ -41,6 +41,13 @@ type StepOptions struct {
 	// convolutions (tensor.Scope.SetAutocast): BFloat16 for mixed
 	// precision; the zero value and Float32 leave them float32.
 	Autocast tensor.DType
+	// KeepIntermediates keeps every tensor of a step until the next one,
+	// for a step function that reads an intermediate result after
+	// Backward without marking it with Retain. By default the step's
+	// scope gives the activations back during Backward
+	// (tensor.Scope.SetReleaseInBackward), which lowers the step's peak
+	// memory; the loss the step returns stays readable.
+	KeepIntermediates bool
 }
 
 // Step runs a training step, on a GPU by replaying a CUDA graph of it
@@ -70,7 +77,10 @@ type shapeStep struct {
 
 // CaptureStep prepares step to be run by (*Step).Run: step queues one
 // training step (forward, backward, optimiser update) building its tensors
-// in s, and returns the loss without reading it back. It must read its
+// in s, and returns the loss without reading it back. s gives the memory
+// of the graph's intermediate tensors back during Backward: an
+// intermediate the step or its caller reads after Backward must be marked
+// with Retain first (or StepOptions.KeepIntermediates set). It must read its
 // inputs from device tensors that stay the same between steps (upload the
 // next batch into them before Run), so that a replay of the captured work
 // computes on the new batch.
@@ -129,6 +139,7 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 		if s.opt.Autocast == tensor.BFloat16 {
 			st.scope.SetAutocast(tensor.BFloat16)
 		}
+		st.scope.SetReleaseInBackward(!s.opt.KeepIntermediates)
 		s.shapes[key] = st
 	}
 	opt := s.opt.Optimizer

@@ -127,6 +127,7 @@ func (tx *Text) evaluate(b tensor.Backend, m nn.Module, batch int) (loss, accura
 		}
 		tx.windows(idx[:k], x, y)
 		s := tensor.NewNoGradScope()
+		s.SetReleaseInBackward(true) // layers may hand back each input once the next is done (tensor.ReleaseInput)
 		ids := tensor.FromInt32(b, s, x[:k*t], k, t)
 		targets := tensor.FromInt32(b, s, y[:k*t], k*t)
 		logits := m.Forward(ids)

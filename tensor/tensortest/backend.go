@@ -52,6 +52,8 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"RandomAt", testRandomAt}, {"Dropout", testDropout},
 		{"BatchNorm", testBatchNorm},
 		{"BatchNormBackward", testBatchNormBackward},
+		{"BatchNormAct", testBatchNormAct},
+		{"BatchNormActBackward", testBatchNormActBackward},
 		{"LayerNorm", testLayerNorm},
 		{"LayerNormBackward", testLayerNormBackward},
 		{"ClassLoss", testClassLoss},

@@ -97,6 +97,63 @@ func batchNormCase(shape []int, training, affine, transpose bool) agCase {
 	}
 }
 
+// batchNormActCase is BatchNormAct of x with the activation act: the
+// reference is batchNormCase's followed by act, its gradient the
+// activation's derivative at the reference's own z passed back through
+// batch norm's. ReLU's cases are not checked by finite differences (the
+// kink); a z within 1e-7 of 0 would flip between the float32 and float64
+// masks, which these few fresh normal values make unlikely.
+func batchNormActCase(shape []int, training, affine bool, act tensor.UnaryOp) agCase {
+	c := batchNormCase(shape, training, affine, false)
+	u := unaryRef(act)
+	c.name = fmt.Sprintf("BatchNormAct/%s %v training=%v affine=%v", u.name, shape, training, affine)
+	c.fwd = func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+		x := t[0]
+		var w, b *tensor.Tensor
+		if affine {
+			w, b = t[1], t[2]
+		}
+		be, s := x.Backend(), x.Scope()
+		ch := shape[1]
+		rm, rv := make([]float32, ch), make([]float32, ch)
+		for i := range rm {
+			rm[i], rv[i] = 0.1*float32(i)-0.2, 0.5+0.3*float32(i)
+		}
+		runM, runV := tensor.FromFloat32(be, s, rm, ch), tensor.FromFloat32(be, s, rv, ch)
+		return tensor.BatchNormAct(x, w, b, runM, runV, training, 0.1, 1e-5, act)
+	}
+	n, ch := shape[0], shape[1]
+	inner := 1
+	for _, d := range shape[2:] {
+		inner *= d
+	}
+	c.ref = func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+		x := v[0]
+		var w, b []float32
+		if affine {
+			w, b = v[1], v[2]
+		}
+		rm, rv := make([]float32, ch), make([]float32, ch)
+		for i := range rm {
+			rm[i], rv[i] = 0.1*float32(i)-0.2, 0.5+0.3*float32(i)
+		}
+		z, _, _, _ := refBatchNormAG(x, w, b, make([]float32, len(x)), n, ch, inner, training, rm, rv, 1e-5)
+		y := make([]float64, len(z))
+		gz := make([]float32, len(z))
+		for i, zi := range z {
+			y[i] = u.f(zi, 0, 0)
+			gz[i] = float32(float64(g[i]) * u.df(zi, 0, 0))
+		}
+		_, dx, dw, db := refBatchNormAG(x, w, b, gz, n, ch, inner, training, rm, rv, 1e-5)
+		grads := [][]float64{dx}
+		if affine {
+			grads = append(grads, dw, db)
+		}
+		return y, grads
+	}
+	return c
+}
+
 func f32s(s []float64) []float32 {
 	out := make([]float32, len(s))
 	for i, v := range s {
@@ -178,6 +235,12 @@ func normCases() []agCase {
 		batchNormCase([]int{5, 3}, true, true, false),
 		batchNormCase([]int{4, 3, 5}, false, true, false),
 		batchNormCase([]int{2, 3, 5}, true, true, true),
+		batchNormActCase([]int{2, 3, 7, 5}, true, true, tensor.OpReLU),
+		batchNormActCase([]int{4, 3, 5}, false, true, tensor.OpReLU),
+		fdChecked(batchNormActCase([]int{2, 3, 7, 5}, true, true, tensor.OpGELU)),
+		fdChecked(batchNormActCase([]int{2, 3, 4}, true, false, tensor.OpGELU)),
+		fdChecked(batchNormActCase([]int{4, 3, 5}, false, true, tensor.OpGELU)),
+		fdChecked(batchNormActCase([]int{3, 2, 6}, true, true, tensor.OpGELUTanh)),
 		layerNormCase([]int{1, 7, 5}, 2, true, true),
 		layerNormCase([]int{4, 33}, 1, false, false),
 		layerNormCase([]int{5, 2, 9}, 1, true, false),

@@ -1,0 +1,117 @@
+package models_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/trainer"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// TestReleaseInBackwardGPU trains a narrow ResNet-9 for a few steps on the
+// GPU four ways: eagerly and captured as a CUDA graph, each with the step's
+// activations kept until the next step (StepOptions.KeepIntermediates) and
+// given back during Backward (the default). Giving memory back changes no
+// kernel, only which addresses later tensors get (from the caching
+// allocator, or the graph's private pool), so the weights must agree bit
+// for bit between kept and released; and the steps' peak of allocated
+// memory must fall. The side stream's weight gradients, which read
+// activations that the main stream frees meanwhile, run only while a graph
+// is captured: the captured runs check that the allocator holds such memory
+// back until the side stream is done.
+func TestReleaseInBackwardGPU(t *testing.T) {
+	if err := cuda.Available(); err != nil {
+		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
+			t.Fatalf("EMBER_REQUIRE_GPU=1 but: %v", err)
+		}
+		t.Skipf("no CUDA device: %v", err)
+	}
+	const bs, steps, side = 64, 5, 28
+	rng := rand.New(rand.NewPCG(6, 6))
+	images := make([]float32, steps*bs*side*side)
+	for i := range images {
+		images[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int32, steps*bs)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	run := func(eager, keep bool) (w []float32, peak int) {
+		// Without cuDNN, as TestCapturedStepMatchesEagerGPU: its searches
+		// could pick other algorithms in the four runs.
+		opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{NoCuDNN: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := cuda.NewBackend(0, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		cfg := models.DefaultResNet9Config()
+		cfg.Width = 16
+		m := models.NewResNet9(b, 1, cfg)
+		defer m.Release()
+		sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sgd.Release()
+		x, y := tensor.Zeros(b, nil, bs, 1, side, side), tensor.FromInt32(b, nil, make([]int32, bs), bs)
+		defer x.Release()
+		defer y.Release()
+		sgd.ZeroGrad()
+		st, err := trainer.CaptureStep(b, func(s *tensor.Scope) *tensor.Tensor {
+			loss := m.Loss(s.Borrow(x), y)
+			loss.Backward()
+			sgd.StepAndZeroGrad()
+			return loss
+		}, trainer.StepOptions{Optimizer: sgd, Eager: eager, KeepIntermediates: keep, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		b.Allocator().ResetPeakStats()
+		for i := range steps {
+			b.Upload(x.Buffer(), images[i*bs*side*side:(i+1)*bs*side*side])
+			b.Upload(y.Buffer(), labels[i*bs:(i+1)*bs])
+			loss, err := st.Run(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := loss.Item(); math.IsNaN(float64(l)) {
+				t.Fatalf("step %d: loss NaN", i)
+			}
+		}
+		if !eager && !st.Captured(bs) {
+			t.Fatalf("the step was not captured: %s", st.Reason())
+		}
+		peak = b.MemoryStats().Allocated.Peak
+		for _, p := range nn.Parameters(m) {
+			w = append(w, p.Tensor.Float32s()...)
+		}
+		return w, peak
+	}
+	for _, eager := range []bool{true, false} {
+		wk, pk := run(eager, true)
+		wr, pr := run(eager, false)
+		for i := range wk {
+			if math.Float32bits(wk[i]) != math.Float32bits(wr[i]) {
+				t.Fatalf("eager %v: weight %d is %v with the activations given back, %v with them kept", eager, i, wr[i], wk[i])
+			}
+		}
+		t.Logf("eager %v: steps' peak allocated %.1f MiB kept, %.1f MiB given back", eager, float64(pk)/(1<<20), float64(pr)/(1<<20))
+		if pr >= pk {
+			t.Errorf("eager %v: peak allocated %d B with the activations given back, %d B with them kept", eager, pr, pk)
+		}
+	}
+}
