@@ -1095,8 +1095,10 @@ func (b *Backend) BiasGrad(db, dy tensor.Buffer, outer, channels, inner int, acc
 // sums to a workspace and ember_bias_grad_finish adds them in order. LeNet:
 // fc1 and fc2 (64 rows) one launch each; conv1 (64 parts of 576) and conv2
 // (4 parts of 1024) two each, the first also being the transpose of dy.
-// The partition depends on the shape alone, so results are reproducible.
-// pmask, when not 0, masks dy by the sign of a fused ReLU's output (rows
+// Without dyt or a mask and with rows of at least chanInnerMin, the sums
+// are ember_reduce_channels' (one pass over dy split by elements, sums in
+// double). The partition depends on the shape alone, so results are
+// reproducible. pmask, when not 0, masks dy by the sign of a fused ReLU's output (rows
 // form only).
 func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, channels, inner int, accumulate bool) {
 	if channels <= 0 {
@@ -1111,6 +1113,12 @@ func (b *Backend) biasGrad(op string, pdb, pdy, pdyt, pmask uintptr, outer, chan
 	}
 	if inner == 1 && pdyt == 0 && pmask == 0 {
 		b.biasGradCols(op, pdb, 0, pdy, 0, outer, channels, accumulate)
+		return
+	}
+	if pdyt == 0 && pmask == 0 && outer > 1 && inner >= chanInnerMin {
+		// Only the sums: the per-channel reduction, which splits a
+		// channel by elements rather than rows (kernels/reduce_axis.cu).
+		b.reduceChannels(op, tensor.ReduceSum, pdb, pdy, outer, channels, inner, accumulate)
 		return
 	}
 	ws := b.biasRowsWorkspace(op, outer, channels, inner)

@@ -130,3 +130,88 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 		devCheck(name, b.x.launch(b.kernel("ember_reduce_cols"), grid, Dim3{X: 32, Y: 8, Z: 1}, args))
 	}
 }
+
+// A channel of the per-channel reduction (kernels/reduce_axis.cu,
+// ember_reduce_channels) is cut into chunks of at least chanChunkMin
+// elements, so that there are about chanBlocks blocks: several waves of
+// 132 SMs, each block's threads with two rounds of four float4 loads or
+// more. The cut is a function of the shape alone. Below chanInnerMin
+// contiguous elements per row a warp's loads would touch many rows (and
+// sectors) for few elements: such shapes keep the Reduce stages.
+const (
+	chanBlocks   = 4096
+	chanChunkMin = 8192
+	chanInnerMin = 8
+)
+
+// chanSplits is the number of blocks per channel and the elements each
+// takes (a multiple of 4) for channels of per elements.
+func chanSplits(channels, per int) (splits, chunk int) {
+	splits = min(max((chanBlocks+channels-1)/channels, 1), max(per/chanChunkMin, 1), maxGridY)
+	chunk = ((per+splits-1)/splits + 3) &^ 3
+	return (per + chunk - 1) / chunk, chunk
+}
+
+// ReduceChannels implements tensor.ChannelReduceBackend: one pass of
+// ember_reduce_channels (and its join when a channel spans several
+// blocks) where rows are long enough, else the Reduce stages.
+func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer, channels, inner int, accumulate bool) {
+	const name = "reduce_channels"
+	if op != tensor.ReduceSum && op != tensor.ReduceMean {
+		panic(fmt.Sprintf("cuda: %s: op %d (sums and means only)", name, op))
+	}
+	if outer < 0 || channels < 0 || inner < 0 {
+		panic(fmt.Sprintf("cuda: %s of [%d, %d, %d]", name, outer, channels, inner))
+	}
+	if accumulate && op != tensor.ReduceSum {
+		panic(fmt.Sprintf("cuda: %s: op %d cannot accumulate (sums only)", name, op))
+	}
+	need(name, "x", x, outer*channels*inner)
+	need(name, "dst", dst, channels)
+	switch {
+	case channels == 0:
+	case outer*inner == 0:
+		if op != tensor.ReduceSum {
+			panic(fmt.Sprintf("cuda: %s: op %d over no elements ([%d, %d, %d])", name, op, outer, channels, inner))
+		}
+		if !accumulate {
+			devCheck(name, b.x.memset32(b.f32(name, dst), 0, channels))
+		}
+	case outer == 1: // rows of inner
+		b.Reduce(op, dst, x, channels, inner, 1, accumulate)
+	case inner == 1: // columns, coalesced along the channels
+		b.Reduce(op, dst, x, 1, outer, channels, accumulate)
+	case inner < chanInnerMin:
+		// Short rows, then the columns of their sums (of their means: the
+		// mean of equal-sized means is the mean).
+		t, err := b.Alloc(outer*channels, tensor.Float32)
+		if err != nil {
+			panic(&tensor.Error{Op: "cuda: " + name, Err: err})
+		}
+		defer b.Free(t)
+		b.Reduce(op, t, x, outer*channels, inner, 1, false)
+		b.Reduce(op, dst, t, 1, outer, channels, accumulate)
+	default:
+		b.reduceChannels(name, op, b.f32(name, dst), b.f32(name, x), outer, channels, inner, accumulate)
+	}
+}
+
+// reduceChannels queues ember_reduce_channels over x [outer, channels,
+// inner] into dst [channels] (all positive), and its join over a
+// workspace of partial sums when a channel spans several blocks.
+func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintptr, outer, channels, inner int, accumulate bool) {
+	splits, chunk := chanSplits(channels, outer*inner)
+	var part uintptr
+	if splits > 1 {
+		ws := b.workspace(name, 8*channels*splits)
+		defer b.release(ws)
+		part = ws.Ptr()
+	}
+	devCheck(name, b.x.launch(b.kernel("ember_reduce_channels"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{pdst, part, px, int64(outer), int64(channels), int64(inner), int64(chunk), int32(op), flag(accumulate)}))
+	if splits > 1 {
+		const warps = blockSize / 32
+		b.launchGrid(name, b.kernel("ember_reduce_channels_join"), min((channels+warps-1)/warps, maxGrid), blockSize,
+			pdst, part, int64(channels), i32arg(name, splits), int64(outer*inner), int32(op), flag(accumulate))
+	}
+}

@@ -158,6 +158,18 @@ type BiasBackend interface {
 	BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate bool)
 }
 
+// ChannelReduceBackend is implemented by backends with a one-pass
+// per-channel reduction: x viewed as [outer, channels, inner] to
+// [channels] (SumAxes or MeanAxes over every axis but one run, as of NCHW
+// over (0, 2, 3)). Without it (Complete) it is two Reduce stages: the
+// inner rows, then the outer columns of their results.
+type ChannelReduceBackend interface {
+	// ReduceChannels sets dst[c] to the sum (ReduceSum, + dst when
+	// accumulate) or mean (ReduceMean) of x[o, c, i] over o and i,
+	// accumulated in float64 and rounded once (a mean divided first).
+	ReduceChannels(op ReduceOp, dst, x Buffer, outer, channels, inner int, accumulate bool)
+}
+
 // LinearBackend is implemented by backends that run a linear layer's
 // product, bias and ReLU, and its gradients, as fewer operations than
 // MatMul, AddBias, ReLU and their backward passes (the CUDA backend: one

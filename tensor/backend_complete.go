@@ -12,6 +12,7 @@ type CompleteBackend interface {
 	Backend
 	ArithmeticBackend
 	BiasBackend
+	ChannelReduceBackend
 	MaxPoolBackend
 	CrossEntropyBackend
 	SGDBackend
@@ -169,6 +170,30 @@ func (c composed) BiasGrad(db, dy Buffer, outer, channels, inner int, accumulate
 		defer c.Free(t)
 		c.Reduce(ReduceSum, t, dy, outer*channels, inner, 1, false)
 		c.Reduce(ReduceSum, db, t, 1, outer, channels, accumulate)
+	}
+}
+
+// ReduceChannels without a ChannelReduceBackend reduces the inner rows,
+// then the outer columns of their results (for a mean, the mean of
+// equal-sized means: two roundings instead of one).
+func (c composed) ReduceChannels(op ReduceOp, dst, x Buffer, outer, channels, inner int, accumulate bool) {
+	if f, ok := c.Backend.(ChannelReduceBackend); ok {
+		f.ReduceChannels(op, dst, x, outer, channels, inner, accumulate)
+		return
+	}
+	if op != ReduceSum && op != ReduceMean {
+		panic(fmt.Sprintf("tensor: ReduceChannels: op %d (sums and means only)", op))
+	}
+	switch {
+	case inner == 1:
+		c.Reduce(op, dst, x, 1, outer, channels, accumulate)
+	case outer == 1:
+		c.Reduce(op, dst, x, channels, inner, 1, accumulate)
+	default:
+		t := scratch(c.Backend, outer*channels)
+		defer c.Free(t)
+		c.Reduce(op, t, x, outer*channels, inner, 1, false)
+		c.Reduce(op, dst, t, 1, outer, channels, accumulate)
 	}
 }
 

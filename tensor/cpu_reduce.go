@@ -62,3 +62,39 @@ func (*cpuBackend) Reduce(op ReduceOp, dst, x Buffer, outer, n, inner int, accum
 		}
 	}
 }
+
+// ReduceChannels sums each channel in float64, as BiasGrad.
+func (*cpuBackend) ReduceChannels(op ReduceOp, dst, x Buffer, outer, channels, inner int, accumulate bool) {
+	if op != ReduceSum && op != ReduceMean {
+		panic(fmt.Sprintf("tensor: cpu: ReduceChannels op %d (sums and means only)", op))
+	}
+	if outer < 0 || channels < 0 || inner < 0 {
+		panic(fmt.Sprintf("tensor: cpu: ReduceChannels of [%d, %d, %d]", outer, channels, inner))
+	}
+	if accumulate && op != ReduceSum {
+		panic("tensor: cpu: ReduceChannels accumulates only sums")
+	}
+	count := outer * inner
+	if count == 0 && op != ReduceSum {
+		panic(fmt.Sprintf("tensor: cpu: ReduceChannels op %d over no elements ([%d, %d, %d])", op, outer, channels, inner))
+	}
+	xs, d := f32(x)[:outer*channels*inner], f32(dst)[:channels]
+	parallelFor(channels, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			var s float64
+			for o := range outer {
+				for _, v := range xs[(o*channels+c)*inner : (o*channels+c+1)*inner] {
+					s += float64(v)
+				}
+			}
+			switch {
+			case op == ReduceMean:
+				d[c] = float32(s / float64(count))
+			case accumulate:
+				d[c] += float32(s)
+			default:
+				d[c] = float32(s)
+			}
+		}
+	})
+}

@@ -42,7 +42,8 @@
 //     autocast refuse a backend without theirs, naming it).
 //     CompleteBackend's parts are dense-buffer forms of core operations:
 //     ArithmeticBackend (Add, Axpy, ScaleBy, Sum, ReLU, Argmax, ...),
-//     BiasBackend, MaxPoolBackend, CrossEntropyBackend, SGDBackend and
+//     BiasBackend, ChannelReduceBackend (sums over all axes but one run),
+//     MaxPoolBackend, CrossEntropyBackend, SGDBackend and
 //     GatherBackend; Complete(b) fills in the ones b lacks from its core
 //     (backend_complete.go holds every one of those fallbacks). The
 //     layer-level and fused interfaces are looked for by the operation

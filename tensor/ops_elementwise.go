@@ -82,6 +82,12 @@ func sumTo(g *Tensor, shape []int, s *Scope) *Tensor {
 			want[k] = shape[k-lead]
 		}
 	}
+	if outer, c, inner, ok := channelForm(g.shape, want); ok {
+		// A bias's gradient (NCHW over 0, 2, 3): one pass, not two Reduces.
+		r := Empty(be, s, shape...)
+		Complete(be).ReduceChannels(ReduceSum, r.buffer(), g.buffer(), outer, c, inner, false)
+		return r
+	}
 	cur, curShape := g, g.Shape()
 	for k := 0; k < len(curShape); {
 		if want[k] != 1 || curShape[k] == 1 {
@@ -106,6 +112,31 @@ func sumTo(g *Tensor, shape []int, s *Scope) *Tensor {
 		k = j
 	}
 	return cur.rawView(cur.off, slices.Clone(shape), contiguousStrides(shape))
+}
+
+// channelForm says whether summing dims down to want (the same rank, each
+// axis kept or 1) keeps one run of axes and sums all those before and
+// after it, both sides more than one element: [outer, c, inner] to [c].
+func channelForm(dims, want []int) (outer, c, inner int, ok bool) {
+	first, last := -1, -1
+	for k, w := range want {
+		if w != 1 {
+			if first < 0 {
+				first = k
+			}
+			last = k
+		}
+	}
+	if first < 0 {
+		return 0, 0, 0, false
+	}
+	for k := first; k <= last; k++ {
+		if want[k] != dims[k] {
+			return 0, 0, 0, false
+		}
+	}
+	outer, c, inner = numel(dims[:first]), numel(dims[first:last+1]), numel(dims[last+1:])
+	return outer, c, inner, outer > 1 && inner > 1
 }
 
 // giveSummed hands x the gradient g of a broadcast result, summed to x's

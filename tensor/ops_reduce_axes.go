@@ -6,7 +6,9 @@ import (
 	"slices"
 )
 
-// Reductions over any set of axes, with torch's keepdim. Each run of
+// Reductions over any set of axes, with torch's keepdim. Sums and means
+// over every axis but one run of kept axes are one ReduceChannels of
+// [outer, C, inner] to [C]. Otherwise each run of
 // adjacent axes is one Backend.Reduce over [outer, n, inner] of a dense
 // input, innermost run first: [512,64,784] over axes 0 and 2 is 784-long
 // rows, then the 512-long columns of the [512,64] partial sums, without
@@ -75,6 +77,15 @@ func reduceRaw(x *Tensor, axes []int, op ReduceOp, dt DType, s *Scope) *Tensor {
 		src = x.Detach().copyDense(s)
 		defer src.Release()
 	}
+	// Sums and means over all but one run of kept axes ([outer, C, inner]
+	// to [C]: NCHW over (0, 2, 3)) are one per-channel reduction, not two
+	// stages.
+	if runs := adjacentRuns(axes); len(runs) == 2 && runs[0][0] == 0 && runs[1][1] == len(x.shape) &&
+		(op == ReduceSum || op == ReduceMean) && dt == Float32 && axesCount(x.shape, axes) > 0 {
+		i, j := runs[0][1], runs[1][0]
+		Complete(be).ReduceChannels(op, out.buffer(), src.buffer(), numel(x.shape[:i]), numel(x.shape[i:j]), numel(x.shape[j:]), false)
+		return out
+	}
 	// Each run of adjacent axes is one Reduce, the last run first, so that
 	// the earlier runs keep their places in the shrinking shape; no stage
 	// copies or permutes, and each reads only the previous stage's output.
@@ -118,7 +129,8 @@ func reshapedView(t *Tensor, shape []int) *Tensor {
 // keepdim, as torch.sum(x, dim, keepdim). Each run of adjacent axes is
 // summed in float64 on every backend and rounded to float32 once, so a sum
 // over k separate runs rounds k times (a relative error of about k·2⁻²⁴
-// of Σ|x|).
+// of Σ|x|); a sum over all axes but one run of kept axes (NCHW over 0, 2,
+// 3) is one ReduceChannels, rounded once.
 func SumAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes("SumAxes", x.shape, axes)
 	out := reshapedView(reduceRaw(x, ax, ReduceSum, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
@@ -144,7 +156,8 @@ func axesCount(shape, axes []int) int {
 // MeanAxes is SumAxes divided by the number of elements reduced: each run
 // of adjacent axes is one ReduceMean (the division in the reduction, before
 // its one rounding, not a pass of its own), and the mean of equal-sized
-// means is the mean. The gradient is g/n broadcast back.
+// means is the mean; over all axes but one kept run it is one
+// ReduceChannels. The gradient is g/n broadcast back.
 func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	ax := normAxes("MeanAxes", x.shape, axes)
 	if axesCount(x.shape, ax) == 0 { // 0/0: NaN, as torch's

@@ -1,5 +1,6 @@
-// Host emulation of the CUDA built-ins that the attention kernels use, for
-// TestAttentionKernelsOnHost: one pthread per CUDA thread, the blocks of a
+// Host emulation of the CUDA built-ins that the attention and reduction
+// kernels use, for TestAttentionKernelsOnHost and
+// TestReduceChannelsKernelsOnHost: one pthread per CUDA thread, the blocks of a
 // grid one after another, __shared__ variables static (one block's at a
 // time), __syncthreads a barrier of the block and a warp shuffle a barrier
 // of the warp around an exchange array. It checks the kernels' logic
@@ -56,6 +57,11 @@ inline double __shfl_xor_sync(unsigned m, double v, int o) {  // common.cu's dou
     u = (unsigned long long)hi << 32 | lo;
     memcpy(&v, &u, 8);
     return v;
+}
+inline long long __shfl_xor_sync(unsigned m, long long v, int o) {  // reduce_axis.cu's indices
+    unsigned long long u = (unsigned long long)v;
+    unsigned lo = __shfl_xor_sync(m, (unsigned)u, o), hi = __shfl_xor_sync(m, (unsigned)(u >> 32), o);
+    return (long long)((unsigned long long)hi << 32 | lo);
 }
 
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: each lane posts its

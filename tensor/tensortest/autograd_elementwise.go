@@ -400,6 +400,16 @@ func elementwiseAutogradCases() []agCase {
 				}
 				return r / float64(len(v)), d
 			}),
+		// NCHW over 0, 2, 3 (one per-channel pass), rows of 9: no multiple of 4.
+		reduceAG("MeanAxes 0,2,3", []int{3, 5, 3, 3}, []int{0, 2, 3}, "normal", func(x *tensor.Tensor) *tensor.Tensor {
+			return tensor.MeanAxes(x, []int{0, 2, 3}, false)
+		}, func(v []float64) (float64, []float64) {
+			r, d := sum64(v)
+			for i := range d {
+				d[i] /= float64(len(v))
+			}
+			return r / float64(len(v)), d
+		}),
 		reduceAG("MaxAxes 1", s, []int{1}, "distinct", func(x *tensor.Tensor) *tensor.Tensor { return tensor.MaxAxes(x, []int{1}, false) }, max64),
 		reduceAG("MaxAxes 0,2 keepdim", s, []int{0, 2}, "distinct", func(x *tensor.Tensor) *tensor.Tensor { return tensor.MaxAxes(x, []int{0, 2}, true) }, max64),
 		reduceAG("MinAxes 2", s, []int{2}, "distinct", func(x *tensor.Tensor) *tensor.Tensor { return tensor.MinAxes(x, []int{2}, false) }, negated(max64)),

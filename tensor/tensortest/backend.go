@@ -98,6 +98,7 @@ var completeTests = []namedTest{
 	{"ReLUBackward", testReLUBackward},
 	{"AddBias", testAddBias},
 	{"BiasGrad", testBiasGrad},
+	{"ReduceChannels", testReduceChannels},
 	{"MaxPool2d", testMaxPool2d},
 	{"MaxPool2dBackward", testMaxPool2dBackward},
 	{"MaxPool2dGeneral", testMaxPoolGeneral},
@@ -544,6 +545,59 @@ func testBiasGrad(e *env) {
 				}
 				tensor.Complete(e.b).BiasGrad(db.win, e.in("dy", dy), outer, ch, inner, acc)
 				e.near("BiasGrad", dims(ch), e.getF(db), want, bound, tolAcc)
+			})
+		}
+	}
+}
+
+// ReduceChannels: dst[c] = Σ or mean of x[o,c,i] (+ dst for sums), tolAcc
+// relative to Σ|x| (+|dst|), or its mean. The shapes: one element, odd
+// channel counts, rows no multiple of 4 (a device's one-float path) and
+// multiples of 4 (its float4 path, on aligned and unaligned buffers), one
+// outer row, rows too short for a device's one-pass kernel (1 and 3), a
+// huge outer axis, channels whose 2e5 elements span many blocks (ResNet's
+// 28×28 rows), and few channels of long rows.
+func testReduceChannels(e *env) {
+	shapes := [][3]int{{1, 1, 1}, {1, 7, 13}, {5, 3, 8}, {3, 33, 7}, {64, 10, 1}, {9, 4, 3}, {2, 5, 1000},
+		{40000, 3, 9}, {256, 3, 784}, {3, 2, 70001}, {2, 1, 65536}}
+	for _, sh := range shapes {
+		outer, ch, inner := sh[0], sh[1], sh[2]
+		for _, v := range []struct {
+			op      tensor.ReduceOp
+			acc, al bool
+			opName  string
+		}{{tensor.ReduceSum, false, true, "sum"}, {tensor.ReduceSum, true, false, "sum"}, {tensor.ReduceMean, false, true, "mean"}, {tensor.ReduceMean, false, false, "mean"}} {
+			e.tcase("outer=%d channels=%d inner=%d %s accumulate=%v aligned=%v", outer, ch, inner, v.opName, v.acc, v.al)(func() {
+				e.aligned16 = v.al
+				x, d0 := e.normal(outer*ch*inner, 1), e.normal(ch, 1)
+				want, bound := make([]float64, ch), make([]float64, ch)
+				for o := 0; o < outer; o++ {
+					for c := 0; c < ch; c++ {
+						for _, f := range x[(o*ch+c)*inner : (o*ch+c+1)*inner] {
+							want[c] += float64(f)
+							bound[c] += math.Abs(float64(f))
+						}
+					}
+				}
+				var dst *dbuf
+				switch {
+				case v.acc:
+					for c := range want {
+						want[c] += float64(d0[c])
+						bound[c] += math.Abs(float64(d0[c]))
+					}
+					dst = e.f32("dst", d0, false)
+				default:
+					dst = e.nanOut("dst", ch)
+				}
+				if v.op == tensor.ReduceMean {
+					for c := range want {
+						want[c] /= float64(outer * inner)
+						bound[c] /= float64(outer * inner)
+					}
+				}
+				tensor.Complete(e.b).ReduceChannels(v.op, dst.win, e.in("x", x), outer, ch, inner, v.acc)
+				e.near("ReduceChannels", dims(ch), e.getF(dst), want, bound, tolAcc)
 			})
 		}
 	}
