@@ -144,6 +144,12 @@ func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 		if t, ok := l.b.bundle.TargetFor(l.b.dev.ComputeCapability()); ok {
 			target, ptx = t, isPTXTarget(t)
 		}
+		// An entry without this GPU's cubin would load its PTX: compile
+		// instead, keeping the PTX as the fallback, as for a newer GPU.
+		major, minor := l.b.dev.ComputeCapability()
+		if t, ok := l.b.bundle.UnitTarget(src, opts, major, minor); ok && !ptx && isPTXTarget(t) {
+			target, ptx = t, true
+		}
 	}
 	if target != "" && !ptx {
 		m, err = l.b.dev.LoadBundled(l.b.bundle, src, opts...)

@@ -242,6 +242,17 @@ func (kb *KernelBundle) TargetFor(major, minor int) (string, bool) {
 	return pick(targets, major*10+minor)
 }
 
+// UnitTarget is the target of src compiled with opts that a GPU of compute
+// capability major.minor would load (see pick); false when the bundle has
+// no image of it that fits. Unlike TargetFor it looks at this entry alone,
+// which may lack a target the manifest lists.
+func (kb *KernelBundle) UnitTarget(src string, opts []string, major, minor int) (string, bool) {
+	if kb == nil {
+		return "", false
+	}
+	return pick(kb.images[BundleKey(src, opts)], major*10+minor)
+}
+
 // Image returns the bundle's image of src compiled with opts for a GPU of
 // compute capability major.minor (see pick), decompressed and checked
 // against its CRC-32. ErrNotInBundle when there is none.

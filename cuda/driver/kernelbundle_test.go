@@ -73,6 +73,9 @@ func TestKernelBundleLookup(t *testing.T) {
 		{9, 0, "sm_90"}, {10, 0, "compute_90"}, {12, 0, "compute_90"}, {8, 9, "compute_80"}, {8, 0, "compute_80"}, {7, 5, ""},
 	} {
 		for _, u := range units {
+			if got, ok := kb.UnitTarget(u.Source, u.Options, c.major, c.minor); got != c.want || ok != (c.want != "") {
+				t.Errorf("unit %s on sm_%d%d: UnitTarget %q, %v; want %q", u.Name, c.major, c.minor, got, ok, c.want)
+			}
 			img, kind, target, err := kb.Image(u.Source, u.Options, c.major, c.minor)
 			if c.want == "" {
 				if !errors.Is(err, ErrNotInBundle) {
