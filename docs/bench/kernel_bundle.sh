@@ -16,7 +16,7 @@
 #
 # Step 2 also times a cold LeNet start (empty kernel cache) with the new
 # bundle and without any, when DIR holds a train binary (step 1 builds
-# one) and .gpu/mnist is carried.
+# one) and MNIST names a folder of the MNIST files.
 set -u
 mode=${1:-}; dir=${2:-}
 if [ -z "$mode" ] || [ -z "$dir" ]; then
@@ -38,7 +38,7 @@ gpu)
   chmod +x "$dir"/kernelbundle "$dir"/train 2>/dev/null
   timeout 120 "$dir/kernelbundle" -v -o "$OUT/bundle.zip" 2> "$OUT/kernelbundle.log" || { tail "$OUT/kernelbundle.log"; exit 1; }
   "$dir/kernelbundle" -strict -check "$OUT/bundle.zip" || exit 1
-  mnist=$(pwd)/.gpu/mnist
+  mnist=${MNIST:-}
   if [ -x "$dir/train" ] && [ -d "$mnist" ]; then
     w=$(mktemp -d); cd "$w" || exit 1
     for b in "$OUT/bundle.zip" off; do
