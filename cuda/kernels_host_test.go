@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -21,15 +22,30 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles and runs the attention kernels on the host (seconds)")
 	}
+	out, err := runOnHost(t, []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"},
+		"attention_host.cpp", strconv.Itoa(attnFwdRows), strconv.Itoa(attnFwdThreads))
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("attention kernels on the host: %v", err)
+	}
+}
+
+// runOnHost compiles the kernel sources (concatenated, as a unit is) with
+// the test driver testdata/driver for the CPU, through clang++ and the
+// emulation of CUDA's built-ins in testdata/host_emu.h, then runs the
+// program with args and returns its output. It skips the test without
+// clang++.
+func runOnHost(t *testing.T, kernels []string, driver string, args ...string) ([]byte, error) {
+	t.Helper()
 	clang, err := exec.LookPath("clang++")
 	if err != nil {
 		t.Skip("clang++ not installed")
 	}
-	src, err := concatKernels([]string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"})
+	src, err := concatKernels(kernels)
 	if err != nil {
 		t.Fatal(err)
 	}
-	driver, err := os.ReadFile(filepath.Join("testdata", "attention_host.cpp"))
+	prog, err := os.ReadFile(filepath.Join("testdata", driver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,19 +54,16 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	file, bin := filepath.Join(dir, "attention_host.cpp"), filepath.Join(dir, "attention_host")
-	if err := os.WriteFile(file, append([]byte(src), driver...), 0o644); err != nil {
+	file := filepath.Join(dir, driver)
+	bin := strings.TrimSuffix(file, filepath.Ext(file))
+	if err := os.WriteFile(file, append([]byte(src), prog...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// -x c++: the kernels as plain C++; -w: the CUDA sources' #line
 	// directives are not this test's.
-	args := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-o", bin, file}
-	if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
-		t.Fatalf("clang++ %v: %v\n%s", args, err, out)
+	cc := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-o", bin, file}
+	if out, err := exec.Command(clang, cc...).CombinedOutput(); err != nil {
+		t.Fatalf("clang++ %v: %v\n%s", cc, err, out)
 	}
-	out, err := exec.Command(bin, strconv.Itoa(attnFwdRows), strconv.Itoa(attnFwdThreads)).CombinedOutput()
-	t.Logf("%s", out)
-	if err != nil {
-		t.Fatalf("attention kernels on the host: %v", err)
-	}
+	return exec.Command(bin, args...).CombinedOutput()
 }

@@ -1,9 +1,6 @@
 package cuda
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -23,31 +20,6 @@ func TestReduceChannelsKernelsOnHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles and runs the reduction kernels on the host (seconds)")
 	}
-	clang, err := exec.LookPath("clang++")
-	if err != nil {
-		t.Skip("clang++ not installed")
-	}
-	src, err := concatKernels([]string{"kernels/common.cu", "kernels/reduce_axis.cu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	driver, err := os.ReadFile(filepath.Join("testdata", "reduce_channels_host.cpp"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	emu, err := filepath.Abs(filepath.Join("testdata", "host_emu.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	file, bin := filepath.Join(dir, "reduce_channels_host.cpp"), filepath.Join(dir, "reduce_channels_host")
-	if err := os.WriteFile(file, append([]byte(src), driver...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-o", bin, file}
-	if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
-		t.Fatalf("clang++ %v: %v\n%s", args, err, out)
-	}
 	// 64 threads a block (the kernels take any multiple of 32; the GPU's
 	// 256 would only multiply the emulation's threads).
 	run := []string{"64"}
@@ -66,7 +38,7 @@ func TestReduceChannelsKernelsOnHost(t *testing.T) {
 			run = append(run, strconv.Itoa(v))
 		}
 	}
-	out, err := exec.Command(bin, run...).CombinedOutput()
+	out, err := runOnHost(t, []string{"kernels/common.cu", "kernels/reduce_axis.cu"}, "reduce_channels_host.cpp", run...)
 	t.Logf("%s", out)
 	if err != nil {
 		t.Fatalf("reduction kernels on the host: %v", err)
