@@ -2,11 +2,8 @@ package models_test
 
 import (
 	"math"
-	"math/rand/v2"
-	"os"
 	"testing"
 
-	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/nn/trainer"
@@ -27,43 +24,20 @@ import (
 // leaves room for a library that reorders a sum between a captured and an
 // eager launch, and the test logs which of the two held.
 func TestCapturedStepMatchesEagerGPU(t *testing.T) {
-	if err := cuda.Available(); err != nil {
-		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
-			t.Fatalf("EMBER_REQUIRE_GPU=1 but: %v", err)
-		}
-		t.Skipf("no CUDA device: %v", err)
-	}
+	requireGPU(t)
 	const bs, steps, side = 32, 6, 28
-	rng := rand.New(rand.NewPCG(4, 4))
-	images := make([]float32, steps*bs*side*side)
-	for i := range images {
-		images[i] = float32(rng.NormFloat64())
-	}
-	labels := make([]int32, steps*bs)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(10))
-	}
+	images, labels := randomBatches(4, steps, bs, side)
 	for _, name := range []string{"sgd", "adamw"} {
 		t.Run(name, func(t *testing.T) {
 			run := func(eager bool) ([]float32, []float32) {
-				// Without cuDNN: a capture takes cuDNN's heuristic algorithm
-				// where an eager step times the candidates, so the two runs
-				// could sum in different orders; im2col + cuBLAS issue the
-				// same kernels either way.
-				opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{NoCuDNN: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := cuda.NewBackend(0, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := newGPUWithoutCuDNN(t) // captured and eager issue the same kernels
 				defer b.Close()
 				cfg := models.DefaultResNet9Config()
 				cfg.Width = 8
 				m := models.NewResNet9(b, 1, cfg)
 				defer m.Release()
 				var o trainer.Optimizer
+				var err error
 				if name == "sgd" {
 					o, err = optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
 				} else {
@@ -112,11 +86,7 @@ func TestCapturedStepMatchesEagerGPU(t *testing.T) {
 				if o.Steps() != steps {
 					t.Errorf("%d steps counted, want %d", o.Steps(), steps)
 				}
-				var w []float32
-				for _, p := range nn.Parameters(m) {
-					w = append(w, p.Tensor.Float32s()...)
-				}
-				return w, losses
+				return flatWeights(m), losses
 			}
 			wc, lc := run(false)
 			we, le := run(true)

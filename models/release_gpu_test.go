@@ -2,11 +2,8 @@ package models_test
 
 import (
 	"math"
-	"math/rand/v2"
-	"os"
 	"testing"
 
-	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/models"
 	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/nn/trainer"
@@ -26,33 +23,11 @@ import (
 // is captured: the captured runs check that the allocator holds such memory
 // back until the side stream is done.
 func TestReleaseInBackwardGPU(t *testing.T) {
-	if err := cuda.Available(); err != nil {
-		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
-			t.Fatalf("EMBER_REQUIRE_GPU=1 but: %v", err)
-		}
-		t.Skipf("no CUDA device: %v", err)
-	}
+	requireGPU(t)
 	const bs, steps, side = 64, 5, 28
-	rng := rand.New(rand.NewPCG(6, 6))
-	images := make([]float32, steps*bs*side*side)
-	for i := range images {
-		images[i] = float32(rng.NormFloat64())
-	}
-	labels := make([]int32, steps*bs)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(10))
-	}
+	images, labels := randomBatches(6, steps, bs, side)
 	run := func(eager, keep bool) (w []float32, peak int) {
-		// Without cuDNN, as TestCapturedStepMatchesEagerGPU: its searches
-		// could pick other algorithms in the four runs.
-		opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{NoCuDNN: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := cuda.NewBackend(0, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := newGPUWithoutCuDNN(t) // the four runs issue the same kernels
 		defer b.Close()
 		cfg := models.DefaultResNet9Config()
 		cfg.Width = 16
@@ -95,11 +70,7 @@ func TestReleaseInBackwardGPU(t *testing.T) {
 		if !eager && !st.Captured(bs) {
 			t.Fatalf("the step was not captured: %s", st.Reason())
 		}
-		peak = b.MemoryStats().Allocated.Peak
-		for _, p := range nn.Parameters(m) {
-			w = append(w, p.Tensor.Float32s()...)
-		}
-		return w, peak
+		return flatWeights(m), b.MemoryStats().Allocated.Peak
 	}
 	for _, eager := range []bool{true, false} {
 		wk, pk := run(eager, true)

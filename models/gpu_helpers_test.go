@@ -1,0 +1,65 @@
+package models_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/nn"
+)
+
+// requireGPU skips t without a usable CUDA device, and fails it instead
+// when EMBER_REQUIRE_GPU=1 (so a GPU run cannot pass by skipping).
+func requireGPU(t *testing.T) {
+	t.Helper()
+	if err := cuda.Available(); err != nil {
+		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
+			t.Fatalf("EMBER_REQUIRE_GPU=1 but: %v", err)
+		}
+		t.Skipf("no CUDA device: %v", err)
+	}
+}
+
+// newGPUWithoutCuDNN is a fresh backend for runs that must issue the same
+// kernels each time: without cuDNN, whose searches could pick other
+// algorithms in each run (a capture takes the heuristic's choice where an
+// eager step times the candidates); im2col + cuBLAS issue the same kernels
+// either way. The caller closes it.
+func newGPUWithoutCuDNN(t *testing.T) *cuda.Backend {
+	t.Helper()
+	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{NoCuDNN: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cuda.NewBackend(0, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// randomBatches draws steps batches of bs one-channel side x side images
+// (standard normal) and their labels (0-9) from a generator seeded seed.
+func randomBatches(seed uint64, steps, bs, side int) ([]float32, []int32) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	images := make([]float32, steps*bs*side*side)
+	for i := range images {
+		images[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int32, steps*bs)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	return images, labels
+}
+
+// flatWeights is every parameter of m, in nn.Parameters' order, as one
+// slice read back from the device.
+func flatWeights(m any) []float32 {
+	var w []float32
+	for _, p := range nn.Parameters(m) {
+		w = append(w, p.Tensor.Float32s()...)
+	}
+	return w
+}
