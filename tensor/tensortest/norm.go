@@ -160,6 +160,34 @@ type bnCase struct{ n, c, inner int }
 // four).
 var bnCases = []bnCase{{2, 3, 35}, {2, 3, 1}, {4, 5, 9}, {1, 3, 7}, {8, 2, 1031}, {64, 3, 49}, {1, 2, 3}}
 
+// bnForwardStats is the reference's statistics per channel group: the
+// mean and 1/√(var+eps) a forward pass normalises with (the batch's in
+// training, the running ones given otherwise) and, in training, the
+// unbiased batch variance the running update takes.
+func bnForwardStats(x []float32, groups [][]int, rm0, rv0 []float32, training bool, eps float64) (mean, inv, unbiased []float64) {
+	mean, inv, unbiased = make([]float64, len(groups)), make([]float64, len(groups)), make([]float64, len(groups))
+	for g, idx := range groups {
+		mu, v := refStats(x, idx)
+		if training {
+			mean[g], inv[g] = mu, 1/math.Sqrt(v+eps)
+			unbiased[g] = v * float64(len(idx)) / float64(len(idx)-1)
+		} else {
+			mean[g], inv[g] = float64(rm0[g]), 1/math.Sqrt(float64(rv0[g])+eps)
+		}
+	}
+	return mean, inv, unbiased
+}
+
+// bnAffine is the per-element weight and bias of the reference (element i
+// of [n, c, inner] takes its channel's), 1 and 0 without affine.
+func bnAffine(cs bnCase, w, b []float32, affine bool) (affW, affB func(int) float64) {
+	if !affine {
+		return func(int) float64 { return 1 }, func(int) float64 { return 0 }
+	}
+	ch := func(i int) int { return (i / cs.inner) % cs.c }
+	return func(i int) float64 { return float64(w[ch(i)]) }, func(i int) float64 { return float64(b[ch(i)]) }
+}
+
 // bnAligned says whether a case's buffers are 16-byte aligned (a device may
 // take them four at a time): all but rows of 35, which lie anywhere.
 func bnAligned(cs bnCase) bool { return cs.inner != 35 }
@@ -190,21 +218,10 @@ func testBatchNorm(e *env) {
 						rm0, rv0 := e.normal(cs.c, 1), e.uniform(cs.c, 0.5, 2)
 						momentum := float32(0.1 + 0.8*e.rng.Float64())
 						groups := bnGroups(cs.n, cs.c, cs.inner)
-						mean, inv, unbiased := make([]float64, cs.c), make([]float64, cs.c), make([]float64, cs.c)
-						for g, idx := range groups {
-							mu, v := refStats(x, idx)
-							if training {
-								mean[g], inv[g] = mu, 1/math.Sqrt(v+eps)
-								unbiased[g] = v * float64(len(idx)) / float64(len(idx)-1)
-							} else {
-								mean[g], inv[g] = float64(rm0[g]), 1/math.Sqrt(float64(rv0[g])+eps)
-							}
-						}
-						ch := func(i int) int { return (i / cs.inner) % cs.c }
-						affW, affB := func(int) float64 { return 1 }, func(int) float64 { return 0 }
+						mean, inv, unbiased := bnForwardStats(x, groups, rm0, rv0, training, eps)
+						affW, affB := bnAffine(cs, w, b, affine)
 						var wb, bb tensor.Buffer
 						if affine {
-							affW, affB = func(i int) float64 { return float64(w[ch(i)]) }, func(i int) float64 { return float64(b[ch(i)]) }
 							wb, bb = e.in("weight", w), e.in("bias", b)
 						}
 						var rmb, rvb *dbuf

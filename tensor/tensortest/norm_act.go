@@ -68,21 +68,10 @@ func testBatchNormAct(e *env) {
 						}
 						momentum := float32(0.1 + 0.8*e.rng.Float64())
 						groups := bnGroups(cs.n, cs.c, cs.inner)
-						mean, inv, unbiased := make([]float64, cs.c), make([]float64, cs.c), make([]float64, cs.c)
-						for g, idx := range groups {
-							mu, v := refStats(x, idx)
-							if training {
-								mean[g], inv[g] = mu, 1/math.Sqrt(v+eps)
-								unbiased[g] = v * float64(len(idx)) / float64(len(idx)-1)
-							} else {
-								mean[g], inv[g] = float64(rm0[g]), 1/math.Sqrt(float64(rv0[g])+eps)
-							}
-						}
-						ch := func(i int) int { return (i / cs.inner) % cs.c }
-						affW, affB := func(int) float64 { return 1 }, func(int) float64 { return 0 }
+						mean, inv, unbiased := bnForwardStats(x, groups, rm0, rv0, training, eps)
+						affW, affB := bnAffine(cs, w, b, affine)
 						var wb, bb tensor.Buffer
 						if affine {
-							affW, affB = func(i int) float64 { return float64(w[ch(i)]) }, func(i int) float64 { return float64(b[ch(i)]) }
 							wb, bb = e.in("weight", w), e.in("bias", b)
 						}
 						rm, rv := e.f32("runMean", rm0, !training), e.f32("runVar", rv0, !training)
