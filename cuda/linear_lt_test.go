@@ -397,3 +397,80 @@ func TestGPULinearLtNaN(t *testing.T) {
 		}
 	}
 }
+
+// TestGPULinearLowpMatchesUnfused checks autocast's linear layer with the
+// bias in cuBLASLt's epilogue (LinearLowp) against the unfused path on the
+// same bfloat16 operands: MatMulLowp and AddBias on the GPU, and on the
+// CPU. All three sum the same exact products in float32 in their own
+// orders and add the bias once, so they differ by at most three times
+// (k+2)·2⁻²⁴ of Σ|x·w| plus one rounding of the sum with the bias (as in
+// TestGPUGemmBF16MatchesCPU). The GPT's shapes (in 384, out 1152 and
+// 1536) must go through cuBLASLt; odd ones may fall back.
+func TestGPULinearLowpMatchesUnfused(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	requireLt(t, b)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		n, in, out int
+		mustLt     bool
+	}{
+		{300, 384, 1152, true},
+		{256, 1536, 384, true},
+		{64, 96, 40, true},
+		{33, 130, 66, false},
+	} {
+		bitsX, bitsW := make([]uint16, c.n*c.in), make([]uint16, c.out*c.in)
+		for i := range bitsX {
+			bitsX[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
+		}
+		for i := range bitsW {
+			bitsW[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
+		}
+		bias := make([]float32, c.out)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		// unfused on the CPU and the GPU, then fused on the GPU.
+		var got [3][]float32
+		for i, be := range []tensor.Backend{tensor.CPU, b, b} {
+			s := tensor.NewScope()
+			x, w := tensor.FromBFloat16Bits(be, s, bitsX, c.n, c.in), tensor.FromBFloat16Bits(be, s, bitsW, c.out, c.in)
+			tb, y := tensor.FromFloat32(be, s, bias, c.out), tensor.Zeros(be, s, c.n, c.out)
+			if i < 2 {
+				be.(tensor.LowPrecisionBackend).MatMulLowp(y.Buffer(), x.Buffer(), w.Buffer(), c.n, c.out, c.in, false, true, 1, 0)
+				tensor.Complete(be).AddBias(y.Buffer(), tb.Buffer(), c.n, c.out, 1)
+			} else {
+				calls := b.ltCalls.Load()
+				if !b.LinearLowp(y.Buffer(), x.Buffer(), w.Buffer(), tb.Buffer(), c.n, c.in, c.out) {
+					if c.mustLt {
+						t.Fatalf("%+v: cuBLASLt declined the product", c)
+					}
+					t.Logf("%+v: cuBLASLt declined; the unfused path takes it", c)
+					s.Release()
+					got[i] = nil
+					continue
+				}
+				if b.ltCalls.Load() == calls {
+					t.Fatalf("%+v: LinearLowp reported true without a cuBLASLt product", c)
+				}
+			}
+			got[i] = y.Float32s()
+			s.Release()
+		}
+		for i := 0; i < c.n; i++ {
+			for j := 0; j < c.out; j++ {
+				bound := 0.0
+				for p := 0; p < c.in; p++ {
+					bound += math.Abs(float64(tensor.BFloat16Float32(bitsX[i*c.in+p])) * float64(tensor.BFloat16Float32(bitsW[j*c.in+p])))
+				}
+				at := i*c.out + j
+				tol := 3*float64(c.in+2)*0x1p-24*bound + 0x1p-23*(bound+math.Abs(float64(bias[j])))
+				for k, name := range []string{"GPU unfused", "GPU fused"} {
+					if g := got[k+1]; g != nil && math.Abs(float64(g[at])-float64(got[0][at])) > tol {
+						t.Fatalf("%+v: element [%d, %d]: %s %.9g, CPU %.9g, allowed %.3g", c, i, j, name, g[at], got[0][at], tol)
+					}
+				}
+			}
+		}
+	}
+}

@@ -92,6 +92,13 @@ func TestGPUOpBench(t *testing.T) {
 			t.Fatalf("EMBER_OPBENCH_BN=%q: want THREADSxUNROLL, e.g. 512x16", v)
 		}
 	}
+	// EMBER_OPBENCH_CHAN=BLOCKSxCHUNK picks the per-channel reduction's
+	// aimed block count and least chunk (chanBlocks, chanChunkMin).
+	if v := os.Getenv("EMBER_OPBENCH_CHAN"); v != "" {
+		if _, err := fmt.Sscanf(v, "%dx%d", &chanBlocks, &chanChunkMin); err != nil || chanBlocks < 1 || chanChunkMin < 4 {
+			t.Fatalf("EMBER_OPBENCH_CHAN=%q: want BLOCKSxCHUNK, e.g. 4096x8192", v)
+		}
+	}
 	var filter *regexp.Regexp
 	if f := os.Getenv("EMBER_OPBENCH_FILTER"); f != "" {
 		var err error

@@ -124,6 +124,18 @@ func (p products) matMulOf(c Buffer, a, b operand, m, n, k int, transA, transB b
 	p.releaseOwn(b, hb)
 }
 
+// linearBiasOf is, under autocast on a backend with
+// LowPrecisionBiasBackend, y = x·wᵀ + bias as one product with the bias in
+// its epilogue, from the kept bfloat16 x and w; false (nothing done) when
+// not under autocast, without a bias, or where the backend declines.
+func (p products) linearBiasOf(y Buffer, x, w operand, bias *Tensor, n, in, out int) bool {
+	if !p.lowp() || bias == nil || x.h == nil || w.h == nil {
+		return false
+	}
+	lb, ok := p.be.(LowPrecisionBiasBackend)
+	return ok && lb.LinearLowp(y, x.h.buffer(), w.h.buffer(), bias.buffer(), n, in, out)
+}
+
 // batchedOf is MatMulBatched's batch of products of operands whose
 // bfloat16 copies may be kept ones.
 func (p products) batchedOf(c Buffer, a, b operand, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {

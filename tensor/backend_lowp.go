@@ -18,6 +18,20 @@ type LowPrecisionBackend interface {
 	MatMulBatchedLowp(c, a, b Buffer, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32)
 }
 
+// LowPrecisionBiasBackend is implemented by backends whose bfloat16
+// products can add a float32 bias in the same kernel (the GPU: cuBLASLt's
+// bias epilogue): autocast's Linear then makes no separate pass over its
+// output for the bias. Without it, or where LinearLowp declines, Linear
+// runs MatMulLowp and then AddBias.
+type LowPrecisionBiasBackend interface {
+	// LinearLowp sets y [n, out] = x·wᵀ + bias for x [n, in] and w
+	// [out, in] bfloat16, bias [out] and y float32: the float32 result of
+	// MatMulLowp with the bias added to it (the order of the product's
+	// sums may differ from MatMulLowp's). It reports false, having done
+	// nothing, where it does not take the product.
+	LinearLowp(y, x, w, bias Buffer, n, in, out int) bool
+}
+
 // LowPrecisionConvBackend is implemented by backends that run convolutions
 // with BFloat16 operands, float32 sums and float32 results: autocast's
 // convolutions (autocast.go). Its operands and results are float32

@@ -53,9 +53,10 @@
 //     RandomStateBackend and DropoutBackend (random numbers whose counter
 //     lives on the device), AugmentBackend (a batch of uint8 images
 //     gathered with per-sample crop, flip, normalisation and cutout from
-//     Philox words, the same bits on every backend), LowPrecisionBackend
-//     and LowPrecisionConvBackend (casts, bfloat16 products and
-//     convolutions, backend_lowp.go), CausalSoftmaxBackend,
+//     Philox words, the same bits on every backend), LowPrecisionBackend,
+//     LowPrecisionConvBackend and LowPrecisionBiasBackend (casts, bfloat16
+//     products, convolutions, and products with the bias in their
+//     epilogue, backend_lowp.go), CausalSoftmaxBackend,
 //     AttentionBackend (fused scaled dot-product attention; without it,
 //     the composed products and softmax), FusedBackend, and the fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and

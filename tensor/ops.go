@@ -133,9 +133,11 @@ func Linear(x, w, b *Tensor) *Tensor {
 	p := productsFor(be, out.scope)
 	// Under autocast the bfloat16 x and w are kept for the backward pass.
 	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
-	p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
-	if b != nil {
-		Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
+	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
+		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
+		if b != nil {
+			Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
+		}
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		defer hx.release()

@@ -134,8 +134,9 @@ type ltHeuristicResult struct {
 // LtGemm is one row-major product shape for cuBLASLt: C[M x N] =
 // epilogue(alpha·op(A)·op(B) + beta·C), float32 operands and results, the
 // leading dimensions as for Sgemm. TF32 lets the product round its inputs
-// to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32). It is comparable: plans are kept
-// per LtGemm.
+// to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32); BF16 makes A and B bfloat16
+// (C, the bias and the sums stay float32, as GemmBF16's). It is
+// comparable: plans are kept per LtGemm.
 type LtGemm struct {
 	TransA, TransB bool
 	M, N, K        int
@@ -143,6 +144,7 @@ type LtGemm struct {
 	Epilogue       LtEpilogue
 	AuxLD          int // elements between aux's rows (row-major), for the epilogues with aux
 	TF32           bool
+	BF16           bool
 	// Align16 chooses among the algorithms that take pointers aligned to
 	// 16 bytes only (views into a larger buffer); otherwise every pointer
 	// must be 256-byte aligned, as the allocator's blocks are.
@@ -292,7 +294,7 @@ func (l *Lt) plan(g LtGemm) (*ltPlan, error) {
 
 func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 	compute := uintptr(cublasCompute32F)
-	if g.TF32 {
+	if g.TF32 && !g.BF16 {
 		compute = cublasCompute32FFastTF32
 	}
 	if err := cublasCheck("cublasLtMatmulDescCreate", CCall(ltFn.descCreate, uintptr(unsafe.Pointer(&p.desc)), compute, cudaR32F)); err != nil {
@@ -314,9 +316,16 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 			return err
 		}
 	}
+	operands := uintptr(cudaR32F)
+	if g.BF16 {
+		operands = cudaR16BF
+	}
 	for i, l := range ltLayouts(ga) {
-		dst := []*uintptr{&p.a, &p.b, &p.c}[i]
-		if err := cublasCheck("cublasLtMatrixLayoutCreate", CCall(ltFn.layoutCreate, uintptr(unsafe.Pointer(dst)), cudaR32F, uintptr(l.rows), uintptr(l.cols), uintptr(l.ld))); err != nil {
+		dst, typ := []*uintptr{&p.a, &p.b, &p.c}[i], operands
+		if i == 2 {
+			typ = cudaR32F
+		}
+		if err := cublasCheck("cublasLtMatrixLayoutCreate", CCall(ltFn.layoutCreate, uintptr(unsafe.Pointer(dst)), typ, uintptr(l.rows), uintptr(l.cols), uintptr(l.ld))); err != nil {
 			return err
 		}
 	}
