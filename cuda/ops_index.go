@@ -30,16 +30,35 @@ func (b *Backend) IndexSelect(dst, src, idx tensor.Buffer, outer, n, inner int) 
 // walks the whole list, so longer lists go to atomics instead.
 const orderedIndexAddMax = 1024
 
+// ember_index_add_scan replaces the ordered kernel when its work is
+// small: at most scanIndexAddMax compares of an index in shared memory
+// (outer·n·inner·m) and scanDstMax elements of dst, which it reads and
+// writes whole, and at least scanIndexesMin indices (shorter chains of the
+// ordered kernel cost little). The GPT's position embedding backward,
+// [1, 256, 384] from 256 indices, one after another on an H200: 19.5 µs a
+// launch, the ordered kernel 58.5 µs (131 µs in a training step).
+const (
+	scanIndexAddMax = 1 << 27
+	scanDstMax      = 1 << 22
+	scanIndexesMin  = 16
+)
+
 // IndexAdd adds the rows of src into dst at the rows idx names. Up to
 // orderedIndexAddMax indices, or when the columns alone fill the GPU
-// (outer·inner at least 64k threads), a thread per column adds them in
-// order: deterministic. Otherwise atomicAdd: repeated indices then add up
-// in an order that varies from run to run (not bitwise reproducible).
+// (outer·inner at least 64k threads), the sums are the CPU's, bit for bit:
+// a thread per destination element scanning the list when that is cheap
+// (see scanIndexAddMax), else a thread per column adding them in order.
+// Otherwise atomicAdd: repeated indices then add up in an order that
+// varies from run to run (not bitwise reproducible).
 func (b *Backend) IndexAdd(dst, src, idx tensor.Buffer, outer, n, inner int) {
 	const op = "index_add"
 	m, dims := b.indexArgs(op, src, dst, idx, outer, n, inner)
 	args := append([]any{b.f32(op, dst), b.f32(op, src), b.i32(op, idx)}, dims...)
 	if m <= orderedIndexAddMax || outer*inner >= 1<<16 {
+		if full := outer * n * inner; m >= scanIndexesMin && full > 0 && full <= scanDstMax && full <= scanIndexAddMax/m {
+			b.launch(op, b.kernel("ember_index_add_scan"), full, args...)
+			return
+		}
 		b.launch(op, b.kernel("ember_index_add_ordered"), outer*inner, args...)
 		return
 	}

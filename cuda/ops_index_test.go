@@ -1,7 +1,10 @@
 package cuda
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -21,7 +24,7 @@ func (r *recExec) sgemmStridedBatched(transA, transB bool, m, n, k int, alpha fl
 
 // TestRecordedSoftmaxIndex launches softmax, its backward pass, the causal
 // softmax, the gathers and the batched products on the recorder, in both
-// kernel layouts and on both IndexAdd paths: signatures, null pointers and extents are checked.
+// kernel layouts and on the three IndexAdd paths: signatures, null pointers and extents are checked.
 func TestRecordedSoftmaxIndex(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	f := func(n int) tensor.Buffer {
@@ -53,11 +56,16 @@ func TestRecordedSoftmaxIndex(t *testing.T) {
 		t.Errorf("CausalSoftmax: %d launches, want 3", rec.launches["ember_softmax_rows_causal"])
 	}
 	b.IndexSelect(f(2*9*5), f(2*7*5), ix(9), 2, 7, 5)
-	b.IndexAdd(f(2*7*5), f(2*9*5), ix(9), 2, 7, 5)                     // ordered
+	b.IndexAdd(f(2*7*5), f(2*9*5), ix(9), 2, 7, 5)                     // ordered: few indices
+	b.IndexAdd(f(2*7*5), f(2*20*5), ix(20), 2, 7, 5)                   // scan
+	b.IndexAdd(f(256*384), f(256*384), ix(256), 1, 256, 384)           // scan: the GPT's position embedding
+	b.IndexAdd(f(2*(1<<15)), f(2*1100*(1<<15)), ix(1100), 2, 1, 1<<15) // scan: two tiles of indices
+	b.IndexAdd(f(1<<23), f(20), ix(20), 1, 1<<23, 1)                   // ordered: too large a dst to rewrite
 	b.IndexAdd(f(100*3), f(5000*3), ix(5000), 1, 100, 3)               // atomic
-	b.IndexAdd(f(10*(1<<16)), f(5000*(1<<16)), ix(5000), 1, 10, 1<<16) // ordered: wide columns
-	if rec.launches["ember_index_add_ordered"] != 2 || rec.launches["ember_index_add_atomic"] != 1 {
-		t.Errorf("IndexAdd paths: %d ordered, %d atomic launches; want 2 and 1", rec.launches["ember_index_add_ordered"], rec.launches["ember_index_add_atomic"])
+	b.IndexAdd(f(10*(1<<16)), f(5000*(1<<16)), ix(5000), 1, 10, 1<<16) // ordered: wide columns, too long a scan
+	if rec.launches["ember_index_add_ordered"] != 3 || rec.launches["ember_index_add_atomic"] != 1 || rec.launches["ember_index_add_scan"] != 3 {
+		t.Errorf("IndexAdd paths: %d ordered, %d atomic, %d scan launches; want 3, 1 and 3", rec.launches["ember_index_add_ordered"],
+			rec.launches["ember_index_add_atomic"], rec.launches["ember_index_add_scan"])
 	}
 	gemms := rec.gemms
 	b.MatMulBatched(f(4*6), f(4*10), f(15), 4, 2, 3, 5, 10, 0, 6, true, true, 1, 0)
@@ -109,5 +117,63 @@ func TestRecordedAttentionAndLosses(t *testing.T) {
 	tensor.Sum(tensor.Mul(tensor.OneHot(ids, 8), tensor.Embedding(emb, ids))).Backward()
 	if err := b.Synchronize(); err != nil {
 		t.Errorf("Synchronize: %v", err)
+	}
+}
+
+// TestGPUIndexAddMatchesCPU checks IndexAdd's deterministic paths against
+// the CPU bit for bit on fresh random inputs with repeated indices: the
+// scan (ember_index_add_scan: the GPT's position embedding, a list of two
+// tiles, outer > 1, rows of one element) and the ordered kernel (wide
+// columns, a list too long to scan), and that two runs agree.
+func TestGPUIndexAddMatchesCPU(t *testing.T) {
+	g := newGPUBackend(t, BackendOptions{})
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 16))
+	for _, s := range [][4]int{ // outer, n, inner, m
+		{1, 256, 384, 256}, {2, 1, 1 << 15, 1100}, {3, 7, 5, 1024}, {4, 50, 1, 300}, {1, 10, 1 << 16, 300},
+	} {
+		outer, n, inner, m := s[0], s[1], s[2], s[3]
+		src, d0, ix := make([]float32, outer*m*inner), make([]float32, outer*n*inner), make([]int32, m)
+		for i := range src {
+			src[i] = float32(rng.NormFloat64())
+		}
+		for i := range d0 {
+			d0[i] = float32(rng.NormFloat64())
+		}
+		for i := range ix {
+			ix[i] = int32(rng.IntN(max(n/2, 1))) // repeats: half the rows take every index
+		}
+		run := func(b tensor.Backend) []float32 {
+			up := func(data any, n int, dt tensor.DType) tensor.Buffer {
+				buf, err := b.Alloc(n, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Upload(buf, data)
+				return buf
+			}
+			dst, sb, ib := up(d0, len(d0), tensor.Float32), up(src, len(src), tensor.Float32), up(ix, len(ix), tensor.Int32)
+			defer func() {
+				b.Free(dst)
+				b.Free(sb)
+				b.Free(ib)
+			}()
+			b.IndexAdd(dst, sb, ib, outer, n, inner)
+			out := make([]float32, len(d0))
+			b.Download(out, dst)
+			return out
+		}
+		got, again, want := run(g), run(g), run(tensor.CPU)
+		if !sameBits(got, again) {
+			t.Errorf("%v: two runs differ (seed %d)", s, seed)
+		}
+		if !sameBits(got, want) {
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Errorf("%v: element %d: GPU %g, CPU %g (seed %d)", s, i, got[i], want[i], seed)
+					break
+				}
+			}
+		}
 	}
 }

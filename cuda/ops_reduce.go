@@ -137,12 +137,14 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 // 132 SMs, each block's threads with two rounds of four float4 loads or
 // more. The cut is a function of the shape alone. Below chanInnerMin
 // contiguous elements per row a warp's loads would touch many rows (and
-// sectors) for few elements: such shapes keep the Reduce stages.
-const (
+// sectors) for few elements: such shapes keep the Reduce stages. They are
+// variables so that the operator benchmark can sweep them.
+var (
 	chanBlocks   = 4096
 	chanChunkMin = 8192
-	chanInnerMin = 8
 )
+
+const chanInnerMin = 8
 
 // chanSplits is the number of blocks per channel and the elements each
 // takes (a multiple of 4) for channels of per elements.

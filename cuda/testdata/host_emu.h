@@ -25,6 +25,16 @@ extern pthread_barrier_t g_bar;
 extern pthread_barrier_t g_warp_bar[32];
 extern float g_shfl[1024];
 inline void __syncthreads() { pthread_barrier_wait(&g_bar); }
+// __trap counts in g_traps and returns (a driver checks the count; the
+// kernels never use a trapped index as an address); atomicAdd is one
+// thread's, for kernels that are compiled here but not run.
+inline int g_traps;
+inline void __trap() { __atomic_fetch_add(&g_traps, 1, __ATOMIC_SEQ_CST); }
+inline float atomicAdd(float* p, float v) {
+    float o = *p;
+    *p = o + v;
+    return o;
+}
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     int t = threadIdx.x, w = t / 32, l = t % 32;
     g_shfl[t] = v;
