@@ -191,7 +191,10 @@
 // 1024-wide layers) go through it by default, where it measured faster
 // than the tiled kernels (NoLinearLtWide keeps them there); with
 // BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the layers of more than 256
-// rows go through it too (linear_lt.go).
+// rows go through it too (linear_lt.go). Under autocast every linear layer
+// with a bias is one cuBLASLt product of bfloat16 operands with the float32
+// bias in its epilogue (LinearLowp, tensor.LowPrecisionBiasBackend) while
+// cuBLASLt is open.
 //
 // # cuDNN
 //
