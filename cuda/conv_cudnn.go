@@ -496,6 +496,17 @@ func (b *Backend) Conv2dBackwardLowp(dx, dw, db, dy, x, w, y tensor.Buffer, g te
 	if g.ReLU {
 		pmask = b.f32Opt(op, "y", y, c.yLen)
 	}
+	if wantDW && c.yLen > 0 && smallFilterGrad(c) {
+		// Few taps: our kernel, not cuDNN's (conv_dw_small.go).
+		b.filterGradSmall(op, pdw, px, pdy, pmask, c)
+		wantDW, pdw, dw = false, 0, tensor.Buffer{}
+		if !wantDX {
+			if pdb != 0 {
+				b.biasGrad(op, pdb, pdy, 0, pmask, g.N, g.K, c.p, true)
+			}
+			return
+		}
+	}
 	if dg, ok := b.lowpGeom(c); ok && c.yLen > 0 && c.crs > 0 && (wantDX || wantDW) &&
 		b.conv2dBackwardLowpCuDNN(op, dg, pdx, pdw, pdb, pdy, px, pw, pmask, c) {
 		return

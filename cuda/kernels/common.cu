@@ -231,3 +231,26 @@ __device__ __forceinline__ void relu_pool_step(float v, int pos, float& best, in
         at = pos;
     }
 }
+
+// bfloat16 (stored as its 16-bit pattern, unsigned short) from float32 and
+// back, for mixed precision (cast.cu, and kernels that round their
+// operands as autocast does). The rounding is done on the integer bits,
+// not with the CUDA headers' intrinsics, so that it is the CPU backend's
+// (tensor.BFloat16Bits) and torch's bit for bit: to nearest, ties to even,
+// subnormals kept, and every NaN the quiet NaN 0x7FC0 (the intrinsics
+// give another NaN pattern).
+__device__ __forceinline__ unsigned short ember_bf16_from_f32(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)0x7fc0u;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float ember_f32_from_bf16(unsigned short h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+// v rounded to bfloat16, as a float32.
+__device__ __forceinline__ float ember_bf16_round(float v) { return ember_f32_from_bf16(ember_bf16_from_f32(v)); }

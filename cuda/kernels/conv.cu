@@ -329,3 +329,102 @@ extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const fl
         maxpool_backward_disjoint_body<long long>(dx, dy, argmax, d, total, acc);
     }
 }
+
+// The filter gradient of a convolution with few taps (C*R*S at most
+// EMBER_DWS_CRS, K at most EMBER_DWS_K, one group) under autocast: dw[k, t]
+// += bfloat16(sum over positions q of bf16(dy[q, k]) * bf16(x patch value
+// t at q)), dy masked where maskOrNull <= 0 (a fused ReLU's output). What
+// Conv2dBackwardLowp asks for, where cuDNN's deterministic algorithms for
+// such filters (a network's first layer on one or three input channels)
+// run a few blocks for a millisecond (ResNet-9's 1->64 3x3 at batch 512:
+// 1.06 ms).
+//
+// ember_conv_dw_small: 1-D grid, block b takes the positions [b*per,
+// (b+1)*per) of the N*OH*OW (per a multiple of EMBER_DWS_TP), a tile of
+// EMBER_DWS_TP at a time through shared memory: dy [K][TP] and the patch
+// values [C*R*S][TP], rounded as they are stored. Thread i owns the pairs
+// (k, t) = i, i + blockDim.x, ... (at most EMBER_DWS_PAIRS each) and sums
+// their products over the block's positions in float32, in order; it
+// writes partial[pair * gridDim.x + b]. ember_conv_dw_small_join adds a
+// pair's partials in order (a warp each, a fixed tree) in double, rounds
+// the sum to bfloat16 and adds it into dw.
+// Cost: dy read once, x R*S times (from L1/L2), K*C*R*S*N*OH*OW products
+// from shared memory; N*OH*OW must fit an int (the Go side checks).
+#define EMBER_DWS_TP 96
+#define EMBER_DWS_K 64
+#define EMBER_DWS_CRS 16
+#define EMBER_DWS_PAIRS 4  // pairs per thread: K*C*R*S <= EMBER_DWS_PAIRS*blockDim.x
+extern "C" __global__ void ember_conv_dw_small(double* partial, const float* x, const float* dy, const float* maskOrNull,
+                                               int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
+                                               int PH, int PW, int OH, int OW, int DH, int DW, int per) {
+    __shared__ float sdy[EMBER_DWS_K][EMBER_DWS_TP + 1];
+    __shared__ float sx[EMBER_DWS_CRS][EMBER_DWS_TP + 1];
+    __shared__ int sn[EMBER_DWS_TP], sp[EMBER_DWS_TP];
+    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, pairs = K * CRS;
+    const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
+    float acc[EMBER_DWS_PAIRS];
+#pragma unroll
+    for (int m = 0; m < EMBER_DWS_PAIRS; m++) acc[m] = 0.0f;
+    for (int t0 = lo; t0 < hi; t0 += EMBER_DWS_TP) {
+        const int tp = hi - t0 < EMBER_DWS_TP ? hi - t0 : EMBER_DWS_TP;
+        __syncthreads();  // the last tile read
+        for (int j = threadIdx.x; j < tp; j += blockDim.x) {
+            const int q = t0 + j, n = q / P;
+            sn[j] = n;
+            sp[j] = q - n * P;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < K * EMBER_DWS_TP; i += blockDim.x) {
+            const int k = i / EMBER_DWS_TP, j = i - k * EMBER_DWS_TP;
+            float v = 0.0f;
+            if (j < tp) {
+                const long long e = ((long long)sn[j] * K + k) * P + sp[j];
+                v = dy[e];
+                if (maskOrNull != 0 && maskOrNull[e] <= 0.0f) v = 0.0f;
+                v = ember_bf16_round(v);
+            }
+            sdy[k][j] = v;
+        }
+        for (int i = threadIdx.x; i < CRS * EMBER_DWS_TP; i += blockDim.x) {
+            const int t = i / EMBER_DWS_TP, j = i - t * EMBER_DWS_TP;
+            float v = 0.0f;
+            if (j < tp) {
+                const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
+                const int oh = sp[j] / OW, ow = sp[j] - oh * OW;
+                const int h = oh * SH - PH + r * DH, w = ow * SW - PW + s * DW;
+                if (h >= 0 && h < H && w >= 0 && w < W) v = ember_bf16_round(x[(((long long)sn[j] * C + c) * H + h) * W + w]);
+            }
+            sx[t][j] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
+            const int i = threadIdx.x + m * blockDim.x;
+            if (i < pairs) {
+                const int k = i / CRS, t = i - k * CRS;
+                float a = acc[m];
+                for (int j = 0; j < tp; j++) a += sdy[k][j] * sx[t][j];
+                acc[m] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
+        const int i = threadIdx.x + m * blockDim.x;
+        if (i < pairs) partial[(long long)i * gridDim.x + blockIdx.x] = (double)acc[m];
+    }
+}
+
+// ember_conv_dw_small_join: dw[i] += bfloat16(the parts partial sums of
+// pair i, in order by lane then a fixed xor tree), a warp per pair; 1-D
+// blocks of a multiple of 32 threads.
+extern "C" __global__ void ember_conv_dw_small_join(float* dw, const double* partial, int pairs, int parts) {
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    for (int i = blockIdx.x * wpb + (threadIdx.x >> 5); i < pairs; i += gridDim.x * wpb) {
+        const double* p = partial + (long long)i * parts;
+        double s = 0.0;
+        for (int j = lane; j < parts; j += 32) s += p[j];
+        s = ember_warp_sum_d(s);
+        if (lane == 0) dw[i] += ember_bf16_round((float)s);
+    }
+}

@@ -1,0 +1,52 @@
+package cuda
+
+import "math"
+
+// The filter gradient of convolutions with few taps under autocast
+// (kernels/conv.cu, ember_conv_dw_small and its join): a network's first
+// layer on one or three input channels. cuDNN's deterministic algorithms
+// for such filters measured slow on the H200 (ResNet-9's 1 -> 64 3x3 at
+// batch 512 in bfloat16: one 98-block kernel of 1.06 ms a step, 15% of
+// the step's kernel time), where the products are few and dy only has to
+// be read once. The sums are those Conv2dBackwardLowp defines: products of
+// the bfloat16-rounded (masked) dy and x, summed in float32 per block and
+// in double across blocks in a fixed order (deterministic), rounded to
+// bfloat16 and added into dw.
+
+// The limits of ember_conv_dw_small (EMBER_DWS_* in conv.cu): the tile of
+// positions, the most output channels and taps (C·R·S) a block holds in
+// shared memory, and the most blocks (the partition depends on the shape
+// alone, so results do not depend on the device).
+const (
+	dwsTile   = 96
+	dwsMaxK   = 64
+	dwsMaxCRS = 16
+	dwsBlocks = 1024
+)
+
+// smallFilterGrad reports whether the filter gradient of c goes to
+// ember_conv_dw_small.
+func smallFilterGrad(c convShape) bool {
+	return c.groups == 1 && c.crs > 0 && c.crs <= dwsMaxCRS && c.g.K > 0 && c.g.K <= dwsMaxK &&
+		c.np > 0 && c.np <= math.MaxInt32-dwsTile*dwsBlocks
+}
+
+// filterGradSmall queues dw += bfloat16(the filter gradient of the
+// bfloat16-rounded dy, masked where pmask is not positive when pmask is
+// not 0, and x): ember_conv_dw_small over blocks of positions, then its
+// join.
+func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c convShape) {
+	tiles := (c.np + dwsTile - 1) / dwsTile
+	per := (tiles + dwsBlocks - 1) / dwsBlocks * dwsTile
+	blocks := (c.np + per - 1) / per
+	pairs := c.g.K * c.crs
+	ws := b.workspace(op, 8*pairs*blocks)
+	defer b.release(ws)
+	d := c.dims
+	devCheck(op, b.x.launch(b.kernel("ember_conv_dw_small"), Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{ws.Ptr(), px, pdy, pmask, d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
+			d[10], d[11], c.dil[0], c.dil[1], i32arg(op, per)}))
+	const warps = blockSize / 32
+	b.launchGrid(op, b.kernel("ember_conv_dw_small_join"), (pairs+warps-1)/warps, blockSize,
+		pdw, ws.Ptr(), i32arg(op, pairs), i32arg(op, blocks))
+}
