@@ -13,14 +13,7 @@ import (
 // each weight gradient against a double sum of the rounded products. It
 // skips without clang++ and under -short.
 func TestConvFilterGradSmallOnHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles and runs the kernel on the host (seconds)")
-	}
-	out, err := runOnHost(t, []string{"kernels/common.cu", "kernels/conv.cu"}, "conv_dw_small_host.cpp")
-	t.Logf("%s", out)
-	if err != nil {
-		t.Fatalf("conv kernels on the host: %v", err)
-	}
+	checkOnHost(t, "convolution", []string{"kernels/common.cu", "kernels/conv.cu"}, "conv_dw_small_host.cpp")
 }
 
 // TestGPUConvFilterGradSmallMatchesCPU runs Conv2dBackwardLowp on

@@ -19,14 +19,22 @@ import (
 // the GPU conformance suite and compute-sanitizer remain the judges. It
 // skips without clang++ and under -short.
 func TestAttentionKernelsOnHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles and runs the attention kernels on the host (seconds)")
-	}
-	out, err := runOnHost(t, []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"},
+	checkOnHost(t, "attention", []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"},
 		"attention_host.cpp", strconv.Itoa(attnFwdRows), strconv.Itoa(attnFwdThreads))
+}
+
+// checkOnHost runs a host test's driver (runOnHost) and fails the test,
+// with the driver's output, when it reports a failure; what names the
+// kernels in the messages. It skips under -short.
+func checkOnHost(t *testing.T, what string, kernels []string, driver string, args ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("compiles and runs the %s kernels on the host (seconds)", what)
+	}
+	out, err := runOnHost(t, kernels, driver, args...)
 	t.Logf("%s", out)
 	if err != nil {
-		t.Fatalf("attention kernels on the host: %v", err)
+		t.Fatalf("%s kernels on the host: %v", what, err)
 	}
 }
 
@@ -61,7 +69,7 @@ func runOnHost(t *testing.T, kernels []string, driver string, args ...string) ([
 	}
 	// -x c++: the kernels as plain C++; -w: the CUDA sources' #line
 	// directives are not this test's.
-	cc := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-o", bin, file}
+	cc := []string{"-x", "c++", "-std=c++17", "-O1", "-pthread", "-w", "-include", emu, "-I", filepath.Dir(emu), "-o", bin, file}
 	if out, err := exec.Command(clang, cc...).CombinedOutput(); err != nil {
 		t.Fatalf("clang++ %v: %v\n%s", cc, err, out)
 	}

@@ -17,9 +17,6 @@ import (
 // conformance suite (ReduceChannels) remains the judge. It skips without
 // clang++ and under -short.
 func TestReduceChannelsKernelsOnHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles and runs the reduction kernels on the host (seconds)")
-	}
 	// 64 threads a block (the kernels take any multiple of 32; the GPU's
 	// 256 would only multiply the emulation's threads).
 	run := []string{"64"}
@@ -38,9 +35,5 @@ func TestReduceChannelsKernelsOnHost(t *testing.T) {
 			run = append(run, strconv.Itoa(v))
 		}
 	}
-	out, err := runOnHost(t, []string{"kernels/common.cu", "kernels/reduce_axis.cu"}, "reduce_channels_host.cpp", run...)
-	t.Logf("%s", out)
-	if err != nil {
-		t.Fatalf("reduction kernels on the host: %v", err)
-	}
+	checkOnHost(t, "reduction", []string{"kernels/common.cu", "kernels/reduce_axis.cu"}, "reduce_channels_host.cpp", run...)
 }

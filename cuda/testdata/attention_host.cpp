@@ -6,35 +6,7 @@
 // largest value (float32 sums of at most 256 terms). Arguments: the
 // forward's queries per block and threads per block (the Go side's
 // constants). Exit status: the number of failed cases.
-#include <algorithm>
-#include <cstdlib>
-#include <functional>
-#include <random>
-#include <thread>
-#include <vector>
-thread_local uint3 threadIdx, blockIdx;
-uint3 blockDim, gridDim;
-pthread_barrier_t g_bar;
-pthread_barrier_t g_warp_bar[32];
-float g_shfl[1024];
-unsigned g_shflu[1024];
-ember_mma_frag g_mma[1024];
-const unsigned short* g_ldsm[1024];
-
-static void launch(int grid, int nt, std::function<void()> body) {
-    gridDim = {(unsigned)grid, 1, 1};
-    blockDim = {(unsigned)nt, 1, 1};
-    pthread_barrier_init(&g_bar, nullptr, nt);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_init(&g_warp_bar[w], nullptr, 32);
-    for (int b = 0; b < grid; b++) {
-        std::vector<std::thread> ts;
-        for (int t = 0; t < nt; t++)
-            ts.emplace_back([=] { threadIdx = {(unsigned)t, 0, 0}; blockIdx = {(unsigned)b, 0, 0}; body(); });
-        for (auto& t : ts) t.join();
-    }
-    pthread_barrier_destroy(&g_bar);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_destroy(&g_warp_bar[w]);
-}
+#include "host_launch.h"
 
 static bool kept(unsigned long long seed, unsigned long long off, unsigned long long e, float keep) {
     unsigned long long ctr = off + e / 4;

@@ -6,33 +6,7 @@
 // backend's loop (tensor/cpu_index.go); then that each bad index (-1, n),
 // wherever it lies in the list, traps. Exit status: the number of failed
 // checks (at most 99).
-#include <algorithm>
-#include <functional>
-#include <random>
-#include <thread>
-#include <vector>
-thread_local uint3 threadIdx, blockIdx;
-uint3 blockDim, gridDim;
-pthread_barrier_t g_bar;
-pthread_barrier_t g_warp_bar[32];
-float g_shfl[1024];
-unsigned g_shflu[1024];
-ember_mma_frag g_mma[1024];
-const unsigned short* g_ldsm[1024];
-
-static void launch(unsigned gx, int nt, std::function<void()> body) {
-    gridDim = {gx, 1, 1};
-    blockDim = {(unsigned)nt, 1, 1};
-    pthread_barrier_init(&g_bar, nullptr, nt);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_init(&g_warp_bar[w], nullptr, 32);
-    for (unsigned bx = 0; bx < gx; bx++) {
-        std::vector<std::thread> ts;
-        for (int t = 0; t < nt; t++) ts.emplace_back([=] { threadIdx = {(unsigned)t, 0, 0}; blockIdx = {bx, 0, 0}; body(); });
-        for (auto& t : ts) t.join();
-    }
-    pthread_barrier_destroy(&g_bar);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_destroy(&g_warp_bar[w]);
-}
+#include "host_launch.h"
 
 static int run(long long outer, long long n, long long inner, const std::vector<int>& ix, unsigned grid, int nt, bool check) {
     const long long m = ix.size();

@@ -9,36 +9,7 @@
 // sum within 1e-5 of the sum of |terms| (the conformance suite's tolAcc),
 // and the guards around dst and the partial sums. Exit status: the number
 // of failed checks.
-#include <cstdlib>
-#include <functional>
-#include <random>
-#include <thread>
-#include <vector>
-thread_local uint3 threadIdx, blockIdx;
-uint3 blockDim, gridDim;
-pthread_barrier_t g_bar;
-pthread_barrier_t g_warp_bar[32];
-float g_shfl[1024];
-unsigned g_shflu[1024];
-ember_mma_frag g_mma[1024];
-const unsigned short* g_ldsm[1024];
-
-static void launch(unsigned gx, unsigned gy, int nt, std::function<void()> body) {
-    gridDim = {gx, gy, 1};
-    blockDim = {(unsigned)nt, 1, 1};
-    pthread_barrier_init(&g_bar, nullptr, nt);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_init(&g_warp_bar[w], nullptr, 32);
-    for (unsigned by = 0; by < gy; by++) {
-        for (unsigned bx = 0; bx < gx; bx++) {
-            std::vector<std::thread> ts;
-            for (int t = 0; t < nt; t++)
-                ts.emplace_back([=] { threadIdx = {(unsigned)t, 0, 0}; blockIdx = {bx, by, 0}; body(); });
-            for (auto& t : ts) t.join();
-        }
-    }
-    pthread_barrier_destroy(&g_bar);
-    for (int w = 0; w < nt / 32; w++) pthread_barrier_destroy(&g_warp_bar[w]);
-}
+#include "host_launch.h"
 
 static const float guard = -12345.678f;
 
