@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/flate"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -76,21 +75,7 @@ var ErrNotInBundle = errors.New("cuda: kernel bundle: no image for this source")
 // --gpu-architecture: the target is part of the entry's name). Each field
 // is length prefixed, as in the kernel cache's key.
 func BundleKey(src string, opts []string) string {
-	h := sha256.New()
-	var n [8]byte
-	put := func(s string) {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	put("ember-kernel-bundle-v1")
-	put(src)
-	binary.LittleEndian.PutUint64(n[:], uint64(len(opts)))
-	h.Write(n[:])
-	for _, o := range opts {
-		put(o)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return sourceKey("ember-kernel-bundle-v1", src, opts)
 }
 
 // KernelBundle is a parsed bundle. Images are decompressed when loaded. A

@@ -145,10 +145,16 @@ func (c *KernelCache) Dir() string {
 	return c.dir
 }
 
-// cacheKey is the hex SHA-256 of the compile inputs. Each field is length
-// prefixed so that no two different inputs encode alike (e.g. options
-// {"-a b"} and {"-a", "b"}).
+// cacheKey is the hex SHA-256 of the compile inputs (sourceKey).
 func cacheKey(src string, opts []string, nvrtcVersion, arch string) string {
+	return sourceKey("ember-kernel-cache-v1", src, opts, nvrtcVersion, arch)
+}
+
+// sourceKey is the hex SHA-256 of a kind tag, a source, its compile
+// options and more fields. Each field is length prefixed (the options
+// after their count) so that no two different inputs encode alike (e.g.
+// options {"-a b"} and {"-a", "b"}).
+func sourceKey(tag, src string, opts []string, more ...string) string {
 	h := sha256.New()
 	var n [8]byte
 	put := func(s string) {
@@ -156,15 +162,16 @@ func cacheKey(src string, opts []string, nvrtcVersion, arch string) string {
 		h.Write(n[:])
 		h.Write([]byte(s))
 	}
-	put("ember-kernel-cache-v1")
+	put(tag)
 	put(src)
 	binary.LittleEndian.PutUint64(n[:], uint64(len(opts)))
 	h.Write(n[:])
 	for _, o := range opts {
 		put(o)
 	}
-	put(nvrtcVersion)
-	put(arch)
+	for _, m := range more {
+		put(m)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

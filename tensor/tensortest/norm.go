@@ -237,17 +237,7 @@ func testBatchNorm(e *env) {
 						e.near("BatchNorm saveMean", dims(cs.c), e.getF(sm), mean, absPlus(mean, 1e-30), tolElem)
 						e.near("BatchNorm saveInvStd", dims(cs.c), e.getF(si), inv, nil, tolElem)
 						if training && running {
-							wm, wv := make([]float64, cs.c), make([]float64, cs.c)
-							bm, bv := make([]float64, cs.c), make([]float64, cs.c)
-							mom := float64(momentum)
-							for g := range wm {
-								wm[g] = (1-mom)*float64(rm0[g]) + mom*mean[g]
-								wv[g] = (1-mom)*float64(rv0[g]) + mom*unbiased[g]
-								bm[g] = math.Abs((1-mom)*float64(rm0[g])) + math.Abs(mom*mean[g])
-								bv[g] = math.Abs((1-mom)*float64(rv0[g])) + math.Abs(mom*unbiased[g])
-							}
-							e.near("BatchNorm running mean", dims(cs.c), e.getF(rmb), wm, bm, tolElem)
-							e.near("BatchNorm running var", dims(cs.c), e.getF(rvb), wv, bv, tolElem)
+							e.checkRunningStats("BatchNorm", rmb, rvb, rm0, rv0, mean, unbiased, momentum)
 						}
 					})
 				}
@@ -451,4 +441,23 @@ func testLayerNormBackward(e *env) {
 			}
 		}
 	}
+}
+
+// checkRunningStats checks a training batch norm's running statistics rm
+// and rv, which started at rm0 and rv0, against torch's update with the
+// batch's mean and unbiased variance: (1-momentum)·old + momentum·new,
+// within the float32 tolerance of the two terms' magnitudes.
+func (e *env) checkRunningStats(op string, rm, rv *dbuf, rm0, rv0 []float32, mean, unbiased []float64, momentum float32) {
+	c := len(rm0)
+	wm, wv := make([]float64, c), make([]float64, c)
+	bm, bv := make([]float64, c), make([]float64, c)
+	mom := float64(momentum)
+	for g := range wm {
+		wm[g] = (1-mom)*float64(rm0[g]) + mom*mean[g]
+		wv[g] = (1-mom)*float64(rv0[g]) + mom*unbiased[g]
+		bm[g] = math.Abs((1-mom)*float64(rm0[g])) + math.Abs(mom*mean[g])
+		bv[g] = math.Abs((1-mom)*float64(rv0[g])) + math.Abs(mom*unbiased[g])
+	}
+	e.near(op+" running mean", dims(c), e.getF(rm), wm, bm, tolElem)
+	e.near(op+" running var", dims(c), e.getF(rv), wv, bv, tolElem)
 }

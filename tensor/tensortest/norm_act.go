@@ -90,17 +90,7 @@ func testBatchNormAct(e *env) {
 						e.near("BatchNormAct saveMean", dims(cs.c), e.getF(sm), mean, absPlus(mean, 1e-30), tolElem)
 						e.near("BatchNormAct saveInvStd", dims(cs.c), e.getF(si), inv, nil, tolElem)
 						if training {
-							wm, wv := make([]float64, cs.c), make([]float64, cs.c)
-							bm, bv := make([]float64, cs.c), make([]float64, cs.c)
-							mom := float64(momentum)
-							for g := range wm {
-								wm[g] = (1-mom)*float64(rm0[g]) + mom*mean[g]
-								wv[g] = (1-mom)*float64(rv0[g]) + mom*unbiased[g]
-								bm[g] = math.Abs((1-mom)*float64(rm0[g])) + math.Abs(mom*mean[g])
-								bv[g] = math.Abs((1-mom)*float64(rv0[g])) + math.Abs(mom*unbiased[g])
-							}
-							e.near("BatchNormAct running mean", dims(cs.c), e.getF(rm), wm, bm, tolElem)
-							e.near("BatchNormAct running var", dims(cs.c), e.getF(rv), wv, bv, tolElem)
+							e.checkRunningStats("BatchNormAct", rm, rv, rm0, rv0, mean, unbiased, momentum)
 						}
 					})
 				}
