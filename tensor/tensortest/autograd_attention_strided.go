@@ -59,33 +59,49 @@ func scatterBTHD(x, y []float64, b, t, h, d, off, row int) {
 	}
 }
 
+// attention64 is sdpa64 or sdpaBound64: the float64 attention of dense
+// [bh, t, d] operands, or the magnitudes that bound its rounding errors.
+type attention64 func(q, k, v, g, mask []float64, bh, t, s, d, dv int, causal bool, scale float64) (out, dq, dk, dv64 []float64)
+
 // sdpaPermutedCase is ScaledDotProductAttention of q, k, v given as
 // [B, T, H, D] tensors permuted to [B, H, T, D] (strided views).
 func sdpaPermutedCase(b, h, t, d int, causal, fd bool) agCase {
+	sc := 1 / math.Sqrt(float64(d))
+	// eval is attention fn of the [B, T, H, D] operands x and the
+	// [B, H, T, D] output gradient g: the output ([B, H, T, D]) and the
+	// gradients of x, and the operands and gradients as fn takes and gives
+	// them (dense [B·H, T, D]).
+	eval := func(fn attention64, x [][]float32, g []float32) (out []float64, grads, ins, dense [][]float64) {
+		for i := range 3 {
+			ins = append(ins, bhtd(f64(x[i]), b, t, h, d, 0, h*d))
+		}
+		out, dq, dk, dv := fn(ins[0], ins[1], ins[2], f64(g), nil, b*h, t, t, d, d, causal, sc)
+		dense = [][]float64{dq, dk, dv}
+		for _, gi := range dense {
+			grad := make([]float64, b*t*h*d)
+			scatterBTHD(grad, gi, b, t, h, d, 0, h*d)
+			grads = append(grads, grad)
+		}
+		return out, grads, ins, dense
+	}
 	return agCase{
 		name:   fmt.Sprintf("ScaledDotProductAttention/permuted views B %d H %d T %d D %d causal %v", b, h, t, d, causal),
 		inputs: []agInput{in(true, b, t, h, d), in(true, b, t, h, d), in(true, b, t, h, d)}, tol: tolAG,
 		fwd: func(x []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
 			return tensor.ScaledDotProductAttention(x[0].Permute(0, 2, 1, 3), x[1].Permute(0, 2, 1, 3), x[2].Permute(0, 2, 1, 3), causal, 0)
 		},
+		bound: func(x [][]float32, g []float32) ([]float64, [][]float64) {
+			out, grads, _, _ := eval(sdpaBound64, x, g)
+			return out, grads
+		},
 		ref: func(x [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
-			var ins [][]float64
-			for i := range 3 {
-				ins = append(ins, bhtd(f64(x[i]), b, t, h, d, 0, h*d))
-			}
-			sc := 1 / math.Sqrt(float64(d))
-			out, dq, dk, dv := sdpa64(ins[0], ins[1], ins[2], f64(g), nil, b*h, t, t, d, d, causal, sc)
-			grads := make([][]float64, 3)
-			for i, gi := range [][]float64{dq, dk, dv} {
-				grads[i] = make([]float64, b*t*h*d)
-				scatterBTHD(grads[i], gi, b, t, h, d, 0, h*d)
-			}
+			out, grads, ins, dense := eval(sdpa64, x, g)
 			if fd {
 				loss := func(q, k, v []float64) float64 {
 					o, _, _, _ := sdpa64(q, k, v, f64(g), nil, b*h, t, t, d, d, causal, sc)
 					return dot64(o, f64(g))
 				}
-				checkRefFD("permuted attention", ins, [][]float64{dq, dk, dv}, loss)
+				checkRefFD("permuted attention", ins, dense, loss)
 			}
 			return out, grads
 		},
@@ -100,6 +116,31 @@ func sdpaPackedCase(b, h, t, d int, causal bool, p float32, fd bool) agCase {
 		name += fmt.Sprintf(" dropout %g", p)
 	}
 	row := 3 * h * d
+	sc := 1 / math.Sqrt(float64(d))
+	var mask []float64
+	if p > 0 {
+		mask = refDropoutMask(dropoutSeed, b*h*t*t, p)
+	}
+	// eval is attention fn of the packed projection x and the [B, T, H, D]
+	// output gradient g: the output and the projection's gradient in the
+	// same layouts, and the operands, the output gradient and the
+	// gradients as fn takes and gives them (dense [B·H, T, D]).
+	eval := func(fn attention64, x [][]float32, g []float32) (out, grad []float64, ins [][]float64, g64 []float64, dense [][]float64) {
+		x64 := f64(x[0])
+		for i := range 3 {
+			ins = append(ins, bhtd(x64, b, t, h, d, i*h*d, row))
+		}
+		g64 = bhtd(f64(g), b, t, h, d, 0, h*d)
+		o, dq, dk, dv := fn(ins[0], ins[1], ins[2], g64, mask, b*h, t, t, d, d, causal, sc)
+		out = make([]float64, b*t*h*d)
+		scatterBTHD(out, o, b, t, h, d, 0, h*d)
+		grad = make([]float64, len(x64))
+		dense = [][]float64{dq, dk, dv}
+		for i, gi := range dense {
+			scatterBTHD(grad, gi, b, t, h, d, i*h*d, row)
+		}
+		return out, grad, ins, g64, dense
+	}
 	return agCase{
 		name:   name,
 		inputs: []agInput{in(true, b, t, 3, h, d)}, tol: tolAG,
@@ -114,31 +155,18 @@ func sdpaPackedCase(b, h, t, d int, causal bool, p float32, fd bool) agCase {
 			}
 			return y
 		},
+		bound: func(x [][]float32, g []float32) ([]float64, [][]float64) {
+			out, grad, _, _, _ := eval(sdpaBound64, x, g)
+			return out, [][]float64{grad}
+		},
 		ref: func(x [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
-			x64 := f64(x[0])
-			var ins [][]float64
-			for i := range 3 {
-				ins = append(ins, bhtd(x64, b, t, h, d, i*h*d, row))
-			}
-			var mask []float64
-			if p > 0 {
-				mask = refDropoutMask(dropoutSeed, b*h*t*t, p)
-			}
-			sc := 1 / math.Sqrt(float64(d))
-			g64 := bhtd(f64(g), b, t, h, d, 0, h*d) // g is [B, T, H, D], as the output
-			o, dq, dk, dv := sdpa64(ins[0], ins[1], ins[2], g64, mask, b*h, t, t, d, d, causal, sc)
-			out := make([]float64, b*t*h*d)
-			scatterBTHD(out, o, b, t, h, d, 0, h*d)
-			grad := make([]float64, len(x64))
-			for i, gi := range [][]float64{dq, dk, dv} {
-				scatterBTHD(grad, gi, b, t, h, d, i*h*d, row)
-			}
+			out, grad, ins, g64, dense := eval(sdpa64, x, g)
 			if fd {
 				loss := func(q, k, v []float64) float64 {
 					o, _, _, _ := sdpa64(q, k, v, g64, mask, b*h, t, t, d, d, causal, sc)
 					return dot64(o, g64)
 				}
-				checkRefFD("packed attention", ins, [][]float64{dq, dk, dv}, loss)
+				checkRefFD("packed attention", ins, dense, loss)
 			}
 			return out, [][]float64{grad}
 		},

@@ -2,32 +2,46 @@ package tensortest
 
 import "github.com/ember-ml/ember/tensor"
 
-// tolAutocast is the normwise tolerance of the autocast cases against the
-// float32 computation (the float64 reference of the unrounded inputs). A
-// bfloat16 rounding errs by at most 2⁻⁹ ≈ 2e-3 relative; an output element
-// of a product of two rounded operands errs by at most 2·2⁻⁹ of Σ|a·b|,
-// a gradient by 3·2⁻⁹ (the incoming gradient is rounded too), and with
-// these cases' few-term dot products of normal values Σ|a·b| stays within
-// a small multiple of the largest output. Attention chains two products
-// through a softmax, whose scores carry the first product's error. The
+// tolAutocast is the normwise tolerance of the autocast products and
+// convolutions against the float32 computation (the float64 reference of
+// the unrounded inputs). A bfloat16 rounding errs by at most u = 2⁻⁹ ≈
+// 2e-3 relative; an output element of a product of two rounded operands
+// errs by at most 2u of Σ|a·b|, a gradient by 3u (the incoming gradient is
+// rounded too), and with these cases' few-term dot products of normal
+// values Σ|a·b| stays within a small multiple of the largest output. The
 // worst normwise errors measured over 200 seeds on the CPU were 9e-3 for
-// the products and 1.3e-2 for attention, under 1.2e-2 for the
-// convolutions (whose results are rounded as well); 3e-2 leaves room for
-// the tail.
+// the products and under 1.2e-2 for the convolutions (whose results are
+// rounded as well); 3e-2 leaves room for the tail.
 const tolAutocast = 3e-2
 
-// autocastCases: the matrix products and convolutions under
-// SetAutocast(BFloat16). Loose
-// cases compare them with float32 (the plain cases' float64 references)
-// within tolAutocast; exact-semantics cases compare them, at the float32
-// tolerance tolAG, with float64 products of the bfloat16-rounded operands
-// and incoming gradients, which only a product that really rounds to
-// bfloat16 can meet (a float32 product missed by 7e-3 to 8e-3 at worst over 200 seeds).
+// tolAutocastAttention is the elementwise tolerance of the autocast
+// attention against the magnitudes of sdpaBound64, which bound its
+// first-order rounding error by about 4u (u = 2⁻⁹): 1e-2 is 5u. A normwise
+// test does not hold there: the softmax gradient cancels, and while the
+// worst of 1000 seeds erred by 1.6e-2 of the largest gradient, a random
+// seed reached 3.1e-2. Against the bound the worst of the 1000 seeds on
+// the CPU was 3.6e-3 (float32 attention: 1.2e-7).
+const tolAutocastAttention = 1e-2
+
+// autocastCases: the matrix products, attention and convolutions under
+// SetAutocast(BFloat16). Loose cases compare them with float32 (the plain
+// cases' float64 references) within tolAutocast, or within
+// tolAutocastAttention of their rounding bound; exact-semantics cases
+// compare them, at the float32 tolerance tolAG, with float64 products of
+// the bfloat16-rounded operands and incoming gradients, which only a
+// product that really rounds to bfloat16 can meet (a float32 product
+// missed by 7e-3 to 8e-3 at worst over 200 seeds).
 func autocastCases() []agCase {
 	loose := []agCase{
 		linearNDCase("Linear/[2, 3, in]", []int{2, 3, 4}),
 		bmmCase("BatchMatMul/equal batches", []int{2, 3, 4, 5}, []int{2, 3, 5, 6}, nil, nil),
 		bmmCase("BatchMatMul/transposed views", []int{3, 5, 4}, []int{3, 6, 5}, []int{1, 2}, []int{1, 2}),
+		// A convolution's output and input and weight gradients are
+		// rounded to bfloat16 as well (tensor.LowPrecisionConvBackend).
+		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
+		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
+	}
+	attention := []agCase{
 		sdpaCase(false, 0),
 		sdpaCase(true, 0.7),
 		// D = 64: a GPU's tensor-core attention (the shape, with dropout
@@ -37,14 +51,13 @@ func autocastCases() []agCase {
 		// projection, and permuted views.
 		sdpaPackedCase(2, 3, 130, 64, true, 0.2, false),
 		sdpaPermutedCase(2, 2, 70, 64, true, false),
-		// A convolution's output and input and weight gradients are
-		// rounded to bfloat16 as well (tensor.LowPrecisionConvBackend).
-		convCase("Conv2d/stride 2 pad 1", []int{2, 3, 9, 7}, []int{4, 3, 3, 3}, true, 2, 1),
-		convCase("Conv2d/stride 1 pad 0 no bias", []int{2, 2, 8, 6}, []int{3, 2, 3, 3}, false, 1, 0),
 	}
 	var out []agCase
 	for _, c := range loose {
 		out = append(out, autocast(c, tolAutocast))
+	}
+	for _, c := range attention {
+		out = append(out, autocast(c, tolAutocastAttention))
 	}
 	return append(out, autocast(linearRoundedCase(), tolAG), autocast(bmmRoundedCase(), tolAG))
 }

@@ -242,6 +242,93 @@ func sdpa64(q, k, v, g, mask []float64, bh, t, s, d, dv int, causal bool, scale 
 	return out, dq, dk, dv64
 }
 
+// sdpaBound64 is, for sdpa64's output and gradients, the magnitude that
+// each element's rounding error is bounded by a small multiple of, when
+// the products round their operands to a unit roundoff u (bfloat16's
+// 2⁻⁹; float32's 2⁻²⁴ stays far inside it). Per query row, with P the
+// exact weights, A_j = scale·Σ|q||k_j| the magnitude of score j (its error
+// is u·A_j) and E_j = A_j + Σ P·A (what that error does to weight j,
+// relative to it after the softmax):
+//
+//	out:  Σ_j m_j·P_j·(1+E_j)·|v_j|
+//	dv_j: m_j·P_j·(1+E_j)·|g|
+//	dS_j: P_j·((1+E_j)(|dp_j|+|δ|) + B_j + Σ P·B + Σ P·E·|dp|)
+//	dq:   scale·Σ_j dS_j·|k_j|,  dk_j: scale·dS_j·|q|
+//
+// where dp_j = m_j·g·v_j, δ = Σ P·dp, B_j = m_j·Σ|g||v_j| the magnitude of
+// dp_j (whose error comes from rounding g and v), and m the dropout mask
+// (1 without). The softmax gradient P·(dp − δ) cancels: a bound by the
+// largest gradient, normwise, misses errors this bound allows.
+func sdpaBound64(q, k, v, g, mask []float64, bh, t, s, d, dv int, causal bool, scale float64) (out, dq, dk, dv64 []float64) {
+	out, dq, dk, dv64 = make([]float64, bh*t*dv), make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
+	p, a, dp, b, ds := make([]float64, s), make([]float64, s), make([]float64, s), make([]float64, s), make([]float64, s)
+	for h := 0; h < bh; h++ {
+		Q, K, V := q[h*t*d:], k[h*s*d:], v[h*s*dv:]
+		for i := 0; i < t; i++ {
+			keys := s
+			if causal {
+				keys = min(i+1, s)
+			}
+			m := math.Inf(-1)
+			for j := 0; j < keys; j++ {
+				p[j], a[j] = 0, 0
+				for c := 0; c < d; c++ {
+					p[j] += Q[i*d+c] * K[j*d+c]
+					a[j] += math.Abs(Q[i*d+c] * K[j*d+c])
+				}
+				p[j] *= scale
+				a[j] *= scale
+				m = math.Max(m, p[j])
+			}
+			z := 0.0
+			for j := 0; j < keys; j++ {
+				p[j] = math.Exp(p[j] - m)
+				z += p[j]
+			}
+			G := g[(h*t+i)*dv:]
+			var meanA, delta, meanB float64
+			for j := 0; j < keys; j++ {
+				p[j] /= z
+				mj := 1.0
+				if mask != nil {
+					mj = mask[(h*t+i)*s+j]
+				}
+				dp[j], b[j] = 0, 0
+				for e := 0; e < dv; e++ {
+					dp[j] += G[e] * V[j*dv+e]
+					b[j] += math.Abs(G[e] * V[j*dv+e])
+				}
+				dp[j] *= mj
+				b[j] *= mj
+				meanA += p[j] * a[j]
+				delta += p[j] * dp[j]
+				meanB += p[j] * b[j]
+			}
+			meanEdp := 0.0
+			for j := 0; j < keys; j++ {
+				meanEdp += p[j] * (a[j] + meanA) * math.Abs(dp[j])
+			}
+			for j := 0; j < keys; j++ {
+				mj := 1.0
+				if mask != nil {
+					mj = mask[(h*t+i)*s+j]
+				}
+				w := mj * p[j] * (1 + a[j] + meanA)
+				for e := 0; e < dv; e++ {
+					out[(h*t+i)*dv+e] += w * math.Abs(V[j*dv+e])
+					dv64[(h*s+j)*dv+e] += w * math.Abs(G[e])
+				}
+				ds[j] = scale * p[j] * ((1+a[j]+meanA)*(math.Abs(dp[j])+math.Abs(delta)) + b[j] + meanB + meanEdp)
+				for c := 0; c < d; c++ {
+					dq[(h*t+i)*d+c] += ds[j] * math.Abs(K[j*d+c])
+					dk[(h*s+j)*d+c] += ds[j] * math.Abs(Q[i*d+c])
+				}
+			}
+		}
+	}
+	return out, dq, dk, dv64
+}
+
 // sdpaCase is ScaledDotProductAttention on q [2, 2, 5, 4], k [2, 2, 6, 4],
 // v [2, 2, 6, 3] (scale 0: 1/√4), its reference checked against central
 // differences.
@@ -273,6 +360,17 @@ func sdpaFullCase(batch []int, t, s, d, dv int, causal bool, scale, p float32, d
 		name += fmt.Sprintf(" dropout %g %s", p, gen)
 	}
 	blocks := uint64(bh*t*s+3) / 4
+	// scaleMask is the reference's scale and dropout mask (nil for none).
+	scaleMask := func() (float64, []float64) {
+		sc := float64(scale)
+		if sc == 0 {
+			sc = 1 / math.Sqrt(float64(d))
+		}
+		if p > 0 {
+			return sc, refDropoutMask(dropoutSeed, bh*t*s, p)
+		}
+		return sc, nil
+	}
 	return agCase{
 		name:   name,
 		inputs: []agInput{in(true, shape(t, d)...), in(true, shape(s, d)...), in(true, shape(s, dv)...)}, tol: tolAG,
@@ -296,15 +394,13 @@ func sdpaFullCase(batch []int, t, s, d, dv int, causal bool, scale, p float32, d
 			}
 			return y
 		},
+		bound: func(x [][]float32, g []float32) ([]float64, [][]float64) {
+			sc, mask := scaleMask()
+			out, dq, dk, dv := sdpaBound64(f64(x[0]), f64(x[1]), f64(x[2]), f64(g), mask, bh, t, s, d, dv, causal, sc)
+			return out, [][]float64{dq, dk, dv}
+		},
 		ref: func(x [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
-			sc := float64(scale)
-			if sc == 0 {
-				sc = 1 / math.Sqrt(float64(d))
-			}
-			var mask []float64
-			if p > 0 {
-				mask = refDropoutMask(dropoutSeed, bh*t*s, p)
-			}
+			sc, mask := scaleMask()
 			ins, g64 := [][]float64{f64(x[0]), f64(x[1]), f64(x[2])}, f64(g)
 			out, dq, dk, dvv := sdpa64(ins[0], ins[1], ins[2], g64, mask, bh, t, s, d, dv, causal, sc)
 			grads := [][]float64{dq, dk, dvv}
