@@ -104,9 +104,10 @@ func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Te
 	} else {
 		y = tensor.BatchNormAct(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps, act)
 	}
-	if training && n.NumBatchesTracked != nil {
-		// One more step, counted on the device: no host synchronisation,
-		// and replayed by a captured graph.
+	if training && n.NumBatchesTracked != nil && !tensor.Recomputing(x) {
+		// One more step (Recompute's second run counts none), counted on
+		// the device: no host synchronisation, and replayed by a captured
+		// graph.
 		// Seen as [1], so that backends take their dense one-dimensional
 		// path rather than a rank-0 one.
 		count := n.NumBatchesTracked.Reshape(1)

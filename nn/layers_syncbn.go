@@ -108,7 +108,7 @@ func (n *BatchNorm) syncForward(x *tensor.Tensor) *tensor.Tensor {
 	if n.Bias != nil {
 		y = tensor.Add(y, n.Bias.Reshape(1, c, 1))
 	}
-	if n.RunningMean != nil {
+	if n.RunningMean != nil && !tensor.Recomputing(x) {
 		// torch's update, with the unbiased variance of the whole batch.
 		m := n.Momentum
 		unbiased := float32(1)

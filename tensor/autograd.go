@@ -148,21 +148,34 @@ func (t *Tensor) Backward() {
 	if t.Released() {
 		panic("tensor: Backward of a released tensor (its scope was reset or released)")
 	}
+	t.backwardFrom(nil, true)
+}
+
+// backwardFrom is Backward from t with seed as t's gradient (ones when
+// nil; the caller keeps a seed it gives). hooks says whether the leaves'
+// SetGradReadyHook functions run: not in Recompute's inner pass, whose
+// outer node counts the leaves fn reads as its own inputs.
+func (t *Tensor) backwardFrom(seed *Tensor, hooks bool) {
 	order := topoOrder(t)
 	mustNotBeConsumed(order)
 	e := &engine{grads: make(map[*Tensor]*Tensor, len(order)), scope: t.scope}
-	// The seed is ones, filled only if a backward function reads it: those
-	// that know it is one (isOne) skip a fill per step.
-	seed := newTensor(t.st.b, Float32, e.scopeFor(t), t.shape...)
-	seed.isOne, seed.st.onesPending = true, true
+	if seed == nil {
+		// The seed is ones, filled only if a backward function reads it:
+		// those that know it is one (isOne) skip a fill per step.
+		seed = newTensor(t.st.b, Float32, e.scopeFor(t), t.shape...)
+		seed.isOne, seed.st.onesPending = true, true
+	}
 	if t.node == nil {
 		e.pass(t, seed)
-		if t.gradHook != nil {
+		if hooks && t.gradHook != nil {
 			t.gradHook(t)
 		}
 		return
 	}
-	pending := hookedLeafUses(order)
+	var pending map[*Tensor]int
+	if hooks {
+		pending = hookedLeafUses(order)
+	}
 	plan := newReleasePlan(t, order)
 	e.grads[t] = seed
 	for i := len(order) - 1; i >= 0; i-- {

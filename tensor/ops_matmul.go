@@ -443,6 +443,7 @@ func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, 
 	sh.BFloat16 = s.Autocast() == BFloat16 // the backward pass follows the forward's choice
 	a := attentionCall{ab: ab, q: q, k: k, v: v, out: out, drop: AttentionDropout{Keep: 1, Scale: 1}, sh: sh}
 	if p > 0 {
+		noteDraw(s, gen)
 		a.drop, a.saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
 		a.drop.Keep, a.drop.Scale = 1-p, 1/(1-p)
 	}

@@ -85,6 +85,10 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 	}
 	be := x.st.b
 	s := scopeOf(x, weight, bias)
+	if training && s.replaying() {
+		// Recompute's second run: the first updated the statistics.
+		runningMean, runningVar = nil, nil
+	}
 	out := Empty(be, s, x.shape...)
 	mean, inv := Empty(be, s, c), Empty(be, s, c)
 	if act == OpIdentity {

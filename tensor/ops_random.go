@@ -62,6 +62,21 @@ type RandomSource interface {
 	// the device copy of the draw's state that drop reads (the caller
 	// releases it).
 	attentionDraw(ab AttentionBackend, b Backend, s *Scope, n int) (drop AttentionDropout, saved *Tensor)
+	// snapshot returns a function that puts the source back where it
+	// stands now (queued like a draw); keep holds what that needs.
+	snapshot(keep *Scope) (restore func())
+}
+
+func (g *Generator) snapshot(*Scope) func() {
+	off := g.Offset()
+	return func() { g.SetOffset(off) }
+}
+
+func (g *DeviceGenerator) snapshot(keep *Scope) func() {
+	b := g.state.st.b
+	saved := EmptyOf(b, keep, Int32, 4)
+	b.Copy(saved.buffer(), g.state.buffer())
+	return func() { b.Copy(g.state.buffer(), saved.buffer()) }
 }
 
 func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float32) {
@@ -128,6 +143,7 @@ func (g *DeviceGenerator) attentionDraw(ab AttentionBackend, b Backend, s *Scope
 func randomTensor(b Backend, s *Scope, gen RandomSource, dist Distribution, lo, hi float32, shape []int) *Tensor {
 	out := Empty(b, s, shape...)
 	if out.Len() > 0 {
+		noteDraw(s, gen)
 		gen.fill(b, out.buffer(), dist, lo, hi)
 	}
 	return out
@@ -192,6 +208,7 @@ func dropoutFused(db DropoutBackend, x *Tensor, p float32, gen RandomSource) *Te
 	out := Empty(be, x.scope, x.shape...)
 	mask := Empty(be, x.scope, x.shape...)
 	if out.Len() > 0 { // an empty draw takes no counter, as randomTensor's
+		noteDraw(x.scope, gen)
 		gen.dropout(db, out.buffer(), mask.buffer(), x.buffer(), 1-p, 1/(1-p))
 	}
 	return recordMasked(out, x, mask)

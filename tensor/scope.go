@@ -21,6 +21,9 @@ type Scope struct {
 	// early: Backward gives the memory of the scope's intermediate
 	// tensors back as it goes (SetReleaseInBackward, release.go).
 	early bool
+	// run is set on the scopes Recompute runs its function in
+	// (recompute.go).
+	run *recomputeRun
 }
 
 // NewScope returns an empty scope that records gradients.
@@ -81,4 +84,18 @@ func scopeOf(ts ...*Tensor) *Scope {
 		}
 	}
 	return nil
+}
+
+// disown takes st out of the scope's list without freeing it, for another
+// scope to own (Recompute's result); false when the scope does not own it.
+func (s *Scope) disown(st *storage) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.owned) - 1; i >= 0; i-- {
+		if s.owned[i] == st {
+			s.owned = append(s.owned[:i], s.owned[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
