@@ -41,6 +41,8 @@ import (
 // attention is composed of products, softmax and dropout (to compare).
 // EMBER_ZOO_RELEASE=0 keeps a step's activations until the next step
 // instead of giving them back during Backward (to compare the memory).
+// EMBER_ZOO_RECOMPUTE=1 recomputes each block's activations in the
+// backward pass (nn.RecomputeBlocks, train's --recompute).
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -198,7 +200,17 @@ func (z *zooEnv) memory(eval bool) []any {
 	if z.eval.reserved > 0 {
 		kv = append(kv, "eval_peak_reserved_mib", mib(z.eval.reserved), "eval_peak_allocated_mib", mib(z.eval.allocated))
 	}
-	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0")
+	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0", "recompute", os.Getenv("EMBER_ZOO_RECOMPUTE") == "1")
+}
+
+// recompute wraps m's blocks in nn.Recompute when EMBER_ZOO_RECOMPUTE=1.
+func (z *zooEnv) recompute(t *testing.T, m nn.Module) {
+	if os.Getenv("EMBER_ZOO_RECOMPUTE") != "1" {
+		return
+	}
+	if n := nn.RecomputeBlocks(m); n == 0 {
+		t.Fatal("EMBER_ZOO_RECOMPUTE=1: the model has no blocks to recompute")
+	}
 }
 
 // out prints one JSON line as zoo.py's out does, with mode "ember".
@@ -365,6 +377,7 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 	cfg := models.DefaultResNet9Config()
 	cfg.Width = z.sizes.resnetWidth
 	m := models.NewResNet9(b, 1, cfg)
+	z.recompute(t, m)
 	defer m.Release()
 	stepsPerEpoch := train.N / bs
 	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.2, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
@@ -559,6 +572,7 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 	defer yb.Release()
 
 	m := models.NewAirbench(b, 1, models.DefaultAirbenchConfig())
+	z.recompute(t, m)
 	defer m.Release()
 	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.1, Momentum: 0.85, Nesterov: true, WeightDecay: 5e-4})
 	if err != nil {
@@ -620,6 +634,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		t.Fatal(err)
 	}
 	m := models.NewGPT(b, 1, cfg)
+	z.recompute(t, m)
 	defer m.Release()
 	dg := tensor.NewDeviceGenerator(b, 1)
 	defer dg.Release()

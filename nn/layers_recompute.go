@@ -27,3 +27,45 @@ func NewRecompute(m Module) *Recompute { return &Recompute{Module: m} }
 func (r *Recompute) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return r.Module.Forward(in[0]) }, x)
 }
+
+// RecomputeBlocks wraps in Recompute every block of m: each layer of a
+// Sequential in m that has layers of its own (a transformer block, a
+// Sequential, a residual block), not single layers (a Linear, a pooling,
+// batch norm), whose recomputation would save nothing. It does not look
+// inside what it wraps, and returns how many layers it wrapped (0 for a
+// Sequential of single layers, such as an MLP's). State-dict names do not
+// change.
+func RecomputeBlocks(m any) int {
+	n := 0
+	walk(m, "", func(_ string, v any) bool {
+		switch v := v.(type) {
+		case *Recompute:
+			return false
+		case *Sequential:
+			for i, l := range v.Layers {
+				if _, done := l.Module.(*Recompute); !done && hasLayers(l.Module) {
+					v.Layers[i].Module = NewRecompute(l.Module)
+					n++
+				}
+			}
+			return false
+		}
+		return true
+	}, func(string, *tensor.Tensor) {})
+	return n
+}
+
+// hasLayers reports whether m holds a named child module (an embedded one,
+// BatchNorm2d's BatchNorm, is m itself): a Sequential of two layers or
+// more, or of one that has layers.
+func hasLayers(m Module) bool {
+	if s, ok := m.(*Sequential); ok {
+		return len(s.Layers) > 1 || len(s.Layers) == 1 && hasLayers(s.Layers[0].Module)
+	}
+	found := false
+	walk(m, "", func(prefix string, _ any) bool {
+		found = found || prefix != ""
+		return !found
+	}, func(string, *tensor.Tensor) {})
+	return found
+}
