@@ -75,6 +75,7 @@ type options struct {
 	nesterov    bool
 	weightDecay float64
 	noGraph     bool
+	recompute   bool // --recompute: the model's blocks recomputed in the backward pass
 	model       string
 	dataset     string
 	optimizer   string
@@ -119,6 +120,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.tf32, "tf32", false, "the same as --precision tf32")
 	fs.BoolVar(&o.bench, "bench", false, "print a benchmark table at the end")
 	fs.BoolVar(&o.noGraph, "no-graph", false, "launch every kernel eagerly instead of replaying a captured CUDA graph")
+	fs.BoolVar(&o.recompute, "recompute", false, "keep each block's input and output only, and compute its activations again in the backward pass: less GPU memory for about one more forward pass (models made of blocks: resnet9, airbench, gpt)")
 	fs.StringVar(&o.model, "model", "lenet", "model to train: "+strings.Join(models.Names(), ", "))
 	fs.StringVar(&o.dataset, "dataset", "mnist", "data set: mnist or fashion-mnist (--data, else the default search), cifar10 or cifar100 (--data: the directory of the binary version; CIFAR-100 with its 100 fine labels) or text (--data: a text file, byte-level vocabulary, the last 10% for validation)")
 	fs.IntVar(&o.context, "context", 256, "tokens per training window with --dataset text")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -239,5 +240,35 @@ func TestTrainCIFAR100(t *testing.T) {
 	}
 	if name, cfg, err := models.FromMetadata(meta); err != nil || name != "mlp" || cfg.Classes != 100 || !slices.Equal(cfg.InputShape, []int{3, 32, 32}) {
 		t.Errorf("checkpoint model %s %+v (%v); want an MLP of [3, 32, 32] and 100 classes", name, cfg, err)
+	}
+}
+
+// TestTrainRecompute: --recompute trains the GPT to the same losses as
+// without (its blocks run again in the backward pass, dropout's masks
+// drawn again where they were), and is refused for a model without
+// blocks.
+func TestTrainRecompute(t *testing.T) {
+	dir := t.TempDir()
+	textPath := filepath.Join(dir, "tiny.txt")
+	writeTinyText(t, textPath)
+	var lines [2]string
+	for i, extra := range [][]string{nil, {"--recompute"}} {
+		code, out, errOut := train(t, gptArgs(textPath, filepath.Join(dir, fmt.Sprintf("gpt%d.safetensors", i)), extra...)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\n%s%s", extra, code, out, errOut)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "train loss") { // the losses and accuracy, not the timing
+				l = l[strings.Index(l, "train loss"):]
+				lines[i] = l[:strings.Index(l, ")")+1]
+			}
+		}
+	}
+	if lines[0] == "" || lines[0] != lines[1] {
+		t.Errorf("epoch with --recompute %q; without %q", lines[1], lines[0])
+	}
+	code, _, errOut := train(t, "--device", "cpu", "--model", "mlp", "--recompute", "--limit", "64", "--test-limit", "64", "--epochs", "1", "--save", filepath.Join(dir, "mlp.safetensors"))
+	if code != exitUsage || !strings.Contains(errOut, "--recompute: --model mlp has no blocks") {
+		t.Errorf("--recompute with the MLP: exit %d, %q; want exit 2 saying it has no blocks", code, errOut)
 	}
 }

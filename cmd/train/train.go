@@ -197,6 +197,9 @@ func (t *job) setup(ctx context.Context) error {
 		if t.model, err = models.New(o.model, b, t.modelCfg); err != nil {
 			return usageError{err}
 		}
+		if o.recompute && nn.RecomputeBlocks(t.model) == 0 {
+			return usageError{fmt.Errorf("--recompute: --model %s has no blocks to recompute (layers made of layers); it keeps every activation", o.model)}
+		}
 		// Dropout masks are drawn on the device (so that a captured step
 		// draws new ones on every replay), from a stream fixed by the seed
 		// and, after a resume, by the step the run continues from.
