@@ -9,6 +9,9 @@ type node struct {
 	inputs   []*Tensor
 	backward func(g *Tensor, e *engine)
 	saved    []*Tensor // buffers made for backward alone (saveFor)
+	// outputUnread: backward does not read the output's memory, which
+	// may go before it runs (Recompute's, which makes it again).
+	outputUnread bool
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.
@@ -187,6 +190,9 @@ func (t *Tensor) backwardFrom(seed *Tensor, hooks bool) {
 		u.consumed = true
 		if g != nil {
 			e.current, e.keepCurrent = g.st, false
+			if n.outputUnread {
+				plan.releaseOutput(u)
+			}
 			plan.before()
 			n.backward(g, e)
 			plan.after(e, n)

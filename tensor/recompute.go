@@ -55,7 +55,9 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 	}
 	y.requiresGrad = true
 	shape := slices.Clone(y.shape)
-	y.node = &node{op: "recompute", inputs: append(slices.Clone(inputs), hidden...), backward: func(g *Tensor, e *engine) {
+	// The backward function makes the result again: where the scope
+	// releases in backward, Backward frees the first one before it runs.
+	y.node = &node{op: "recompute", inputs: append(slices.Clone(inputs), hidden...), outputUnread: true, backward: func(g *Tensor, e *engine) {
 		rs := recomputeScope(s, &recomputeRun{replay: true})
 		defer rs.Release()
 		rs.early = true // nothing reads the second run's tensors after its pass

@@ -154,6 +154,15 @@ func (p *releasePlan) after(e *engine, n *node) {
 	}
 }
 
+// releaseOutput frees u's memory before its node's backward function
+// runs, where done would free it after (u is the last tensor of the graph
+// over it), for a backward function that does not read it.
+func (p *releasePlan) releaseOutput(u *Tensor) {
+	if p != nil && p.left[u.st] == 1 && releasing(u.st) {
+		freeEarly(u.st)
+	}
+}
+
 // done counts u's node as run: u's memory goes when it was the last
 // tensor of the graph over it, and so do the node's saved buffers.
 func (p *releasePlan) done(e *engine, u *Tensor, n *node) {
