@@ -21,7 +21,10 @@
 // SetTraining switches every BatchNorm and Dropout of a model between
 // training and evaluation, as torch's model.train(on); SetRandomSource
 // gives its dropout layers a generator (a tensor.DeviceGenerator for a
-// step captured in a CUDA graph).
+// step captured in a CUDA graph). Recompute (layers_recompute.go) runs a
+// block through tensor.Recompute, keeping its input and output for the
+// backward pass and computing its activations again there, as
+// torch.utils.checkpoint; RecomputeBlocks wraps every block of a model.
 //
 // Fusion (fuse.go): a Sequential runs groups of consecutive layers as one
 // fused operation (Conv2d→ReLU→MaxPool2d, Conv2d→ReLU, BatchNorm→ReLU or

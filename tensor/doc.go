@@ -27,9 +27,11 @@
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad; release.go:
 //     Scope.SetReleaseInBackward, under which Backward gives each
 //     activation back once the pass is through with it (Retain keeps one),
-//     and ReleaseInput, the same for a no-grad chain of layers.
-//     CountingCPU (cpu_counting.go) counts the bytes a step holds on the
-//     host.
+//     and ReleaseInput, the same for a no-grad chain of layers;
+//     recompute.go: Recompute, which keeps a function's inputs and result
+//     for the backward pass and runs it again there (activation
+//     recomputation). CountingCPU (cpu_counting.go) counts the bytes a
+//     step holds on the host.
 //   - backend.go: the Backend interface, which is all a new backend must
 //     implement: memory (Alloc, Free, Upload, Download), Fill, Copy and
 //     CopyStrided, strided elementwise operations by op code
