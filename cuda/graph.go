@@ -30,11 +30,21 @@ type StepGraph struct {
 // cannot capture, Capture returns an error and the caller runs its work
 // eagerly instead; what f allocated goes back to the general cache once the
 // caller releases it.
+//
+// Capture first gives the general cache's wholly free memory back to the
+// driver (EmptyCache): f allocates from a private pool of its own, which
+// would otherwise hold a second copy of the memory that the eager steps
+// before it cached (a step captured after an eager warm-up step reserved
+// twice the step's memory). A caller frees the eager step's tensors before
+// it calls Capture for them to be given back.
 func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 	if b.kl != nil {
 		b.kl.settle() // no module loads in the background while the stream records
 	}
 	if err := b.Synchronize(); err != nil {
+		return nil, err
+	}
+	if err := b.alloc.EmptyCache(); err != nil {
 		return nil, err
 	}
 	pool := b.alloc.BeginPrivatePool(b.stream)

@@ -294,6 +294,7 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.try = false
 		before := z.opt.Steps()
 		var loss *tensor.Tensor
+		z.scope.Reset() // the warm-up's tensors: Capture gives their memory back
 		g, err := z.gpu.Capture(func() { loss = z.eager() })
 		if err == nil {
 			z.graph, z.loss, z.logged = g, loss, "captured"

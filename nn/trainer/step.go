@@ -192,6 +192,9 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		before = opt.Steps()
 	}
 	var loss *tensor.Tensor
+	// The eager step's tensors go first, so that Capture gives their
+	// memory back before the graph's pool takes its own.
+	st.scope.Reset()
 	graph, err := g.Capture(func() {
 		st.scope.Reset()
 		loss = s.step(st.scope)
