@@ -31,7 +31,7 @@ func TestRecomputeGPU(t *testing.T) {
 		dev := tensor.NewDeviceGenerator(b, 7)
 		defer dev.Release()
 		nn.SetRandomSource(m, dev)
-		adam, err := optim.NewAdamW(nn.Parameters(m), optim.AdamConfig{LR: 1e-3})
+		adam, err := optim.NewAdamW(nn.Parameters(m), optim.DefaultAdamWConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
