@@ -54,16 +54,26 @@ func zooMemoryCases(full bool) []zooMemoryCase {
 			nn.RecomputeBlocks(m)
 		}
 	}
-	return []zooMemoryCase{
-		{"resnet9", 6, func(c tensor.Backend, recompute bool) (nn.Module, func(*tensor.Scope) *tensor.Tensor) {
+	resnet := func(segments int) func(c tensor.Backend, recompute bool) (nn.Module, func(*tensor.Scope) *tensor.Tensor) {
+		return func(c tensor.Backend, recompute bool) (nn.Module, func(*tensor.Scope) *tensor.Tensor) {
 			cfg := models.DefaultResNet9Config()
 			cfg.Width = resnetWidth
 			m := models.NewResNet9(c, 1, cfg)
-			wrap(m, recompute)
+			if segments > 0 && recompute {
+				m.Net.Segments = segments
+			} else {
+				wrap(m, recompute)
+			}
 			return m, func(s *tensor.Scope) *tensor.Tensor {
 				return m.Loss(images(c, s, imgBatch, 1, 28), labels(c, s, imgBatch, 10))
 			}
-		}},
+		}
+	}
+	return []zooMemoryCase{
+		{"resnet9", 6, resnet(0)},
+		// Its Sequential of 12 layers in three segments
+		// (checkpoint_sequential), instead of its blocks one by one.
+		{"resnet9, 3 segments", 6, resnet(3)},
 		{"airbench", 3, func(c tensor.Backend, recompute bool) (nn.Module, func(*tensor.Scope) *tensor.Tensor) {
 			m := models.NewAirbench(c, 1, models.DefaultAirbenchConfig())
 			wrap(m, recompute)

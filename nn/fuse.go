@@ -312,7 +312,7 @@ func crossEntropyOf(m Module, x, labels, sum *tensor.Tensor) *tensor.Tensor {
 		case *Sequential:
 			if !l.Unfused && len(l.Layers) > 0 {
 				last := len(l.Layers) - 1
-				return crossEntropyOf(l.Layers[last].Module, runLayers(l.Layers[:last], false, x), labels, sum)
+				return crossEntropyOf(l.Layers[last].Module, l.run(l.Layers[:last], x), labels, sum)
 			}
 		}
 	}

@@ -77,6 +77,13 @@ type Sequential struct {
 	// Unfused runs every layer on its own (SetFusion(s, false)): for
 	// debugging, or to compare with the fused run.
 	Unfused bool
+	// Segments, above 1, splits the layers into that many consecutive
+	// groups of about equal length and runs each but the last through
+	// tensor.Recompute, as torch.utils.checkpoint.checkpoint_sequential
+	// does: training keeps the groups' inputs and outputs, and the
+	// backward pass computes each group's activations again (the last
+	// group's, which it reads first, are kept).
+	Segments int
 }
 
 // NewSequential names the layers "0", "1", ..., as torch.nn.Sequential does.
@@ -91,7 +98,20 @@ func NewSequential(ms ...Module) *Sequential {
 // Forward applies every layer in turn, groups that a fused operation
 // covers as that operation.
 func (s *Sequential) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return runLayers(s.Layers, s.Unfused, x)
+	return s.run(s.Layers, x)
+}
+
+// run is runLayers over layers (s.Layers or its first ones), in s.Segments
+// groups.
+func (s *Sequential) run(layers []Layer, x *tensor.Tensor) *tensor.Tensor {
+	n := min(s.Segments, len(layers))
+	start := 0
+	for i := range n - 1 {
+		group := layers[start : (i+1)*len(layers)/n]
+		start += len(group)
+		x = tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return runLayers(group, s.Unfused, in[0]) }, x)
+	}
+	return runLayers(layers[start:], s.Unfused, x)
 }
 
 // CrossEntropyLoss is CrossEntropyLoss(s.Forward(x), labels) (the

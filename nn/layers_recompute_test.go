@@ -10,12 +10,12 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// A Sequential of Recompute-wrapped blocks has the plain model's state
-// dict names, and trains to the same bits (batch norm's running
-// statistics included), with and without dropout's generator on the
-// device.
+// A Sequential of Recompute-wrapped blocks, and one run in two Segments,
+// have the plain model's state dict names, and train to the same bits
+// (batch norm's running statistics included; dropout drawn on the device),
+// through Forward and through the fused CrossEntropyLoss.
 func TestRecomputeModuleMatchesPlain(t *testing.T) {
-	build := func(wrap bool) (*nn.Sequential, *tensor.DeviceGenerator) {
+	build := func(wrap bool, segments int) (*nn.Sequential, *tensor.DeviceGenerator) {
 		b := tensor.CPU
 		rng := rand.New(rand.NewPCG(1, 2))
 		block := func() nn.Module {
@@ -33,14 +33,31 @@ func TestRecomputeModuleMatchesPlain(t *testing.T) {
 			}
 		}
 		m := nn.NewSequential(append(blocks, nn.Flatten{}, nn.NewLinear(b, rng, 4*5*5, 3))...)
+		m.Segments = segments
 		dev := tensor.NewDeviceGenerator(b, 11)
 		nn.SetRandomSource(m, dev)
 		return m, dev
 	}
-	plain, pdev := build(false)
-	re, rdev := build(true)
-	defer pdev.Release()
-	defer rdev.Release()
+	for _, c := range []struct {
+		name     string
+		wrap     bool
+		segments int
+		fused    bool
+	}{{"blocks", true, 0, false}, {"segments", false, 2, false}, {"segments, fused loss", false, 3, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			plain, pdev := build(false, 0)
+			re, rdev := build(c.wrap, c.segments)
+			defer pdev.Release()
+			defer rdev.Release()
+			compareTraining(t, plain, re, c.fused)
+		})
+	}
+}
+
+// compareTraining trains plain and re for two steps on the same batch and
+// fails unless their state dict names, losses, gradients and buffers agree
+// bit for bit.
+func compareTraining(t *testing.T, plain, re *nn.Sequential, fused bool) {
 	var names [2][]string
 	for i, m := range []*nn.Sequential{plain, re} {
 		for _, p := range nn.StateTensors(m) {
@@ -59,8 +76,13 @@ func TestRecomputeModuleMatchesPlain(t *testing.T) {
 		for i, m := range []*nn.Sequential{plain, re} {
 			s := tensor.NewScope()
 			s.SetReleaseInBackward(true)
-			loss := tensor.CrossEntropyLoss(m.Forward(tensor.FromFloat32(tensor.CPU, s, x, 2, 4, 5, 5)),
-				tensor.FromInt32(tensor.CPU, s, []int32{0, 2}, 2), tensor.CrossEntropyOptions{})
+			in, labels := tensor.FromFloat32(tensor.CPU, s, x, 2, 4, 5, 5), tensor.FromInt32(tensor.CPU, s, []int32{0, 2}, 2)
+			var loss *tensor.Tensor
+			if fused {
+				loss = m.CrossEntropyLoss(in, labels)
+			} else {
+				loss = tensor.CrossEntropyLoss(m.Forward(in), labels, tensor.CrossEntropyOptions{})
+			}
 			loss.Backward()
 			losses[i] = loss.Item()
 			s.Release()
@@ -80,5 +102,50 @@ func TestRecomputeModuleMatchesPlain(t *testing.T) {
 				t.Fatalf("%s element %d: %v with Recompute, %v without", ps[i].Name, j, got[j], want[j])
 			}
 		}
+	}
+}
+
+// Segments keeps the groups' inputs and outputs only: a deep MLP run in
+// four segments holds far less after its forward pass, and its gradients
+// are the plain run's.
+func TestSequentialSegmentsMemory(t *testing.T) {
+	run := func(segments int) (live int, grad []float32) {
+		c := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(3, 4))
+		var layers []nn.Module
+		for range 8 {
+			layers = append(layers, nn.NewLinear(c, rng, 64, 64), nn.ReLU{})
+		}
+		m := nn.NewSequential(layers...)
+		m.Segments = segments
+		defer func() {
+			for _, p := range nn.StateTensors(m) {
+				p.Tensor.Release()
+				if g := p.Tensor.Grad(); g != nil {
+					g.Release()
+				}
+			}
+		}()
+		s := tensor.NewScope()
+		s.SetReleaseInBackward(true)
+		defer s.Release()
+		start := c.Live()
+		y := m.Forward(tensor.Full(c, s, 0.5, 32, 64))
+		live = c.Live() - start
+		tensor.Sum(y).Backward()
+		return live, nn.Parameters(m)[0].Tensor.Grad().Float32s()
+	}
+	plainLive, plainGrad := run(0)
+	segLive, segGrad := run(4)
+	for i := range plainGrad {
+		if math.Float32bits(plainGrad[i]) != math.Float32bits(segGrad[i]) {
+			t.Fatalf("gradient element %d: %v in segments, %v without", i, segGrad[i], plainGrad[i])
+		}
+	}
+	t.Logf("after the forward pass: %d B plain, %d B in four segments", plainLive, segLive)
+	// 16 layers' activations plain; in segments, three boundaries and the
+	// last group's four layers.
+	if 2*segLive > plainLive {
+		t.Errorf("after the forward pass %d B in four segments, %d B without: want at most half", segLive, plainLive)
 	}
 }
