@@ -105,6 +105,9 @@ func (s *Sequential) Forward(x *tensor.Tensor) *tensor.Tensor {
 // groups.
 func (s *Sequential) run(layers []Layer, x *tensor.Tensor) *tensor.Tensor {
 	n := min(s.Segments, len(layers))
+	if sc := x.Scope(); sc == nil || !sc.GradEnabled() {
+		n = 1 // no graph to keep: one chain, which gives each input back (evaluation)
+	}
 	start := 0
 	for i := range n - 1 {
 		group := layers[start : (i+1)*len(layers)/n]

@@ -149,3 +149,28 @@ func TestSequentialSegmentsMemory(t *testing.T) {
 		t.Errorf("after the forward pass %d B in four segments, %d B without: want at most half", segLive, plainLive)
 	}
 }
+
+// In evaluation (a no-grad scope that releases early) a Sequential in
+// Segments gives each layer's input back as it goes, as a plain one does.
+func TestSequentialSegmentsEvaluation(t *testing.T) {
+	run := func(segments int) int {
+		c := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(3, 4))
+		var layers []nn.Module
+		for range 8 {
+			layers = append(layers, nn.NewLinear(c, rng, 64, 64), nn.ReLU{})
+		}
+		m := nn.NewSequential(layers...)
+		m.Segments = segments
+		s := tensor.NewNoGradScope()
+		s.SetReleaseInBackward(true)
+		defer s.Release()
+		start := c.Live()
+		m.Forward(tensor.Full(c, s, 0.5, 32, 64))
+		return c.Live() - start
+	}
+	plain, seg := run(0), run(4)
+	if seg > plain {
+		t.Errorf("evaluation holds %d B after the forward pass in 4 segments, %d B plain", seg, plain)
+	}
+}

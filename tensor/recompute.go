@@ -30,20 +30,21 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 	if s == nil || !s.GradEnabled() {
 		return fn(inputs...)
 	}
+	autocast := s.Autocast() // the second run follows the first's choice
 	// The first run records its graph, to learn which parameters fn reads
 	// and whether the result needs a gradient; the graph and every tensor
 	// of it but the result go with tmp.
-	run := &recomputeRun{keep: s}
-	tmp := recomputeScope(s, run)
+	run := &recomputeRun{parent: s.run, keep: s}
+	tmp := recomputeScope(autocast, run)
 	defer tmp.Release()
+	defer keepRefs(inputs)()
 	views := leafViews(inputs, tmp)
-	defer dropViews(inputs)
 	y := fn(views...)
 	if y == nil {
 		panic("tensor: Recompute's function returned nil")
 	}
 	needsGrad := y.requiresGrad
-	hidden := readLeaves(y, views)
+	hidden := readLeaves(y, views, tmp)
 	if adopt(y, tmp, s) {
 		y.st.refs = 1 // the other Tensor values over it are tmp's, gone
 		y.node, y.consumed = nil, false
@@ -58,24 +59,20 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 	// The backward function makes the result again: where the scope
 	// releases in backward, Backward frees the first one before it runs.
 	y.node = &node{op: "recompute", inputs: append(slices.Clone(inputs), hidden...), outputUnread: true, backward: func(g *Tensor, e *engine) {
-		rs := recomputeScope(s, &recomputeRun{replay: true})
+		rs := recomputeScope(autocast, &recomputeRun{parent: s.run, replay: true})
 		defer rs.Release()
 		rs.early = true // nothing reads the second run's tensors after its pass
+		defer keepRefs(inputs)()
 		// Each source to where the first run found it; back to where it
-		// stands now once the second run has drawn.
-		now := make([]func(), len(run.draws))
-		for i, d := range run.draws {
-			now[i] = d.src.snapshot(rs)
+		// stands now once the second run has drawn (or failed).
+		for _, d := range run.draws {
+			defer d.src.snapshot(rs)()
 		}
 		for _, d := range run.draws {
 			d.restore()
 		}
 		views := leafViews(inputs, rs)
-		defer dropViews(inputs)
 		y2 := fn(views...)
-		for _, put := range now {
-			put()
-		}
 		if y2 == nil || !slices.Equal(y2.shape, shape) {
 			panic(fmt.Sprintf("tensor: Recompute's function gave %v the second time, %v the first", shapeOf(y2), shape))
 		}
@@ -99,7 +96,9 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 
 // recomputeRun is what one Recompute keeps between its two runs: where
 // each RandomSource its function drew from stood before the first draw.
+// parent is the run of an enclosing Recompute (nested ones).
 type recomputeRun struct {
+	parent *recomputeRun
 	replay bool   // the second run: nothing to note
 	keep   *Scope // holds the snapshots until the second run
 	draws  []recomputeDraw
@@ -110,22 +109,34 @@ type recomputeDraw struct {
 	restore func()
 }
 
-// noteDraw records, in a Recompute's first run on s, where gen stands
-// before its first draw there.
+// noteDraw records where gen stands before its first draw in each
+// Recompute's first run that s is in (an enclosing one's too, which
+// replays the draws of the Recomputes nested in it), up to the first
+// second run.
 func noteDraw(s *Scope, gen RandomSource) {
-	if s == nil || s.run == nil || s.run.replay {
+	if s == nil {
 		return
 	}
-	for _, d := range s.run.draws {
-		if d.src == gen {
-			return
+	for r := s.run; r != nil && !r.replay; r = r.parent {
+		if !slices.ContainsFunc(r.draws, func(d recomputeDraw) bool { return d.src == gen }) {
+			r.draws = append(r.draws, recomputeDraw{src: gen, restore: gen.snapshot(r.keep)})
 		}
 	}
-	s.run.draws = append(s.run.draws, recomputeDraw{src: gen, restore: gen.snapshot(s.run.keep)})
 }
 
-// replaying reports whether s is Recompute's second run.
-func (s *Scope) replaying() bool { return s != nil && s.run != nil && s.run.replay }
+// replaying reports whether s is in a Recompute's second run (a nested
+// Recompute's first run inside its enclosing one's second run too).
+func (s *Scope) replaying() bool {
+	if s == nil {
+		return false
+	}
+	for r := s.run; r != nil; r = r.parent {
+		if r.replay {
+			return true
+		}
+	}
+	return false
+}
 
 // Recomputing reports whether t belongs to the second run of a Recompute's
 // function (the one Backward makes): a layer with a side effect of its
@@ -133,11 +144,11 @@ func (s *Scope) replaying() bool { return s != nil && s.run != nil && s.run.repl
 // BatchNorm does.
 func Recomputing(t *Tensor) bool { return t != nil && t.scope.replaying() }
 
-// recomputeScope is a scope for one run of a Recompute under s: it records
-// gradients with s's autocast.
-func recomputeScope(s *Scope, run *recomputeRun) *Scope {
+// recomputeScope is a scope for one run of a Recompute: it records
+// gradients with the given autocast.
+func recomputeScope(autocast DType, run *recomputeRun) *Scope {
 	rs := NewScope()
-	rs.autocast = s.Autocast()
+	rs.autocast = autocast
 	rs.run = run
 	return rs
 }
@@ -155,28 +166,48 @@ func leafViews(inputs []*Tensor, s *Scope) []*Tensor {
 	return views
 }
 
-// dropViews uncounts the views leafViews made of inputs, which are gone
-// with their run: Backward may free the inputs' memory again.
-func dropViews(inputs []*Tensor) {
+// keepRefs notes how many Tensor values see each input's memory and
+// returns what puts those counts back: the views a run makes of its inputs
+// (leafViews', and fn's own, a Reshape say) are gone with the run, and
+// Backward may free the inputs' memory again.
+func keepRefs(inputs []*Tensor) func() {
+	refs := map[*storage]int{}
 	for _, in := range inputs {
-		in.st.refs--
+		if _, ok := refs[in.st]; !ok {
+			refs[in.st] = in.st.refs
+		}
+	}
+	return func() {
+		for st, n := range refs {
+			st.refs = n
+		}
 	}
 }
 
-// readLeaves lists the leaves that need a gradient in y's graph, other
-// than views: the parameters a Recompute's function read.
-func readLeaves(y *Tensor, views []*Tensor) []*Tensor {
+// readLeaves lists the leaves that need a gradient in y's graph (y itself
+// when it is one), other than views: the parameters a Recompute's function
+// read. It panics when the graph reaches a tensor computed outside the
+// run's scope tmp (read by closure, not through the inputs): the second
+// run's backward pass would go on through the enclosing graph.
+func readLeaves(y *Tensor, views []*Tensor, tmp *Scope) []*Tensor {
 	var out []*Tensor
 	seen := map[*Tensor]bool{}
 	for _, v := range views {
 		seen[v] = true
 	}
+	note := func(t *Tensor) {
+		if t != nil && t.requiresGrad && t.node == nil && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	note(y)
 	for _, u := range topoOrder(y) {
+		if u.scope != nil && u.scope != tmp {
+			panic(fmt.Sprintf("tensor: Recompute's function read a tensor made outside it (by %s) other than through its inputs; pass it as an input", u.node.op))
+		}
 		for _, in := range u.node.inputs {
-			if in != nil && in.requiresGrad && in.node == nil && !seen[in] {
-				seen[in] = true
-				out = append(out, in)
-			}
+			note(in)
 		}
 	}
 	return out
