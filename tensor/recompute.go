@@ -14,12 +14,15 @@ import (
 // activation inside them, for about one more forward pass of compute.
 //
 // fn must compute the same thing both times from its inputs and from
-// long-lived tensors (parameters): what it draws from a RandomSource is
-// drawn again at the same positions (the source is put back where the
-// first run found it, and forward again after), batch norm updates its
-// running statistics in the first run only, and autocast is the inputs'
-// scope's. The gradients reach the inputs and every parameter fn reads
-// (their SetGradReadyHook functions run once the second run's backward is
+// long-lived tensors (parameters); a tensor of the step's graph that it
+// reads by closure instead of as an input makes Recompute panic, saying
+// so. What it draws from a RandomSource is drawn again at the same
+// positions (the source is put back where the first run found it, and
+// forward again after; no other goroutine may draw from it meanwhile),
+// batch norm updates its running statistics in the first run only, and
+// both runs take the autocast the first found. Recomputes may nest. The
+// gradients reach the inputs and every parameter fn reads (their
+// SetGradReadyHook functions run once the second run's backward is
 // through). The tensors fn makes are given back when Recompute returns,
 // except its result; fn must not keep them.
 //
