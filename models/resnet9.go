@@ -54,9 +54,17 @@ type ResNet9 struct {
 // ResidualBlock is zoo.py's Res: x + B(A(x)), its children named a and b.
 type ResidualBlock struct{ A, B *nn.Sequential }
 
-// Forward returns x + B(A(x)).
+// Forward returns x + B(A(x)). In evaluation (a no-grad scope that
+// releases early) A's and B's outputs are given back as soon as the next
+// operation has read them (tensor.ReleaseInput), as a Sequential gives
+// back its layers'.
 func (r *ResidualBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return tensor.Add(x, r.B.Forward(r.A.Forward(x)))
+	a := r.A.Forward(x)
+	b := r.B.Forward(a)
+	tensor.ReleaseInput(a, b)
+	y := tensor.Add(x, b)
+	tensor.ReleaseInput(b, y)
+	return y
 }
 
 // ConvBNReLU is zoo.py's cbr: a 3×3 convolution without bias (padding 1,

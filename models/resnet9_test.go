@@ -152,3 +152,24 @@ func TestResNet9TrainEval(t *testing.T) {
 	defer wrong.Release()
 	mustPanic(t, "[N, 1, H, W]", func() { m.Logits(wrong) })
 }
+
+// ResNet-9's evaluation in a no-grad scope that releases early gives each
+// activation back once the next operation has read it: after the forward
+// pass only the batch and the logits are left (the residual blocks' halves
+// included).
+func TestResNet9EvaluationGivesActivationsBack(t *testing.T) {
+	c := tensor.NewCountingCPU()
+	cfg := models.DefaultResNet9Config()
+	cfg.Width = 8
+	m := models.NewResNet9(c, 1, cfg)
+	defer m.Release()
+	s := tensor.NewNoGradScope()
+	s.SetReleaseInBackward(true)
+	defer s.Release()
+	start := c.Live()
+	x := tensor.Zeros(c, s, 4, 1, 28, 28)
+	y := m.Forward(x)
+	if left, want := c.Live()-start, 4*(x.Len()+y.Len()); left > want+1024 {
+		t.Errorf("%d B left after the evaluation's forward pass; want the batch and the logits, %d B", left, want)
+	}
+}
