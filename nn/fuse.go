@@ -222,9 +222,25 @@ func residualForward(f Module, x *tensor.Tensor) (y *tensor.Tensor, ok bool) {
 	}
 	h := runLayers(s.Layers[:last.start], false, x)
 	if !slices.Equal(h.Shape(), x.Shape()) { // no broadcasting x: Add's check names the mismatch
-		return tensor.Add(x, runLayers(s.Layers[last.start:], true, h)), true
+		y = addReleasing(x, runLayers(s.Layers[last.start:], true, h))
+	} else {
+		y = chainOp(s.Layers[last.start:], true).Apply(x, h)
 	}
-	return chainOp(s.Layers[last.start:], true).Apply(x, h), true
+	if h != x {
+		tensor.ReleaseInput(h, y) // evaluation: h is read
+	}
+	return y, true
+}
+
+// addReleasing is x + f, f given back once read where the scope records no
+// graph and releases early (evaluation; tensor.ReleaseInput), unless it is
+// x itself.
+func addReleasing(x, f *tensor.Tensor) *tensor.Tensor {
+	y := tensor.Add(x, f)
+	if f != x {
+		tensor.ReleaseInput(f, y)
+	}
+	return y
 }
 
 // fusionOff is the process-wide switch (EMBER_FUSION=off or 0).

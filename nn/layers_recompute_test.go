@@ -174,3 +174,24 @@ func TestSequentialSegmentsEvaluation(t *testing.T) {
 		t.Errorf("evaluation holds %d B after the forward pass in 4 segments, %d B plain", seg, plain)
 	}
 }
+
+// A Residual in evaluation (a no-grad scope that releases early) gives its
+// block's activations back as it goes, fused or not: after the forward
+// pass only the input and the output are left.
+func TestResidualEvaluationGivesActivationsBack(t *testing.T) {
+	for _, unfused := range []bool{false, true} {
+		c := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(5, 6))
+		r := nn.NewResidual(nn.NewSequential(nn.NewLinear(c, rng, 32, 32), nn.ReLU{}, nn.NewLinear(c, rng, 32, 32), nn.ReLU{}))
+		r.Unfused = unfused
+		s := tensor.NewNoGradScope()
+		s.SetReleaseInBackward(true)
+		start := c.Live()
+		x := tensor.Full(c, s, 0.5, 16, 32)
+		y := r.Forward(x)
+		if left, want := c.Live()-start, 4*(x.Len()+y.Len()); left > want {
+			t.Errorf("unfused %v: %d B left after the forward pass; want the input and the output, %d B", unfused, left, want)
+		}
+		s.Release()
+	}
+}

@@ -31,7 +31,7 @@ func (r *Residual) Forward(x *tensor.Tensor) *tensor.Tensor {
 			return y
 		}
 	}
-	return tensor.Add(x, r.Fn.Forward(x))
+	return addReleasing(x, r.Fn.Forward(x))
 }
 
 // SetFusion turns the fused skip connection on or off (nn.SetFusion

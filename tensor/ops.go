@@ -166,14 +166,14 @@ func Linear(x, w, b *Tensor) *Tensor {
 func LinearReLU(x, w, b *Tensor) *Tensor {
 	be := x.st.b
 	if AutocastOf(x, w, b) != Float32 {
-		return ReLU(Linear(x, w, b))
+		return linearThenReLU(x, w, b)
 	}
 	if lb, ok := be.(LinearBackend); ok {
 		return linearFused(lb, x, w, b, true)
 	}
 	fb, ok := be.(BiasReLUBackend)
 	if !ok || b == nil {
-		return ReLU(Linear(x, w, b))
+		return linearThenReLU(x, w, b)
 	}
 	x, w = linearOperands("LinearReLU", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
@@ -193,6 +193,15 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 		linearGrads(products{be: be}, g, x, w, dx, dw, accX, accW)
 	}, x, w, b)
 	return out
+}
+
+// linearThenReLU is ReLU(Linear(x, w, b)), the product given back once read
+// where the scope records no graph and releases early (evaluation).
+func linearThenReLU(x, w, b *Tensor) *Tensor {
+	h := Linear(x, w, b)
+	y := ReLU(h)
+	ReleaseInput(h, y)
+	return y
 }
 
 // linearFused is Linear (or LinearReLU, with relu) on a LinearBackend: one
