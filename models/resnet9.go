@@ -61,9 +61,13 @@ type ResidualBlock struct{ A, B *nn.Sequential }
 func (r *ResidualBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	a := r.A.Forward(x)
 	b := r.B.Forward(a)
-	tensor.ReleaseInput(a, b)
+	if a != x { // a half may give its input back as it is (Identity)
+		tensor.ReleaseInput(a, b)
+	}
 	y := tensor.Add(x, b)
-	tensor.ReleaseInput(b, y)
+	if b != x {
+		tensor.ReleaseInput(b, y)
+	}
 	return y
 }
 

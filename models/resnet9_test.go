@@ -173,3 +173,18 @@ func TestResNet9EvaluationGivesActivationsBack(t *testing.T) {
 		t.Errorf("%d B left after the evaluation's forward pass; want the batch and the logits, %d B", left, want)
 	}
 }
+
+// A residual block whose halves give their input back as it is (empty
+// Sequentials) leaves the caller's input alone in evaluation.
+func TestResidualBlockIdentityHalvesKeepTheInput(t *testing.T) {
+	c := tensor.NewCountingCPU()
+	r := &models.ResidualBlock{A: nn.NewSequential(), B: nn.NewSequential()}
+	s := tensor.NewNoGradScope()
+	s.SetReleaseInBackward(true)
+	defer s.Release()
+	x := tensor.Full(c, s, 1.5, 2, 3)
+	y := r.Forward(x)
+	if got := x.Float32s()[0]; got != 1.5 || y.Float32s()[0] != 3 {
+		t.Errorf("input %v and output %v after x + B(A(x)) with identity halves; want 1.5 and 3", got, y.Float32s()[0])
+	}
+}
