@@ -56,6 +56,14 @@ func trainRank(c Communicator, b tensor.Backend, batch, steps int, bucketBytes i
 // trainRankOverlap is trainRank, with the all-reduces started from the
 // backward pass (DataParallel.Overlap) when overlap is set.
 func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucketBytes int, overlap bool) ([][]float32, error) {
+	return trainRankWith(c, b, batch, steps, bucketBytes, overlap, false)
+}
+
+// trainRankWith is trainRankOverlap with the model's forward pass run
+// through tensor.Recompute when recompute is set (the mid-pass check of
+// the buckets is then left out: the parameters' gradients all become final
+// when the recomputed pass is through).
+func trainRankWith(c Communicator, b tensor.Backend, batch, steps int, bucketBytes int, overlap, recompute bool) ([][]float32, error) {
 	rank, world := 0, 1
 	if c != nil {
 		rank, world = c.Rank(), c.Size()
@@ -110,7 +118,12 @@ func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucket
 		xb := tensor.FromFloat32(b, s, bx, local, ddpFeatures)
 		var logits *tensor.Tensor
 		launchedMid := -1
-		if dp != nil && overlap {
+		if recompute {
+			logits = tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return m.Forward(in[0]) }, xb)
+			if dp != nil && overlap {
+				dp.BeginGradients()
+			}
+		} else if dp != nil && overlap {
 			// A probe of ones between the layers (exact: the values and
 			// gradients are unchanged) whose gradient is ready once the
 			// backward pass is through Out and before Hidden: by then
@@ -126,7 +139,7 @@ func trainRankOverlap(c Communicator, b tensor.Backend, batch, steps int, bucket
 		loss.Backward()
 		s.Release()
 		if dp != nil {
-			if overlap {
+			if overlap && !recompute {
 				early := outOnlyBuckets(dp, len(nn.Parameters(m.Hidden)))
 				if early == 0 && len(dp.Buckets()) > 1 {
 					return nil, fmt.Errorf("%d buckets, none of Out's gradients alone: the mid-pass check checks nothing", len(dp.Buckets()))
@@ -280,6 +293,37 @@ func TestDataParallelOverlapMatches(t *testing.T) {
 					if d := math.Abs(float64(got[0][i][j]-want[i][j])) / math.Max(1, math.Abs(float64(want[i][j]))); d > 1e-6 {
 						t.Fatalf("N=%d: parameter %d[%d] = %.8g with overlap, one rank of batch %d gives %.8g", n, i, j, got[0][i][j], batch, want[i][j])
 					}
+				}
+			}
+		}
+	}
+}
+
+// With the model recomputed in the backward pass, the overlapped
+// all-reduces start from the recomputed pass's gradients (every bucket
+// before Backward returns, checked by trainRankWith) and the ranks take
+// the same steps, bit for bit, as without recomputation.
+func TestDataParallelOverlapRecompute(t *testing.T) {
+	const batch, steps, n = 16, 6, 2
+	g := NewFakeGroup(n, 20*time.Second)
+	want := runFakeOverlap(t, n, batch, steps, 64, true)
+	errs := make([]error, n)
+	got := make([][][]float32, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			got[r], errs[r] = trainRankWith(g.Comm(r, tensor.CPU), tensor.CPU, batch, steps, 64, true, true)
+		})
+	}
+	wg.Wait()
+	for r := range n {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for i := range got[r] {
+			for j := range got[r][i] {
+				if got[r][i][j] != want[r][i][j] {
+					t.Fatalf("rank %d parameter %d[%d] = %v recomputed, %v without", r, i, j, got[r][i][j], want[r][i][j])
 				}
 			}
 		}
