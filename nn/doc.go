@@ -24,7 +24,8 @@
 // step captured in a CUDA graph). Recompute (layers_recompute.go) runs a
 // block through tensor.Recompute, keeping its input and output for the
 // backward pass and computing its activations again there, as
-// torch.utils.checkpoint; RecomputeBlocks wraps every block of a model,
+// torch.utils.checkpoint; RecomputeBlocks wraps every block of a model
+// (a TransformerBlock, a Recomputer, recomputes its two halves apart),
 // and a Sequential's Segments runs its layers in recomputed groups
 // (checkpoint_sequential).
 //

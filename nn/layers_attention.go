@@ -97,6 +97,12 @@ type TransformerBlock struct {
 	MultiheadSelfAttention
 	MLP  *Sequential
 	Drop *Dropout
+	// Recompute runs each half of the block (the attention's, the MLP's)
+	// through tensor.Recompute: training keeps the block's input, middle
+	// and output, and the backward pass computes each half again
+	// (SetRecompute; RecomputeBlocks sets it). Two halves hold about half
+	// of what the whole block would at the backward pass's peak.
+	Recompute bool
 }
 
 // NewTransformerBlock returns a causal block over channels C in heads
@@ -122,6 +128,26 @@ func NewTransformerBlock(b tensor.Backend, rng *rand.Rand, channels, heads int, 
 
 // Forward applies the block to x [B, T, C].
 func (blk *TransformerBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = tensor.Add(x, blk.Drop.Forward(blk.MultiheadSelfAttention.Forward(blk.LN1.Forward(x))))
+	if blk.Recompute {
+		return tensor.Recompute(blk.mlpHalf, tensor.Recompute(blk.attentionHalf, x))
+	}
+	return blk.mlpHalf(blk.attentionHalf(x))
+}
+
+// attentionHalf is x + Drop(attention(LN1(x))).
+func (blk *TransformerBlock) attentionHalf(in ...*tensor.Tensor) *tensor.Tensor {
+	x := in[0]
+	return tensor.Add(x, blk.Drop.Forward(blk.MultiheadSelfAttention.Forward(blk.LN1.Forward(x))))
+}
+
+// mlpHalf is x + MLP(LN2(x)).
+func (blk *TransformerBlock) mlpHalf(in ...*tensor.Tensor) *tensor.Tensor {
+	x := in[0]
 	return tensor.Add(x, blk.MLP.Forward(blk.LN2.Forward(x)))
 }
+
+// SetRecompute sets Recompute (nn.Recomputer).
+func (blk *TransformerBlock) SetRecompute(on bool) { blk.Recompute = on }
+
+// Recomputes reports Recompute (nn.Recomputer).
+func (blk *TransformerBlock) Recomputes() bool { return blk.Recompute }

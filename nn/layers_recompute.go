@@ -28,24 +28,48 @@ func (r *Recompute) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return r.Module.Forward(in[0]) }, x)
 }
 
-// RecomputeBlocks wraps in Recompute every block of m: each layer of a
-// Sequential in m that has layers of its own (a transformer block, a
-// Sequential, a residual block), not single layers (a Linear, a pooling,
-// batch norm), whose recomputation would save nothing. It does not look
-// inside what it wraps, and returns how many layers it wrapped (0 for a
-// Sequential of single layers, such as an MLP's). State-dict names do not
-// change.
+// Recomputer is a block that recomputes its own parts in the backward
+// pass when asked, more finely than Recompute around it would
+// (TransformerBlock: its two halves).
+type Recomputer interface {
+	SetRecompute(on bool)
+	Recomputes() bool
+}
+
+// RecomputeBlocks makes every block of m recompute its activations in the
+// backward pass: a Recomputer anywhere in m is asked to; every other layer
+// of a Sequential in m that has layers of its own (a Sequential, a
+// residual block) is wrapped in Recompute; single layers (a Linear, a
+// pooling, batch norm), whose recomputation would save nothing, are left
+// alone. It does not look inside those blocks, and returns how many it
+// set or wrapped (0 for a Sequential of single layers, such as an MLP's).
+// State-dict names do not change.
 func RecomputeBlocks(m any) int {
 	n := 0
 	walk(m, "", func(_ string, v any) bool {
 		switch v := v.(type) {
 		case *Recompute:
 			return false
+		case Recomputer:
+			if !v.Recomputes() {
+				v.SetRecompute(true)
+				n++
+			}
+			return false
 		case *Sequential:
 			for i, l := range v.Layers {
-				if _, done := l.Module.(*Recompute); !done && hasLayers(l.Module) {
-					v.Layers[i].Module = NewRecompute(l.Module)
-					n++
+				switch lm := l.Module.(type) {
+				case *Recompute:
+				case Recomputer:
+					if !lm.Recomputes() {
+						lm.SetRecompute(true)
+						n++
+					}
+				default:
+					if hasLayers(lm) {
+						v.Layers[i].Module = NewRecompute(lm)
+						n++
+					}
 				}
 			}
 			return false
