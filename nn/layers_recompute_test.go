@@ -195,3 +195,38 @@ func TestResidualEvaluationGivesActivationsBack(t *testing.T) {
 		s.Release()
 	}
 }
+
+// RecomputeBlocks finds transformer blocks outside a Sequential too (a
+// user's struct holding a slice of them), sets each once, and the
+// recomputed stack gives the plain one's gradients.
+func TestRecomputeBlocksInASlice(t *testing.T) {
+	type stack struct{ Blocks []*nn.TransformerBlock }
+	build := func() *stack {
+		rng := rand.New(rand.NewPCG(8, 9))
+		return &stack{Blocks: []*nn.TransformerBlock{nn.NewTransformerBlock(tensor.CPU, rng, 16, 2, 0), nn.NewTransformerBlock(tensor.CPU, rng, 16, 2, 0)}}
+	}
+	grads := func(m *stack) []float32 {
+		s := tensor.NewScope()
+		s.SetReleaseInBackward(true)
+		defer s.Release()
+		x := tensor.Full(tensor.CPU, s, 0.25, 2, 5, 16)
+		for _, b := range m.Blocks {
+			x = b.Forward(x)
+		}
+		tensor.Sum(tensor.Mul(x, x)).Backward()
+		return nn.Parameters(m)[0].Tensor.Grad().Float32s()
+	}
+	plain, re := build(), build()
+	if n := nn.RecomputeBlocks(re); n != 2 || !re.Blocks[0].Recompute || !re.Blocks[1].Recompute {
+		t.Fatalf("RecomputeBlocks set %d blocks; want both", n)
+	}
+	if n := nn.RecomputeBlocks(re); n != 0 {
+		t.Errorf("RecomputeBlocks set %d blocks the second time; want 0", n)
+	}
+	want, got := grads(plain), grads(re)
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("gradient element %d: %v recomputed, %v plain", i, got[i], want[i])
+		}
+	}
+}
