@@ -102,19 +102,30 @@ func (s *Sequential) Forward(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // run is runLayers over layers (s.Layers or its first ones), in s.Segments
-// groups.
+// groups where the step records a graph.
 func (s *Sequential) run(layers []Layer, x *tensor.Tensor) *tensor.Tensor {
-	n := min(s.Segments, len(layers))
 	if sc := x.Scope(); sc == nil || !sc.GradEnabled() {
-		n = 1 // no graph to keep: one chain, which gives each input back (evaluation)
+		return runLayers(layers, s.Unfused, x) // one chain, which gives each input back (evaluation)
 	}
-	start := 0
-	for i := range n - 1 {
-		group := layers[start : (i+1)*len(layers)/n]
-		start += len(group)
+	groups := s.segments(layers)
+	for _, group := range groups[:len(groups)-1] {
 		x = tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return runLayers(group, s.Unfused, in[0]) }, x)
 	}
-	return runLayers(layers[start:], s.Unfused, x)
+	return runLayers(groups[len(groups)-1], s.Unfused, x)
+}
+
+// segments splits layers into min(Segments, len(layers)) consecutive
+// groups of about equal length (one group when Segments is below 2).
+func (s *Sequential) segments(layers []Layer) [][]Layer {
+	n := max(min(s.Segments, len(layers)), 1)
+	groups := make([][]Layer, 0, n)
+	start := 0
+	for i := range n {
+		end := (i + 1) * len(layers) / n
+		groups = append(groups, layers[start:end])
+		start = end
+	}
+	return groups
 }
 
 // CrossEntropyLoss is CrossEntropyLoss(s.Forward(x), labels) (the
@@ -159,16 +170,18 @@ func (s *Sequential) SetFusion(on bool) {
 // "3", ...). Layers inside a child container are planned by that child.
 func (s *Sequential) FusionPlan() []string {
 	var out []string
-	for _, st := range plan(s.Layers, s.Unfused) {
-		names := make([]string, st.n)
-		for i := range names {
-			names[i] = s.Layers[st.start+i].Name
+	for _, group := range s.segments(s.Layers) { // no group fuses across Segments
+		for _, st := range plan(group, s.Unfused) {
+			names := make([]string, st.n)
+			for i := range names {
+				names[i] = group[st.start+i].Name
+			}
+			e := strings.Join(names, "+")
+			if st.rule != nil {
+				e += " (" + st.rule.name + ")"
+			}
+			out = append(out, e)
 		}
-		e := strings.Join(names, "+")
-		if st.rule != nil {
-			e += " (" + st.rule.name + ")"
-		}
-		out = append(out, e)
 	}
 	return out
 }

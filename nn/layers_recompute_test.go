@@ -230,3 +230,22 @@ func TestRecomputeBlocksInASlice(t *testing.T) {
 		}
 	}
 }
+
+// FusionPlan shows Segments' groups: no fused group spans two of them.
+func TestSequentialSegmentsFusionPlan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	m := nn.NewSequential(nn.NewLinear(tensor.CPU, rng, 4, 4), nn.ReLU{}, nn.NewLinear(tensor.CPU, rng, 4, 4), nn.ReLU{})
+	for _, c := range []struct {
+		segments int
+		want     []string
+	}{
+		{0, []string{"0+1 (linear+relu)", "2+3 (linear+relu)"}},
+		{2, []string{"0+1 (linear+relu)", "2+3 (linear+relu)"}},
+		{3, []string{"0", "1", "2+3 (linear+relu)"}},
+	} {
+		m.Segments = c.segments
+		if got := m.FusionPlan(); !slices.Equal(got, c.want) {
+			t.Errorf("Segments %d: FusionPlan %q; want %q", c.segments, got, c.want)
+		}
+	}
+}
