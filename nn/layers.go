@@ -168,6 +168,8 @@ func (s *Sequential) SetFusion(on bool) {
 // the names of the layers it covers joined by "+", followed by the rule's
 // name in parentheses for a fused group ("0+1+2 (conv2d+relu+maxpool2d)",
 // "3", ...). Layers inside a child container are planned by that child.
+// With Segments the plan is the training step's, whose groups no fused
+// operation spans (evaluation runs the layers as one chain).
 func (s *Sequential) FusionPlan() []string {
 	var out []string
 	for _, group := range s.segments(s.Layers) { // no group fuses across Segments
