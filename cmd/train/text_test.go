@@ -251,12 +251,13 @@ func TestTrainRecompute(t *testing.T) {
 	dir := t.TempDir()
 	textPath := filepath.Join(dir, "tiny.txt")
 	writeTinyText(t, textPath)
-	var lines [2]string
+	var lines, said [2]string
 	for i, extra := range [][]string{nil, {"--recompute"}} {
 		code, out, errOut := train(t, gptArgs(textPath, filepath.Join(dir, fmt.Sprintf("gpt%d.safetensors", i)), extra...)...)
 		if code != exitOK {
 			t.Fatalf("%v: exit %d\n%s%s", extra, code, out, errOut)
 		}
+		said[i] = out
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "train loss") { // the losses and accuracy, not the timing
 				l = l[strings.Index(l, "train loss"):]
@@ -266,6 +267,9 @@ func TestTrainRecompute(t *testing.T) {
 	}
 	if lines[0] == "" || lines[0] != lines[1] {
 		t.Errorf("epoch with --recompute %q; without %q", lines[1], lines[0])
+	}
+	if !strings.Contains(said[1], "recompute: 6 blocks") || strings.Contains(said[0], "recompute:") {
+		t.Errorf("the runs do not say what --recompute did:\n%s\n%s", said[0], said[1])
 	}
 	code, _, errOut := train(t, "--device", "cpu", "--model", "mlp", "--recompute", "--limit", "64", "--test-limit", "64", "--epochs", "1", "--save", filepath.Join(dir, "mlp.safetensors"))
 	if code != exitUsage || !strings.Contains(errOut, "--recompute: --model mlp has no blocks") {

@@ -197,8 +197,12 @@ func (t *job) setup(ctx context.Context) error {
 		if t.model, err = models.New(o.model, b, t.modelCfg); err != nil {
 			return usageError{err}
 		}
-		if o.recompute && nn.RecomputeBlocks(t.model) == 0 {
-			return usageError{fmt.Errorf("--recompute: --model %s has no blocks to recompute (layers made of layers); it keeps every activation", o.model)}
+		if o.recompute {
+			n := nn.RecomputeBlocks(t.model)
+			if n == 0 {
+				return usageError{fmt.Errorf("--recompute: --model %s has no blocks to recompute (layers made of layers); it keeps every activation", o.model)}
+			}
+			t.logf("recompute: %d blocks keep their inputs and outputs only and run again in the backward pass", n)
 		}
 		// Dropout masks are drawn on the device (so that a captured step
 		// draws new ones on every replay), from a stream fixed by the seed
