@@ -198,3 +198,64 @@ func TestAllocExpandableOOMKeepsOwnEnd(t *testing.T) {
 	mustFree(t, a, big)
 	mustFree(t, a, b)
 }
+
+// What Backend.Capture relies on: a step run eagerly and then captured
+// (after a warm-up step) reserves its memory once when EmptyCache runs
+// before the private pool begins, the long-lived blocks (weights,
+// optimiser state) having been made before the step; without it the
+// pool's segments come on top of the cached step. A block the warm-up
+// step makes and keeps pins the range's end: then nothing is unmapped.
+func TestAllocEmptyCacheBeforePrivatePool(t *testing.T) {
+	step := []int{40 * oneMiB, 24 * oneMiB, 24*oneMiB + 512, 8 * oneMiB, 100}
+	run := func(empty, pin bool) (eager, captured int) {
+		a, _ := newExpandableAllocator(t, oneGiB, 0)
+		weights := mustAlloc(t, a, 10*oneMiB, 0)
+		var blocks []Block
+		for _, n := range step {
+			blocks = append(blocks, mustAlloc(t, a, n, 0))
+		}
+		var pinned Block
+		if pin {
+			pinned = mustAlloc(t, a, 4096, 0) // made by the warm-up, kept
+		}
+		for _, b := range blocks {
+			mustFree(t, a, b)
+		}
+		eager = a.Stats().Reserved.Peak
+		a.ResetPeakStats()
+		if empty {
+			if err := a.EmptyCache(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := a.BeginPrivatePool(0)
+		blocks = blocks[:0]
+		for _, n := range step {
+			blocks = append(blocks, mustAlloc(t, a, n, 0))
+		}
+		a.EndPrivatePool(0)
+		captured = a.Stats().Reserved.Peak
+		for _, b := range blocks {
+			mustFree(t, a, b)
+		}
+		if err := a.ReleasePool(id); err != nil {
+			t.Fatal(err)
+		}
+		if pin {
+			mustFree(t, a, pinned)
+		}
+		mustFree(t, a, weights)
+		check(t, a)
+		return eager, captured
+	}
+	eager, captured := run(true, false)
+	if captured > eager+4*oneMiB { // a segment's rounding
+		t.Errorf("EmptyCache first: peak reserved %d MiB through the pool after an eager step of %d MiB; want about the step's once", captured>>20, eager>>20)
+	}
+	if _, twice := run(false, false); twice < eager+eager/2 {
+		t.Errorf("without EmptyCache the pool's peak is %d MiB, the eager step's %d MiB: the test no longer tells them apart", twice>>20, eager>>20)
+	}
+	if _, pinned := run(true, true); pinned < eager+eager/2 {
+		t.Errorf("a block kept above the step: peak %d MiB, eager %d MiB; want the step reserved twice (the end is pinned)", pinned>>20, eager>>20)
+	}
+}
