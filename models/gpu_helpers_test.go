@@ -1,12 +1,15 @@
 package models_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 
 	"github.com/ember-ml/ember/cuda"
 	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/trainer"
+	"github.com/ember-ml/ember/tensor"
 )
 
 // requireGPU skips t without a usable CUDA device, and fails it instead
@@ -62,4 +65,38 @@ func flatWeights(m any) []float32 {
 		w = append(w, p.Tensor.Float32s()...)
 	}
 	return w
+}
+
+// runCapturedSteps makes step a trainer.CaptureStep on b with opt (eager
+// when opt.Eager), runs it steps times at batch bs, before(i) (when not
+// nil: the host's uploads) ahead of step i, and returns the steps' peak
+// of allocated bytes. It fails t on a NaN loss, and on a step that was not
+// captured unless eager.
+func runCapturedSteps(t *testing.T, b *cuda.Backend, step func(*tensor.Scope) *tensor.Tensor, opt trainer.StepOptions, bs, steps int, before func(i int)) int {
+	t.Helper()
+	st, err := trainer.CaptureStep(b, step, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	b.Allocator().ResetPeakStats()
+	for i := range steps {
+		if before != nil {
+			before(i)
+		}
+		loss, err := st.Run(bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := loss.Item(); math.IsNaN(float64(l)) {
+			t.Fatalf("step %d: loss NaN", i)
+		}
+	}
+	if !opt.Eager && !st.Captured(bs) {
+		t.Fatalf("the step was not captured: %s", st.Reason())
+	}
+	return b.MemoryStats().Allocated.Peak
 }

@@ -44,33 +44,13 @@ func TestRecomputeGPU(t *testing.T) {
 		defer x.Release()
 		defer y.Release()
 		adam.ZeroGrad()
-		st, err := trainer.CaptureStep(b, func(s *tensor.Scope) *tensor.Tensor {
+		peak = runCapturedSteps(t, b, func(s *tensor.Scope) *tensor.Tensor {
 			loss := m.Loss(s.Borrow(x), s.Borrow(y))
 			loss.Backward()
 			adam.StepAndZeroGrad()
 			return loss
-		}, trainer.StepOptions{Optimizer: adam, Eager: eager, Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		if err := b.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		b.Allocator().ResetPeakStats()
-		for i := range steps {
-			loss, err := st.Run(bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l := loss.Item(); math.IsNaN(float64(l)) {
-				t.Fatalf("step %d: loss NaN", i)
-			}
-		}
-		if !eager && !st.Captured(bs) {
-			t.Fatalf("the step was not captured: %s", st.Reason())
-		}
-		return flatWeights(m), b.MemoryStats().Allocated.Peak
+		}, trainer.StepOptions{Optimizer: adam, Eager: eager, Logf: t.Logf}, bs, steps, nil)
+		return flatWeights(m), peak
 	}
 	for _, eager := range []bool{true, false} {
 		wp, pp := run(eager, false)

@@ -42,35 +42,16 @@ func TestReleaseInBackwardGPU(t *testing.T) {
 		defer x.Release()
 		defer y.Release()
 		sgd.ZeroGrad()
-		st, err := trainer.CaptureStep(b, func(s *tensor.Scope) *tensor.Tensor {
+		peak = runCapturedSteps(t, b, func(s *tensor.Scope) *tensor.Tensor {
 			loss := m.Loss(s.Borrow(x), y)
 			loss.Backward()
 			sgd.StepAndZeroGrad()
 			return loss
-		}, trainer.StepOptions{Optimizer: sgd, Eager: eager, KeepIntermediates: keep, Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		if err := b.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		b.Allocator().ResetPeakStats()
-		for i := range steps {
+		}, trainer.StepOptions{Optimizer: sgd, Eager: eager, KeepIntermediates: keep, Logf: t.Logf}, bs, steps, func(i int) {
 			b.Upload(x.Buffer(), images[i*bs*side*side:(i+1)*bs*side*side])
 			b.Upload(y.Buffer(), labels[i*bs:(i+1)*bs])
-			loss, err := st.Run(bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l := loss.Item(); math.IsNaN(float64(l)) {
-				t.Fatalf("step %d: loss NaN", i)
-			}
-		}
-		if !eager && !st.Captured(bs) {
-			t.Fatalf("the step was not captured: %s", st.Reason())
-		}
-		return flatWeights(m), b.MemoryStats().Allocated.Peak
+		})
+		return flatWeights(m), peak
 	}
 	for _, eager := range []bool{true, false} {
 		wk, pk := run(eager, true)
