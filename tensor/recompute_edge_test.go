@@ -23,17 +23,9 @@ func TestRecomputeNestedDropout(t *testing.T) {
 			return tensor.Dropout(tensor.Linear(in[0], w, nil), 0.5, true, gen)
 		}
 		outer := func(in ...*tensor.Tensor) *tensor.Tensor {
-			if recompute {
-				return tensor.Tanh(tensor.Recompute(inner, in[0]))
-			}
-			return tensor.Tanh(inner(in[0]))
+			return tensor.Tanh(maybeRecompute(recompute, inner, in[0]))
 		}
-		var y *tensor.Tensor
-		if recompute {
-			y = tensor.Recompute(outer, x)
-		} else {
-			y = outer(x)
-		}
+		y := maybeRecompute(recompute, outer, x)
 		tensor.Sum(y).Backward()
 		return w.Grad().Float32s(), gen.Offset()
 	}
@@ -60,17 +52,9 @@ func TestRecomputeNestedBatchNorm(t *testing.T) {
 			return tensor.BatchNorm(in[0], gamma, beta, rm, rv, true, 0.1, 1e-5)
 		}
 		outer := func(in ...*tensor.Tensor) *tensor.Tensor {
-			if recompute {
-				return tensor.ReLU(tensor.Recompute(inner, in[0]))
-			}
-			return tensor.ReLU(inner(in[0]))
+			return tensor.ReLU(maybeRecompute(recompute, inner, in[0]))
 		}
-		var y *tensor.Tensor
-		if recompute {
-			y = tensor.Recompute(outer, x)
-		} else {
-			y = outer(x)
-		}
+		y := maybeRecompute(recompute, outer, x)
 		tensor.Sum(y).Backward()
 		return rm.Float32s()
 	}
@@ -93,12 +77,7 @@ func TestRecomputeAutocastOfTheForward(t *testing.T) {
 		f := func(in ...*tensor.Tensor) *tensor.Tensor {
 			return tensor.Linear(tensor.Tanh(tensor.Linear(in[0], w1, nil)), w2, nil)
 		}
-		var y *tensor.Tensor
-		if recompute {
-			y = tensor.Recompute(f, x)
-		} else {
-			y = f(x)
-		}
+		y := maybeRecompute(recompute, f, x)
 		loss := tensor.Sum(tensor.Mul(y, y))
 		s.SetAutocast(tensor.Float32) // autocast around the forward only
 		loss.Backward()

@@ -8,6 +8,15 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
+// maybeRecompute is tensor.Recompute(f, x) when on, else f(x): a test's
+// network with and without recomputation.
+func maybeRecompute(on bool, f func(in ...*tensor.Tensor) *tensor.Tensor, x *tensor.Tensor) *tensor.Tensor {
+	if on {
+		return tensor.Recompute(f, x)
+	}
+	return f(x)
+}
+
 // gptBlocks is a stack of pre-norm transformer blocks (layer norm, causal
 // attention with dropout, GELU MLP, dropout, residual additions) between
 // an embedding and a tied head, each block through tensor.Recompute when
@@ -46,11 +55,7 @@ func gptBlocks(recompute bool, gen func(c *tensor.CountingCPU) tensor.RandomSour
 					m := tensor.Linear(tensor.GELU(tensor.Linear(tensor.LayerNorm(x, []int{ch}, b.lnw, b.lnb, 1e-5), b.fc, nil), true), b.proj, nil)
 					return tensor.Add(x, tensor.Dropout(m, 0.2, true, src))
 				}
-				if recompute {
-					x = tensor.Recompute(f, x)
-				} else {
-					x = f(x)
-				}
+				x = maybeRecompute(recompute, f, x)
 			}
 			logits := tensor.Linear(x, emb, nil).Reshape(batch*seq, vocab) // weight tying
 			return tensor.CrossEntropyLoss(logits, idT.Reshape(batch*seq), tensor.CrossEntropyOptions{})
@@ -127,12 +132,7 @@ func TestRecomputeLeavesRandomSourcesWhereTheyWere(t *testing.T) {
 			y := tensor.Dropout(tensor.Add(in[0], w), 0.5, true, gen)
 			return tensor.Dropout(y, 0.5, true, dev)
 		}
-		var y *tensor.Tensor
-		if recompute {
-			y = tensor.Recompute(f, x)
-		} else {
-			y = f(x)
-		}
+		y := maybeRecompute(recompute, f, x)
 		tensor.Sum(y).Backward()
 		_, off := dev.SeedOffset()
 		if gen.Offset() != 6 || off != 6 {
@@ -159,12 +159,7 @@ func TestRecomputeBatchNormUpdatesOnce(t *testing.T) {
 			h := tensor.Conv2d(in[0], w, nil, 1, 1)
 			return tensor.ReLU(tensor.BatchNorm(h, gamma, beta, rm, rv, true, 0.1, 1e-5))
 		}
-		var y *tensor.Tensor
-		if recompute {
-			y = tensor.Recompute(f, x)
-		} else {
-			y = f(x)
-		}
+		y := maybeRecompute(recompute, f, x)
 		tensor.Sum(tensor.Mul(y, y)).Backward()
 		defer s.Release()
 		return rm.Float32s(), rv.Float32s(), w.Grad().Float32s()
