@@ -105,19 +105,25 @@ func compareTraining(t *testing.T, plain, re *nn.Sequential, fused bool) {
 	}
 }
 
+// deepMLP is 8 Linear+ReLU layers of 64 features on c, in segments.
+func deepMLP(c tensor.Backend, segments int) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var layers []nn.Module
+	for range 8 {
+		layers = append(layers, nn.NewLinear(c, rng, 64, 64), nn.ReLU{})
+	}
+	m := nn.NewSequential(layers...)
+	m.Segments = segments
+	return m
+}
+
 // Segments keeps the groups' inputs and outputs only: a deep MLP run in
 // four segments holds far less after its forward pass, and its gradients
 // are the plain run's.
 func TestSequentialSegmentsMemory(t *testing.T) {
 	run := func(segments int) (live int, grad []float32) {
 		c := tensor.NewCountingCPU()
-		rng := rand.New(rand.NewPCG(3, 4))
-		var layers []nn.Module
-		for range 8 {
-			layers = append(layers, nn.NewLinear(c, rng, 64, 64), nn.ReLU{})
-		}
-		m := nn.NewSequential(layers...)
-		m.Segments = segments
+		m := deepMLP(c, segments)
 		defer func() {
 			for _, p := range nn.StateTensors(m) {
 				p.Tensor.Release()
@@ -155,13 +161,7 @@ func TestSequentialSegmentsMemory(t *testing.T) {
 func TestSequentialSegmentsEvaluation(t *testing.T) {
 	run := func(segments int) int {
 		c := tensor.NewCountingCPU()
-		rng := rand.New(rand.NewPCG(3, 4))
-		var layers []nn.Module
-		for range 8 {
-			layers = append(layers, nn.NewLinear(c, rng, 64, 64), nn.ReLU{})
-		}
-		m := nn.NewSequential(layers...)
-		m.Segments = segments
+		m := deepMLP(c, segments)
 		s := tensor.NewNoGradScope()
 		s.SetReleaseInBackward(true)
 		defer s.Release()
