@@ -46,25 +46,25 @@ type Recomputer interface {
 // State-dict names do not change.
 func RecomputeBlocks(m any) int {
 	n := 0
+	ask := func(r Recomputer) {
+		if !r.Recomputes() {
+			r.SetRecompute(true)
+			n++
+		}
+	}
 	walk(m, "", func(_ string, v any) bool {
 		switch v := v.(type) {
 		case *Recompute:
 			return false
 		case Recomputer:
-			if !v.Recomputes() {
-				v.SetRecompute(true)
-				n++
-			}
+			ask(v)
 			return false
 		case *Sequential:
 			for i, l := range v.Layers {
 				switch lm := l.Module.(type) {
 				case *Recompute:
 				case Recomputer:
-					if !lm.Recomputes() {
-						lm.SetRecompute(true)
-						n++
-					}
+					ask(lm)
 				default:
 					if hasLayers(lm) {
 						v.Layers[i].Module = NewRecompute(lm)
