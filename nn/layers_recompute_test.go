@@ -249,3 +249,102 @@ func TestSequentialSegmentsFusionPlan(t *testing.T) {
 		}
 	}
 }
+
+// Models this package's zoo does not have: a CNN of nn.Residual blocks
+// (convolution, batch norm, GELU, dropout) recomputed by RecomputeBlocks,
+// and a U-Net-like network whose decoder block reads the encoder's
+// feature map through a skip connection, recomputed by tensor.Recompute
+// with two inputs and a Concat. Each trains to the plain one's gradients
+// and running statistics, bit for bit, and holds less after its forward
+// pass.
+func TestRecomputeOtherModels(t *testing.T) {
+	conv := func(c tensor.Backend, rng *rand.Rand, in, out int) *nn.Conv2d {
+		return nn.NewConv2dWith(c, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Padding: [2]int{1, 1}})
+	}
+	type unet struct {
+		Enc1, Enc2, Dec *nn.Sequential
+		Head            *nn.Linear
+	}
+	cases := []struct {
+		name  string
+		build func(c tensor.Backend, recompute bool) (m any, loss func(s *tensor.Scope) *tensor.Tensor)
+	}{
+		{"residual CNN", func(c tensor.Backend, recompute bool) (any, func(*tensor.Scope) *tensor.Tensor) {
+			rng := rand.New(rand.NewPCG(4, 4))
+			res := func() nn.Module {
+				return nn.NewResidual(nn.NewSequential(conv(c, rng, 8, 8), nn.NewBatchNorm2d(c, 8), nn.GELU{}, nn.NewDropout(0.1), conv(c, rng, 8, 8), nn.GELU{}))
+			}
+			m := nn.NewSequential(conv(c, rng, 3, 8), res(), nn.NewMaxPool2d(2), res(), nn.Flatten{}, nn.NewLinear(c, rng, 8*4*4, 5))
+			dev := tensor.NewDeviceGenerator(c, 3)
+			nn.SetRandomSource(m, dev)
+			if recompute && nn.RecomputeBlocks(m) != 2 {
+				t.Fatal("RecomputeBlocks did not wrap the two residual blocks")
+			}
+			return m, func(s *tensor.Scope) *tensor.Tensor {
+				x := tensor.Full(c, s, 0.3, 4, 3, 8, 8)
+				return m.CrossEntropyLoss(x, tensor.FromInt32(c, s, []int32{0, 1, 2, 4}, 4))
+			}
+		}},
+		{"U-Net skip", func(c tensor.Backend, recompute bool) (any, func(*tensor.Scope) *tensor.Tensor) {
+			rng := rand.New(rand.NewPCG(5, 5))
+			m := &unet{
+				Enc1: nn.NewSequential(conv(c, rng, 3, 8), nn.NewBatchNorm2d(c, 8), nn.ReLU{}),
+				Enc2: nn.NewSequential(conv(c, rng, 8, 8), nn.NewBatchNorm2d(c, 8), nn.ReLU{}),
+				Dec:  nn.NewSequential(conv(c, rng, 16, 8), nn.ReLU{}),
+				Head: nn.NewLinear(c, rng, 8*8*8, 3),
+			}
+			run := func(f func(in ...*tensor.Tensor) *tensor.Tensor, in ...*tensor.Tensor) *tensor.Tensor {
+				if recompute {
+					return tensor.Recompute(f, in...)
+				}
+				return f(in...)
+			}
+			return m, func(s *tensor.Scope) *tensor.Tensor {
+				x := tensor.Full(c, s, 0.3, 2, 3, 8, 8)
+				e1 := m.Enc1.Forward(x)
+				e2 := run(func(in ...*tensor.Tensor) *tensor.Tensor { return m.Enc2.Forward(in[0]) }, e1)
+				d := run(func(in ...*tensor.Tensor) *tensor.Tensor { return m.Dec.Forward(tensor.Concat(1, in[0], in[1])) }, e2, e1)
+				return nn.CrossEntropyLoss(m.Head.Forward(d.Reshape(2, 8*8*8)), tensor.FromInt32(c, s, []int32{1, 2}, 2))
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var state [2][][]float32
+			var held [2]int
+			for i, recompute := range []bool{false, true} {
+				c := tensor.NewCountingCPU()
+				m, loss := tc.build(c, recompute)
+				for step := range 2 {
+					s := tensor.NewScope()
+					s.SetReleaseInBackward(true)
+					start := c.Live()
+					l := loss(s)
+					if step == 1 {
+						held[i] = c.Live() - start
+					}
+					l.Backward()
+					s.Release()
+				}
+				for _, p := range nn.StateTensors(m) {
+					v := p.Tensor.Float32s()
+					if g := p.Tensor.Grad(); g != nil {
+						v = append(v, g.Float32s()...)
+					}
+					state[i] = append(state[i], v)
+				}
+			}
+			for k := range state[0] {
+				for j := range state[0][k] {
+					if math.Float32bits(state[0][k][j]) != math.Float32bits(state[1][k][j]) {
+						t.Fatalf("state tensor %d element %d: %v recomputed, %v plain", k, j, state[1][k][j], state[0][k][j])
+					}
+				}
+			}
+			t.Logf("after the forward pass: %d B plain, %d B recomputed", held[0], held[1])
+			if held[1] >= held[0] {
+				t.Errorf("after the forward pass %d B recomputed, %d B plain: want less", held[1], held[0])
+			}
+		})
+	}
+}
