@@ -320,9 +320,10 @@ func (b *Backend) MaxPool2d(y, argmax, x tensor.Buffer, g tensor.PoolGeom) {
 
 // MaxPool2dBackward routes dy to the argmax positions of dx (+ dx when
 // accumulating), deterministically and without atomics. Windows that do not
-// overlap (stride >= window, no padding, LeNet): one thread per output
-// writes its stride cell (ember_maxpool2d_backward_disjoint). Otherwise one thread per dx
-// element gathers from the windows that cover it.
+// overlap (stride >= window, no padding: LeNet's, ResNet's and airbench's
+// 2x2 pools): one thread per input row of a stride cell writes that row of
+// the cell (ember_maxpool2d_backward_disjoint). Otherwise one thread per
+// dx element gathers from the windows that cover it.
 func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolGeom, accumulate bool) {
 	const op = "maxpool2d_backward"
 	s := poolShapeOf(op, g)
@@ -338,8 +339,9 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 			}
 			return
 		}
-		b.launch(op, b.kernel("ember_maxpool2d_backward_disjoint"), s.yLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
-			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(s.yLen), int64(s.xLen), flag(accumulate))
+		items := g.N * g.C * g.H * int(d[9])
+		b.launch(op, b.kernel("ember_maxpool2d_backward_disjoint"), items, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
+			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(items), int64(s.xLen), flag(accumulate))
 		return
 	}
 	b.launch(op, b.kernel("ember_maxpool2d_backward"), s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),

@@ -367,8 +367,8 @@ func (b *Backend) lowpGeom(c convShape) (convDescGeom, bool) {
 		return g, false
 	}
 	g.dtype = cudnnDataBFloat16
-	// The tiled casts run batch (and filter) rows on grid.z.
-	g.nhwc = !b.dnn.lowpNCHW && c.groups == 1 && c.g.N <= maxGridY && c.g.K <= maxGridY
+	// The tiled casts run channel tiles on grid.y.
+	g.nhwc = !b.dnn.lowpNCHW && c.groups == 1 && nhwcChannelTiles(c.g.C) <= maxGridY && nhwcChannelTiles(c.g.K) <= maxGridY
 	return g, true
 }
 
@@ -391,24 +391,63 @@ func (b *Backend) ConvLowp(g tensor.ConvGeom) bool {
 	return p.failed[dirForward] == nil
 }
 
+// The tiles of the layout casts (kernels/cast.cu): nhwcTile elements,
+// nhwcTileChannels(ch) channels by nhwcTile/that rows of n·inner.
+const (
+	nhwcTile    = 2048
+	nhwcThreads = 256
+)
+
+// nhwcTileChannels is the channels of a cast's tile: the smallest power of
+// two from 8 to 64 that holds ch, so that few lanes idle on narrow layers
+// (24 channels: a tile of 32) and wide ones move 64 at a time.
+func nhwcTileChannels(ch int) int {
+	tc := 8
+	for tc < ch && tc < 64 {
+		tc *= 2
+	}
+	return tc
+}
+
+// nhwcChannelTiles is the grid.y of a cast over ch channels.
+func nhwcChannelTiles(ch int) int {
+	tc := nhwcTileChannels(ch)
+	return (ch + tc - 1) / tc
+}
+
+// nhwcGrid is the grid of a cast of n·inner rows of ch channels and its
+// tile's channels.
+func nhwcGrid(n, ch, inner int) (Dim3, int) {
+	tc := nhwcTileChannels(ch)
+	tr := nhwcTile / tc
+	return Dim3{X: (n*inner + tr - 1) / tr, Y: nhwcChannelTiles(ch), Z: 1}, tc
+}
+
 // toLowp queues h = bfloat16(src) for src float32 [n, ch, inner], zero
 // where mask (0: none) is not positive, laid out as [n, inner, ch] when
-// nhwc.
+// nhwc. With one channel or one position the two layouts are the same
+// and the cast is elementwise.
 func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc bool) {
-	if !nhwc {
+	if n*ch*inner == 0 {
+		return
+	}
+	if !nhwc || ch == 1 || inner == 1 {
 		b.launch(op, b.kernel("ember_conv_grad_bf16"), n*ch*inner, h, src, mask, int64(n*ch*inner))
 		return
 	}
-	grid := Dim3{X: (inner + 31) / 32, Y: (ch + 31) / 32, Z: n}
-	devCheck(op, b.x.launch(b.kernel("ember_to_nhwc_bf16"), grid, Dim3{X: 32, Y: 8, Z: 1},
-		[]any{h, src, mask, i32arg(op, ch), i32arg(op, inner)}))
+	grid, tc := nhwcGrid(n, ch, inner)
+	devCheck(op, b.x.launch(b.kernel("ember_to_nhwc_bf16"), grid, Dim3{X: nhwcThreads, Y: 1, Z: 1},
+		[]any{h, src, mask, i32arg(op, ch), i32arg(op, inner), int64(n * inner), i32arg(op, tc)}))
 }
 
 // fromLowp queues dst [n, ch, inner] = float32(h) + bias (0: none), then
 // ReLU when relu, or dst += float32(h) when accumulate; h is [n, inner,
 // ch] when nhwc.
 func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, relu, accumulate bool, nhwc bool) {
-	if !nhwc {
+	if n*ch*inner == 0 {
+		return
+	}
+	if !nhwc || ch == 1 || inner == 1 {
 		if accumulate {
 			b.launch(op, b.kernel("ember_add_bf16_f32"), n*ch*inner, dst, h, int64(n*ch*inner), flag(true))
 			return
@@ -416,9 +455,9 @@ func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, re
 		b.launch(op, b.kernel("ember_conv_out_bf16"), n*ch*inner, dst, h, bias, int64(n*ch*inner), int64(ch), int64(inner), flag(relu))
 		return
 	}
-	grid := Dim3{X: (inner + 31) / 32, Y: (ch + 31) / 32, Z: n}
-	devCheck(op, b.x.launch(b.kernel("ember_from_nhwc_bf16"), grid, Dim3{X: 32, Y: 8, Z: 1},
-		[]any{dst, h, bias, i32arg(op, ch), i32arg(op, inner), flag(relu), flag(accumulate)}))
+	grid, tc := nhwcGrid(n, ch, inner)
+	devCheck(op, b.x.launch(b.kernel("ember_from_nhwc_bf16"), grid, Dim3{X: nhwcThreads, Y: 1, Z: 1},
+		[]any{dst, h, bias, i32arg(op, ch), i32arg(op, inner), int64(n * inner), i32arg(op, tc), flag(relu), flag(accumulate)}))
 }
 
 // Conv2dLowp sets y = conv(x, w) + bias, then max(y, 0) when g.ReLU, with

@@ -126,9 +126,11 @@ func TestGPUConvPrecisionsMatchCPU(t *testing.T) {
 		return tensor.ConvGeom{N: n, C: c, H: hw, W: hw, K: k, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1}
 	}
 	// ResNet-9's convolutions at small batches (the CPU computes the
-	// reference), a fused ReLU, and grouped, dilated, strided and
-	// rectangular ones.
+	// reference), airbench's first two (three and 24 channels: the layout
+	// casts' narrow tiles and odd channel counts, 31x31 planes), a fused
+	// ReLU, and grouped, dilated, strided and rectangular ones.
 	geoms := []tensor.ConvGeom{conv(8, 1, 64, 28), conv(4, 64, 128, 28), conv(8, 128, 256, 14), conv(16, 512, 512, 3),
+		{N: 6, C: 3, H: 32, W: 32, K: 24, R: 2, S: 2, StrideH: 1, StrideW: 1}, conv(4, 24, 64, 31),
 		{N: 8, C: 64, H: 14, W: 14, K: 64, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true},
 		{N: 4, C: 32, H: 20, W: 20, K: 64, R: 3, S: 3, StrideH: 2, StrideW: 2, PadH: 2, PadW: 2, DilationH: 2, DilationW: 2, Groups: 4, ReLU: true},
 		{N: 4, C: 16, H: 12, W: 18, K: 16, R: 3, S: 5, StrideH: 1, StrideW: 2, PadH: 1, PadW: 2, Groups: 16},

@@ -51,58 +51,125 @@ extern "C" __global__ void ember_add_bf16_f32(float* dst, const unsigned short* 
 
 // The same casts between float32 [N, C, P] (NCHW, or a KCRS filter with
 // N = K, P = R·S) and bfloat16 [N, P, C] (NHWC, KRSC), the layout cuDNN's
-// tensor-core convolutions read without a transpose of their own. A 32x32
-// tile of (c, p) goes through shared memory so that both sides are read and
-// written along their contiguous axis; grid (ceil(P/32), ceil(C/32), N),
-// block (32, 8).
+// tensor-core convolutions read without a transpose of their own. Both
+// sides are rows r = n·P + p: float32 holds row r's channels P apart,
+// bfloat16 holds them next to each other. A block of EMBER_NHWC_THREADS
+// threads moves a tile of EMBER_NHWC_TILE elements, tc channels (a power
+// of two from 8 to 64, cuda/conv_cudnn.go picks the smallest that holds
+// C) by tr = EMBER_NHWC_TILE/tc rows, through shared memory as bfloat16:
+// the float32 side is read or written with the warp's lanes on
+// consecutive rows, the bfloat16 side with them on consecutive channels,
+// two to a 32-bit word when C is even. Rows run across images, so small
+// planes (a 3x3 output) fill tiles as large ones do; grid (ceil(N·P/tr),
+// ceil(C/tc)). A row of the tile, tc + 2 halves, is an odd number of
+// words, so the lanes of the float32 side fall on distinct banks.
+#define EMBER_NHWC_TILE 2048
+#define EMBER_NHWC_THREADS 256
+
+// nhwc_tile is the block's tile: rows r0 .. r0+tr, channels c0 .. c0+tc;
+// tr divides EMBER_NHWC_THREADS, so a thread's float32-side row rl is the
+// same in each of its EMBER_NHWC_TILE/EMBER_NHWC_THREADS elements, and its
+// image n and position p are worked out once.
+struct nhwc_tile {
+    int tc, tr, ld, c0, rl, cl0, cstep;
+    long long r0, r, xoff; // xoff: the float32 offset of (n, 0, p), -1 past the rows
+};
+
+__device__ __forceinline__ nhwc_tile ember_nhwc_tile(int C, int P, long long rows, int tc) {
+    nhwc_tile t;
+    t.tc = tc;
+    t.tr = EMBER_NHWC_TILE / tc;
+    t.ld = tc + 2;
+    t.r0 = (long long)blockIdx.x * t.tr;
+    t.c0 = blockIdx.y * tc;
+    t.rl = threadIdx.x % t.tr;
+    t.cl0 = threadIdx.x / t.tr;
+    t.cstep = EMBER_NHWC_THREADS / t.tr;
+    t.r = t.r0 + t.rl;
+    t.xoff = -1;
+    if (t.r < rows) {
+        const long long n = t.r / P;
+        t.xoff = n * C * P + (t.r - n * P);
+    }
+    return t;
+}
 
 // h[n][p][c] = bfloat16(x[n][c][p]), zero where mask (may be null) is not
 // positive (a NaN mask passes, as ember_relu_backward).
-extern "C" __global__ void ember_to_nhwc_bf16(unsigned short* h, const float* x, const float* mask, int C, int P) {
-    __shared__ float tile[32][33];
-    const long long base = (long long)blockIdx.z * C * P;
-    const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
-    for (int j = threadIdx.y; j < 32; j += 8) {
-        const int c = c0 + j, p = p0 + threadIdx.x;
-        float v = 0.f;
-        if (c < C && p < P) {
-            const long long i = base + (long long)c * P + p;
-            v = x[i];
-            if (mask && mask[i] <= 0.f) v = 0.f;
+extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
+    ember_to_nhwc_bf16(unsigned short* h, const float* x, const float* mask, int C, int P, long long rows, int tc) {
+    __shared__ unsigned short tile[EMBER_NHWC_TILE + 2 * EMBER_NHWC_THREADS];
+    const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
+    if (t.xoff >= 0) {
+        for (int cl = t.cl0; cl < tc; cl += t.cstep) {
+            const int c = t.c0 + cl;
+            float v = 0.f;
+            if (c < C) {
+                const long long i = t.xoff + (long long)c * P;
+                v = x[i];
+                if (mask && mask[i] <= 0.f) v = 0.f;
+            }
+            tile[t.rl * t.ld + cl] = ember_bf16_from_f32(v);
         }
-        tile[j][threadIdx.x] = v;
     }
     __syncthreads();
-    for (int j = threadIdx.y; j < 32; j += 8) {
-        const int p = p0 + j, c = c0 + threadIdx.x;
-        if (c < C && p < P) h[base + (long long)p * C + c] = ember_bf16_from_f32(tile[threadIdx.x][j]);
+    if ((C & 1) == 0) {
+        const int pairs = tc / 2;
+        for (int i = threadIdx.x; i < EMBER_NHWC_TILE / 2; i += EMBER_NHWC_THREADS) {
+            const int rl = i / pairs, cl = 2 * (i - rl * pairs), c = t.c0 + cl;
+            const long long r = t.r0 + rl;
+            if (r < rows && c < C) {
+                const unsigned short* s = tile + rl * t.ld + cl;
+                *(unsigned*)(h + r * C + c) = (unsigned)s[0] | (unsigned)s[1] << 16;
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < EMBER_NHWC_TILE; i += EMBER_NHWC_THREADS) {
+            const int rl = i / tc, cl = i - rl * tc, c = t.c0 + cl;
+            const long long r = t.r0 + rl;
+            if (r < rows && c < C) h[r * C + c] = tile[rl * t.ld + cl];
+        }
     }
 }
 
 // y[n][c][p] = float32(h[n][p][c]) + bias[c] (bias may be null), then
 // max(., 0) when relu; or, when accumulate, y[n][c][p] += float32(h[n][p][c]).
-extern "C" __global__ void ember_from_nhwc_bf16(float* y, const unsigned short* h, const float* bias, int C, int P,
-                                                int relu, int accumulate) {
-    __shared__ float tile[32][33];
-    const long long base = (long long)blockIdx.z * C * P;
-    const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
-    for (int j = threadIdx.y; j < 32; j += 8) {
-        const int p = p0 + j, c = c0 + threadIdx.x;
-        if (c < C && p < P) tile[j][threadIdx.x] = ember_f32_from_bf16(h[base + (long long)p * C + c]);
+extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
+    ember_from_nhwc_bf16(float* y, const unsigned short* h, const float* bias, int C, int P, long long rows, int tc,
+                         int relu, int accumulate) {
+    __shared__ unsigned short tile[EMBER_NHWC_TILE + 2 * EMBER_NHWC_THREADS];
+    const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
+    if ((C & 1) == 0) {
+        const int pairs = tc / 2;
+        for (int i = threadIdx.x; i < EMBER_NHWC_TILE / 2; i += EMBER_NHWC_THREADS) {
+            const int rl = i / pairs, cl = 2 * (i - rl * pairs), c = t.c0 + cl;
+            const long long r = t.r0 + rl;
+            if (r < rows && c < C) {
+                const unsigned v = *(const unsigned*)(h + r * C + c);
+                tile[rl * t.ld + cl] = (unsigned short)v;
+                tile[rl * t.ld + cl + 1] = (unsigned short)(v >> 16);
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < EMBER_NHWC_TILE; i += EMBER_NHWC_THREADS) {
+            const int rl = i / tc, cl = i - rl * tc, c = t.c0 + cl;
+            const long long r = t.r0 + rl;
+            if (r < rows && c < C) tile[rl * t.ld + cl] = h[r * C + c];
+        }
     }
     __syncthreads();
-    for (int j = threadIdx.y; j < 32; j += 8) {
-        const int c = c0 + j, p = p0 + threadIdx.x;
-        if (c < C && p < P) {
-            const long long i = base + (long long)c * P + p;
-            float v = tile[threadIdx.x][j];
-            if (accumulate) {
-                v += y[i];
-            } else {
-                if (bias) v += bias[c];
-                if (relu && !(v > 0.f || v != v)) v = 0.f;
-            }
-            y[i] = v;
+    if (t.xoff < 0) return;
+    for (int cl = t.cl0; cl < tc; cl += t.cstep) {
+        const int c = t.c0 + cl;
+        if (c >= C) break;
+        const long long i = t.xoff + (long long)c * P;
+        float v = ember_f32_from_bf16(tile[t.rl * t.ld + cl]);
+        if (accumulate) {
+            v += y[i];
+        } else {
+            if (bias) v += bias[c];
+            if (relu && !(v > 0.f || v != v)) v = 0.f;
         }
+        y[i] = v;
     }
 }

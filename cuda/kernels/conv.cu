@@ -275,58 +275,51 @@ extern "C" __global__ void ember_maxpool2d_backward(float* dx, const float* dy, 
 }
 
 // maxpool2d_backward_disjoint: the same result when windows do not overlap
-// (KH <= SH and KW <= SW, LeNet's 2x2 stride 2) and there is no padding
-// (ceil mode is fine: the last cell still starts inside the input), in
-// scatter form: one thread
-// per output (p, i, j) owns the stride cell rows [i*SH, (i+1)*SH) x cols
-// [j*SW, (j+1)*SW) of plane p (the last row / column of cells also owns the
-// input rows / columns beyond it that no window covers), so every dx element
-// is written by exactly one thread: dy where the window's argmax points, 0
+// (KH <= SH and KW <= SW) and there is no padding (ceil mode is fine: the
+// last window still starts inside the input). Every input element then
+// lies in one stride cell: row h in cell row min(h/SH, OH-1), column w in
+// min(w/SW, OW-1) (the last row and column of cells also own the input
+// rows and columns beyond them that no window covers). One thread per
+// (plane, input row h, cell column j) reads that cell's argmax and dy once
+// and writes the cell's columns of row h: dy where the argmax points, 0
 // elsewhere (when acc, only the argmax element is updated: dx + dy, the
-// CPU's single addition). Exact and deterministic; two divisions per output
-// instead of four per input plus a window scan.
-// Cost: reads dy and argmax (8 bytes per output), writes dx: LeNet pool1
-// (dx [64,20,24,24], 2.9 MB; dy 0.74 MB) 3.7 MB ~1.3 us at 3 TB/s, pool2
-// 1.0 MB ~0.4 us (+ launch).
+// CPU's single addition). So a warp writes a contiguous run of dx, the
+// pass's largest stream, and the divisions are three per SW elements
+// rather than four per element. Exact and deterministic, no atomics.
 template <typename I>
 __device__ __forceinline__ void maxpool_backward_disjoint_body(float* dx, const float* dy, const int* argmax,
-                                                               const PoolDims d, I total, int acc) {
-    const I OP = (I)d.OH * d.OW;
-    const I IP = (I)d.H * d.W;
-    EMBER_LOOP(I, idx, total) {
-        const I p = idx / OP;
-        const int o = (int)(idx - p * OP);
-        const int i = o / d.OW;
-        const int j = o - i * d.OW;
-        const int a = argmax[idx];
-        const float g = dy[idx];
-        float* plane = dx + p * IP;
-        const int h0 = i * d.SH, w0 = j * d.SW;
+                                                               const PoolDims d, I items, int acc) {
+    const I rowCells = (I)d.H * d.OW;
+    EMBER_LOOP(I, idx, items) {
+        const I p = idx / rowCells;
+        const int hj = (int)(idx - p * rowCells);
+        const int h = hj / d.OW;
+        const int j = hj - h * d.OW;
+        const int i = ember_imin(h / d.SH, d.OH - 1);
+        const I o = p * d.OH * d.OW + (I)i * d.OW + j;
+        const int a = argmax[o];
+        const float g = dy[o];
+        float* row = dx + (p * d.H + h) * d.W;
+        const int w0 = j * d.SW;
+        const int w1 = (j == d.OW - 1) ? d.W : w0 + d.SW;
+        const int at = a - h * d.W; // the argmax's column when it lies on row h
         if (acc) {
-            // a lies in the window, hence in this cell (MaxPool2d made it);
-            // the bound only keeps a corrupt index inside the plane.
-            if (a >= 0 && (I)a < IP) plane[a] += g;
+            if (at >= w0 && at < w1) row[at] += g;
             continue;
         }
-        const int h1 = (i == d.OH - 1) ? d.H : h0 + d.SH;
-        const int w1 = (j == d.OW - 1) ? d.W : w0 + d.SW;
-        for (int h = h0; h < h1; h++) {
-            for (int w = w0; w < w1; w++) {
-                const int hw = h * d.W + w;
-                plane[hw] = (hw == a) ? g : 0.0f;
-            }
-        }
+        for (int w = w0; w < w1; w++) row[w] = (w == at) ? g : 0.0f;
     }
 }
 
+// items = planes·H·OW; total, the dx length, picks the index type.
 extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const float* dy, const int* argmax, int H,
                                                              int W, int KH, int KW, int SH, int SW, int OH, int OW,
-                                                             long long total, long long xTotal, int acc) {
+                                                             long long items, long long xTotal, int acc) {
     const PoolDims d = {H, W, KH, KW, SH, SW, 0, 0, OH, OW};
-    if (EMBER_SMALL_INDEX(total) && EMBER_SMALL_INDEX(xTotal)) {
-        maxpool_backward_disjoint_body<int>(dx, dy, argmax, d, (int)total, acc);
+    if (EMBER_SMALL_INDEX(items) && EMBER_SMALL_INDEX(xTotal)) {
+        maxpool_backward_disjoint_body<int>(dx, dy, argmax, d, (int)items, acc);
     } else {
-        maxpool_backward_disjoint_body<long long>(dx, dy, argmax, d, total, acc);
+        maxpool_backward_disjoint_body<long long>(dx, dy, argmax, d, items, acc);
     }
 }
 
@@ -336,8 +329,7 @@ extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const fl
 // t at q)), dy masked where maskOrNull <= 0 (a fused ReLU's output). What
 // Conv2dBackwardLowp asks for, where cuDNN's deterministic algorithms for
 // such filters (a network's first layer on one or three input channels)
-// run a few blocks for a millisecond (ResNet-9's 1->64 3x3 at batch 512:
-// 1.06 ms).
+// run only a few blocks (98 for ResNet-9's 1->64 3x3 at batch 512).
 //
 // ember_conv_dw_small: 1-D grid, block b takes the positions [b*per,
 // (b+1)*per) of the N*OH*OW (per a multiple of EMBER_DWS_TP), a tile of

@@ -1,0 +1,83 @@
+// The driver of TestNHWCCastKernelsOnHost: kernels/cast.cu (common.cu
+// before it, host_emu.h included first) compiled for the host with this
+// file. It runs ember_to_nhwc_bf16 and ember_from_nhwc_bf16 with the grid
+// and tile that cuda/conv_cudnn.go's nhwcGrid picks (tc, the tile's
+// channels, comes as an argument with each shape) on fresh random inputs,
+// and checks every element bit for bit against a plain loop over the
+// layouts: with and without the mask, bias, ReLU and accumulation, odd and
+// even channel counts, planes no multiple of the tile's rows. Exit status:
+// the number of failed checks (at most 99).
+#include "host_launch.h"
+
+static unsigned short bf16(float f) { return (unsigned short)ember_host_bf16(f); }
+static float widen(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+static int run(int n, int C, int P, int tc, bool masked, bool biased, bool relu, bool acc) {
+    std::mt19937_64 rng(n * 1000003 + C * 101 + P * 7 + tc + masked * 2 + biased * 3 + relu * 5 + acc * 11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const long long len = (long long)n * C * P, rows = (long long)n * P;
+    std::vector<float> x(len), mask(len), bias(C), y(len);
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : mask) v = normal(rng);
+    for (auto& v : bias) v = normal(rng);
+    for (auto& v : y) v = normal(rng);
+    x[0] = NAN;  // a NaN rounds to the quiet NaN
+    const int tr = EMBER_NHWC_TILE / tc;
+    const unsigned gx = (unsigned)((rows + tr - 1) / tr), gy = (unsigned)((C + tc - 1) / tc);
+    int bad = 0;
+    // To NHWC: h[n][p][c] = bf16(x[n][c][p]), masked.
+    std::vector<unsigned short> h(len + 2, 0x1234);
+    {
+        unsigned short* ph = h.data() + 2;  // 4-byte aligned, as the workspace
+        const float* px = x.data();
+        const float* pm = masked ? mask.data() : nullptr;
+        launch(gx, gy, EMBER_NHWC_THREADS, [=] { ember_to_nhwc_bf16(ph, px, pm, C, P, rows, tc); });
+        for (int b = 0; b < n; b++)
+            for (int c = 0; c < C; c++)
+                for (int p = 0; p < P; p++) {
+                    const long long i = ((long long)b * C + c) * P + p;
+                    const float v = (masked && !(mask[i] > 0.f) && mask[i] == mask[i]) ? 0.f : x[i];
+                    const unsigned short want = bf16(v), got = ph[((long long)b * P + p) * C + c];
+                    if (got != want && bad++ < 5) printf("to n=%d C=%d P=%d tc=%d: (%d,%d,%d) = %04x, want %04x\n", n, C, P, tc, b, c, p, got, want);
+                }
+        if (h[0] != 0x1234 || h[1] != 0x1234) bad++, printf("to n=%d C=%d P=%d: wrote before h\n", n, C, P);
+    }
+    // From NHWC: y[n][c][p] = float32(h[n][p][c]) + bias, ReLU; or += .
+    {
+        std::vector<float> want(y);
+        const unsigned short* ph = h.data() + 2;
+        for (int b = 0; b < n; b++)
+            for (int c = 0; c < C; c++)
+                for (int p = 0; p < P; p++) {
+                    const long long i = ((long long)b * C + c) * P + p;
+                    float v = widen(ph[((long long)b * P + p) * C + c]);
+                    if (acc) {
+                        v += want[i];
+                    } else {
+                        if (biased) v += bias[c];
+                        if (relu && !(v > 0.f || v != v)) v = 0.f;
+                    }
+                    want[i] = v;
+                }
+        float* py = y.data();
+        const float* pb = biased ? bias.data() : nullptr;
+        launch(gx, gy, EMBER_NHWC_THREADS, [=] { ember_from_nhwc_bf16(py, ph, pb, C, P, rows, tc, relu, acc); });
+        for (long long i = 0; i < len; i++)
+            if (memcmp(&y[i], &want[i], 4) != 0 && bad++ < 5)
+                printf("from n=%d C=%d P=%d tc=%d: element %lld = %.9g, want %.9g\n", n, C, P, tc, i, y[i], want[i]);
+    }
+    printf("n=%d C=%d P=%d tc=%d mask=%d bias=%d relu=%d acc=%d: %s\n", n, C, P, tc, masked, biased, relu, acc, bad ? "FAIL" : "ok");
+    return bad;
+}
+
+// Arguments: groups of four, n C P tc.
+int main(int argc, char** argv) {
+    int failed = 0;
+    for (int a = 1; a + 3 < argc; a += 4) {
+        const int n = atoi(argv[a]), C = atoi(argv[a + 1]), P = atoi(argv[a + 2]), tc = atoi(argv[a + 3]);
+        const int k = a / 4;  // vary the epilogue across shapes
+        failed += run(n, C, P, tc, k % 2 == 0, k % 3 == 0, k % 4 == 1, false);
+        failed += run(n, C, P, tc, false, false, false, true);
+    }
+    return failed > 99 ? 99 : failed;
+}
