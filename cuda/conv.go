@@ -339,9 +339,12 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 			}
 			return
 		}
-		items := g.N * g.C * g.H * int(d[9])
+		ow := int(d[9])
+		items := g.N * g.C * g.H * ow
+		row, col := newDivider(g.H*ow), newDivider(ow)
 		b.launch(op, b.kernel("ember_maxpool2d_backward_disjoint"), items, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
-			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(items), int64(s.xLen), flag(accumulate))
+			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(items), int64(s.xLen), flag(accumulate),
+			row.mul, row.shift, col.mul, col.shift)
 		return
 	}
 	b.launch(op, b.kernel("ember_maxpool2d_backward"), s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),

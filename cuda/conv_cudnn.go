@@ -391,10 +391,10 @@ func (b *Backend) ConvLowp(g tensor.ConvGeom) bool {
 	return p.failed[dirForward] == nil
 }
 
-// The tiles of the layout casts (kernels/cast.cu): nhwcTile elements,
-// nhwcTileChannels(ch) channels by nhwcTile/that rows of n·inner.
+// The tiles of the layout casts (kernels/cast.cu): nhwcTileChannels(ch)
+// channels by min(nhwcThreads, nhwcTile/that) rows of n·inner.
 const (
-	nhwcTile    = 2048
+	nhwcTile    = 4096
 	nhwcThreads = 256
 )
 
@@ -419,7 +419,7 @@ func nhwcChannelTiles(ch int) int {
 // tile's channels.
 func nhwcGrid(n, ch, inner int) (Dim3, int) {
 	tc := nhwcTileChannels(ch)
-	tr := nhwcTile / tc
+	tr := min(nhwcThreads, nhwcTile/tc)
 	return Dim3{X: (n*inner + tr - 1) / tr, Y: nhwcChannelTiles(ch), Z: 1}, tc
 }
 

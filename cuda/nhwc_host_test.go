@@ -23,6 +23,7 @@ func TestNHWCCastKernelsOnHost(t *testing.T) {
 		{1, 130, 40}, // three channel tiles, the last of 2
 		{4, 7, 50},   // odd channels, tile of 8
 		{2, 16, 300}, // tile of 16 over rows spanning both images
+		{3, 64, 50},  // tile of 64, three blocks of rows, the last partial
 	} {
 		n, ch, inner := s[0], s[1], s[2]
 		_, tc := nhwcGrid(n, ch, inner)

@@ -54,42 +54,46 @@ extern "C" __global__ void ember_add_bf16_f32(float* dst, const unsigned short* 
 // tensor-core convolutions read without a transpose of their own. Both
 // sides are rows r = n·P + p: float32 holds row r's channels P apart,
 // bfloat16 holds them next to each other. A block of EMBER_NHWC_THREADS
-// threads moves a tile of EMBER_NHWC_TILE elements, tc channels (a power
-// of two from 8 to 64, cuda/conv_cudnn.go picks the smallest that holds
-// C) by tr = EMBER_NHWC_TILE/tc rows, through shared memory as bfloat16:
-// the float32 side is read or written with the warp's lanes on
-// consecutive rows, the bfloat16 side with them on consecutive channels,
-// two to a 32-bit word when C is even. Rows run across images, so small
-// planes (a 3x3 output) fill tiles as large ones do; grid (ceil(N·P/tr),
-// ceil(C/tc)). A row of the tile, tc + 2 halves, is an odd number of
-// words, so the lanes of the float32 side fall on distinct banks.
-#define EMBER_NHWC_TILE 2048
+// threads moves a tile of tc channels (a power of two from 8 to 64,
+// cuda/conv_cudnn.go picks the smallest that holds C) by tr =
+// min(EMBER_NHWC_THREADS, EMBER_NHWC_TILE/tc) rows through shared memory
+// as bfloat16: the float32 side is read or written with the warp's lanes
+// on consecutive rows (runs of tr floats a channel), the bfloat16 side
+// with them on consecutive channels, two to a 32-bit word when C is even.
+// Rows run across images, so small planes (a 3x3 output) fill tiles as
+// large ones do; grid (ceil(N·P/tr), ceil(C/tc)). A row of the tile, tc +
+// 2 halves, is an odd number of words, so the lanes of the float32 side
+// fall on distinct banks.
+#define EMBER_NHWC_TILE 4096
 #define EMBER_NHWC_THREADS 256
+#define EMBER_NHWC_SMEM (EMBER_NHWC_THREADS * 18) // the largest tile with its padding: 256 rows of 16 + 2
 
-// nhwc_tile is the block's tile: rows r0 .. r0+tr, channels c0 .. c0+tc;
+// nhwc_tile is the block's tile: rows r0 .. r0+tr, channels c0 .. c0+tc.
 // tr divides EMBER_NHWC_THREADS, so a thread's float32-side row rl is the
-// same in each of its EMBER_NHWC_TILE/EMBER_NHWC_THREADS elements, and its
-// image n and position p are worked out once.
+// same for each of its elements, and its image n and position p are
+// worked out once (a 32-bit division below 2^31 rows).
 struct nhwc_tile {
-    int tc, tr, ld, c0, rl, cl0, cstep;
-    long long r0, r, xoff; // xoff: the float32 offset of (n, 0, p), -1 past the rows
+    int tc, tr, ld, lgtc, c0, rl, cl0, cstep, elems;
+    long long r0, xoff; // xoff: the float32 offset of (n, 0, p), -1 past the rows
 };
 
 __device__ __forceinline__ nhwc_tile ember_nhwc_tile(int C, int P, long long rows, int tc) {
     nhwc_tile t;
     t.tc = tc;
-    t.tr = EMBER_NHWC_TILE / tc;
+    t.lgtc = __ffs(tc) - 1;
+    t.tr = ember_imin(EMBER_NHWC_THREADS, EMBER_NHWC_TILE / tc);
+    t.elems = t.tr * tc;
     t.ld = tc + 2;
     t.r0 = (long long)blockIdx.x * t.tr;
     t.c0 = blockIdx.y * tc;
-    t.rl = threadIdx.x % t.tr;
+    t.rl = threadIdx.x & (t.tr - 1);
     t.cl0 = threadIdx.x / t.tr;
     t.cstep = EMBER_NHWC_THREADS / t.tr;
-    t.r = t.r0 + t.rl;
+    const long long r = t.r0 + t.rl;
     t.xoff = -1;
-    if (t.r < rows) {
-        const long long n = t.r / P;
-        t.xoff = n * C * P + (t.r - n * P);
+    if (r < rows) {
+        const long long n = rows < (1LL << 31) ? (long long)((unsigned)r / (unsigned)P) : r / P;
+        t.xoff = n * C * P + (r - n * P);
     }
     return t;
 }
@@ -98,7 +102,7 @@ __device__ __forceinline__ nhwc_tile ember_nhwc_tile(int C, int P, long long row
 // positive (a NaN mask passes, as ember_relu_backward).
 extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
     ember_to_nhwc_bf16(unsigned short* h, const float* x, const float* mask, int C, int P, long long rows, int tc) {
-    __shared__ unsigned short tile[EMBER_NHWC_TILE + 2 * EMBER_NHWC_THREADS];
+    __shared__ unsigned short tile[EMBER_NHWC_SMEM];
     const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
     if (t.xoff >= 0) {
         for (int cl = t.cl0; cl < tc; cl += t.cstep) {
@@ -114,18 +118,16 @@ extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
     }
     __syncthreads();
     if ((C & 1) == 0) {
-        const int pairs = tc / 2;
-        for (int i = threadIdx.x; i < EMBER_NHWC_TILE / 2; i += EMBER_NHWC_THREADS) {
-            const int rl = i / pairs, cl = 2 * (i - rl * pairs), c = t.c0 + cl;
+        // Pairs: rl*ld + cl is even (ld and cl are), so a word of the tile.
+        const int lg = t.lgtc - 1;
+        for (int i = threadIdx.x; i < t.elems / 2; i += EMBER_NHWC_THREADS) {
+            const int rl = i >> lg, cl = 2 * (i & ((tc >> 1) - 1)), c = t.c0 + cl;
             const long long r = t.r0 + rl;
-            if (r < rows && c < C) {
-                const unsigned short* s = tile + rl * t.ld + cl;
-                *(unsigned*)(h + r * C + c) = (unsigned)s[0] | (unsigned)s[1] << 16;
-            }
+            if (r < rows && c < C) *(unsigned*)(h + r * C + c) = *(const unsigned*)(tile + rl * t.ld + cl);
         }
     } else {
-        for (int i = threadIdx.x; i < EMBER_NHWC_TILE; i += EMBER_NHWC_THREADS) {
-            const int rl = i / tc, cl = i - rl * tc, c = t.c0 + cl;
+        for (int i = threadIdx.x; i < t.elems; i += EMBER_NHWC_THREADS) {
+            const int rl = i >> t.lgtc, cl = i & (tc - 1), c = t.c0 + cl;
             const long long r = t.r0 + rl;
             if (r < rows && c < C) h[r * C + c] = tile[rl * t.ld + cl];
         }
@@ -137,22 +139,18 @@ extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
 extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
     ember_from_nhwc_bf16(float* y, const unsigned short* h, const float* bias, int C, int P, long long rows, int tc,
                          int relu, int accumulate) {
-    __shared__ unsigned short tile[EMBER_NHWC_TILE + 2 * EMBER_NHWC_THREADS];
+    __shared__ unsigned short tile[EMBER_NHWC_SMEM];
     const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
     if ((C & 1) == 0) {
-        const int pairs = tc / 2;
-        for (int i = threadIdx.x; i < EMBER_NHWC_TILE / 2; i += EMBER_NHWC_THREADS) {
-            const int rl = i / pairs, cl = 2 * (i - rl * pairs), c = t.c0 + cl;
+        const int lg = t.lgtc - 1;
+        for (int i = threadIdx.x; i < t.elems / 2; i += EMBER_NHWC_THREADS) {
+            const int rl = i >> lg, cl = 2 * (i & ((tc >> 1) - 1)), c = t.c0 + cl;
             const long long r = t.r0 + rl;
-            if (r < rows && c < C) {
-                const unsigned v = *(const unsigned*)(h + r * C + c);
-                tile[rl * t.ld + cl] = (unsigned short)v;
-                tile[rl * t.ld + cl + 1] = (unsigned short)(v >> 16);
-            }
+            if (r < rows && c < C) *(unsigned*)(tile + rl * t.ld + cl) = *(const unsigned*)(h + r * C + c);
         }
     } else {
-        for (int i = threadIdx.x; i < EMBER_NHWC_TILE; i += EMBER_NHWC_THREADS) {
-            const int rl = i / tc, cl = i - rl * tc, c = t.c0 + cl;
+        for (int i = threadIdx.x; i < t.elems; i += EMBER_NHWC_THREADS) {
+            const int rl = i >> t.lgtc, cl = i & (tc - 1), c = t.c0 + cl;
             const long long r = t.r0 + rl;
             if (r < rows && c < C) tile[rl * t.ld + cl] = h[r * C + c];
         }

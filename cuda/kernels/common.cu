@@ -28,6 +28,14 @@
     for (T i = (T)blockIdx.x * (T)blockDim.x + (T)threadIdx.x; i < (T)(n); \
          i += (T)blockDim.x * (T)gridDim.x)
 
+// ember_divide divides an index n < 2^31 by a fixed d with a multiply-high,
+// an add and a shift instead of a division (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", 1994); the host
+// computes mul and shift (newDivider in divider.go, tested there).
+__device__ __forceinline__ unsigned int ember_divide(unsigned int n, unsigned int mul, unsigned int shift) {
+    return (__umulhi(n, mul) + n) >> shift;
+}
+
 __device__ __forceinline__ float ember_neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float ember_nan() { return __int_as_float(0x7fc00000); }
 

@@ -284,42 +284,51 @@ extern "C" __global__ void ember_maxpool2d_backward(float* dx, const float* dy, 
 // and writes the cell's columns of row h: dy where the argmax points, 0
 // elsewhere (when acc, only the argmax element is updated: dx + dy, the
 // CPU's single addition). So a warp writes a contiguous run of dx, the
-// pass's largest stream, and the divisions are three per SW elements
-// rather than four per element. Exact and deterministic, no atomics.
+// pass's largest stream. Exact and deterministic, no atomics.
 template <typename I>
-__device__ __forceinline__ void maxpool_backward_disjoint_body(float* dx, const float* dy, const int* argmax,
-                                                               const PoolDims d, I items, int acc) {
-    const I rowCells = (I)d.H * d.OW;
-    EMBER_LOOP(I, idx, items) {
-        const I p = idx / rowCells;
-        const int hj = (int)(idx - p * rowCells);
-        const int h = hj / d.OW;
-        const int j = hj - h * d.OW;
-        const int i = ember_imin(h / d.SH, d.OH - 1);
-        const I o = p * d.OH * d.OW + (I)i * d.OW + j;
-        const int a = argmax[o];
-        const float g = dy[o];
-        float* row = dx + (p * d.H + h) * d.W;
-        const int w0 = j * d.SW;
-        const int w1 = (j == d.OW - 1) ? d.W : w0 + d.SW;
-        const int at = a - h * d.W; // the argmax's column when it lies on row h
-        if (acc) {
-            if (at >= w0 && at < w1) row[at] += g;
-            continue;
-        }
-        for (int w = w0; w < w1; w++) row[w] = (w == at) ? g : 0.0f;
+__device__ __forceinline__ void maxpool_backward_cell_row(float* dx, const float* dy, const int* argmax,
+                                                          const PoolDims d, I p, int h, int j, int acc) {
+    const int i = ember_imin(h / d.SH, d.OH - 1);
+    const I o = (p * d.OH + i) * d.OW + j;
+    const int a = argmax[o];
+    const float g = dy[o];
+    float* row = dx + (p * d.H + h) * d.W;
+    const int w0 = j * d.SW;
+    const int w1 = (j == d.OW - 1) ? d.W : w0 + d.SW;
+    const int at = a - h * d.W; // the argmax's column when it lies on row h
+    if (acc) {
+        if (at >= w0 && at < w1) row[at] += g;
+        return;
     }
+    for (int w = w0; w < w1; w++) row[w] = (w == at) ? g : 0.0f;
 }
 
-// items = planes·H·OW; total, the dx length, picks the index type.
+// items = planes·H·OW; xTotal, the dx length, picks the index type. Below
+// 2^30 the item's plane and row come from dividers (ember_divide) by H·OW
+// and OW: the kernel moves little data per item, so a dozen instructions
+// per division would be a good part of its time.
 extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const float* dy, const int* argmax, int H,
                                                              int W, int KH, int KW, int SH, int SW, int OH, int OW,
-                                                             long long items, long long xTotal, int acc) {
+                                                             long long items, long long xTotal, int acc,
+                                                             unsigned rowMul, unsigned rowShift, unsigned owMul,
+                                                             unsigned owShift) {
     const PoolDims d = {H, W, KH, KW, SH, SW, 0, 0, OH, OW};
     if (EMBER_SMALL_INDEX(items) && EMBER_SMALL_INDEX(xTotal)) {
-        maxpool_backward_disjoint_body<int>(dx, dy, argmax, d, (int)items, acc);
+        const unsigned rowCells = (unsigned)H * OW;
+        EMBER_LOOP(int, idx, items) {
+            const unsigned p = ember_divide((unsigned)idx, rowMul, rowShift);
+            const unsigned hj = (unsigned)idx - p * rowCells;
+            const unsigned h = ember_divide(hj, owMul, owShift);
+            maxpool_backward_cell_row<int>(dx, dy, argmax, d, (int)p, (int)h, (int)(hj - h * OW), acc);
+        }
     } else {
-        maxpool_backward_disjoint_body<long long>(dx, dy, argmax, d, items, acc);
+        const long long rowCells = (long long)H * OW;
+        EMBER_LOOP(long long, idx, items) {
+            const long long p = idx / rowCells;
+            const int hj = (int)(idx - p * rowCells);
+            const int h = hj / OW;
+            maxpool_backward_cell_row<long long>(dx, dy, argmax, d, p, h, hj - h * OW, acc);
+        }
     }
 }
 

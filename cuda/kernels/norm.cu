@@ -20,14 +20,6 @@ __device__ __forceinline__ double ember_block_sum_all(double v) {
     return r;
 }
 
-// ember_divider divides an index n < 2^31 by a fixed d with a multiply-high,
-// an add and a shift instead of a division (Granlund and Montgomery,
-// "Division by invariant integers using multiplication", 1994); the host
-// computes mul and shift (newDivider in norm.go, tested there).
-__device__ __forceinline__ unsigned int ember_divide(unsigned int n, unsigned int mul, unsigned int shift) {
-    return (__umulhi(n, mul) + n) >> shift;
-}
-
 // ember_bn_channel is the channel of flat index i of [n, c, inner]: 32-bit
 // dividers when the tensor has fewer than 2^31 elements (wide is 0), else
 // 64-bit divisions.

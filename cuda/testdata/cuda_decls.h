@@ -38,6 +38,7 @@ __device__ float __ldcg(const float*);
 __device__ double __ldcg(const double*);
 __device__ void sincos(double, double*, double*);
 __device__ unsigned __umulhi(unsigned, unsigned);
+__device__ int __ffs(int);
 __device__ long long __shfl_xor_sync(unsigned, long long, int);
 __device__ float fabsf(float);
 __device__ float tanhf(float);

@@ -10,6 +10,14 @@
 // most 99).
 #include "host_launch.h"
 
+// divider is cuda/divider.go's newDivider: n / d == (umulhi(n, mul) + n) >> shift.
+static void divider(unsigned d, unsigned* mul, unsigned* shift) {
+    unsigned s = 0;
+    while ((1ull << s) < d) s++;
+    *shift = s;
+    *mul = (unsigned)((((1ull << s) - d) << 32) / d + 1);
+}
+
 static int run(int planes, int H, int W, int KH, int KW, int SH, int SW, int OH, int OW, bool acc, unsigned grid) {
     std::mt19937_64 rng(planes * 1000003 + H * 101 + W * 7 + KH * 3 + SW + acc);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -37,7 +45,13 @@ static int run(int planes, int H, int W, int KH, int KW, int SH, int SW, int OH,
     const float* pdy = dy.data();
     const int* pa = argmax.data();
     if (grid == 0) grid = (unsigned)((items + 63) / 64);
-    launch(grid, 64, [=] { ember_maxpool2d_backward_disjoint(pdx, pdy, pa, H, W, KH, KW, SH, SW, OH, OW, items, xLen, acc); });
+    unsigned rowMul, rowShift, owMul, owShift;
+    divider((unsigned)(H * OW), &rowMul, &rowShift);
+    divider((unsigned)OW, &owMul, &owShift);
+    launch(grid, 64, [=] {
+        ember_maxpool2d_backward_disjoint(pdx, pdy, pa, H, W, KH, KW, SH, SW, OH, OW, items, xLen, acc, rowMul, rowShift,
+                                          owMul, owShift);
+    });
     int bad = 0;
     for (long long i = 0; i < xLen; i++)
         if (memcmp(&dx[i], &want[i], 4) != 0 && bad++ < 5) printf("  element %lld = %.9g, want %.9g\n", i, dx[i], want[i]);

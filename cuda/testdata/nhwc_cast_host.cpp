@@ -22,7 +22,7 @@ static int run(int n, int C, int P, int tc, bool masked, bool biased, bool relu,
     for (auto& v : bias) v = normal(rng);
     for (auto& v : y) v = normal(rng);
     x[0] = NAN;  // a NaN rounds to the quiet NaN
-    const int tr = EMBER_NHWC_TILE / tc;
+    const int tr = std::min(EMBER_NHWC_THREADS, EMBER_NHWC_TILE / tc);
     const unsigned gx = (unsigned)((rows + tr - 1) / tr), gy = (unsigned)((C + tc - 1) / tc);
     int bad = 0;
     // To NHWC: h[n][p][c] = bf16(x[n][c][p]), masked.
