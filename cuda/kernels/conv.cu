@@ -343,53 +343,36 @@ extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const fl
 // ember_conv_dw_small: 1-D grid, block b takes the positions [b*per,
 // (b+1)*per) of the N*OH*OW (per a multiple of EMBER_DWS_TP), a tile of
 // EMBER_DWS_TP at a time through shared memory: dy [K][TP] and the patch
-// values [C*R*S][TP], rounded as they are stored. Thread (t, kl) = (i mod
-// CRS, i / CRS) owns the pairs (k, t) for k = kl, kl + kt, ... with kt =
-// blockDim.x / CRS (at most EMBER_DWS_PAIRS of them), so that each patch
-// value it reads from shared memory serves all its pairs; it sums their
-// products over the block's positions in float32, in order, and writes
-// partial[pair * gridDim.x + b] for pair = k*CRS + t.
-// ember_conv_dw_small_join adds a pair's partials in order (a warp each, a
-// fixed tree) in double, rounds the sum to bfloat16 and adds it into dw.
-// The block works out each tap's channel and offsets, and each position's
-// image and output row and column, once, so that the loads need no
-// divisions by the geometry. Cost: dy read once, x R*S times (from
-// L1/L2), K*C*R*S*N*OH*OW products from shared memory; N*OH*OW must fit
-// an int (the Go side checks). blockDim.x must be at least
-// EMBER_DWS_K*EMBER_DWS_CRS/EMBER_DWS_PAIRS (256).
+// values [C*R*S][TP], rounded as they are stored. Thread i owns the pairs
+// (k, t) = i, i + blockDim.x, ... (at most EMBER_DWS_PAIRS each) and sums
+// their products over the block's positions in float32, in order; it
+// writes partial[pair * gridDim.x + b]. ember_conv_dw_small_join adds a
+// pair's partials in order (a warp each, a fixed tree) in double, rounds
+// the sum to bfloat16 and adds it into dw.
+// Cost: dy read once, x R*S times (from L1/L2), K*C*R*S*N*OH*OW products
+// from shared memory; N*OH*OW must fit an int (the Go side checks).
 #define EMBER_DWS_TP 96
 #define EMBER_DWS_K 64
 #define EMBER_DWS_CRS 16
-#define EMBER_DWS_PAIRS 4  // pairs per thread: ceil(K / (blockDim.x / CRS)) <= EMBER_DWS_PAIRS
+#define EMBER_DWS_PAIRS 4  // pairs per thread: K*C*R*S <= EMBER_DWS_PAIRS*blockDim.x
 extern "C" __global__ void ember_conv_dw_small(double* partial, const float* x, const float* dy, const float* maskOrNull,
                                                int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
                                                int PH, int PW, int OH, int OW, int DH, int DW, int per) {
     __shared__ float sdy[EMBER_DWS_K][EMBER_DWS_TP + 1];
     __shared__ float sx[EMBER_DWS_CRS][EMBER_DWS_TP + 1];
-    __shared__ int sn[EMBER_DWS_TP], sp[EMBER_DWS_TP], soh[EMBER_DWS_TP], sow[EMBER_DWS_TP];
-    __shared__ int tapC[EMBER_DWS_CRS], tapH[EMBER_DWS_CRS], tapW[EMBER_DWS_CRS];
-    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS;
+    __shared__ int sn[EMBER_DWS_TP], sp[EMBER_DWS_TP];
+    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, pairs = K * CRS;
     const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
-    const int kt = blockDim.x / CRS, t = threadIdx.x % CRS, kl = threadIdx.x / CRS;
-    const bool owner = kl < kt; // threads past kt*CRS own no pairs
-    if (threadIdx.x < CRS) {
-        const int c = threadIdx.x / RS, rs = threadIdx.x - c * RS, r = rs / S;
-        tapC[threadIdx.x] = c;
-        tapH[threadIdx.x] = r * DH - PH;
-        tapW[threadIdx.x] = (rs - r * S) * DW - PW;
-    }
     float acc[EMBER_DWS_PAIRS];
 #pragma unroll
     for (int m = 0; m < EMBER_DWS_PAIRS; m++) acc[m] = 0.0f;
     for (int t0 = lo; t0 < hi; t0 += EMBER_DWS_TP) {
         const int tp = hi - t0 < EMBER_DWS_TP ? hi - t0 : EMBER_DWS_TP;
-        __syncthreads(); // the last tile read (and, the first time, the taps written)
+        __syncthreads();  // the last tile read
         for (int j = threadIdx.x; j < tp; j += blockDim.x) {
-            const int q = t0 + j, n = q / P, p = q - n * P, oh = p / OW;
+            const int q = t0 + j, n = q / P;
             sn[j] = n;
-            sp[j] = p;
-            soh[j] = oh * SH;
-            sow[j] = (p - oh * OW) * SW;
+            sp[j] = q - n * P;
         }
         __syncthreads();
         for (int i = threadIdx.x; i < K * EMBER_DWS_TP; i += blockDim.x) {
@@ -404,33 +387,32 @@ extern "C" __global__ void ember_conv_dw_small(double* partial, const float* x, 
             sdy[k][j] = v;
         }
         for (int i = threadIdx.x; i < CRS * EMBER_DWS_TP; i += blockDim.x) {
-            const int tap = i / EMBER_DWS_TP, j = i - tap * EMBER_DWS_TP;
+            const int t = i / EMBER_DWS_TP, j = i - t * EMBER_DWS_TP;
             float v = 0.0f;
             if (j < tp) {
-                const int h = soh[j] + tapH[tap], w = sow[j] + tapW[tap];
-                if (h >= 0 && h < H && w >= 0 && w < W)
-                    v = ember_bf16_round(x[(((long long)sn[j] * C + tapC[tap]) * H + h) * W + w]);
+                const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
+                const int oh = sp[j] / OW, ow = sp[j] - oh * OW;
+                const int h = oh * SH - PH + r * DH, w = ow * SW - PW + s * DW;
+                if (h >= 0 && h < H && w >= 0 && w < W) v = ember_bf16_round(x[(((long long)sn[j] * C + c) * H + h) * W + w]);
             }
-            sx[tap][j] = v;
+            sx[t][j] = v;
         }
         __syncthreads();
-        if (owner) {
-            for (int j = 0; j < tp; j++) {
-                const float xv = sx[t][j];
 #pragma unroll
-                for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
-                    const int k = kl + m * kt;
-                    if (k < K) acc[m] += sdy[k][j] * xv;
-                }
+        for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
+            const int i = threadIdx.x + m * blockDim.x;
+            if (i < pairs) {
+                const int k = i / CRS, t = i - k * CRS;
+                float a = acc[m];
+                for (int j = 0; j < tp; j++) a += sdy[k][j] * sx[t][j];
+                acc[m] = a;
             }
         }
     }
-    if (owner) {
 #pragma unroll
-        for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
-            const int k = kl + m * kt;
-            if (k < K) partial[(long long)(k * CRS + t) * gridDim.x + blockIdx.x] = (double)acc[m];
-        }
+    for (int m = 0; m < EMBER_DWS_PAIRS; m++) {
+        const int i = threadIdx.x + m * blockDim.x;
+        if (i < pairs) partial[(long long)i * gridDim.x + blockIdx.x] = (double)acc[m];
     }
 }
 
