@@ -1077,13 +1077,23 @@ func (a *Allocator) ReleasePool(id PoolID) error {
 }
 
 // mergePool moves the segments of a released pool, all wholly free, into the
-// general cache.
+// general cache; the pool's expandable ranges, which the general pools'
+// own ranges cannot take in, are unmapped and given back.
 func (a *Allocator) mergePool(pp *privatePool) error {
 	delete(a.private, pp.id)
 	for _, pair := range [2][2]*blockPool{{&pp.small, &a.small}, {&pp.large, &a.large}} {
 		from := pair[0]
 		for from.segs != nil {
 			seg := from.segs
+			if seg.va > 0 {
+				if err := a.trimSegment(seg); err != nil {
+					return err
+				}
+				if seg.first != nil { // a chunk left mapped: not wholly free
+					return fmt.Errorf("cuda: released pool %d: its range at %#x still holds %d bytes", pp.id, seg.ptr, seg.size)
+				}
+				continue
+			}
 			c := seg.first
 			a.poolRemove(from, c)
 			from.unlinkSegment(seg)

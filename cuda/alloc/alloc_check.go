@@ -57,7 +57,7 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 	}
 	switch {
 	case seg.va > 0:
-		if a.vm == nil || pool.private != nil || seg.size <= 0 || seg.size%a.page != 0 || seg.size > seg.va ||
+		if a.vm == nil || seg.size <= 0 || seg.size%a.page != 0 || seg.size > seg.va ||
 			!slices.Contains(pool.expandable, seg) {
 			return n, fmt.Errorf("expandable segment %#x: %d of %d bytes mapped, page %d, pool private %v",
 				seg.ptr, seg.size, seg.va, a.page, pool.private != nil)

@@ -12,8 +12,13 @@ package alloc
 // into one range, split down to 512 bytes, and a free rest at the end merges
 // with the next pages mapped, so reserved memory follows the peak in use to
 // within one page plus fragmentation. PyTorch offers the same idea as
-// "expandable_segments". Private pools (graph capture) keep ordinary
-// segments: their pattern never changes, so they pack well anyway.
+// "expandable_segments". A private pool (graph capture) takes its own
+// range: a captured step's blocks of every size pack into it as an eager
+// step's do into the general one (with a segment per size that did not
+// fit, airbench's captured step reserved 2726 MiB against 2094 eager).
+// Its pages stay mapped while the pool lives, since the graph replays on
+// the addresses of its free blocks too, and are unmapped when the pool is
+// released.
 
 import (
 	"errors"
@@ -46,7 +51,7 @@ type VirtualMemory interface {
 
 // expands says whether pool grows an expandable segment instead of taking
 // new segments.
-func (a *Allocator) expands(pool *blockPool) bool { return a.vm != nil && pool.private == nil }
+func (a *Allocator) expands(*blockPool) bool { return a.vm != nil }
 
 // memoryFor gets new memory for a request of rounded bytes in pool: want
 // bytes in a new segment, or pages mapped at the end of the pool's

@@ -153,25 +153,51 @@ func TestAllocExpandableUnmapError(t *testing.T) {
 	}
 }
 
-// A released private pool's small segments join the large pool when every
-// size shares it, so that small requests reuse them.
-func TestAllocExpandableMergedPool(t *testing.T) {
-	a, d := newExpandableAllocator(t, oneGiB, 0)
-	id := a.BeginPrivatePool(0)
-	b := mustAlloc(t, a, 1000, 0) // a 2 MiB segment of the private pool
-	a.EndPrivatePool(0)
-	mustFree(t, a, b)
-	if err := a.ReleasePool(id); err != nil {
-		t.Fatal(err)
-	}
-	check(t, a)
-	pages := d.mappedPages()
-	for range 10 {
-		mustAlloc(t, a, 1000, 0)
-	}
-	if st := a.Stats(); st.Reserved.Current != 2*oneMiB || d.mappedPages() != pages {
-		t.Errorf("small requests after the merge: reserved %d, %d pages mapped (had %d); want the merged segment reused",
-			st.Reserved.Current, d.mappedPages(), pages)
+// A private pool maps its own range: its blocks of every size pack end to
+// end, and blocks freed next to each other merge, so a later larger
+// request of the captured sequence fits where two freed ones were (with a
+// segment per block it would take a new segment). Released with every
+// block free, or when its last block is freed after the release, the
+// pool's pages are unmapped and its range given back.
+func TestAllocExpandablePrivatePool(t *testing.T) {
+	for _, lateFree := range []bool{false, true} {
+		a, d := newExpandableAllocator(t, oneGiB, 0)
+		general := mustAlloc(t, a, 1000, 0)
+		id := a.BeginPrivatePool(0)
+		x := mustAlloc(t, a, 6*oneMiB, 0)
+		y := mustAlloc(t, a, 6*oneMiB, 0)
+		if seg := segOf(a, x); seg.va == 0 || seg == segOf(a, general) || segOf(a, y) != seg {
+			t.Fatal("the private pool's blocks are not in one range of its own")
+		}
+		mustFree(t, a, x)
+		mustFree(t, a, y)
+		z := mustAlloc(t, a, 11*oneMiB, 0)
+		if z.Ptr() != x.Ptr() {
+			t.Errorf("11 MiB after freeing two adjacent 6 MiB blocks at %#x: got %#x, want the merged space", x.Ptr(), z.Ptr())
+		}
+		a.EndPrivatePool(0)
+		check(t, a)
+		if st := a.Stats(); st.Reserved.Peak != 14*oneMiB {
+			t.Errorf("peak reserved %d MiB, want 12 for the pool and 2 for the general range", st.Reserved.Peak>>20)
+		}
+		if !lateFree {
+			mustFree(t, a, z)
+		}
+		if err := a.ReleasePool(id); err != nil {
+			t.Fatal(err)
+		}
+		if lateFree {
+			mustFree(t, a, z) // the pool goes with its last block
+		}
+		check(t, a)
+		d.mu.Lock()
+		ranges := len(d.ranges)
+		d.mu.Unlock()
+		if st := a.Stats(); st.Reserved.Current != 2*oneMiB || st.Segments != 1 || d.mappedPages() != 1 || ranges != 1 {
+			t.Errorf("released pool (last block freed after the release: %v): reserved %d, %d segments, %d pages, %d ranges; want the general range's 2 MiB alone",
+				lateFree, st.Reserved.Current, st.Segments, d.mappedPages(), ranges)
+		}
+		mustFree(t, a, general)
 	}
 }
 
