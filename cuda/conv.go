@@ -344,7 +344,7 @@ func (b *Backend) MaxPool2dBackward(dx, dy, argmax tensor.Buffer, g tensor.PoolG
 		row, col := newDivider(g.H*ow), newDivider(ow)
 		b.launch(op, b.kernel("ember_maxpool2d_backward_disjoint"), items, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),
 			d[0], d[1], d[2], d[3], d[4], d[5], d[8], d[9], int64(items), int64(s.xLen), flag(accumulate),
-			row.mul, row.shift, col.mul, col.shift)
+			int32(row.mul), int32(row.shift), int32(col.mul), int32(col.shift))
 		return
 	}
 	b.launch(op, b.kernel("ember_maxpool2d_backward"), s.xLen, b.f32(op, dx), b.f32(op, dy), b.i32(op, argmax),

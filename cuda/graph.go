@@ -101,9 +101,40 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 	return &StepGraph{b: b, exec: exec, pool: pool}, nil
 }
 
-// Replay queues one run of the recorded work on the backend's stream.
+// ErrGraphMemoryLent is the error of a Replay while blocks of the graph's
+// memory that Lend handed out are still held.
+var ErrGraphMemoryLent = errors.New("cuda: the graph's memory is lent out")
+
+// Replay queues one run of the recorded work on the backend's stream. It
+// refuses (ErrGraphMemoryLent) while blocks that Lend took from the
+// graph's memory are still held: the replay would overwrite them.
 func (g *StepGraph) Replay() error {
+	if n := g.Lent(); n > 0 {
+		return fmt.Errorf("%w: %d blocks that work between replays took from it (Backend.Lend) are still held, and the replay would write over them", ErrGraphMemoryLent, n)
+	}
 	return g.exec.Launch(g.b.stream)
+}
+
+// Lent is how many blocks of the graph's memory that Lend handed out are
+// still held.
+func (g *StepGraph) Lent() int { return g.b.alloc.Lent(g.pool) }
+
+// Lend runs f with the memory of the backend's captured graphs open to
+// its allocations: between replays, a graph's transient tensors (what its
+// private pool freed while it was captured) hold nothing anyone reads,
+// and f's tensors may take those blocks before the cache reserves more
+// (an evaluation between training epochs then fits in memory the step
+// already reserved, instead of adding its own). f's work is queued on the
+// backend's stream before the next replay, so the replay writes those
+// blocks only after f's work has read them; f must free what it made
+// (reset its scope) before a graph it borrowed from replays again. Lend
+// returns how many lent blocks are still held when f returns: while they
+// are, the graphs they came from refuse to replay (StepGraph.Lent).
+func (b *Backend) Lend(f func()) (kept int) {
+	b.alloc.BeginLending(b.stream)
+	defer func() { kept = b.alloc.EndLending() }()
+	f()
+	return kept
 }
 
 // Close destroys the graph and gives the private pool back to the general

@@ -200,8 +200,14 @@ func (z *zooEnv) memory(eval bool) []any {
 	if z.eval.reserved > 0 {
 		kv = append(kv, "eval_peak_reserved_mib", mib(z.eval.reserved), "eval_peak_allocated_mib", mib(z.eval.allocated))
 	}
-	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0", "recompute", os.Getenv("EMBER_ZOO_RECOMPUTE") == "1")
+	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0", "recompute", os.Getenv("EMBER_ZOO_RECOMPUTE") == "1",
+		"lend", zooLends())
 }
+
+// zooLends reports whether evaluations run in the captured step's idle
+// memory (cuda.Backend.Lend, as trainer.Step.Lend does; EMBER_ZOO_LEND=0:
+// in memory of their own).
+func zooLends() bool { return os.Getenv("EMBER_ZOO_LEND") != "0" }
 
 // recompute wraps m's blocks in nn.Recompute when EMBER_ZOO_RECOMPUTE=1.
 func (z *zooEnv) recompute(t *testing.T, m nn.Module) {
@@ -313,6 +319,19 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.logged = "eager"
 	}
 	return z.eager()
+}
+
+// lend runs f, an evaluation between epochs, under the backend's Lend
+// when the step is replayed and zooLends; it fails the run if f keeps
+// any of the graph's memory (the trainer would capture again).
+func (z *zooStepper) lend(t *testing.T, f func()) {
+	if z.graph == nil || !zooLends() {
+		f()
+		return
+	}
+	if kept := z.gpu.Lend(f); kept > 0 {
+		t.Fatalf("the evaluation kept %d blocks of the captured step's memory", kept)
+	}
 }
 
 func (z *zooStepper) usesCuDNN() bool {
@@ -478,7 +497,8 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		secs := time.Since(start).Seconds()
 		lastLoss := loss.Item()
 		z.memPhase(false)
-		acc := zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch)
+		var acc float64
+		st.lend(t, func() { acc = zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch) })
 		z.sync(t)
 		z.out(t, "resnet9", append([]any{"epoch", e + 1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
 			"test_acc", round(acc, 2), "step", st.logged}, z.memory(true)...)...)

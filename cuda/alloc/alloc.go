@@ -280,6 +280,7 @@ type memChunk struct {
 	requested int
 	uses      []Stream // other streams the chunk was used on (RecordStream)
 	events    int      // events still pending before the chunk is free
+	lent      bool     // a private pool's free chunk handed out while lending (lend.go)
 }
 
 // isSplit reports whether the chunk is only part of its segment.
@@ -322,6 +323,7 @@ type privatePool struct {
 	small, large blockPool
 	capturing    int  // BeginPrivatePool calls not yet ended
 	live         int  // chunks in use or pending
+	lent         int  // of which handed out while lending (lend.go)
 	released     bool // ReleasePool called; merge into the cache when live == 0
 }
 
@@ -358,6 +360,7 @@ type Allocator struct {
 	private  map[PoolID]*privatePool
 	capture  map[Stream][]*privatePool // stack of active pools per stream
 	nextPool PoolID
+	lending  lending // BeginLending's state (lend.go)
 
 	queues        map[Stream]*freeQueue
 	queueList     []*freeQueue // queues in creation order, for deterministic polling
@@ -412,6 +415,12 @@ func (a *Allocator) Alloc(bytes int, s Stream) (Block, error) {
 	rounded := roundSize(bytes)
 
 	a.mu.Lock()
+	if a.lending.depth > 0 {
+		if b, ok := a.borrow(s, rounded, bytes); ok {
+			a.mu.Unlock()
+			return b, nil
+		}
+	}
 	// The cache-hit path unlocks by hand: a deferred call costs a tenth
 	// of it.
 	if a.pendingEvents == 0 {
@@ -801,6 +810,10 @@ func (a *Allocator) live(b Block) *memChunk {
 
 // release does the accounting of a Free: the caller no longer holds c.
 func (a *Allocator) release(c *memChunk) {
+	if c.lent {
+		c.lent = false
+		c.seg.pool.private.lent--
+	}
 	c.gen = 0
 	a.stats.Allocated.Current -= c.size // a decrease never makes a peak
 	a.stats.Requested.Current -= c.requested

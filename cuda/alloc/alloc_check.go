@@ -47,6 +47,7 @@ type segTally struct {
 	activeBlocks, free                          int
 	largestFree                                 int
 	live                                        int
+	lent                                        int
 }
 
 func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
@@ -97,6 +98,12 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 		}
 		next += uintptr(c.size)
 		sum += c.size
+		if c.lent {
+			if c.state != chunkInUse || pool.private == nil {
+				return n, fmt.Errorf("%s: lent, but not a private pool's block in use", where())
+			}
+			n.lent++
+		}
 		switch c.state {
 		case chunkFree:
 			if c.gen != 0 || c.events != 0 || len(c.uses) != 0 {
@@ -248,7 +255,7 @@ func (a *Allocator) checkAllLocked() error {
 		if err != nil {
 			return err
 		}
-		nsegs, free, live := 0, 0, 0
+		nsegs, free, live, lent := 0, 0, 0, 0
 		for seg := pool.segs; seg != nil; seg = seg.next {
 			if seg.pool != pool {
 				return fmt.Errorf("segment %#x is in the list of another pool", seg.ptr)
@@ -263,6 +270,7 @@ func (a *Allocator) checkAllLocked() error {
 			nsegs++
 			free += n.free
 			live += n.live
+			lent += n.lent
 			reserved += seg.size
 			if seg.va > 0 {
 				driverHeld += seg.size / a.page // pages
@@ -291,6 +299,9 @@ func (a *Allocator) checkAllLocked() error {
 			live += a.liveCount(&pp.small)
 			if live != pp.live {
 				return fmt.Errorf("private pool %d counts %d live blocks, found %d", pp.id, pp.live, live)
+			}
+			if lent != pp.lent { // private pools lend from their large pool only
+				return fmt.Errorf("private pool %d counts %d lent blocks, found %d", pp.id, pp.lent, lent)
 			}
 		}
 		segments += nsegs

@@ -309,16 +309,15 @@ __device__ __forceinline__ void maxpool_backward_cell_row(float* dx, const float
 // per division would be a good part of its time.
 extern "C" __global__ void ember_maxpool2d_backward_disjoint(float* dx, const float* dy, const int* argmax, int H,
                                                              int W, int KH, int KW, int SH, int SW, int OH, int OW,
-                                                             long long items, long long xTotal, int acc,
-                                                             unsigned rowMul, unsigned rowShift, unsigned owMul,
-                                                             unsigned owShift) {
+                                                             long long items, long long xTotal, int acc, int rowMul,
+                                                             int rowShift, int owMul, int owShift) {
     const PoolDims d = {H, W, KH, KW, SH, SW, 0, 0, OH, OW};
     if (EMBER_SMALL_INDEX(items) && EMBER_SMALL_INDEX(xTotal)) {
         const unsigned rowCells = (unsigned)H * OW;
         EMBER_LOOP(int, idx, items) {
-            const unsigned p = ember_divide((unsigned)idx, rowMul, rowShift);
+            const unsigned p = ember_divide((unsigned)idx, (unsigned)rowMul, (unsigned)rowShift);
             const unsigned hj = (unsigned)idx - p * rowCells;
-            const unsigned h = ember_divide(hj, owMul, owShift);
+            const unsigned h = ember_divide(hj, (unsigned)owMul, (unsigned)owShift);
             maxpool_backward_cell_row<int>(dx, dy, argmax, d, (int)p, (int)h, (int)(hj - h * OW), acc);
         }
     } else {

@@ -49,8 +49,8 @@ static int run(int planes, int H, int W, int KH, int KW, int SH, int SW, int OH,
     divider((unsigned)(H * OW), &rowMul, &rowShift);
     divider((unsigned)OW, &owMul, &owShift);
     launch(grid, 64, [=] {
-        ember_maxpool2d_backward_disjoint(pdx, pdy, pa, H, W, KH, KW, SH, SW, OH, OW, items, xLen, acc, rowMul, rowShift,
-                                          owMul, owShift);
+        ember_maxpool2d_backward_disjoint(pdx, pdy, pa, H, W, KH, KW, SH, SW, OH, OW, items, xLen, acc, (int)rowMul,
+                                          (int)rowShift, (int)owMul, (int)owShift);
     });
     int bad = 0;
     for (long long i = 0; i < xLen; i++)

@@ -222,6 +222,48 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	return loss, true, nil
 }
 
+// Lend runs f, work queued between steps (an evaluation between epochs),
+// with the memory of the step's captured graphs open to its allocations
+// (cuda.Backend.Lend): between replays their transient tensors hold
+// nothing, so f fits in memory the step already reserved instead of
+// reserving its own on top. f must free what it allocates (reset its
+// scopes) before it returns. Should it keep some of that memory, the
+// graphs it came from are dropped and their shapes captured again at
+// their next Run (said through StepOptions.Logf). Where no graph is
+// replayed it just runs f.
+func (s *Step) Lend(f func() error) error {
+	g, ok := s.b.(*cuda.Backend)
+	if !ok || !s.replaying() {
+		return f()
+	}
+	var err error
+	if kept := g.Lend(func() { err = f() }); kept > 0 {
+		var errs []error
+		for _, st := range s.shapes {
+			if st.graph != nil && st.graph.Lent() > 0 {
+				errs = append(errs, st.graph.Close())
+				st.graph, st.loss, st.replayed = nil, nil, false
+				s.attempt = true // warmed already: the next Run captures
+			}
+		}
+		if s.opt.Logf != nil {
+			s.opt.Logf("cuda graph: captured again: work between steps kept %d blocks of the step's memory", kept)
+		}
+		return errors.Join(append([]error{err}, errs...)...)
+	}
+	return err
+}
+
+// replaying reports whether a graph of some shape is replayed.
+func (s *Step) replaying() bool {
+	for _, st := range s.shapes {
+		if st.graph != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // warmedUp reports whether a shape's first step ran eagerly before its
 // capture.
 func (s *Step) warmedUp() bool {

@@ -435,8 +435,12 @@ func (r *run) loop(ctx context.Context) error {
 		r.endStep()
 		testLoss, acc := math.NaN(), math.NaN()
 		if c.Evaluate != nil {
-			var err error
-			if testLoss, acc, err = c.Evaluate(c.Model); err != nil {
+			// In the memory of the captured step's transient tensors,
+			// idle until the next replay (Step.Lend).
+			if err := step.Lend(func() (err error) {
+				testLoss, acc, err = c.Evaluate(c.Model)
+				return err
+			}); err != nil {
 				return err
 			}
 			res.Accuracy = acc
