@@ -1,8 +1,7 @@
-package trainer_test
+package models_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,18 +10,13 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// TestStepLendGPU: work run under Step.Lend between replays (an
+// TestStepLendGPU: work run under trainer.Step.Lend between replays (an
 // evaluation) that frees what it makes leaves the captured graph in
 // place; work that keeps a tensor gets the graph dropped, said once, and
 // the step captured again at its next Run, with the same loss. It skips
 // without a GPU, and fails instead with EMBER_REQUIRE_GPU=1.
 func TestStepLendGPU(t *testing.T) {
-	if err := cuda.Available(); err != nil {
-		if os.Getenv("EMBER_REQUIRE_GPU") == "1" {
-			t.Fatalf("EMBER_REQUIRE_GPU=1 but: %v", err)
-		}
-		t.Skip("no CUDA device: " + err.Error())
-	}
+	requireGPU(t)
 	b, err := cuda.NewBackend(0, cuda.BackendOptions{})
 	if err != nil {
 		t.Fatal(err)
