@@ -16,7 +16,7 @@ import (
 // A training loop of one's own with CaptureStep: the batch goes into the
 // same device tensors every step, the step reads it from there, and Run
 // replays a CUDA graph of the step on a GPU (here, on the CPU, it runs
-// eagerly and says why once).
+// eagerly and says why once); an evaluation runs under Lend.
 func ExampleCaptureStep() {
 	b := tensor.CPU
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -73,9 +73,29 @@ func ExampleCaptureStep() {
 		last = loss.Item()
 	}
 	fmt.Println("the loss fell by more than half:", last < first/2)
+
+	// An evaluation between steps, under Lend: on a GPU its tensors take
+	// the captured step's idle memory instead of reserving their own.
+	correct := 0
+	if err := step.Lend(func() error {
+		s := tensor.NewNoGradScope()
+		defer s.Release() // before the next step replays
+		in := tensor.Empty(b, s, n, 4)
+		tensor.CopyTensor(in, x)
+		for j, p := range tensor.Argmax(model.Forward(in)).Int32s() {
+			if p == ys[j] {
+				correct++
+			}
+		}
+		return nil
+	}); err != nil {
+		panic(err)
+	}
+	fmt.Println("most of the last batch classified right:", correct > n/2)
 	// Output:
 	// cuda graph: launching eagerly: the cpu backend cannot capture a graph
 	// the loss fell by more than half: true
+	// most of the last batch classified right: true
 }
 
 // Training any model with Run: a data source on the device, an optimiser,
