@@ -83,6 +83,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -280,7 +281,7 @@ type memChunk struct {
 	requested int
 	uses      []Stream // other streams the chunk was used on (RecordStream)
 	events    int      // events still pending before the chunk is free
-	lent      bool     // a private pool's free chunk handed out while lending (lend.go)
+	lent      bool     // a private pool's free chunk handed out while lending, until free again (lend.go)
 }
 
 // isSplit reports whether the chunk is only part of its segment.
@@ -323,8 +324,9 @@ type privatePool struct {
 	small, large blockPool
 	capturing    int  // BeginPrivatePool calls not yet ended
 	live         int  // chunks in use or pending
-	lent         int  // of which handed out while lending (lend.go)
+	lent         int  // of which handed out while lending, in use or pending (lend.go)
 	released     bool // ReleasePool called; merge into the cache when live == 0
+	unmerged     bool // released and empty, but the driver failed to unmap its range: EmptyCache retries
 }
 
 type queuedFree struct {
@@ -416,9 +418,9 @@ func (a *Allocator) Alloc(bytes int, s Stream) (Block, error) {
 
 	a.mu.Lock()
 	if a.lending.depth > 0 {
-		if b, ok := a.borrow(s, rounded, bytes); ok {
+		if b, ok, err := a.borrow(s, rounded, bytes); ok || err != nil {
 			a.mu.Unlock()
-			return b, nil
+			return b, err
 		}
 	}
 	// The cache-hit path unlocks by hand: a deferred call costs a tenth
@@ -810,10 +812,6 @@ func (a *Allocator) live(b Block) *memChunk {
 
 // release does the accounting of a Free: the caller no longer holds c.
 func (a *Allocator) release(c *memChunk) {
-	if c.lent {
-		c.lent = false
-		c.seg.pool.private.lent--
-	}
 	c.gen = 0
 	a.stats.Allocated.Current -= c.size // a decrease never makes a peak
 	a.stats.Requested.Current -= c.requested
@@ -912,6 +910,13 @@ func (a *Allocator) freeChunk(c *memChunk) error {
 	a.stats.Active.Current -= c.size
 	a.stats.ActiveBlocks--
 	c.state = chunkFree
+	if c.lent {
+		// Lent until free: a lent block freed after RecordStream stays
+		// lent while its events are pending, since another stream may
+		// still read it and a replay would write over it.
+		c.lent = false
+		pool.private.lent--
+	}
 	if len(c.uses) != 0 {
 		c.uses = c.uses[:0]
 	}
@@ -1008,6 +1013,13 @@ func (a *Allocator) EmptyCache() error {
 			return err
 		}
 	}
+	for _, id := range slices.Sorted(maps.Keys(a.private)) {
+		if pp := a.private[id]; pp.unmerged {
+			if err := a.mergePool(pp); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := a.releaseCached(&a.small, 0, true, nil); err != nil {
 		return err
 	}
@@ -1091,22 +1103,28 @@ func (a *Allocator) ReleasePool(id PoolID) error {
 
 // mergePool moves the segments of a released pool, all wholly free, into the
 // general cache; the pool's expandable ranges, which the general pools'
-// own ranges cannot take in, are unmapped and given back.
+// own ranges cannot take in, are unmapped and given back first. Should the
+// driver fail to unmap one, the pool stays (unmerged, with what is left)
+// and EmptyCache tries again.
 func (a *Allocator) mergePool(pp *privatePool) error {
+	for _, p := range []*blockPool{&pp.small, &pp.large} {
+		for len(p.expandable) > 0 {
+			seg := p.expandable[0]
+			if err := a.trimSegment(seg); err != nil {
+				pp.unmerged = true
+				return err
+			}
+			if seg.first != nil { // a chunk left mapped: not wholly free
+				pp.unmerged = true
+				return fmt.Errorf("cuda: released pool %d: its range at %#x still holds %d bytes", pp.id, seg.ptr, seg.size)
+			}
+		}
+	}
 	delete(a.private, pp.id)
 	for _, pair := range [2][2]*blockPool{{&pp.small, &a.small}, {&pp.large, &a.large}} {
 		from := pair[0]
 		for from.segs != nil {
 			seg := from.segs
-			if seg.va > 0 {
-				if err := a.trimSegment(seg); err != nil {
-					return err
-				}
-				if seg.first != nil { // a chunk left mapped: not wholly free
-					return fmt.Errorf("cuda: released pool %d: its range at %#x still holds %d bytes", pp.id, seg.ptr, seg.size)
-				}
-				continue
-			}
 			c := seg.first
 			a.poolRemove(from, c)
 			from.unlinkSegment(seg)

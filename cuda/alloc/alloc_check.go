@@ -99,8 +99,8 @@ func (a *Allocator) checkSegmentLocked(seg *memSegment) (segTally, error) {
 		next += uintptr(c.size)
 		sum += c.size
 		if c.lent {
-			if c.state != chunkInUse || pool.private == nil {
-				return n, fmt.Errorf("%s: lent, but not a private pool's block in use", where())
+			if c.state == chunkFree || pool.private == nil {
+				return n, fmt.Errorf("%s: lent, but not a private pool's block in use or pending", where())
 			}
 			n.lent++
 		}
@@ -351,8 +351,11 @@ func (a *Allocator) checkAllLocked() error {
 		if pp.id != id || capturing[pp] != pp.capturing {
 			return fmt.Errorf("private pool %d: capture count %d, found %d", id, pp.capturing, capturing[pp])
 		}
-		if pp.released && pp.live == 0 {
+		if pp.released && pp.live == 0 && !pp.unmerged {
 			return fmt.Errorf("private pool %d released and empty but not merged", id)
+		}
+		if pp.unmerged && (!pp.released || pp.live != 0) {
+			return fmt.Errorf("private pool %d marked unmerged, released %v with %d live blocks", id, pp.released, pp.live)
 		}
 	}
 

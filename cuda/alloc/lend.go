@@ -17,7 +17,8 @@ import (
 // BeginLending and EndLending, Allocs on the lending stream that no
 // capture claims take a best-fitting free block of an idle private pool
 // before they turn to the general cache; such a block counts as lent until
-// it is freed. Without lending, an evaluation between epochs reserves its
+// it is free again (after Free, and after the events of the streams
+// RecordStream named). Without lending, an evaluation between epochs reserves its
 // own memory on top of the graph's.
 
 // lending is BeginLending's state.
@@ -40,7 +41,7 @@ func (a *Allocator) BeginLending(s Stream) {
 }
 
 // EndLending ends the innermost BeginLending and returns how many blocks
-// lent by any private pool are still held. Calling it without a matching
+// lent by any private pool are still held or pending. Calling it without a matching
 // Begin panics.
 func (a *Allocator) EndLending() int {
 	a.mu.Lock()
@@ -56,8 +57,8 @@ func (a *Allocator) EndLending() int {
 	return n
 }
 
-// Lent is how many blocks of private pool id are lent and still held: the
-// pool's graph must not be replayed while it is not 0.
+// Lent is how many blocks of private pool id are lent and still held or
+// pending: the pool's graph must not be replayed while it is not 0.
 func (a *Allocator) Lent(id PoolID) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -69,14 +70,16 @@ func (a *Allocator) Lent(id PoolID) int {
 
 // borrow serves a request of rounded bytes on s from the best-fitting free
 // block of an idle private pool, when lending on s and no capture claims
-// s; false otherwise. Pools are tried in the order they were made.
-func (a *Allocator) borrow(s Stream, rounded, requested int) (Block, bool) {
+// s; false otherwise. Pools are tried in the order they were made. An
+// error is one of the driver's while blocks waiting on events were
+// looked at, as Alloc's slow path returns it.
+func (a *Allocator) borrow(s Stream, rounded, requested int) (Block, bool, error) {
 	if a.lending.stream != s || len(a.capture[s]) != 0 || len(a.private) == 0 {
-		return Block{}, false
+		return Block{}, false, nil
 	}
 	if a.pendingEvents > 0 {
 		if err := a.processEvents(); err != nil {
-			return Block{}, false
+			return Block{}, false, err
 		}
 	}
 	ids := make([]PoolID, 0, len(a.private))
@@ -93,8 +96,8 @@ func (a *Allocator) borrow(s Stream, rounded, requested int) (Block, bool) {
 			b := a.take(pool, c, rounded, requested)
 			c.lent = true
 			pool.private.lent++
-			return b, true
+			return b, true, nil
 		}
 	}
-	return Block{}, false
+	return Block{}, false, nil
 }

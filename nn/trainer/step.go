@@ -237,21 +237,25 @@ func (s *Step) Lend(f func() error) error {
 		return f()
 	}
 	var err error
-	if kept := g.Lend(func() { err = f() }); kept > 0 {
-		var errs []error
-		for _, st := range s.shapes {
-			if st.graph != nil && st.graph.Lent() > 0 {
-				errs = append(errs, st.graph.Close())
-				st.graph, st.loss, st.replayed = nil, nil, false
-				s.attempt = true // warmed already: the next Run captures
-			}
-		}
-		if s.opt.Logf != nil {
-			s.opt.Logf("cuda graph: captured again: work between steps kept %d blocks of the step's memory", kept)
-		}
-		return errors.Join(append([]error{err}, errs...)...)
+	if g.Lend(func() { err = f() }) == 0 {
+		return err
 	}
-	return err
+	// Some lent blocks are held: the graphs they came from cannot replay.
+	errs := []error{err}
+	kept := 0
+	for _, st := range s.shapes {
+		if st.graph == nil || st.graph.Lent() == 0 {
+			continue
+		}
+		kept += st.graph.Lent()
+		errs = append(errs, st.graph.Close())
+		st.graph, st.loss, st.replayed = nil, nil, false
+		s.attempt = true // warmed already: the next Run captures
+	}
+	if kept > 0 && s.opt.Logf != nil {
+		s.opt.Logf("cuda graph: captured again: work between steps kept %d blocks of the step's memory", kept)
+	}
+	return errors.Join(errs...)
 }
 
 // replaying reports whether a graph of some shape is replayed.
