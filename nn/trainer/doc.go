@@ -5,7 +5,8 @@
 //   - the step (loss, backward, optimiser update) captured once as a CUDA
 //     graph and replayed where the backend and the step allow, eagerly
 //     otherwise, with the reason said once (CaptureStep, usable by a loop
-//     of one's own too);
+//     of one's own too), and the evaluation between epochs run in the
+//     captured step's idle memory (Step.Lend);
 //   - a learning-rate schedule set on the device before each step, so that
 //     a replayed graph uses it (Config.Schedule);
 //   - progress (a live bar on a terminal, plain lines otherwise), a loss
