@@ -14,7 +14,9 @@
 # step's activations until the next step (EMBER_ZOO_RELEASE=0), the
 # behaviour before the backward pass gave them back. RECOMPUTE=1 also runs
 # ours with every block recomputed in the backward pass
-# (EMBER_ZOO_RECOMPUTE=1, train's --recompute). WHAT="resnet9 gpt"
+# (EMBER_ZOO_RECOMPUTE=1, train's --recompute). NOLEND=1 also runs ours
+# with the evaluation in memory of its own instead of the captured step's
+# idle memory (EMBER_ZOO_LEND=0; only ResNet-9 evaluates). WHAT="resnet9 gpt"
 # and PRECISIONS="fp32" narrow the runs. Takes about 4 minutes (6 with
 # BEFORE=1).
 D=${BIN:?BIN: the folder holding models.test}
@@ -46,6 +48,7 @@ for what in ${WHAT:-resnet9 airbench gpt}; do
 		ours ember_${what}_$prec $what $prec
 		[ "$BEFORE" = 1 ] && ours before_${what}_$prec $what $prec EMBER_ZOO_RELEASE=0
 		[ "$RECOMPUTE" = 1 ] && ours recompute_${what}_$prec $what $prec EMBER_ZOO_RECOMPUTE=1
+		[ "$NOLEND" = 1 ] && [ $what = resnet9 ] && ours nolend_${what}_$prec $what $prec EMBER_ZOO_LEND=0
 		case $what in
 		resnet9) torch torch_${what}_$prec resnet9 $prec $FM 2 ;;
 		airbench) torch torch_${what}_$prec airbench $prec ;;
@@ -68,17 +71,18 @@ def last(name, key):
 def f(v):
     return "n/a" if v is None else f"{v:,.1f}"
 print()
-print("| workload | precision | ours peak reserved | ours peak allocated | ours training / evaluation peak reserved | ours before (activations kept) | ours, blocks recomputed | PyTorch peak reserved | PyTorch peak allocated | ours / PyTorch reserved (goal <= 0.5) |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| workload | precision | ours peak reserved | ours peak allocated | ours training / evaluation peak reserved | ours before (activations kept) | ours, blocks recomputed | ours, evaluation not lent | PyTorch peak reserved | PyTorch peak allocated | ours / PyTorch reserved (goal <= 0.5) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for what in os.environ["WHAT"].split():
     for prec in os.environ["PRECS"].split():
         o = last(f"ember_{what}_{prec}", "peak_reserved_mib") or {}
         b = last(f"before_{what}_{prec}", "peak_reserved_mib") or {}
         rc = last(f"recompute_{what}_{prec}", "peak_reserved_mib") or {}
+        nl = last(f"nolend_{what}_{prec}", "peak_reserved_mib") or {}
         t = last(f"torch_{what}_{prec}", "torch_max_reserved_mib") or {}
         r, tr = o.get("peak_reserved_mib"), t.get("torch_max_reserved_mib")
         phases = f"{f(o.get('train_peak_reserved_mib'))} / {f(o.get('eval_peak_reserved_mib'))}"
         ratio = f"{r / tr:.2f}" if r and tr else "n/a"
-        print(f"| {what} | {prec} | {f(r)} | {f(o.get('peak_allocated_mib'))} | {phases} | {f(b.get('peak_reserved_mib'))} | {f(rc.get('peak_reserved_mib'))} | {f(tr)} | {f(t.get('torch_max_allocated_mib'))} | {ratio} |")
+        print(f"| {what} | {prec} | {f(r)} | {f(o.get('peak_allocated_mib'))} | {phases} | {f(b.get('peak_reserved_mib'))} | {f(rc.get('peak_reserved_mib'))} | {f(nl.get('peak_reserved_mib'))} | {f(tr)} | {f(t.get('torch_max_allocated_mib'))} | {ratio} |")
 print("\n(MiB; ours include the data set on the GPU and cuBLAS's workspace, as PyTorch's do.)")
 EOF
