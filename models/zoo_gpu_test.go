@@ -200,8 +200,11 @@ func (z *zooEnv) memory(eval bool) []any {
 	if z.eval.reserved > 0 {
 		kv = append(kv, "eval_peak_reserved_mib", mib(z.eval.reserved), "eval_peak_allocated_mib", mib(z.eval.allocated))
 	}
-	return append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0", "recompute", os.Getenv("EMBER_ZOO_RECOMPUTE") == "1",
-		"lend", zooLends())
+	kv = append(kv, "release_in_backward", os.Getenv("EMBER_ZOO_RELEASE") != "0", "recompute", os.Getenv("EMBER_ZOO_RECOMPUTE") == "1")
+	if eval { // only workloads that evaluate lend
+		kv = append(kv, "lend", zooLends())
+	}
+	return kv
 }
 
 // zooLends reports whether evaluations run in the captured step's idle

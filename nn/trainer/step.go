@@ -229,8 +229,9 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 // reserving its own on top. f must free what it allocates (reset its
 // scopes) before it returns. Should it keep some of that memory, the
 // graphs it came from are dropped and their shapes captured again at
-// their next Run (said through StepOptions.Logf). Where no graph is
-// replayed it just runs f.
+// their next Run (said through StepOptions.Logf); the new capture takes
+// memory of its own, and the dropped graph's goes back only once f's
+// kept tensors are freed. Where no graph is replayed it just runs f.
 func (s *Step) Lend(f func() error) error {
 	g, ok := s.b.(*cuda.Backend)
 	if !ok || !s.replaying() {
