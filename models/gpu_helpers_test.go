@@ -100,3 +100,20 @@ func runCapturedSteps(t *testing.T, b *cuda.Backend, step func(*tensor.Scope) *t
 	}
 	return b.MemoryStats().Allocated.Peak
 }
+
+// sameWeightsLowerPeak checks that a step run two ways (a base and a
+// variant that should only save memory) ends with the same weights bit
+// for bit, and that the variant's steps peaked lower; the phrases name
+// the two ways in the messages ("with recomputed blocks" / "without").
+func sameWeightsLowerPeak(t *testing.T, eager bool, base, variant []float32, basePeak, variantPeak int, withBase, withVariant string) {
+	t.Helper()
+	for i := range base {
+		if math.Float32bits(base[i]) != math.Float32bits(variant[i]) {
+			t.Fatalf("eager %v: weight %d is %v %s, %v %s", eager, i, variant[i], withVariant, base[i], withBase)
+		}
+	}
+	t.Logf("eager %v: steps' peak allocated %.1f MiB %s, %.1f MiB %s", eager, float64(basePeak)/(1<<20), withBase, float64(variantPeak)/(1<<20), withVariant)
+	if variantPeak >= basePeak {
+		t.Errorf("eager %v: peak allocated %d B %s, %d B %s", eager, variantPeak, withVariant, basePeak, withBase)
+	}
+}

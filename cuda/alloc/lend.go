@@ -82,7 +82,8 @@ func (a *Allocator) borrow(s Stream, rounded, requested int) (Block, bool, error
 			return Block{}, false, err
 		}
 	}
-	ids := make([]PoolID, 0, len(a.private))
+	var buf [8]PoolID // no allocation for the usual few graphs: this runs on every Alloc while lending
+	ids := buf[:0]
 	for id, pp := range a.private {
 		if pp.capturing == 0 && !pp.released {
 			ids = append(ids, id)
