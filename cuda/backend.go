@@ -96,6 +96,10 @@ type BackendOptions struct {
 	// NoCuDNN runs convolutions through im2col + cuBLAS even where cuDNN
 	// is installed (conv_cudnn.go).
 	NoCuDNN bool
+	// ConvSearchAll times every algorithm cuDNN has at a convolution
+	// geometry's first call (FindEx, as PyTorch's cudnn.benchmark does)
+	// instead of the first few that cuDNN's heuristics rank (conv_cudnn.go).
+	ConvSearchAll bool
 	// NoBatchNormOnePass normalises every training batch norm in three
 	// launches (statistics, their finish, y), also where a channel fits
 	// in a block's shared memory (norm.go).
@@ -123,13 +127,14 @@ type BackendOptions struct {
 	// written by cmd/kernelbundle.
 	KernelBundle string
 	// KernelLog, when not nil, gets one line per kernel unit as it becomes
-	// ready (compiled or read from the cache) with the seconds it took:
-	// what a cold start spends where (kernels_load.go).
+	// ready (compiled or read from the cache) with the seconds it took,
+	// and one per cuDNN algorithm search: what a cold start spends where
+	// (kernels_load.go, conv_cudnn.go).
 	KernelLog io.Writer
 }
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
-// sets: EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
+// sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
@@ -143,6 +148,13 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	opt.NoConvRT = opt.NoConvRT || off("EMBER_CONV_RT")
 	opt.NoCuDNN = opt.NoCuDNN || off("EMBER_CUDNN")
+	switch v := os.Getenv("EMBER_CUDNN_SEARCH"); v {
+	case "":
+	case "all":
+		opt.ConvSearchAll = true
+	default:
+		return opt, fmt.Errorf("cuda: EMBER_CUDNN_SEARCH=%q: want all (or unset)", v)
+	}
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
 	switch v := os.Getenv("EMBER_LINEAR_LT"); v {
 	case "":

@@ -27,10 +27,12 @@ package cuda
 // and the bias gradient from bias_grad_rows.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -58,6 +60,7 @@ var errCuDNNOff = errors.New("cuda: cuDNN turned off (BackendOptions.NoCuDNN, EM
 
 // convPlan is one geometry's descriptors and its algorithm per direction.
 type convPlan struct {
+	geom   convDescGeom
 	descs  convDescs
 	wsCap  int // workspaceCap
 	algo   [dirCount]convAlgo
@@ -71,7 +74,10 @@ type dnnConvs struct {
 	mu       sync.Mutex
 	n        *DNN
 	plans    map[convDescGeom]*convPlan
-	searches int  // FindEx calls made (tests)
+	searches int           // searches made (one per plan and direction)
+	searchIn time.Duration // and the time they took
+	// clock runs warm, then timed, and returns timed's device time.
+	clock    func(warm, timed func() error) (time.Duration, error)
 	lowpNCHW bool // bfloat16 convolutions in NCHW, not NHWC (benchmarks)
 }
 
@@ -104,6 +110,19 @@ func (b *Backend) CuDNN() (version int, err error) {
 	return b.dnn.n.Version(), nil
 }
 
+// ConvSearches reports how many convolution algorithm searches the
+// backend has run (one per geometry and direction, at its first eager
+// call) and the time they took, which a first step pays on top of its
+// work.
+func (b *Backend) ConvSearches() (n int, took time.Duration) {
+	if b.dnn == nil {
+		return 0, 0
+	}
+	b.dnn.mu.Lock()
+	defer b.dnn.mu.Unlock()
+	return b.dnn.searches, b.dnn.searchIn
+}
+
 // openCuDNN opens cuDNN for the backend unless turned off; without it the
 // convolutions take the im2col path, and CuDNN says why.
 func (b *Backend) openCuDNN() {
@@ -117,6 +136,35 @@ func (b *Backend) openCuDNN() {
 		return
 	}
 	b.dnn = newDNNConvs(n)
+	b.dnn.clock = deviceClock(b.dev, b.stream)
+}
+
+// deviceClock times work queued on stream between two timing events.
+func deviceClock(dev *Device, stream Stream) func(warm, timed func() error) (time.Duration, error) {
+	return func(warm, timed func() error) (time.Duration, error) {
+		if err := warm(); err != nil {
+			return 0, err
+		}
+		var ev [2]Event
+		for i := range ev {
+			e, err := dev.NewEvent(true)
+			if err != nil {
+				return 0, err
+			}
+			defer dev.EventDestroy(e)
+			ev[i] = e
+		}
+		if err := dev.RecordEvent(ev[0], stream); err != nil {
+			return 0, err
+		}
+		if err := timed(); err != nil {
+			return 0, err
+		}
+		if err := dev.RecordEvent(ev[1], stream); err != nil {
+			return 0, err
+		}
+		return dev.EventElapsed(ev[0], ev[1])
+	}
 }
 
 // descGeom is c as cuDNN's descriptors take it; ok is false where cuDNN
@@ -144,7 +192,7 @@ func (s *dnnConvs) plan(g convDescGeom) *convPlan {
 	if p, ok := s.plans[g]; ok {
 		return p
 	}
-	p := &convPlan{wsCap: workspaceCap(g)}
+	p := &convPlan{geom: g, wsCap: workspaceCap(g)}
 	err := s.n.with(func() (err error) {
 		p.descs, err = s.n.newConvDescs(g)
 		return err
@@ -182,33 +230,118 @@ func (b *Backend) algoFor(op string, p *convPlan, dir convDirection, p1, p2, p3 
 	if m := b.opt.MemoryLimit; m > 0 {
 		limit = min(limit, m/8)
 	}
-	var wsBytes int
-	_ = s.n.with(func() error { wsBytes = s.n.maxWorkspace(dir, p.descs, limit); return nil })
-	var ws Block
-	if wsBytes > 0 {
-		var err error
-		if ws, err = b.alloc.Alloc(wsBytes, b.stream); err != nil {
-			ws, wsBytes = Block{}, 0 // search among the algorithms that need none
-		}
-		defer b.release(ws)
-	}
 	if p3 == 0 {
 		scratch := b.workspace(op, p3Bytes)
 		defer b.release(scratch)
 		p3 = scratch.Ptr()
 	}
+	t0 := time.Now()
 	var a convAlgo
-	err := s.n.with(func() (err error) {
-		a, err = s.n.findAlgo(dir, p.descs, p1, p2, p3, ws.Ptr(), wsBytes, true)
-		return err
-	})
+	var err error
+	how := "FindEx over all"
+	if b.opt.ConvSearchAll {
+		a, err = b.findAll(p, dir, p1, p2, p3, limit)
+	} else {
+		a, how, err = b.timeCandidates(p, dir, p1, p2, p3, limit)
+	}
+	took := time.Since(t0)
 	s.searches++
+	s.searchIn += took
+	if w := b.opt.KernelLog; w != nil {
+		fmt.Fprintf(w, "cuda: cuDNN %s algorithm of %s chosen in %.1f ms (%s): %v, err %v\n", dir, p.geom, took.Seconds()*1e3, how, a, err)
+	}
 	if err != nil {
 		p.failed[dir] = err
 		return convAlgo{}, false
 	}
 	p.algo[dir], p.found[dir] = a, true
 	return a, true
+}
+
+// findAll is cuDNN's FindEx over every algorithm of dir, with the largest
+// workspace any of them takes within limit.
+func (b *Backend) findAll(p *convPlan, dir convDirection, p1, p2, p3 uintptr, limit int) (a convAlgo, err error) {
+	s := b.dnn
+	var wsBytes int
+	_ = s.n.with(func() error { wsBytes = s.n.maxWorkspace(dir, p.descs, limit); return nil })
+	var ws Block
+	if wsBytes > 0 {
+		if ws, err = b.alloc.Alloc(wsBytes, b.stream); err != nil {
+			ws, wsBytes = Block{}, 0 // search among the algorithms that need none
+		}
+		defer b.release(ws)
+	}
+	err = s.n.with(func() (err error) {
+		a, err = s.n.findAlgo(dir, p.descs, p1, p2, p3, ws.Ptr(), wsBytes, true)
+		return err
+	})
+	return a, err
+}
+
+// convSearchCandidates is how many of the heuristics' qualifying
+// algorithms a first call times. FindEx over all of them took 80 ms a
+// direction for airbench's bfloat16 geometries on the H200, most of it in
+// algorithms that never qualify (FFT, Winograd, the nondeterministic
+// backward ones) or never win.
+const convSearchCandidates = 3
+
+// timeCandidates times the first convSearchCandidates algorithms that
+// cuDNN's heuristics rank for dir and that qualify (deterministic, of an
+// allowed math type, within limit), on the call's buffers, and returns the
+// fastest; where one qualifies it is taken untimed.
+func (b *Backend) timeCandidates(p *convPlan, dir convDirection, p1, p2, p3 uintptr, limit int) (a convAlgo, how string, err error) {
+	s := b.dnn
+	t0 := time.Now()
+	var cands []convAlgo
+	err = s.n.with(func() (err error) {
+		cands, err = s.n.candidates(dir, p.descs, true, limit, convSearchCandidates)
+		return err
+	})
+	how = fmt.Sprintf("heuristics %.1f ms", time.Since(t0).Seconds()*1e3)
+	if err != nil || len(cands) == 1 {
+		return first(cands), how + ", one qualifies", err
+	}
+	most := 0
+	for _, c := range cands {
+		most = max(most, c.workspace)
+	}
+	var ws Block
+	if most > 0 {
+		if ws, err = b.alloc.Alloc(most, b.stream); err != nil {
+			return cands[0], how + ", no room to time them", nil
+		}
+		defer b.release(ws)
+	}
+	best, bestT := -1, time.Duration(0)
+	var firstErr error
+	for i, c := range cands {
+		run := func() error {
+			return s.n.with(func() error { return s.n.run(dir, p.descs, c, 1, p1, p2, 0, p3, ws.Ptr()) })
+		}
+		// The first run loads the algorithm's kernels; the second is timed.
+		t, err := s.clock(run, run)
+		how += fmt.Sprintf(", algo %d %v", c.algo, t)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if best < 0 || t < bestT {
+			best, bestT = i, t
+		}
+	}
+	if best < 0 {
+		return convAlgo{}, how, firstErr
+	}
+	a = cands[best]
+	a.ms, a.measured = float32(bestT.Seconds()*1e3), true
+	return a, how, nil
+}
+
+func first(c []convAlgo) convAlgo {
+	if len(c) == 0 {
+		return convAlgo{}
+	}
+	return c[0]
 }
 
 // runDNN queues direction dir with algorithm a and its workspace.

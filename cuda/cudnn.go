@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -324,6 +325,20 @@ type convDescGeom struct {
 	nhwc bool
 }
 
+// String is g in a line: x's sizes, the filter, stride, padding, dilation,
+// groups, and the element type and layout.
+func (g convDescGeom) String() string {
+	dt := "float32"
+	if g.dtype == cudnnDataBFloat16 {
+		dt = "bfloat16"
+	}
+	if g.nhwc {
+		dt += " NHWC"
+	}
+	return fmt.Sprintf("x [%d,%d,%d,%d] w [%d,%d,%d,%d] stride %dx%d pad %dx%d dilation %dx%d groups %d %s",
+		g.n, g.c, g.h, g.w, g.k, g.c/max(g.groups, 1), g.r, g.s, g.strideH, g.strideW, g.padH, g.padW, g.dilH, g.dilW, g.groups, dt)
+}
+
 // format is g's cudnnTensorFormat_t.
 func (g convDescGeom) format() uintptr {
 	if g.nhwc {
@@ -339,6 +354,12 @@ type convDescs struct {
 	x, y, w uintptr
 	conv    [dirCount]uintptr
 	dtype   int // the geometry's element type
+	// tensorCores: bfloat16 with channel counts that cuDNN's tensor-core
+	// kernels take (multiples of 8 per group, in and out). There the
+	// other math type's kernels run 100-1000 times slower (measured on
+	// the H200: 98 ms against 85 us for ResNet-9's backward data at
+	// [512,256,7,7]), so a search leaves them out.
+	tensorCores bool
 }
 
 // convDirection is one of the three convolution functions.
@@ -403,6 +424,8 @@ func (n *DNN) newConvDescs(g convDescGeom) (p convDescs, err error) {
 		}
 	}()
 	p.dtype = g.dtype
+	groups := max(g.groups, 1)
+	p.tensorCores = g.dtype == cudnnDataBFloat16 && (g.c/groups)%8 == 0 && (g.k/groups)%8 == 0
 	create := func(name string, fn uintptr, dst *uintptr) error {
 		return n.check(name, dnnInvoke(f, fn, uintptr(unsafe.Pointer(dst))))
 	}
@@ -500,7 +523,7 @@ type convAlgo struct {
 	algo      int
 	workspace int     // bytes
 	mathType  int     // the math type set on the direction's descriptor
-	ms        float32 // FindEx's time; 0 for a heuristic pick
+	ms        float32 // the search's time; 0 for an untimed pick
 	measured  bool
 }
 
@@ -596,19 +619,27 @@ func (n *DNN) pickAlgo(perf []cudnnAlgoPerf, deterministic bool, wsLimit int, me
 // of bfloat16 take tensor-op results too.
 func (n *DNN) pickAlgoFor(dtype int, perf []cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
 	for _, r := range perf {
-		if r.Status != 0 || (deterministic && r.Determinism != cudnnDeterministic) || int(r.Memory) > wsLimit {
-			continue
+		if a, ok := n.qualify(dtype, r, deterministic, wsLimit, measured); ok {
+			return a, true
 		}
-		math := int(r.MathType)
-		if !n.tensorOps(dtype) {
-			if math == cudnnTensorOpMath || math == cudnnTensorOpAllowConversion {
-				continue
-			}
-			math = cudnnFMAMath
-		}
-		return convAlgo{algo: int(r.Algo), workspace: int(r.Memory), mathType: math, ms: r.Time, measured: measured}, true
 	}
 	return convAlgo{}, false
+}
+
+// qualify returns r as the algorithm to run when it qualifies (see
+// pickAlgo).
+func (n *DNN) qualify(dtype int, r cudnnAlgoPerf, deterministic bool, wsLimit int, measured bool) (convAlgo, bool) {
+	if r.Status != 0 || (deterministic && r.Determinism != cudnnDeterministic) || int(r.Memory) > wsLimit {
+		return convAlgo{}, false
+	}
+	math := int(r.MathType)
+	if !n.tensorOps(dtype) {
+		if math == cudnnTensorOpMath || math == cudnnTensorOpAllowConversion {
+			return convAlgo{}, false
+		}
+		math = cudnnFMAMath
+	}
+	return convAlgo{algo: int(r.Algo), workspace: int(r.Memory), mathType: math, ms: r.Time, measured: measured}, true
 }
 
 // errNoAlgo: no algorithm of a search fits the constraints.
@@ -617,39 +648,78 @@ var errNoAlgo = errors.New("no deterministic algorithm of the allowed math type 
 // heuristicAlgo asks cuDNN's heuristics (Get_v7, no device work: usable
 // while a graph is captured) for an algorithm of dir on p.
 func (n *DNN) heuristicAlgo(dir convDirection, p convDescs, deterministic bool, wsLimit int) (convAlgo, error) {
-	_, get, _, _, names := n.dirSyms(dir)
-	// Search with the descriptor's own math type, whatever an earlier
-	// run left on it.
-	if err := n.setMath(p.conv[dir], n.mathType(p.dtype)); err != nil {
+	c, err := n.candidates(dir, p, deterministic, wsLimit, 1)
+	if err != nil {
 		return convAlgo{}, err
+	}
+	return c[0], nil
+}
+
+// candidates returns up to most of the algorithms of dir on p that
+// qualify (pickAlgo) in the order of cuDNN's heuristics (Get_v7, no
+// device work), each with the workspace it needs at the math type it runs
+// with (a heuristic result's size is an estimate). The error wraps
+// errNoAlgo when none qualifies.
+func (n *DNN) candidates(dir convDirection, p convDescs, deterministic bool, wsLimit, most int) ([]convAlgo, error) {
+	_, get, _, _, names := n.dirSyms(dir)
+	// Ask with the descriptor's own math type, whatever an earlier run
+	// left on it.
+	if err := n.setMath(p.conv[dir], n.mathType(p.dtype)); err != nil {
+		return nil, err
 	}
 	d1, d2, d3 := p.descOrder(dir)
 	var perf [cudnnMaxAlgoCount]cudnnAlgoPerf
 	var got int32
 	if err := n.check(names[1], dnnInvoke(n.fake, get, n.h, d1, d2, p.conv[dir], d3, uintptr(algoCount(dir)),
 		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&perf[0])))); err != nil {
-		return convAlgo{}, err
+		return nil, err
 	}
-	a, ok := n.pickAlgoFor(p.dtype, gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsLimit, false)
-	if !ok {
-		return convAlgo{}, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
+	out, slow, over := n.qualifying(dir, p, gemmClass(dir, perf[:min(max(int(got), 0), len(perf))]), deterministic, wsLimit, most, p.tensorCores)
+	if len(out) == 0 && len(slow) > 0 {
+		out, _, over = n.qualifying(dir, p, slow, deterministic, wsLimit, most, false)
 	}
-	// A heuristic result's size is an estimate: ask for the workspace
-	// with the math type it will run with.
-	if err := n.setMath(p.conv[dir], a.mathType); err != nil {
-		return convAlgo{}, err
+	if len(out) == 0 {
+		if over != nil {
+			return nil, over
+		}
+		return nil, fmt.Errorf("cuda: %s: %w", names[1], errNoAlgo)
 	}
-	ws, err := n.workspaceSize(dir, p, a.algo)
-	if err != nil {
-		return convAlgo{}, err
+	return out, nil
+}
+
+// qualifying is candidates' selection from results, in their order. With
+// tensorCores it sets aside in slow the results of another math type
+// (see convDescs). over reports the last workspace over the cap.
+func (n *DNN) qualifying(dir convDirection, p convDescs, results []cudnnAlgoPerf, deterministic bool, wsLimit, most int, tensorCores bool) (out []convAlgo, slow []cudnnAlgoPerf, over error) {
+	_, _, _, _, names := n.dirSyms(dir)
+	for _, r := range results {
+		a, ok := n.qualify(p.dtype, r, deterministic, wsLimit, false)
+		if !ok || slices.ContainsFunc(out, func(o convAlgo) bool { return o.algo == a.algo && o.mathType == a.mathType }) {
+			continue
+		}
+		if tensorCores && a.mathType != cudnnTensorOpMath && a.mathType != cudnnTensorOpAllowConversion {
+			slow = append(slow, r)
+			continue
+		}
+		if err := n.setMath(p.conv[dir], a.mathType); err != nil {
+			return nil, nil, err
+		}
+		ws, err := n.workspaceSize(dir, p, a.algo)
+		if err != nil {
+			continue // not supported at this geometry after all
+		}
+		if ws > wsLimit {
+			// The estimate was low: leave it out rather than allocate
+			// past the cap (inside a capture, too).
+			over = fmt.Errorf("cuda: %s: algorithm %d needs a %d-byte workspace, over the %d-byte cap: %w", names[1], a.algo, ws, wsLimit, errNoAlgo)
+			continue
+		}
+		a.workspace = ws
+		if out = append(out, a); len(out) == most {
+			break
+		}
 	}
-	if ws > wsLimit {
-		// The estimate was low: the caller falls back to im2col rather
-		// than allocate past the cap (inside a capture, too).
-		return convAlgo{}, fmt.Errorf("cuda: %s: algorithm %d needs a %d-byte workspace, over the %d-byte cap: %w", names[1], a.algo, ws, wsLimit, errNoAlgo)
-	}
-	a.workspace = ws
-	return a, nil
+	return out, slow, over
 }
 
 // findAlgo times every algorithm of dir on p (FindEx, which runs them on

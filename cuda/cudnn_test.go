@@ -3,8 +3,10 @@ package cuda
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ember-ml/ember/tensor"
@@ -165,6 +167,10 @@ func fakeBackend(t *testing.T, tf32 bool) (*Backend, *recExec, *fakeDNN) {
 		t.Fatal(err)
 	}
 	b.dnn = newDNNConvs(n)
+	// FindEx over every algorithm, which most tests here check;
+	// TestCuDNNTimedCandidates takes the default, the heuristics' first
+	// few timed.
+	b.opt.ConvSearchAll = true
 	return b, rec, f
 }
 
@@ -578,5 +584,99 @@ func TestCuDNNFallbackWithoutDeterministicAlgorithm(t *testing.T) {
 	}
 	if d := b.dnn.describe(mustDescGeom(t, b, g)); !strings.Contains(d, "backward filter: im2col") {
 		t.Errorf("plan summary %q does not say the filter gradient falls back", d)
+	}
+}
+
+// TestCuDNNTimedCandidates: by default a geometry's first call times the
+// first few algorithms that cuDNN's heuristics rank and that qualify, each
+// run once to warm up and once timed, and keeps the fastest; one that
+// qualifies alone is taken untimed, and one over the workspace cap is not
+// run.
+func TestCuDNNTimedCandidates(t *testing.T) {
+	b, _, f := fakeBackend(t, false)
+	b.opt.ConvSearchAll = false
+	f.perf["fwdGet"] = []cudnnAlgoPerf{
+		{Algo: 1, Time: 0.1, Memory: fakeWorkspace(1), Determinism: 1, MathType: cudnnFMAMath},
+		{Algo: 5, Time: 0.1, Memory: fakeWorkspace(5), Determinism: 1, MathType: cudnnFMAMath}, // FFT: never
+		{Algo: 0, Time: 0.2, Memory: fakeWorkspace(0), Determinism: 1, MathType: cudnnFMAMath},
+		{Algo: 2, Time: 0.3, Memory: fakeWorkspace(2), Determinism: 1, MathType: cudnnFMAMath},
+	}
+	deviceTime := map[uintptr]time.Duration{1: 3 * time.Millisecond, 0: time.Millisecond, 2: 2 * time.Millisecond}
+	var timed []uintptr
+	b.dnn.clock = func(warm, run func() error) (time.Duration, error) {
+		if err := warm(); err != nil {
+			return 0, err
+		}
+		if err := run(); err != nil {
+			return 0, err
+		}
+		a := f.last("fwd").args[7]
+		timed = append(timed, a)
+		return deviceTime[a], nil
+	}
+	g := resnetGeom(false)
+	y, x, w := recBuf(t, b, g.N*g.K*g.OutH()*g.OutW()), recBuf(t, b, g.N*g.C*g.H*g.W), recBuf(t, b, g.WeightLen())
+	b.Conv2d(y, x, w, tensor.Buffer{}, g)
+	if !slices.Equal(timed, []uintptr{1, 0, 2}) {
+		t.Errorf("timed algorithms %v, want the heuristics' qualifying order [1 0 2]", timed)
+	}
+	if f.count("fwdFind") != 0 || f.count("fwd") != 7 || b.dnn.searches != 1 {
+		t.Errorf("%d FindEx, %d forward runs, %d searches; want 0, 3x2 timed + 1, 1", f.count("fwdFind"), f.count("fwd"), b.dnn.searches)
+	}
+	if c := f.last("fwd"); c.args[7] != 0 || c.args[9] != uintptr(fakeWorkspace(0)) {
+		t.Errorf("ran algorithm %d with %d workspace bytes, want the fastest, 0, with %d", c.args[7], c.args[9], fakeWorkspace(0))
+	}
+	b.Conv2d(y, x, w, tensor.Buffer{}, g)
+	if len(timed) != 3 || f.count("fwdGet") != 1 {
+		t.Errorf("a second call timed again or asked the heuristics again (%d timings, %d queries)", len(timed), f.count("fwdGet"))
+	}
+
+	// A cap that leaves out algorithm 2 (12 KiB): two are timed. A cap
+	// that leaves one: it is taken untimed.
+	for _, c := range []struct {
+		limit int
+		timed []uintptr
+		want  uintptr
+	}{{8 << 10, []uintptr{1, 0}, 0}, {4 << 10, nil, 0}} {
+		b.opt.MemoryLimit = 8 * c.limit
+		g.K++ // a new geometry
+		timed = nil
+		b.Conv2d(recBuf(t, b, g.N*g.K*g.OutH()*g.OutW()), x, recBuf(t, b, g.WeightLen()), tensor.Buffer{}, g)
+		if !slices.Equal(timed, c.timed) || f.last("fwd").args[7] != c.want {
+			t.Errorf("cap %d: timed %v and ran %d, want %v and %d", c.limit, timed, f.last("fwd").args[7], c.timed, c.want)
+		}
+	}
+}
+
+// TestCuDNNCandidatesTensorCores: for bfloat16 at channel counts that
+// tensor cores take, the candidates leave out the other math type unless
+// nothing else qualifies.
+func TestCuDNNCandidatesTensorCores(t *testing.T) {
+	b, _, f := fakeBackend(t, false)
+	n := b.dnn.n
+	fma := cudnnAlgoPerf{Algo: 1, Determinism: 1, MathType: cudnnDefaultMath}
+	tc1 := cudnnAlgoPerf{Algo: 1, Determinism: 1, MathType: cudnnTensorOpMath}
+	tc0 := cudnnAlgoPerf{Algo: 0, Determinism: 1, MathType: cudnnTensorOpMath}
+	descs := func(tc bool) convDescs {
+		return convDescs{x: 1, y: 2, w: 3, conv: [dirCount]uintptr{4, 5, 6}, dtype: cudnnDataBFloat16, tensorCores: tc}
+	}
+	for _, c := range []struct {
+		perf []cudnnAlgoPerf
+		tc   bool
+		want []int // algo*10 + math type
+	}{
+		{[]cudnnAlgoPerf{fma, tc1, tc0}, true, []int{10 + cudnnTensorOpMath, cudnnTensorOpMath}},
+		{[]cudnnAlgoPerf{fma, tc1, tc0}, false, []int{10 + cudnnDefaultMath, 10 + cudnnTensorOpMath, cudnnTensorOpMath}},
+		{[]cudnnAlgoPerf{fma}, true, []int{10 + cudnnDefaultMath}},
+	} {
+		f.perf["fwdGet"] = c.perf
+		got, err := n.candidates(dirForward, descs(c.tc), true, 1<<20, 3)
+		var ids []int
+		for _, a := range got {
+			ids = append(ids, a.algo*10+a.mathType)
+		}
+		if err != nil || !slices.Equal(ids, c.want) {
+			t.Errorf("tensor cores %v, results %v: candidates %v (%v), want %v", c.tc, c.perf, ids, err, c.want)
+		}
 	}
 }

@@ -27,6 +27,17 @@ func TestOptionsFromEnvKernelCache(t *testing.T) {
 	}
 }
 
+func TestOptionsFromEnvConvSearch(t *testing.T) {
+	t.Setenv("EMBER_CUDNN_SEARCH", "all")
+	if opt, err := OptionsFromEnv(BackendOptions{}); err != nil || !opt.ConvSearchAll {
+		t.Errorf("EMBER_CUDNN_SEARCH=all: ConvSearchAll = %v, %v; want true", opt.ConvSearchAll, err)
+	}
+	t.Setenv("EMBER_CUDNN_SEARCH", "fast")
+	if _, err := OptionsFromEnv(BackendOptions{}); err == nil || !strings.Contains(err.Error(), `EMBER_CUDNN_SEARCH="fast"`) {
+		t.Errorf("EMBER_CUDNN_SEARCH=fast: error %v, want one naming the variable and its value", err)
+	}
+}
+
 // TestNoEnvironmentInLibrary checks that the library code of the cuda and
 // tensor packages (and their sub-packages) reads no EMBER_ variable: the
 // switches are BackendOptions, and only OptionsFromEnv, which commands and

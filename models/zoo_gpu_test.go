@@ -264,6 +264,9 @@ type zooStepper struct {
 	try    bool
 	warmed bool // one eager step ran before the capture
 	logged string
+	// The host's time in the first eager step and in the capture (with
+	// the graph's instantiation), for the first epoch's breakdown.
+	warmS, captureS float64
 }
 
 func newZooStepper(z *zooEnv, opt replayer, step func(s *tensor.Scope) *tensor.Tensor) *zooStepper {
@@ -297,6 +300,8 @@ func (z *zooStepper) run() *tensor.Tensor {
 		// which cannot happen inside a capture (trainer.Step does the
 		// same).
 		z.warmed = true
+		t0 := time.Now()
+		defer func() { z.warmS = time.Since(t0).Seconds() }()
 		return z.eager()
 	}
 	if z.try && z.opt.Replayable() {
@@ -304,7 +309,9 @@ func (z *zooStepper) run() *tensor.Tensor {
 		before := z.opt.Steps()
 		var loss *tensor.Tensor
 		z.scope.Reset() // the warm-up's tensors: Capture gives their memory back
+		t0 := time.Now()
 		g, err := z.gpu.Capture(func() { loss = z.eager() })
+		z.captureS = time.Since(t0).Seconds()
 		if err == nil {
 			z.graph, z.loss, z.logged = g, loss, "captured"
 			return z.run()
@@ -335,6 +342,25 @@ func (z *zooStepper) lend(t *testing.T, f func()) {
 	if kept := z.gpu.Lend(f); kept > 0 {
 		t.Fatalf("the evaluation kept %d blocks of the captured step's memory", kept)
 	}
+}
+
+// startup is the first epoch's breakdown: the warm-up step, the capture,
+// the convolution algorithm searches, and the kernel units loaded so far.
+func (z *zooStepper) startup() []any {
+	kv := []any{"warmup_s", round(z.warmS, 3), "capture_s", round(z.captureS, 3)}
+	if z.gpu == nil {
+		return kv
+	}
+	n, took := z.gpu.ConvSearches()
+	var units int
+	var unitS float64
+	for _, u := range z.gpu.KernelUnits() {
+		if u.Loaded {
+			units++
+			unitS += u.Seconds
+		}
+	}
+	return append(kv, "conv_searches", n, "conv_search_s", round(took.Seconds(), 3), "kernel_units", units, "kernel_units_s", round(unitS, 3))
 }
 
 func (z *zooStepper) usesCuDNN() bool {
@@ -498,13 +524,14 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		}
 		z.sync(t)
 		secs := time.Since(start).Seconds()
+		startup := st.startup() // before the evaluation's own searches
 		lastLoss := loss.Item()
 		z.memPhase(false)
 		var acc float64
 		st.lend(t, func() { acc = zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch) })
 		z.sync(t)
 		z.out(t, "resnet9", append([]any{"epoch", e + 1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
-			"test_acc", round(acc, 2), "step", st.logged}, z.memory(true)...)...)
+			"test_acc", round(acc, 2), "step", st.logged}, append(startup, z.memory(true)...)...)...)
 	}
 }
 
@@ -623,7 +650,7 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		z.out(t, "airbench", append([]any{"epoch", e + 1, "s", round(secs, 4), "loss", round(float64(loss.Item()), 4),
-			"step", st.logged}, z.memory(false)...)...)
+			"step", st.logged}, append(st.startup(), z.memory(false)...)...)...)
 	}
 }
 
