@@ -5,10 +5,33 @@
 // (below) in float trees, within the suite's 1e-5 of the sum of |terms|.
 
 // Pass 1 of Sum: block b sums its grid-stride share of x into partial[b];
-// with a single block it writes the float result to dst directly.
+// with a single block it writes the float result to dst directly. A
+// 16-byte aligned x is read as float4, four loads in flight a thread (one
+// float at a time left the sum latency bound: 78% of the copy rate at
+// ResNet's [512,64,28,28]); the last n % 4 elements go to block 0's first
+// threads. The order of the additions depends on n, the grid and x's
+// alignment only.
 extern "C" __global__ void ember_sum_partial(const float* x, long long n, double* partial, float* dst) {
     double s = 0.0;
-    EMBER_LOOP(long long, i, n) s += (double)x[i];
+    if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {
+        const ember_f4* x4 = reinterpret_cast<const ember_f4*>(x);
+        const long long n4 = n >> 2, step = (long long)gridDim.x * blockDim.x;
+        long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+        for (; k + 3 * step < n4; k += 4 * step) {
+            const ember_f4 a = x4[k], b = x4[k + step], c = x4[k + 2 * step], d = x4[k + 3 * step];
+            s += ((double)a.x + (double)a.y) + ((double)a.z + (double)a.w);
+            s += ((double)b.x + (double)b.y) + ((double)b.z + (double)b.w);
+            s += ((double)c.x + (double)c.y) + ((double)c.z + (double)c.w);
+            s += ((double)d.x + (double)d.y) + ((double)d.z + (double)d.w);
+        }
+        for (; k < n4; k += step) {
+            const ember_f4 a = x4[k];
+            s += ((double)a.x + (double)a.y) + ((double)a.z + (double)a.w);
+        }
+        if (blockIdx.x == 0 && threadIdx.x < (n & 3)) s += (double)x[4 * n4 + threadIdx.x];
+    } else {
+        EMBER_LOOP(long long, i, n) s += (double)x[i];
+    }
     s = ember_block_sum_d(s);
     if (threadIdx.x == 0) {
         if (gridDim.x == 1) {
