@@ -222,7 +222,11 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 			pdense, pch = py, px
 		}
 		vec := c.inner%4 == 0 && (pd|pdense)&15 == 0
-		b.launch4(name, b.kernel("ember_binary_channel"), n, vec, pd, pdense, pch, int32(n), int32(op), int32(c.c), int32(c.inner),
+		threads := n
+		if vec {
+			threads = n / 4
+		}
+		b.launch(name, b.kernel("ember_binary_channel"), threads, pd, pdense, pch, int32(n), int32(op), int32(c.c), int32(c.inner),
 			flag(c.chIsY), flag(vec))
 		return
 	}

@@ -70,22 +70,22 @@ __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long 
 }
 
 // ember_row_sum4 is this lane's double sum of the n4 float4 of a row that
-// lanes share by striding (lane l takes l, l+32, ...): up to eight loads
-// are issued before they are added, so that a lane has up to 128 bytes in
-// flight (one float at a time left a 784-long row latency bound at 75% of
-// the copy rate; four float4 and then the rest one at a time, 81%).
+// lanes share by striding (lane l takes l, l+32, ...): four loads are issued
+// before they are added, so that a lane has 64 bytes in flight (one float
+// at a time left a 784-long row latency bound: 75% of the copy rate).
 __device__ __forceinline__ double ember_row_sum4(const ember_f4* row, long long n4, int lane) {
     double s = 0.0;
-    for (long long k0 = lane; k0 < n4; k0 += 256) {
-        ember_f4 v[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (k0 + 32 * j < n4) v[j] = row[k0 + 32 * j];
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (k0 + 32 * j < n4) s += ((double)v[j].x + (double)v[j].y) + ((double)v[j].z + (double)v[j].w);
-        }
+    long long k = lane;
+    for (; k + 96 < n4; k += 128) {
+        const ember_f4 a = row[k], b = row[k + 32], c = row[k + 64], d = row[k + 96];
+        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
+        s += (double)b.x + (double)b.y + (double)b.z + (double)b.w;
+        s += (double)c.x + (double)c.y + (double)c.z + (double)c.w;
+        s += (double)d.x + (double)d.y + (double)d.z + (double)d.w;
+    }
+    for (; k < n4; k += 32) {
+        const ember_f4 a = row[k];
+        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
     }
     return s;
 }

@@ -308,29 +308,23 @@ template <int OP>
 __device__ __forceinline__ void binary_channel_body(float* dst, const float* d, const float* ch, int n, int C, int inner,
                                                     int chIsY, int vec) {
     if (vec) {
-        // ember_stream's groups (the dense kernels' pattern: a grid of one
-        // pass, launch4); a grid-stride loop of one group a thread ran at
-        // 89% of the copy rate at [512,64,28,28] + [1,64,1,1].
         const int inner4 = inner >> 2;
-        ember_stream<ember_f4>(
-            (long long)(n >> 2),
-            [&](long long q) {
-                const float c = ch[((int)q / inner4) % C];
-                ember_f4 v = reinterpret_cast<const ember_f4*>(d)[q];
-                if (chIsY) {
-                    v.x = ember_binary(OP, v.x, c);
-                    v.y = ember_binary(OP, v.y, c);
-                    v.z = ember_binary(OP, v.z, c);
-                    v.w = ember_binary(OP, v.w, c);
-                } else {
-                    v.x = ember_binary(OP, c, v.x);
-                    v.y = ember_binary(OP, c, v.y);
-                    v.z = ember_binary(OP, c, v.z);
-                    v.w = ember_binary(OP, c, v.w);
-                }
-                return v;
-            },
-            [&](long long q, ember_f4 v) { reinterpret_cast<ember_f4*>(dst)[q] = v; });
+        EMBER_LOOP(int, i, n >> 2) {
+            const float c = ch[(i / inner4) % C];
+            ember_f4 v = reinterpret_cast<const ember_f4*>(d)[i];
+            if (chIsY) {
+                v.x = ember_binary(OP, v.x, c);
+                v.y = ember_binary(OP, v.y, c);
+                v.z = ember_binary(OP, v.z, c);
+                v.w = ember_binary(OP, v.w, c);
+            } else {
+                v.x = ember_binary(OP, c, v.x);
+                v.y = ember_binary(OP, c, v.y);
+                v.z = ember_binary(OP, c, v.z);
+                v.w = ember_binary(OP, c, v.w);
+            }
+            reinterpret_cast<ember_f4*>(dst)[i] = v;
+        }
         return;
     }
     EMBER_LOOP(int, i, n) {
