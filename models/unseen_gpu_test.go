@@ -1,0 +1,135 @@
+package models_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/nn/trainer"
+	"github.com/ember-ml/ember/optim"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// mobileNetLike is a network none of the package's models is: a strided
+// stem, depthwise-separable blocks (a depthwise 3x3 of one channel per
+// group, then a pointwise 1x1) with a residual connection, SiLU, odd
+// channel counts (12, 20) beside ones tensor cores take (16, 32, 48),
+// adaptive average pooling, dropout and a linear head; the same weights
+// on any backend (one seeded generator).
+func mobileNetLike(b tensor.Backend) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(7, 11))
+	conv := func(in, out, k, stride, groups int) *nn.Conv2d {
+		return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{k, k}, Stride: [2]int{stride, stride},
+			Padding: [2]int{k / 2, k / 2}, Groups: groups, NoBias: true})
+	}
+	separable := func(in, out, stride int) *nn.Sequential {
+		return nn.NewSequential(conv(in, in, 3, stride, in), nn.NewBatchNorm2d(b, in), nn.SiLU{},
+			conv(in, out, 1, 1, 1), nn.NewBatchNorm2d(b, out), nn.SiLU{})
+	}
+	return nn.NewSequential(
+		conv(3, 16, 3, 2, 1), nn.NewBatchNorm2d(b, 16), nn.SiLU{}, // 16x16
+		separable(16, 12, 1),
+		separable(12, 20, 2), // 8x8
+		nn.NewResidual(separable(20, 20, 1)),
+		separable(20, 32, 1),
+		conv(32, 48, 3, 2, 2), nn.NewBatchNorm2d(b, 48), nn.SiLU{}, // grouped, 4x4
+		nn.NewAdaptiveAvgPool2d(1, 1), nn.Flatten{}, nn.NewDropout(0.1),
+		nn.NewLinear(b, rng, 48, 10),
+	)
+}
+
+// TestUnseenConvNetGPU trains mobileNetLike on the GPU with cuDNN, in
+// bfloat16 autocast, its step captured: the first loss agrees with the
+// CPU's float32 one from the same weights and batch, the convolution
+// searches ran (the depthwise and odd-channel geometries among them), and
+// the net memorises a few random batches.
+func TestUnseenConvNetGPU(t *testing.T) {
+	requireGPU(t)
+	const bs, batches, epochs, side = 64, 4, 20, 32
+	rng := rand.New(rand.NewPCG(3, 5))
+	images := make([]float32, batches*bs*3*side*side)
+	for i := range images {
+		images[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int32, batches*bs)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	batch := func(i int) ([]float32, []int32) {
+		n := bs * 3 * side * side
+		return images[i*n : (i+1)*n], labels[i*bs : (i+1)*bs]
+	}
+
+	// The CPU's first loss, float32.
+	cpu := tensor.CPU
+	mc := mobileNetLike(cpu)
+	x0, y0 := batch(0)
+	s := tensor.NewScope()
+	want := mc.CrossEntropyLoss(tensor.FromFloat32(cpu, s, x0, bs, 3, side, side), tensor.FromInt32(cpu, s, y0, bs)).Item()
+	s.Release()
+
+	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cuda.NewBackend(0, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.CuDNN(); err != nil {
+		t.Skipf("cuDNN: %v", err)
+	}
+	m := mobileNetLike(b)
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.05, Momentum: 0.9, Nesterov: true, WeightDecay: 5e-4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sgd.Release()
+	x, y := tensor.Zeros(b, nil, bs, 3, side, side), tensor.FromInt32(b, nil, make([]int32, bs), bs)
+	defer x.Release()
+	defer y.Release()
+	sgd.ZeroGrad()
+	st, err := trainer.CaptureStep(b, func(s *tensor.Scope) *tensor.Tensor {
+		loss := m.CrossEntropyLoss(s.Borrow(x), y)
+		loss.Backward()
+		sgd.StepAndZeroGrad()
+		return loss
+	}, trainer.StepOptions{Optimizer: sgd, Autocast: tensor.BFloat16, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var first, last float64
+	for e := range epochs {
+		var sum float64
+		for i := range batches {
+			xi, yi := batch(i)
+			b.Upload(x.Buffer(), xi)
+			b.Upload(y.Buffer(), yi)
+			loss, err := st.Run(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := float64(loss.Item())
+			if e == 0 && i == 0 {
+				first = l
+			}
+			sum += l
+		}
+		last = sum / batches
+	}
+	n, took := b.ConvSearches()
+	t.Logf("first loss %.5f (CPU float32 %.5f), last epoch's mean %.4f; %d convolution searches in %v", first, want, last, n, took)
+	if d := math.Abs(first - float64(want)); d > 0.02*math.Abs(float64(want)) {
+		t.Errorf("first loss %.5f on the GPU (bfloat16), %.5f on the CPU (float32): differ by more than 2%%", first, want)
+	}
+	if n == 0 {
+		t.Error("no convolution algorithm search ran")
+	}
+	if !(last < 0.5*first) {
+		t.Errorf("the last epoch's mean loss %.4f is not below half the first loss %.4f: the net does not learn its four batches", last, first)
+	}
+}
