@@ -102,7 +102,8 @@ __device__ __forceinline__ nhwc_tile ember_nhwc_tile(int C, int P, long long row
 // positive (a NaN mask passes, as ember_relu_backward).
 extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
     ember_to_nhwc_bf16(unsigned short* h, const float* x, const float* mask, int C, int P, long long rows, int tc) {
-    __shared__ unsigned short tile[EMBER_NHWC_SMEM];
+    // Aligned for the pairs read as 32-bit words.
+    __shared__ __attribute__((aligned(4))) unsigned short tile[EMBER_NHWC_SMEM];
     const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
     if (t.xoff >= 0) {
         for (int cl = t.cl0; cl < tc; cl += t.cstep) {
@@ -139,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
 extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
     ember_from_nhwc_bf16(float* y, const unsigned short* h, const float* bias, int C, int P, long long rows, int tc,
                          int relu, int accumulate) {
-    __shared__ unsigned short tile[EMBER_NHWC_SMEM];
+    __shared__ __attribute__((aligned(4))) unsigned short tile[EMBER_NHWC_SMEM];
     const nhwc_tile t = ember_nhwc_tile(C, P, rows, tc);
     if ((C & 1) == 0) {
         const int lg = t.lgtc - 1;
