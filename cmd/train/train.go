@@ -661,6 +661,11 @@ func (t *job) printBench() {
 	if t.dev.memory != nil {
 		t.dev.memory.BenchRows(t.logf, r.Steps, r.StepDriverAllocs)
 	}
+	if g := t.dev.gpu; g != nil {
+		if n, took := g.ConvSearches(); n > 0 {
+			t.logf("| cuDNN algorithm searches (in the first epoch's time) | %d in %.3f s |", n, took.Seconds())
+		}
+	}
 	t.logf("| test accuracy | %.2f%% |", r.Accuracy)
 }
 
