@@ -663,7 +663,7 @@ func (t *job) printBench() {
 	}
 	if g := t.dev.gpu; g != nil {
 		if n, took := g.ConvSearches(); n > 0 {
-			t.logf("| cuDNN algorithm searches (in the first epoch's time) | %d in %.3f s |", n, took.Seconds())
+			t.logf("| cuDNN algorithm searches (at each geometry's first call) | %d in %.3f s |", n, took.Seconds())
 		}
 	}
 	t.logf("| test accuracy | %.2f%% |", r.Accuracy)
