@@ -362,6 +362,7 @@ func testScaleBy(e *env) {
 func testSum(e *env) {
 	for _, n := range append(sizes, 100003) {
 		e.tcase("%s", sizeStr(n))(func() {
+			e.alignedOdd(n) // both of the GPU's paths: float4 groups (with a tail) and one float at a time
 			x := e.normal(n, 1)
 			for i := range x { // a non-zero mean, so that the sum is large
 				x[i] += 0.25
