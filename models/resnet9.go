@@ -54,10 +54,10 @@ type ResNet9 struct {
 // ResidualBlock is zoo.py's Res: x + B(A(x)), its children named a and b.
 type ResidualBlock struct{ A, B *nn.Sequential }
 
-// Forward returns x + B(A(x)). In evaluation (a no-grad scope that
-// releases early) A's and B's outputs are given back as soon as the next
-// operation has read them (tensor.ReleaseInput), as a Sequential gives
-// back its layers'.
+// Forward returns x + B(A(x)). In a scope that releases early A's and B's
+// outputs are given back as soon as the next operation has read them
+// where no backward pass reads them (tensor.ReleaseInput: always in
+// evaluation), as a Sequential gives back its layers'.
 func (r *ResidualBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	a := r.A.Forward(x)
 	b := r.B.Forward(a)

@@ -227,14 +227,14 @@ func residualForward(f Module, x *tensor.Tensor) (y *tensor.Tensor, ok bool) {
 		y = chainOp(s.Layers[last.start:], true).Apply(x, h)
 	}
 	if h != x {
-		tensor.ReleaseInput(h, y) // evaluation: h is read
+		tensor.ReleaseInput(h, y) // h is read (where no backward pass reads it)
 	}
 	return y, true
 }
 
-// addReleasing is x + f, f given back once read where the scope records no
-// graph and releases early (evaluation; tensor.ReleaseInput), unless it is
-// x itself.
+// addReleasing is x + f, f given back once read where the scope releases
+// early and no backward pass reads f (tensor.ReleaseInput), unless it is x
+// itself.
 func addReleasing(x, f *tensor.Tensor) *tensor.Tensor {
 	y := tensor.Add(x, f)
 	if f != x {
@@ -294,7 +294,9 @@ func plan(ls []Layer, off bool) []fusionStep {
 	return steps
 }
 
-// runLayers applies ls in order, grouped as plan says.
+// runLayers applies ls in order, grouped as plan says, giving back each
+// intermediate result once the next group has run where the scope
+// releases early and no backward pass reads it (tensor.ReleaseInput).
 func runLayers(ls []Layer, off bool, x *tensor.Tensor) *tensor.Tensor {
 	first := x
 	for _, st := range plan(ls, off) {

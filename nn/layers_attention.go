@@ -134,16 +134,32 @@ func (blk *TransformerBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return blk.mlpHalf(blk.attentionHalf(x))
 }
 
-// attentionHalf is x + Drop(attention(LN1(x))).
+// attentionHalf is x + Drop(attention(LN1(x))). Each intermediate goes
+// back once the next operation has run (tensor.ReleaseInput) where no
+// backward pass reads it: under autocast the layer norm's output (the
+// products keep their bfloat16 copy), the projection's and the dropout's.
 func (blk *TransformerBlock) attentionHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	x := in[0]
-	return tensor.Add(x, blk.Drop.Forward(blk.MultiheadSelfAttention.Forward(blk.LN1.Forward(x))))
+	h := blk.LN1.Forward(x)
+	a := blk.MultiheadSelfAttention.Forward(h)
+	tensor.ReleaseInput(h, a)
+	d := blk.Drop.Forward(a)
+	tensor.ReleaseInput(a, d)
+	y := tensor.Add(x, d)
+	tensor.ReleaseInput(d, y)
+	return y
 }
 
-// mlpHalf is x + MLP(LN2(x)).
+// mlpHalf is x + MLP(LN2(x)), its intermediates given back as
+// attentionHalf's (the MLP, a Sequential, gives back its own).
 func (blk *TransformerBlock) mlpHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	x := in[0]
-	return tensor.Add(x, blk.MLP.Forward(blk.LN2.Forward(x)))
+	h := blk.LN2.Forward(x)
+	m := blk.MLP.Forward(h)
+	tensor.ReleaseInput(h, m)
+	y := tensor.Add(x, m)
+	tensor.ReleaseInput(m, y)
+	return y
 }
 
 // SetRecompute sets Recompute (nn.Recomputer).

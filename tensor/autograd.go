@@ -12,6 +12,9 @@ type node struct {
 	// outputUnread: backward does not read the output's memory, which
 	// may go before it runs (Recompute's, which makes it again).
 	outputUnread bool
+	// unread are the inputs whose memory backward does not read
+	// (readsNot).
+	unread []*Tensor
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.
@@ -126,6 +129,7 @@ func record(out *Tensor, op string, backward func(g *Tensor, e *engine), inputs 
 		if in != nil && in.requiresGrad {
 			out.requiresGrad = true
 			out.node = &node{op: op, inputs: inputs, backward: backward}
+			countReaders(out, inputs)
 			return
 		}
 	}

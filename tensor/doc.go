@@ -27,7 +27,10 @@
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad; release.go:
 //     Scope.SetReleaseInBackward, under which Backward gives each
 //     activation back once the pass is through with it (Retain keeps one),
-//     and ReleaseInput, the same for a no-grad chain of layers;
+//     and ReleaseInput, which gives back a layer's input once the next
+//     layer has run where no backward pass reads it (a no-grad chain of
+//     layers; an activation that only autocast products, additions,
+//     dropouts or a ReLU took);
 //     recompute.go: Recompute, which keeps a function's inputs and result
 //     for the backward pass and runs it again there (activation
 //     recomputation). CountingCPU (cpu_counting.go) counts the bytes a

@@ -22,6 +22,7 @@ func Add(a, b *Tensor) *Tensor {
 		e.pass(b, g)
 		e.give(a, g)
 	}, a, b)
+	readsNot(out, true, a, b)
 	return out
 }
 
@@ -152,6 +153,11 @@ func Linear(x, w, b *Tensor) *Tensor {
 		}
 	}, x, w, b)
 	saveFor(out, hx.h, hw.h) // freed at once when no backward pass will read them
+	if p.lowp() {
+		readsNot(out, true, x) // the bfloat16 copy is what it reads
+	} else {
+		readsNot(out, true)
+	}
 	return out
 }
 
@@ -196,7 +202,8 @@ func LinearReLU(x, w, b *Tensor) *Tensor {
 }
 
 // linearThenReLU is ReLU(Linear(x, w, b)), the product given back once read
-// where the scope records no graph and releases early (evaluation).
+// where the scope releases early and no backward pass reads it
+// (evaluation; under autocast in training too, ReleaseInput).
 func linearThenReLU(x, w, b *Tensor) *Tensor {
 	h := Linear(x, w, b)
 	y := ReLU(h)
@@ -287,6 +294,7 @@ func ReLU(x *Tensor) *Tensor {
 		dx, acc := e.sink(x)
 		Complete(be).ReLUBackward(dx, dy.buffer(), out.buffer(), acc)
 	}, x)
+	readsNot(out, false, x) // its output is what it reads
 	return out
 }
 

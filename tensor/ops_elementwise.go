@@ -202,6 +202,7 @@ func addBroadcast(a, b *Tensor) *Tensor {
 		giveSummed(e, a, g, false)
 		giveSummed(e, b, g, false)
 	}, a, b)
+	readsNot(out, true, a, b)
 	return out
 }
 
@@ -381,6 +382,7 @@ func unary(name string, op UnaryOp, x *Tensor, a, b float32) *Tensor {
 		dst, acc := e.sink(x)
 		be.UnaryBackward(op, dst, g.buffer(), xd.buffer(), x.Len(), a, b, acc)
 	}, x)
+	readsNot(out, true) // x is what it reads
 	return out
 }
 

@@ -240,7 +240,9 @@ func linearLeading(x, w, b *Tensor) *Tensor {
 		panic(fmt.Sprintf("tensor: Linear of input %v with weight %v", x.shape, w.shape))
 	}
 	lead := x.shape[:len(x.shape)-1]
-	y := Linear(x.Contiguous().Reshape(numel(lead), w.shape[1]), w, b)
+	// The two reshapes are this function's own: x and the result stay
+	// their memory's only holders for the caller (ReleaseInput).
+	y := heldInternally(Linear(heldInternally(x.Contiguous().Reshape(numel(lead), w.shape[1])), w, b))
 	return y.Reshape(append(append([]int(nil), lead...), w.shape[0])...)
 }
 

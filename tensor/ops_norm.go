@@ -157,6 +157,7 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 			rows, cols, accX, accW, accB)
 	}, x, weight, bias)
 	saveFor(out, mean, inv)
+	readsNot(out, true) // x and the statistics are what it reads
 	return out
 }
 

@@ -233,5 +233,6 @@ func recordMasked(out, x, mask *Tensor) *Tensor {
 		e.give(x, dx)
 	}, x)
 	saveFor(out, mask)
+	readsNot(out, true, x) // the mask is what it reads
 	return out
 }

@@ -54,6 +54,7 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 		// The gradient is the same memory seen with the input's shape.
 		e.give(in, g.view(g.off, in.Shape(), contiguousStrides(in.shape)))
 	}, in)
+	readsNot(out, true, in)
 	return out
 }
 
@@ -82,6 +83,7 @@ func (t *Tensor) Contiguous() *Tensor {
 	out := t.copyDense(t.scope)
 	in := t
 	record(out, "contiguous", func(g *Tensor, e *engine) { e.pass(in, g) }, in)
+	readsNot(out, true, in)
 	return out
 }
 

@@ -94,6 +94,8 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 			}
 		}
 	}}
+	// The second run reads the inputs (and hidden tensors), not y.
+	countReaders(nil, y.node.inputs)
 	return y
 }
 

@@ -1,5 +1,7 @@
 package tensor
 
+import "slices"
+
 // Giving memory back during the backward pass.
 //
 // A training step keeps every activation of its forward pass until the
@@ -20,6 +22,13 @@ package tensor
 //   - whatever a backward function made in the scope and did not hand on
 //     as a gradient (a product it reduced, a copy it added), as soon as
 //     it returns.
+//
+// During the forward pass ReleaseInput (below) gives back a layer's input
+// once the next layer has run, where no backward function reads it: with
+// autocast, a float32 activation that only products (which keep their
+// bfloat16 copies), additions, dropouts or a ReLU took. Each operation
+// counts as a reader of its inputs' and output's memory unless it says
+// otherwise (readsNot), so an operation that says nothing keeps them.
 //
 // Gradients were already given back as they are consumed (Backward). The
 // root (the loss), leaves (parameters, inputs), Retain'd tensors and
@@ -215,23 +224,77 @@ func freeEarly(st *storage) {
 	st.release()
 }
 
+// countReaders counts a new node's backward function as a reader of the
+// memory of each of its inputs and of its output (out; nil for none).
+func countReaders(out *Tensor, inputs []*Tensor) {
+	if out != nil {
+		out.st.readers++
+	}
+	for _, in := range inputs {
+		if in != nil {
+			in.st.readers++
+		}
+	}
+}
+
+// readsNot notes that the backward function of out's node does not read
+// the memory of the inputs ins, nor out's own when output is true (an
+// addition, a reshape, a dropout's mask product, an autocast product's
+// float32 operand), so that ReleaseInput may give it back during the
+// forward pass. An operation whose backward function reads a Buffer taken
+// during the forward pass must not say so of it.
+func readsNot(out *Tensor, output bool, ins ...*Tensor) {
+	n := out.node
+	if n == nil {
+		return
+	}
+	if output && !n.outputUnread {
+		n.outputUnread = true
+		out.st.readers--
+	}
+	for _, in := range ins {
+		if in == nil || !slices.Contains(n.inputs, in) || slices.Contains(n.unread, in) {
+			continue
+		}
+		n.unread = append(n.unread, in)
+		in.st.readers--
+	}
+}
+
+// heldInternally marks t, a tensor an operation makes over memory it was
+// given (a view of an input) or over its own result (the result before
+// its last reshape) and hands to no caller, so that the caller's tensor
+// still counts as the memory's only holder in ReleaseInput. It returns t.
+func heldInternally(t *Tensor) *Tensor {
+	t.st.internal++
+	return t
+}
+
 // ReleaseInput gives back the memory of in, the input of one link of a
 // chain of operations whose result is out (a layer of a Sequential, the
 // layer after it done), when the caller will not read in again and
-// nothing else can: in belongs to a scope that records no graph (an
-// evaluation's NewNoGradScope) and releases early (SetReleaseInBackward),
-// no view or Detach was made of it, it is not retained, and out does not
-// share its memory. Evaluation then holds about two layers' activations at
-// a time instead of all of them until the scope is released, as PyTorch's
-// no_grad frees each one when its last reference goes. It reports whether
-// it freed in; with a graph recorded it never does (Backward needs the
-// activations and frees them itself).
+// nothing else can: in belongs to a scope that releases early
+// (SetReleaseInBackward), no view or Detach was made of it (but for the
+// operations' own, heldInternally), it is not retained, and out does not
+// share its memory. In a scope that records no graph (an evaluation's
+// NewNoGradScope) that is all: evaluation then holds about two layers'
+// activations at a time instead of all of them until the scope is
+// released, as PyTorch's no_grad frees each one when its last reference
+// goes. With a graph recorded, in goes only when no backward function
+// recorded so far reads its memory (readsNot: the operation that made it
+// does not read its output, and those that took it do not read that
+// input): a float32 activation that only autocast products, additions and
+// dropouts took, each keeping what its backward pass needs, as PyTorch
+// frees one whose last reference goes. It reports whether it freed in.
 func ReleaseInput(in, out *Tensor) bool {
-	if in == nil || in == out || in.node != nil || in.requiresGrad || (out != nil && out.st == in.st) {
+	if in == nil || in == out || (out != nil && out.st == in.st) || (in.node == nil && in.requiresGrad) {
 		return false
 	}
 	st := in.st
-	if st.refs != 1 || !releasing(st) || st.owner.GradEnabled() {
+	if st.refs-st.internal != 1 || !releasing(st) {
+		return false
+	}
+	if st.owner.GradEnabled() && st.readers > 0 {
 		return false
 	}
 	freeEarly(st)

@@ -1,8 +1,10 @@
 package tensor_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -485,5 +487,68 @@ func TestReleaseInputInEvaluation(t *testing.T) {
 	g.Release()
 	if c.BadFrees() != 0 {
 		t.Errorf("%d double frees", c.BadFrees())
+	}
+}
+
+// TestReleaseInputWithGraph: with a graph recorded, ReleaseInput frees an
+// activation during the forward pass only when no backward function
+// reads its memory: a layer norm's output that an autocast product took
+// (the product keeps its bfloat16 copy), a GELU's output likewise; not
+// the input of a GELU (its backward reads it), not one a float32 product
+// took (its backward reads it), not a ReLU's output (its backward reads
+// it), not one the caller holds a view of. The gradients are the same
+// bits as when everything is kept.
+func TestReleaseInputWithGraph(t *testing.T) {
+	type result struct {
+		freed []bool
+		grads [][]float32
+	}
+	run := func(autocast, release bool) result {
+		c := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(13, 13))
+		w1, w2, w3 := randParam(c, rng, 0.3, 6, 4), randParam(c, rng, 0.3, 5, 6), randParam(c, rng, 0.3, 3, 5)
+		s := tensor.NewScope()
+		defer s.Release()
+		if autocast {
+			s.SetAutocast(tensor.BFloat16)
+		}
+		s.SetReleaseInBackward(release)
+		x := randInput(c, s, rng, 2, 7, 4)
+		var r result
+		h := tensor.LayerNorm(x, []int{4}, nil, nil, 1e-5)
+		y := tensor.Linear(h, w1, nil)
+		r.freed = append(r.freed, tensor.ReleaseInput(h, y))
+		z := tensor.GELU(y, false)
+		r.freed = append(r.freed, tensor.ReleaseInput(y, z))
+		u := tensor.Linear(z, w2, nil)
+		r.freed = append(r.freed, tensor.ReleaseInput(z, u))
+		v := tensor.ReLU(u)
+		o := tensor.Linear(v, w3, nil)
+		r.freed = append(r.freed, tensor.ReleaseInput(v, o))
+		held := tensor.GELU(o, false)
+		_ = held.Reshape(-1) // the caller's view
+		loss := tensor.Sum(tensor.Linear(held, randParam(c, rng, 0.3, 2, 3), nil))
+		r.freed = append(r.freed, tensor.ReleaseInput(held, loss))
+		if r.freed[0] {
+			mustPanic(t, "reading a freed activation", "given back early", func() { h.Float32s() })
+		}
+		loss.Backward()
+		for _, w := range []*tensor.Tensor{w1, w2, w3} {
+			r.grads = append(r.grads, w.Grad().Float32s())
+		}
+		if n := c.BadFrees(); n != 0 {
+			t.Errorf("%d frees of memory not live", n)
+		}
+		return r
+	}
+	for _, autocast := range []bool{true, false} {
+		kept, released := run(autocast, false), run(autocast, true)
+		want := []bool{autocast, false, autocast, false, false}
+		if !slices.Equal(released.freed, want) || slices.Contains(kept.freed, true) {
+			t.Errorf("autocast %v: freed %v releasing (want %v), %v keeping (want none)", autocast, released.freed, want, kept.freed)
+		}
+		for i := range kept.grads {
+			sameBits(t, fmt.Sprintf("autocast %v: weight %d's gradient", autocast, i+1), released.grads[i], kept.grads[i])
+		}
 	}
 }

@@ -46,6 +46,14 @@ type storage struct {
 	// byBackward records that Backward gave it back, for the error of a
 	// later read.
 	byBackward bool
+	// readers counts the recorded backward functions that may read this
+	// memory (an input's or the output's of their operation; release.go's
+	// readsNot takes back those that do not), and internal the views over
+	// it that an operation made for its own use and handed to no caller:
+	// ReleaseInput frees the memory during the forward pass when both
+	// allow.
+	readers  int
+	internal int
 }
 
 // liveness is kept apart from storage so that a cleanup attached to the

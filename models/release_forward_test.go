@@ -1,0 +1,73 @@
+package models_test
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/ember-ml/ember/nn"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// forwardRelease is one autocast step of a zoo model on a CountingCPU:
+// its loss, its gradients and the bytes live above the start after the
+// forward pass and at the step's peak.
+func forwardRelease(t *testing.T, zc zooMemoryCase, release bool) recomputeStep {
+	t.Helper()
+	c := tensor.NewCountingCPU()
+	m, loss := zc.build(c, false)
+	ps := nn.Parameters(m)
+	for _, p := range ps {
+		p.Tensor.SetGrad(tensor.Zeros(c, nil, p.Tensor.Shape()...))
+	}
+	s := tensor.NewScope()
+	s.SetAutocast(tensor.BFloat16)
+	s.SetReleaseInBackward(release)
+	start := c.Live()
+	c.ResetPeak()
+	l := loss(s)
+	fwd := c.Live() - start
+	l.Backward()
+	r := recomputeStep{loss: l.Item(), forward: fwd, peak: c.Peak() - start}
+	for _, p := range ps {
+		r.grads = append(r.grads, p.Tensor.Grad().Float32s())
+	}
+	s.Release()
+	if n := c.BadFrees(); n != 0 {
+		t.Errorf("%s: %d frees of memory not live", zc.name, n)
+	}
+	return r
+}
+
+// TestReleaseDuringForwardZoo: under autocast, in a scope that releases
+// in backward, the GPT's blocks give back during the forward pass the
+// float32 activations that no backward pass reads (tensor.ReleaseInput:
+// the layer norms' outputs, which the products read as bfloat16 copies,
+// the projections' and dropouts' outputs), so the forward pass ends
+// lower than in a scope that keeps everything; every model's loss and
+// gradients are the same bits either way. EMBER_MEMORY_ZOO=1 runs the
+// zoo's sizes (a small batch), as TestRecomputeBlocksZoo.
+func TestReleaseDuringForwardZoo(t *testing.T) {
+	for _, zc := range zooMemoryCases(os.Getenv("EMBER_MEMORY_ZOO") == "1") {
+		t.Run(zc.name, func(t *testing.T) {
+			kept, released := forwardRelease(t, zc, false), forwardRelease(t, zc, true)
+			if math.Float32bits(kept.loss) != math.Float32bits(released.loss) {
+				t.Fatalf("loss %v releasing, %v keeping", released.loss, kept.loss)
+			}
+			for i := range kept.grads {
+				for j := range kept.grads[i] {
+					if math.Float32bits(kept.grads[i][j]) != math.Float32bits(released.grads[i][j]) {
+						t.Fatalf("parameter %d element %d: gradient %v releasing, %v keeping", i, j, released.grads[i][j], kept.grads[i][j])
+					}
+				}
+			}
+			t.Logf("%s: after the forward pass %d -> %d B, peak %d -> %d B", zc.name, kept.forward, released.forward, kept.peak, released.peak)
+			if zc.name == "gpt" && 20*released.forward > 17*kept.forward {
+				t.Errorf("the GPT's forward pass ends at %d B releasing, %d B keeping: want at most 85%%", released.forward, kept.forward)
+			}
+			if released.peak > kept.peak {
+				t.Errorf("peak %d B releasing, above the %d B keeping", released.peak, kept.peak)
+			}
+		})
+	}
+}
