@@ -40,11 +40,9 @@ func forwardRelease(t *testing.T, zc zooMemoryCase, release bool) recomputeStep 
 }
 
 // TestReleaseDuringForwardZoo: under autocast, in a scope that releases
-// in backward, the GPT's blocks give back during the forward pass the
-// float32 activations that no backward pass reads (tensor.ReleaseInput:
-// the layer norms' outputs, which the products read as bfloat16 copies,
-// the projections' and dropouts' outputs), so the forward pass ends
-// lower than in a scope that keeps everything; every model's loss and
+// in backward, the zoo's models give back during the forward pass the
+// float32 activations that no backward pass reads (tensor.ReleaseInput),
+// so the forward pass ends lower than in a scope that keeps everything; every model's loss and
 // gradients are the same bits either way. EMBER_MEMORY_ZOO=1 runs the
 // zoo's sizes (a small batch), as TestRecomputeBlocksZoo.
 func TestReleaseDuringForwardZoo(t *testing.T) {
@@ -62,8 +60,12 @@ func TestReleaseDuringForwardZoo(t *testing.T) {
 				}
 			}
 			t.Logf("%s: after the forward pass %d -> %d B, peak %d -> %d B", zc.name, kept.forward, released.forward, kept.peak, released.peak)
-			if zc.name == "gpt" && 20*released.forward > 17*kept.forward {
-				t.Errorf("the GPT's forward pass ends at %d B releasing, %d B keeping: want at most 85%%", released.forward, kept.forward)
+			// What goes: the GPT's layer norm, projection and dropout
+			// outputs; the convolution nets' pre-pooling convolution
+			// outputs (the pooling reads its positions of the maxima) and
+			// batch norms' outputs before a pooling.
+			if most := map[string]float64{"gpt": 0.85, "airbench": 0.75, "resnet9": 0.8}[zc.name]; most > 0 && float64(released.forward) > most*float64(kept.forward) {
+				t.Errorf("the forward pass ends at %d B releasing, %d B keeping: want at most %.0f%%", released.forward, kept.forward, 100*most)
 			}
 			if released.peak > kept.peak {
 				t.Errorf("peak %d B releasing, above the %d B keeping", released.peak, kept.peak)

@@ -76,6 +76,9 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 			e.pass(x, dx)
 		}
 	}, x, w, b)
+	if !g.ReLU {
+		readsNot(out, true) // x and w are what it reads
+	}
 	return out
 }
 
@@ -106,6 +109,9 @@ func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvG
 			e.pass(x, dx)
 		}
 	}, x, w, b)
+	if !g.ReLU {
+		readsNot(out, true) // x and w are what it reads
+	}
 	return out
 }
 

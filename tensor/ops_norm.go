@@ -113,6 +113,7 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 		}, x, weight, bias)
 	}
 	saveFor(out, mean, inv)
+	readsNot(out, true) // x and the statistics are what it reads
 	return out
 }
 

@@ -65,6 +65,7 @@ func MaxPool2dWith(x *Tensor, o PoolOptions) *Tensor {
 		Complete(be).MaxPool2dBackward(dx, dy.buffer(), argmax.buffer(), g, acc)
 	}, x)
 	saveFor(out, argmax)
+	readsNot(out, true, x) // the positions of the maxima are what it reads
 	return out
 }
 
