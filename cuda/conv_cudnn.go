@@ -298,8 +298,11 @@ func (b *Backend) timeCandidates(p *convPlan, dir convDirection, p1, p2, p3 uint
 		return err
 	})
 	how = fmt.Sprintf("heuristics %.1f ms", time.Since(t0).Seconds()*1e3)
-	if err != nil || len(cands) == 1 {
-		return first(cands), how + ", one qualifies", err
+	if err != nil {
+		return convAlgo{}, how, err
+	}
+	if len(cands) == 1 {
+		return cands[0], how + ", one qualifies", nil
 	}
 	most := 0
 	for _, c := range cands {
@@ -335,13 +338,6 @@ func (b *Backend) timeCandidates(p *convPlan, dir convDirection, p1, p2, p3 uint
 	a = cands[best]
 	a.ms, a.measured = float32(bestT.Seconds()*1e3), true
 	return a, how, nil
-}
-
-func first(c []convAlgo) convAlgo {
-	if len(c) == 0 {
-		return convAlgo{}
-	}
-	return c[0]
 }
 
 // runDNN queues direction dir with algorithm a and its workspace.
