@@ -361,6 +361,7 @@ func Where(cond, x, y *Tensor) *Tensor {
 			giveSummed(e, y, gy, true)
 		}
 	}, x, y)
+	alsoReads(out, cond)
 	return out
 }
 

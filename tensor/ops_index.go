@@ -44,6 +44,7 @@ func gatherRows(op string, x, idx *Tensor, shape []int, outer, n, inner int) *Te
 			be.IndexAdd(dx, g.buffer(), idx.buffer(), outer, n, inner)
 		}
 	}, x)
+	alsoReads(out, idx)
 	return out
 }
 

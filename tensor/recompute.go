@@ -49,7 +49,11 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 	needsGrad := y.requiresGrad
 	hidden := readLeaves(y, views, tmp)
 	if adopt(y, tmp, s) {
-		y.st.refs = 1 // the other Tensor values over it are tmp's, gone
+		// The other Tensor values over it are tmp's, and the first run's
+		// nodes that read it, all gone.
+		y.st.refs = 1
+		y.st.internal.Store(0)
+		y.st.readers.Store(0)
 		y.node, y.consumed = nil, false
 	} else {
 		y = y.copyDense(s) // a view of an input or of a long-lived tensor
@@ -171,20 +175,25 @@ func leafViews(inputs []*Tensor, s *Scope) []*Tensor {
 	return views
 }
 
-// keepRefs notes how many Tensor values see each input's memory and
-// returns what puts those counts back: the views a run makes of its inputs
+// keepRefs notes how many Tensor values see each input's memory (and how
+// many of them operations hold for themselves, heldInternally) and returns
+// what puts those counts back: the views a run makes of its inputs
 // (leafViews', and fn's own, a Reshape say) are gone with the run, and
-// Backward may free the inputs' memory again.
+// Backward may free the inputs' memory again. The readers the run's
+// operations counted stay: the inputs are held a little longer, never
+// freed too soon.
 func keepRefs(inputs []*Tensor) func() {
-	refs := map[*storage]int{}
+	type counts struct{ refs, internal int32 }
+	kept := map[*storage]counts{}
 	for _, in := range inputs {
-		if _, ok := refs[in.st]; !ok {
-			refs[in.st] = in.st.refs
+		if _, ok := kept[in.st]; !ok {
+			kept[in.st] = counts{int32(in.st.refs), in.st.internal.Load()}
 		}
 	}
 	return func() {
-		for st, n := range refs {
-			st.refs = n
+		for st, c := range kept {
+			st.refs = int(c.refs)
+			st.internal.Store(c.internal)
 		}
 	}
 }

@@ -228,12 +228,21 @@ func freeEarly(st *storage) {
 // memory of each of its inputs and of its output (out; nil for none).
 func countReaders(out *Tensor, inputs []*Tensor) {
 	if out != nil {
-		out.st.readers++
+		out.st.readers.Add(1)
 	}
 	for _, in := range inputs {
 		if in != nil {
-			in.st.readers++
+			in.st.readers.Add(1)
 		}
+	}
+}
+
+// alsoReads counts out's backward function as a reader of ts, tensors it
+// reads that are not among its recorded inputs (the indices of a gather,
+// the condition of Where).
+func alsoReads(out *Tensor, ts ...*Tensor) {
+	if out.node != nil {
+		countReaders(nil, ts)
 	}
 }
 
@@ -250,14 +259,14 @@ func readsNot(out *Tensor, output bool, ins ...*Tensor) {
 	}
 	if output && !n.outputUnread {
 		n.outputUnread = true
-		out.st.readers--
+		out.st.readers.Add(-1)
 	}
 	for _, in := range ins {
 		if in == nil || !slices.Contains(n.inputs, in) || slices.Contains(n.unread, in) {
 			continue
 		}
 		n.unread = append(n.unread, in)
-		in.st.readers--
+		in.st.readers.Add(-1)
 	}
 }
 
@@ -266,7 +275,7 @@ func readsNot(out *Tensor, output bool, ins ...*Tensor) {
 // its last reshape) and hands to no caller, so that the caller's tensor
 // still counts as the memory's only holder in ReleaseInput. It returns t.
 func heldInternally(t *Tensor) *Tensor {
-	t.st.internal++
+	t.st.internal.Add(1)
 	return t
 }
 
@@ -291,10 +300,10 @@ func ReleaseInput(in, out *Tensor) bool {
 		return false
 	}
 	st := in.st
-	if st.refs-st.internal != 1 || !releasing(st) {
+	if st.refs-int(st.internal.Load()) != 1 || !releasing(st) {
 		return false
 	}
-	if st.owner.GradEnabled() && st.readers > 0 {
+	if st.readers.Load() > 0 { // an operation recorded in any scope may read it
 		return false
 	}
 	freeEarly(st)

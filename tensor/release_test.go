@@ -552,3 +552,61 @@ func TestReleaseInputWithGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseInputKeepsWhatBackwardReads: a gather's indices, Where's
+// condition and a tensor that an operation recorded in another scope
+// reads stay through ReleaseInput, and so does a Recompute's result that
+// the caller holds a view of; Backward then runs.
+func TestReleaseInputKeepsWhatBackwardReads(t *testing.T) {
+	c := tensor.NewCountingCPU()
+	rng := rand.New(rand.NewPCG(1, 2))
+	newScope := func() *tensor.Scope {
+		s := tensor.NewScope()
+		s.SetReleaseInBackward(true)
+		return s
+	}
+	check := func(what string, in, out *tensor.Tensor, loss func() *tensor.Tensor) {
+		t.Helper()
+		if tensor.ReleaseInput(in, out) {
+			t.Errorf("%s: ReleaseInput freed what the backward pass reads", what)
+		}
+		loss().Backward()
+	}
+
+	s := newScope()
+	w := randParam(c, rng, 0.3, 5, 3)
+	ids := tensor.Argmax(randInput(c, s, rng, 4, 5)) // a step's int32 intermediate
+	emb := tensor.Embedding(w, ids)
+	check("Embedding's ids", ids, emb, func() *tensor.Tensor { return tensor.Sum(emb) })
+	s.Release()
+
+	s = newScope()
+	w = randParam(c, rng, 0.3, 4, 5)
+	cond := tensor.Gt(randInput(c, s, rng, 4, 5), tensor.Zeros(c, s, 1))
+	y := tensor.Where(cond, w, tensor.Zeros(c, s, 4, 5))
+	check("Where's condition", cond, y, func() *tensor.Tensor { return tensor.Sum(y) })
+	s.Release()
+
+	ev := tensor.NewNoGradScope()
+	ev.SetReleaseInBackward(true)
+	s = newScope()
+	w = randParam(c, rng, 0.3, 4, 4)
+	h := tensor.Full(c, ev, 0.5, 3, 4) // a no-grad scope's tensor, read by s's Mul
+	m := tensor.Mul(tensor.Linear(randInput(c, s, rng, 3, 4), w, nil), h)
+	check("another scope's operand", h, m, func() *tensor.Tensor { return tensor.Sum(m) })
+	s.Release()
+	ev.Release()
+
+	s = newScope()
+	s.SetAutocast(tensor.BFloat16)
+	w1, w2 := randParam(c, rng, 0.3, 5, 4), randParam(c, rng, 0.3, 3, 5)
+	r := tensor.Recompute(func(in ...*tensor.Tensor) *tensor.Tensor { return tensor.Linear(in[0], w1, nil) }, randInput(c, s, rng, 2, 3, 4))
+	view := r.Reshape(6, 5) // the caller's
+	z := tensor.Linear(r, w2, nil)
+	check("a Recompute's result with a view", r, z, func() *tensor.Tensor { return tensor.Sum(z) })
+	_ = view.Float32s()
+	s.Release()
+	if n := c.BadFrees(); n != 0 {
+		t.Errorf("%d frees of memory not live", n)
+	}
+}

@@ -52,8 +52,10 @@ type storage struct {
 	// it that an operation made for its own use and handed to no caller:
 	// ReleaseInput frees the memory during the forward pass when both
 	// allow.
-	readers  int
-	internal int
+	// (Atomic: a long-lived parameter's storage is counted by every step
+	// that reads it, from whichever goroutine runs the step.)
+	readers  atomic.Int32
+	internal atomic.Int32
 }
 
 // liveness is kept apart from storage so that a cleanup attached to the
