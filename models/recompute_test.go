@@ -101,6 +101,13 @@ func zooMemoryCases(full bool) []zooMemoryCase {
 // that gives memory back during Backward as the trainer's do.
 func runRecomputeStep(t *testing.T, zc zooMemoryCase, recompute bool) recomputeStep {
 	t.Helper()
+	return runZooStep(t, zc, recompute, func(s *tensor.Scope) { s.SetReleaseInBackward(true) })
+}
+
+// runZooStep runs one step of zc (its blocks recomputed when recompute)
+// on a fresh CountingCPU, in a scope that setup configures.
+func runZooStep(t *testing.T, zc zooMemoryCase, recompute bool, setup func(*tensor.Scope)) recomputeStep {
+	t.Helper()
 	c := tensor.NewCountingCPU()
 	m, loss := zc.build(c, recompute)
 	ps := nn.Parameters(m)
@@ -108,7 +115,7 @@ func runRecomputeStep(t *testing.T, zc zooMemoryCase, recompute bool) recomputeS
 		p.Tensor.SetGrad(tensor.Zeros(c, nil, p.Tensor.Shape()...))
 	}
 	s := tensor.NewScope()
-	s.SetReleaseInBackward(true)
+	setup(s)
 	start := c.Live()
 	c.ResetPeak()
 	l := loss(s)

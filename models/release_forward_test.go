@@ -5,38 +5,17 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
 )
 
-// forwardRelease is one autocast step of a zoo model on a CountingCPU:
-// its loss, its gradients and the bytes live above the start after the
-// forward pass and at the step's peak.
+// forwardRelease is one autocast step of a zoo model on a CountingCPU,
+// in a scope that releases early or keeps everything.
 func forwardRelease(t *testing.T, zc zooMemoryCase, release bool) recomputeStep {
 	t.Helper()
-	c := tensor.NewCountingCPU()
-	m, loss := zc.build(c, false)
-	ps := nn.Parameters(m)
-	for _, p := range ps {
-		p.Tensor.SetGrad(tensor.Zeros(c, nil, p.Tensor.Shape()...))
-	}
-	s := tensor.NewScope()
-	s.SetAutocast(tensor.BFloat16)
-	s.SetReleaseInBackward(release)
-	start := c.Live()
-	c.ResetPeak()
-	l := loss(s)
-	fwd := c.Live() - start
-	l.Backward()
-	r := recomputeStep{loss: l.Item(), forward: fwd, peak: c.Peak() - start}
-	for _, p := range ps {
-		r.grads = append(r.grads, p.Tensor.Grad().Float32s())
-	}
-	s.Release()
-	if n := c.BadFrees(); n != 0 {
-		t.Errorf("%s: %d frees of memory not live", zc.name, n)
-	}
-	return r
+	return runZooStep(t, zc, false, func(s *tensor.Scope) {
+		s.SetAutocast(tensor.BFloat16)
+		s.SetReleaseInBackward(release)
+	})
 }
 
 // TestReleaseDuringForwardZoo: under autocast, in a scope that releases
