@@ -43,6 +43,8 @@ import (
 // instead of giving them back during Backward (to compare the memory).
 // EMBER_ZOO_RECOMPUTE=1 recomputes each block's activations in the
 // backward pass (nn.RecomputeBlocks, train's --recompute).
+// EMBER_ZOO_CHANNELS_LAST=0 keeps autocast's convolution activations
+// float32 [N, C, H, W] (tensor.Scope.SetChannelsLast), to compare.
 func TestZooGPU(t *testing.T) {
 	what := os.Getenv("EMBER_ZOO")
 	if what == "" {
@@ -129,9 +131,14 @@ type zooEnv struct {
 func (z *zooEnv) newScope() *tensor.Scope {
 	s := tensor.NewScope()
 	s.SetAutocast(z.precision.Autocast())
+	s.SetChannelsLast(zooChannelsLast())
 	s.SetReleaseInBackward(os.Getenv("EMBER_ZOO_RELEASE") != "0")
 	return s
 }
+
+// zooChannelsLast is whether autocast holds the convolution nets'
+// activations channels-last (EMBER_ZOO_CHANNELS_LAST=0: not, to compare).
+func zooChannelsLast() bool { return os.Getenv("EMBER_ZOO_CHANNELS_LAST") != "0" }
 
 // zooSizes are a workload's sizes: zoo.py's for the benchmark, tiny ones
 // for the CPU smoke test.
@@ -528,7 +535,7 @@ func zooResNet9(t *testing.T, z *zooEnv, train, test *data.Dataset) {
 		lastLoss := loss.Item()
 		z.memPhase(false)
 		var acc float64
-		st.lend(t, func() { acc = zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch) })
+		st.lend(t, func() { acc = zooAccuracy(m, testX, test.Labels, z.sizes.evalBatch, z.precision.Autocast()) })
 		z.sync(t)
 		z.out(t, "resnet9", append([]any{"epoch", e + 1, "s", round(secs, 3), "augment", mode, "augment_host_s", round(augSecs, 3), "loss", round(float64(lastLoss), 4),
 			"test_acc", round(acc, 2), "step", st.logged}, append(startup, z.memory(true)...)...)...)
@@ -577,7 +584,7 @@ func augmentTranslateFlip(dst, src []float32, n, side, pad int, rng *rand.Rand) 
 
 // zooAccuracy is the percentage of test images (on the device) whose
 // largest logit is their label, in evaluation mode, in batches.
-func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int) float64 {
+func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int, autocast tensor.DType) float64 {
 	nn.SetTraining(m, false)
 	defer nn.SetTraining(m, true)
 	n, correct := x.Dim(0), 0
@@ -587,6 +594,8 @@ func zooAccuracy(m *models.ResNet9, x *tensor.Tensor, labels []uint8, batch int)
 		// Layers that hand each input back once the next is done
 		// (tensor.ReleaseInput) may, in this scope, as torch.no_grad does.
 		s.SetReleaseInBackward(os.Getenv("EMBER_ZOO_RELEASE") != "0")
+		s.SetAutocast(autocast) // as zoo.py evaluates under its autocast
+		s.SetChannelsLast(zooChannelsLast())
 		xs := tensor.Empty(x.Backend(), s, k, x.Dim(1), x.Dim(2), x.Dim(3)) // in s, so is all that derives from it
 		tensor.CopyTensor(xs, x.Narrow(0, start, k))
 		pred := tensor.Argmax(m.Logits(xs)).Int32s()

@@ -14,6 +14,9 @@ func Add(a, b *Tensor) *Tensor {
 		return addBroadcast(a, b)
 	}
 	sameBackend(a, b)
+	if out := addChannelsLast(a, b); out != nil {
+		return out
+	}
 	out := Empty(a.st.b, scopeOf(a, b), a.shape...)
 	Complete(a.st.b).Add(out.buffer(), a.Contiguous().buffer(), b.Contiguous().buffer())
 	record(out, "add", func(g *Tensor, e *engine) {
@@ -286,6 +289,9 @@ func linearGradsOf(p products, g, x, w *Tensor, hx, hw operand, dx, dw Buffer, a
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
+	if out := unaryChannelsLast(x, OpReLU); out != nil {
+		return out
+	}
 	x = x.Contiguous()
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)

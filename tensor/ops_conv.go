@@ -88,6 +88,9 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 // gradients are float32.
 func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b
+	if cl, ok := channelsLastOf(be, s); ok && channelsLastChannels(g.K) && cl.ConvChannelsLast(g) {
+		return convolveChannelsLast(cl, s, x, w, b, g)
+	}
 	out := Empty(be, s, g.N, g.K, g.OutH(), g.OutW())
 	var bias Buffer
 	if b != nil {

@@ -371,6 +371,9 @@ func unary(name string, op UnaryOp, x *Tensor, a, b float32) *Tensor {
 	if x.DType() != Float32 {
 		panic(fmt.Sprintf("tensor: %s of %s %v; want float32", name, x.DType(), x.shape))
 	}
+	if out := unaryChannelsLast(x, op); out != nil {
+		return out
+	}
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)
 	be.Unary(op, out.buffer(), denseView(x), x.shape, a, b)

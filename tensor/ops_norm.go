@@ -89,6 +89,9 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 		// Recompute's second run: the first updated the statistics.
 		runningMean, runningVar = nil, nil
 	}
+	if cl, ok := channelsLastOf(be, s); ok && x.IsChannelsLast() {
+		return batchNormChannelsLast(cl, s, x, weight, bias, runningMean, runningVar, training, momentum, eps, act)
+	}
 	out := Empty(be, s, x.shape...)
 	mean, inv := Empty(be, s, c), Empty(be, s, c)
 	if act == OpIdentity {

@@ -56,6 +56,9 @@ func poolGeomOf(op string, x *Tensor, o PoolOptions) (*Tensor, PoolGeom) {
 // maxima are kept for the backward pass.
 func MaxPool2dWith(x *Tensor, o PoolOptions) *Tensor {
 	x, g := poolGeomOf("MaxPool2d", x, o)
+	if out := maxPoolChannelsLast(x, g); out != nil {
+		return out
+	}
 	be := x.st.b
 	out := Empty(be, x.scope, g.N, g.C, g.OutH(), g.OutW())
 	argmax := EmptyOf(be, x.scope, Int32, out.shape...)

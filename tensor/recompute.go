@@ -34,11 +34,14 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 		return fn(inputs...)
 	}
 	autocast := s.Autocast() // the second run follows the first's choice
+	s.mu.Lock()
+	planar := s.planar
+	s.mu.Unlock()
 	// The first run records its graph, to learn which parameters fn reads
 	// and whether the result needs a gradient; the graph and every tensor
 	// of it but the result go with tmp.
 	run := &recomputeRun{parent: s.run, keep: s}
-	tmp := recomputeScope(autocast, run)
+	tmp := recomputeScope(autocast, planar, run)
 	defer tmp.Release()
 	defer keepRefs(inputs)()
 	views := leafViews(inputs, tmp)
@@ -66,7 +69,7 @@ func Recompute(fn func(in ...*Tensor) *Tensor, inputs ...*Tensor) *Tensor {
 	// The backward function makes the result again: where the scope
 	// releases in backward, Backward frees the first one before it runs.
 	y.node = &node{op: "recompute", inputs: append(slices.Clone(inputs), hidden...), outputUnread: true, backward: func(g *Tensor, e *engine) {
-		rs := recomputeScope(autocast, &recomputeRun{parent: s.run, replay: true})
+		rs := recomputeScope(autocast, planar, &recomputeRun{parent: s.run, replay: true})
 		defer rs.Release()
 		rs.early = true // nothing reads the second run's tensors after its pass
 		defer keepRefs(inputs)()
@@ -155,9 +158,9 @@ func Recomputing(t *Tensor) bool { return t != nil && t.scope.replaying() }
 
 // recomputeScope is a scope for one run of a Recompute: it records
 // gradients with the given autocast.
-func recomputeScope(autocast DType, run *recomputeRun) *Scope {
+func recomputeScope(autocast DType, planar bool, run *recomputeRun) *Scope {
 	rs := NewScope()
-	rs.autocast = autocast
+	rs.autocast, rs.planar = autocast, planar
 	rs.run = run
 	return rs
 }

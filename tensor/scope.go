@@ -18,6 +18,9 @@ type Scope struct {
 	noGrad   bool
 	released bool
 	autocast DType // Float32 (off) or BFloat16 (autocast.go)
+	// planar turns autocast's channels-last activations off
+	// (SetChannelsLast).
+	planar bool
 	// early: Backward gives the memory of the scope's intermediate
 	// tensors back as it goes (SetReleaseInBackward, release.go).
 	early bool

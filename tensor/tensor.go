@@ -35,6 +35,9 @@ type storage struct {
 	// onesPending marks Backward's seed before its memory is filled with
 	// ones: the first read through buffer (of it or a view) fills it.
 	onesPending bool
+	// cl, when set, says that buf holds a float32 tensor as bfloat16
+	// channels-last (channels_last.go); plain reads convert it first.
+	cl *channelsLastForm
 
 	// What Backward needs to give the memory back early
 	// (Scope.SetReleaseInBackward, release.go): the scope that frees it
@@ -228,7 +231,12 @@ func (t *Tensor) Dim(i int) int {
 func (t *Tensor) Len() int { return numel(t.shape) }
 
 // DType is the element type.
-func (t *Tensor) DType() DType { return t.st.buf.DType }
+func (t *Tensor) DType() DType {
+	if t.st.cl != nil {
+		return Float32
+	}
+	return t.st.buf.DType
+}
 
 // Backend is the device the tensor lives on.
 func (t *Tensor) Backend() Backend { return t.st.b }
@@ -274,8 +282,11 @@ func (t *Tensor) mustBeLive() {
 	panic("tensor: use of a released tensor")
 }
 
-// fillPendingOnes fills Backward's seed on its first read.
+// fillPendingOnes readies t's memory for a plain read: it fills
+// Backward's seed on its first read, and turns memory held channels-last
+// into plain float32.
 func (t *Tensor) fillPendingOnes() {
+	t.st.materialize()
 	if t.st.onesPending {
 		t.st.onesPending = false
 		t.st.b.Fill(t.st.buf, 1)

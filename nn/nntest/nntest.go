@@ -117,14 +117,23 @@ var BatchNormFusionPlan = []string{"0", "1+2 (batchnorm+act)", "3", "4", "5+6 (b
 
 // RunBatchNormFusion runs bnActNet on b fused and with fusion off from the
 // same seed, two training steps and an evaluation step, in float32 and
-// under bfloat16 autocast (batch norm stays float32 there, its input the
-// convolution's bfloat16-rounded output): outputs, every gradient and the
-// running statistics must agree bit for bit, since the fused kernels
-// compute the unfused operations' values in the same order.
+// under bfloat16 autocast: outputs, every gradient and the running
+// statistics must agree bit for bit, since the fused kernels compute the
+// unfused operations' values in the same order. The exception is autocast
+// on a backend that holds activations channels-last
+// (tensor.ChannelsLastBackend): there a fused batch norm and GELU rounds
+// its result to bfloat16 once where the two layers round twice, as
+// torch's do, so the two runs agree to bfloat16's rounding carried
+// through the net (relative error of each vector, in the 2-norm, within
+// 5%).
 func RunBatchNormFusion(t *testing.T, b tensor.Backend) {
 	t.Helper()
 	for _, autocast := range []bool{false, true} {
 		t.Run(fmt.Sprintf("autocast=%v", autocast), func(t *testing.T) {
+			sameBits := sameBits
+			if _, cl := b.(tensor.ChannelsLastBackend); cl && autocast {
+				sameBits = closeNorm(0.05)
+			}
 			c := Case{Name: "bnActNet", Build: bnActNet, Input: []int{4, 3, 8, 8}}
 			fused, plain := c.build(b, 11), c.build(b, 11)
 			defer fused.release()
@@ -207,6 +216,25 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Errorf("%s: [%d] = %v fused, %v unfused (of %d values)", what, i, got[i], want[i], len(want))
 			return
+		}
+	}
+}
+
+// closeNorm is a comparison of two vectors: ‖got - want‖₂ ≤ tol·‖want‖₂.
+func closeNorm(tol float64) func(t *testing.T, what string, got, want []float32) {
+	return func(t *testing.T, what string, got, want []float32) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d values, want %d", what, len(got), len(want))
+			return
+		}
+		var d, n float64
+		for i := range want {
+			d += (float64(got[i]) - float64(want[i])) * (float64(got[i]) - float64(want[i]))
+			n += float64(want[i]) * float64(want[i])
+		}
+		if !(math.Sqrt(d) <= tol*math.Sqrt(n)) {
+			t.Errorf("%s: relative error %.3g fused against unfused (of %d values), want at most %g", what, math.Sqrt(d/n), len(want), tol)
 		}
 	}
 }

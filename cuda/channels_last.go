@@ -1,0 +1,401 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// The backend's tensor.ChannelsLastBackend: autocast's activations held as
+// bfloat16 [rows, C], the layout cuDNN's tensor-core convolutions read and
+// write, so that convolutions take and give them with no cast
+// (conv_cudnn.go) and batch norm, the activations, sums and max pooling
+// run on them directly (kernels/channels_last.cu).
+
+var _ tensor.ChannelsLastBackend = (*Backend)(nil)
+
+// The modes of kernels/channels_last.cu's kernels.
+const (
+	clStats  = 0 // ember_cl_channel_sums / finalize: batch norm's statistics
+	clBNGrad = 1 // batch norm's gradient sums
+	clSum    = 2 // a bias gradient: Σ dy
+	clEval   = 3 // finalize: statistics from the running ones
+
+	clBN      = 0 // ember_cl_apply: batch norm and its activation
+	clAct     = 1 // an activation
+	clBias    = 2 // a convolution's bias and ReLU
+	clActGrad = 3 // an activation's gradient
+	clBNDX    = 4 // batch norm's input gradient
+	clAdd     = 5 // a sum
+)
+
+// clMaxChannels is the widest row the kernels take: ember_cl_channel_sums
+// keeps a block's rows of sums, 2,048 floats each, in shared memory.
+const clMaxChannels = 2048
+
+// clPtr is the address of a channels-last buffer of at least n elements:
+// bfloat16 and 16-byte aligned, as the kernels move eight elements at a
+// time.
+func (b *Backend) clPtr(op, what string, buf tensor.Buffer, n int) uintptr {
+	need(op, what, buf, n)
+	p := b.ptr(op, buf, tensor.BFloat16)
+	if p%16 != 0 {
+		panic(fmt.Sprintf("cuda: %s: %s at %#x is not 16-byte aligned", op, what, p))
+	}
+	return p
+}
+
+// clChannels panics for a channel count the kernels do not take.
+func clChannels(op string, c int) {
+	if c <= 0 || c%8 != 0 || c > clMaxChannels {
+		panic(fmt.Sprintf("cuda: %s: %d channels; want a positive multiple of 8 up to %d", op, c, clMaxChannels))
+	}
+}
+
+// ConvChannelsLast reports whether g's convolution runs on cuDNN with
+// channels-last bfloat16 tensors and an output the kernels take.
+func (b *Backend) ConvChannelsLast(g tensor.ConvGeom) bool {
+	if g.K%8 != 0 || g.K > clMaxChannels || !b.ConvLowp(g) {
+		return false
+	}
+	dg, ok := b.lowpGeom(convShapeOf("conv2d_channels_last", g))
+	return ok && dg.nhwc
+}
+
+func (b *Backend) ToChannelsLast(dst, src tensor.Buffer, n, c, inner int) {
+	const op = "to_channels_last"
+	need(op, "src", src, n*c*inner)
+	need(op, "dst", dst, n*c*inner)
+	b.toLowp(op, b.ptr(op, dst, tensor.BFloat16), b.f32(op, src), 0, n, c, inner, true)
+}
+
+func (b *Backend) FromChannelsLast(dst, src tensor.Buffer, n, c, inner int, accumulate bool) {
+	const op = "from_channels_last"
+	need(op, "src", src, n*c*inner)
+	need(op, "dst", dst, n*c*inner)
+	b.fromLowp(op, b.f32(op, dst), b.ptr(op, src, tensor.BFloat16), 0, n, c, inner, false, accumulate, true)
+}
+
+// clApply queues ember_cl_apply over n elements of rows of c channels.
+func (b *Backend) clApply(op string, y, x, dy, mean, inv, w, bias, coef uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
+	if n == 0 {
+		return
+	}
+	n8 := n / 8
+	b.launch(op, b.kernel("ember_cl_apply"), n8, y, x, dy, mean, inv, w, bias, coef,
+		int32(act), int32(mode), flag(training), int64(n8), i32arg(op, c))
+}
+
+// clSums queues ember_cl_channel_sums over rows of c channels into a new
+// workspace of partial sums, and returns it with its block count.
+func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
+	g := c / 8
+	r := blockSize / g
+	nb := min((rows+r-1)/r, 1024)
+	part := b.workspace(op, 4*2*nb*c)
+	devCheck(op, b.x.launch(b.kernel("ember_cl_channel_sums"), Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{part.Ptr(), x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c), int32(mode)}))
+	return part, nb
+}
+
+// clFinalize queues ember_cl_bn_finalize over c channels.
+func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, saveMean, saveInvStd, runMean, runVar uintptr,
+	momentum, eps float32, dweight, dbias uintptr, accW, accB bool, coef uintptr) {
+	b.launch(op, b.kernel("ember_cl_bn_finalize"), c, part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
+		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, dweight, dbias, flag(accW), flag(accB), coef)
+}
+
+func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, rows, c int, training bool, momentum, eps float32, act tensor.UnaryOp) {
+	const op = "batch_norm_channels_last"
+	clChannels(op, c)
+	n := rows * c
+	py, px := b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n)
+	need(op, "saveMean", saveMean, c)
+	need(op, "saveInvStd", saveInvStd, c)
+	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
+	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
+	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	if training {
+		if rows < 2 {
+			panic(fmt.Sprintf("cuda: %s: %d rows in training", op, rows))
+		}
+		part, nb := b.clSums(op, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
+		b.clFinalize(op, part.Ptr(), nb, c, rows, clStats, px, pm, pi, prm, prv, momentum, eps, 0, 0, false, false, 0)
+		b.release(part)
+	} else {
+		if prm == 0 || prv == 0 {
+			panic(fmt.Sprintf("cuda: %s: evaluation without running statistics", op))
+		}
+		b.clFinalize(op, 0, 0, c, rows, clEval, 0, pm, pi, prm, prv, momentum, eps, 0, 0, false, false, 0)
+	}
+	b.clApply(op, py, px, 0, pm, pi, pw, pb, 0, act, clBN, training, n, c)
+}
+
+func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd tensor.Buffer, rows, c int, training bool, act tensor.UnaryOp, accW, accB bool) {
+	const op = "batch_norm_backward_channels_last"
+	if dx.Empty() && dweight.Empty() && dbias.Empty() {
+		return
+	}
+	clChannels(op, c)
+	n := rows * c
+	pdy, px := b.clPtr(op, "dy", dy, n), b.clPtr(op, "x", x, n)
+	need(op, "saveMean", saveMean, c)
+	need(op, "saveInvStd", saveInvStd, c)
+	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
+	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	pdw, pdb := b.f32Opt(op, "dweight", dweight, c), b.f32Opt(op, "dbias", dbias, c)
+	var pdx uintptr
+	if !dx.Empty() {
+		pdx = b.clPtr(op, "dx", dx, n)
+	}
+	if rows == 0 {
+		return
+	}
+	part, nb := b.clSums(op, px, pdy, pm, pi, pw, pb, act, rows, c, clBNGrad)
+	coef := b.workspace(op, 4*2*c)
+	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, 0, pi, 0, 0, 0, 0, pdw, pdb, accW, accB, coef.Ptr())
+	b.release(part)
+	if pdx != 0 {
+		b.clApply(op, pdx, px, pdy, pm, pi, pw, pb, coef.Ptr(), act, clBNDX, training, n, c)
+	}
+	b.release(coef)
+}
+
+// clActivation checks an activation of the form.
+func clActivation(op string, act tensor.UnaryOp) {
+	if act != tensor.OpReLU && act != tensor.OpGELU && act != tensor.OpGELUTanh {
+		panic(fmt.Sprintf("cuda: %s: activation op %d; want ReLU, GELU or GELU (tanh)", op, act))
+	}
+}
+
+// clLen checks an elementwise pass's element count (whole groups of 8).
+func clLen(op string, n int) {
+	if n < 0 || n%8 != 0 {
+		panic(fmt.Sprintf("cuda: %s: %d elements; want a multiple of 8", op, n))
+	}
+}
+
+func (b *Backend) UnaryChannelsLast(y, x tensor.Buffer, act tensor.UnaryOp, n int) {
+	const op = "unary_channels_last"
+	clActivation(op, act)
+	clLen(op, n)
+	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n), 0, 0, 0, 0, 0, 0, act, clAct, false, n, 8)
+}
+
+func (b *Backend) UnaryBackwardChannelsLast(dx, dy, x tensor.Buffer, act tensor.UnaryOp, n int) {
+	const op = "unary_backward_channels_last"
+	clActivation(op, act)
+	clLen(op, n)
+	b.clApply(op, b.clPtr(op, "dx", dx, n), b.clPtr(op, "x", x, n), b.clPtr(op, "dy", dy, n), 0, 0, 0, 0, 0, act, clActGrad, false, n, 8)
+}
+
+func (b *Backend) AddChannelsLast(y, a, c tensor.Buffer, n int) {
+	const op = "add_channels_last"
+	clLen(op, n)
+	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "a", a, n), b.clPtr(op, "b", c, n), 0, 0, 0, 0, 0, 0, clAdd, false, n, 8)
+}
+
+// clPool checks a pooling of the form: disjoint windows, no padding.
+func clPool(op string, p tensor.PoolGeom) {
+	clChannels(op, p.C)
+	if p.StrideH != p.KH || p.StrideW != p.KW || p.PadH != 0 || p.PadW != 0 || p.OutH() < 1 || p.OutW() < 1 || p.KH*p.KW > 256 {
+		panic(fmt.Sprintf("cuda: %s: window %dx%d stride %dx%d padding %dx%d; want disjoint windows without padding",
+			op, p.KH, p.KW, p.StrideH, p.StrideW, p.PadH, p.PadW))
+	}
+}
+
+// clIdx is the address of max pooling's window positions (uint8, [N, OH,
+// OW, C]; 8-byte aligned, as the kernels move eight at a time).
+func (b *Backend) clIdx(op string, buf tensor.Buffer, n int) uintptr {
+	need(op, "idx", buf, n)
+	p := b.ptr(op, buf, tensor.Uint8)
+	if p%8 != 0 {
+		panic(fmt.Sprintf("cuda: %s: idx at %#x is not 8-byte aligned", op, p))
+	}
+	return p
+}
+
+func (b *Backend) MaxPoolChannelsLast(y, idx, x tensor.Buffer, p tensor.PoolGeom) {
+	const op = "maxpool2d_channels_last"
+	clPool(op, p)
+	oh, ow := p.OutH(), p.OutW()
+	n8 := p.N * oh * ow * p.C / 8
+	py, px := b.clPtr(op, "y", y, 8*n8), b.clPtr(op, "x", x, p.N*p.H*p.W*p.C)
+	pi := b.clIdx(op, idx, 8*n8)
+	b.launch(op, b.kernel("ember_cl_maxpool"), n8, py, pi, px, i32arg(op, p.H), i32arg(op, p.W), i32arg(op, p.C),
+		i32arg(op, oh), i32arg(op, ow), i32arg(op, p.KH), i32arg(op, p.KW), int64(n8))
+}
+
+func (b *Backend) MaxPoolBackwardChannelsLast(dx, dy, idx tensor.Buffer, p tensor.PoolGeom) {
+	const op = "maxpool2d_backward_channels_last"
+	clPool(op, p)
+	oh, ow := p.OutH(), p.OutW()
+	n8 := p.N * p.H * p.W * p.C / 8
+	pdx := b.clPtr(op, "dx", dx, 8*n8)
+	pdy, pi := b.clPtr(op, "dy", dy, p.N*oh*ow*p.C), b.clIdx(op, idx, p.N*oh*ow*p.C)
+	b.launch(op, b.kernel("ember_cl_maxpool_backward"), n8, pdx, pdy, pi, i32arg(op, p.H), i32arg(op, p.W), i32arg(op, p.C),
+		i32arg(op, oh), i32arg(op, ow), i32arg(op, p.KH), i32arg(op, p.KW), int64(n8))
+}
+
+// Conv2dChannelsLast runs the convolution on cuDNN from and into the
+// form, with the bias and ReLU after it in one pass over y; where cuDNN
+// refuses, it is Conv2dLowp on float32 copies.
+func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_channels_last"
+	c := convShapeOf(op, g)
+	clChannels(op, g.K)
+	py, px := b.clPtr(op, "y", y, c.yLen), b.clPtr(op, "x", x, c.xLen)
+	need(op, "w", w, c.wLen)
+	pw := b.f32(op, w)
+	pbias := b.f32Opt(op, "bias", bias, g.K)
+	if c.yLen == 0 {
+		return
+	}
+	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, c) {
+		if pbias != 0 || g.ReLU {
+			var act tensor.UnaryOp
+			if g.ReLU {
+				act = tensor.OpReLU
+			}
+			b.clApply(op, py, py, 0, 0, 0, 0, pbias, 0, act, clBias, false, c.yLen, g.K)
+		}
+		return
+	}
+	xf, yf := b.mustAlloc(op, c.xLen), b.mustAlloc(op, c.yLen)
+	defer b.Free(xf)
+	defer b.Free(yf)
+	b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
+	b.Conv2dLowp(yf, xf, w, bias, g)
+	b.ToChannelsLast(y, yf, g.N, g.K, c.p)
+}
+
+// mustAlloc is a float32 buffer of n elements, or a panic with the
+// device's error.
+func (b *Backend) mustAlloc(op string, n int) tensor.Buffer {
+	buf, err := b.Alloc(n, tensor.Float32)
+	if err != nil {
+		panic(&tensor.Error{Op: "cuda: " + op, Err: err})
+	}
+	return buf
+}
+
+func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw uintptr, c convShape) bool {
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	if p.failed[dirForward] != nil {
+		return false
+	}
+	devCheck(op, b.x.settle())
+	g := c.g
+	wh := b.workspace(op, 2*c.wLen)
+	defer b.release(wh)
+	b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
+	a, ok := b.algoFor(op, p, dirForward, px, wh.Ptr(), py, 0)
+	if !ok {
+		return false
+	}
+	b.runDNN(op, p, dirForward, a, px, wh.Ptr(), 0, py)
+	return true
+}
+
+// Conv2dBackwardChannelsLast runs the backward passes on cuDNN from and
+// into the form (the bias gradient summed from dy by
+// ember_cl_channel_sums); where cuDNN refuses, it is Conv2dBackwardLowp on
+// float32 copies.
+func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+	const op = "conv2d_backward_channels_last"
+	if g.ReLU {
+		panic("cuda: " + op + ": the caller masks dy by the ReLU")
+	}
+	wantDX, wantDW := !dx.Empty(), !dw.Empty()
+	if !wantDX && !wantDW && db.Empty() {
+		return
+	}
+	c := convShapeOf(op, g)
+	clChannels(op, g.K)
+	pdy := b.clPtr(op, "dy", dy, c.yLen)
+	var pdx, pdw, px, pw uintptr
+	if wantDX {
+		need(op, "w", w, c.wLen)
+		pdx, pw = b.clPtr(op, "dx", dx, c.xLen), b.f32(op, w)
+	}
+	if wantDW {
+		need(op, "dw", dw, c.wLen)
+		pdw, px = b.f32(op, dw), b.clPtr(op, "x", x, c.xLen)
+	}
+	pdb := b.f32Opt(op, "db", db, g.K)
+	if c.yLen == 0 {
+		return
+	}
+	if pdb != 0 {
+		rows := g.N * c.p
+		part, nb := b.clSums(op, 0, pdy, 0, 0, 0, 0, 0, rows, g.K, clSum)
+		b.clFinalize(op, part.Ptr(), nb, g.K, rows, clSum, 0, 0, 0, 0, 0, 0, 0, 0, pdb, false, true, 0)
+		b.release(part)
+	}
+	if !wantDX && !wantDW {
+		return
+	}
+	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dBackwardChannelsLastCuDNN(op, dg, pdx, pdw, pdy, px, pw, c) {
+		return
+	}
+	dyf := b.mustAlloc(op, c.yLen)
+	defer b.Free(dyf)
+	b.FromChannelsLast(dyf, dy, g.N, g.K, c.p, false)
+	var xf, dxf tensor.Buffer
+	if wantDW {
+		xf = b.mustAlloc(op, c.xLen)
+		defer b.Free(xf)
+		b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
+	}
+	if wantDX {
+		dxf = b.mustAlloc(op, c.xLen)
+		defer b.Free(dxf)
+	}
+	b.Conv2dBackwardLowp(dxf, dw, tensor.Buffer{}, dyf, xf, w, tensor.Buffer{}, g)
+	if wantDX {
+		b.ToChannelsLast(dx, dxf, g.N, g.C, g.H*g.W)
+	}
+}
+
+// conv2dBackwardChannelsLastCuDNN queues the data and filter gradients on
+// cuDNN; false, with at most the weight's cast queued, where cuDNN
+// refuses a direction.
+func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pdx, pdw, pdy, px, pw uintptr, c convShape) bool {
+	s := b.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.plan(dg)
+	if (pdx != 0 && p.failed[dirBackwardData] != nil) || (pdw != 0 && p.failed[dirBackwardFilter] != nil) {
+		return false
+	}
+	devCheck(op, b.x.settle())
+	g := c.g
+	var wh Block
+	var da, fa convAlgo
+	ok := true
+	if pdx != 0 {
+		wh = b.workspace(op, 2*c.wLen)
+		defer b.release(wh)
+		b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
+		da, ok = b.algoFor(op, p, dirBackwardData, wh.Ptr(), pdy, pdx, 0)
+	}
+	if ok && pdw != 0 {
+		fa, ok = b.algoFor(op, p, dirBackwardFilter, px, pdy, 0, 2*c.wLen)
+	}
+	if !ok {
+		return false
+	}
+	if pdw != 0 {
+		dwh := b.workspace(op, 2*c.wLen)
+		b.runDNN(op, p, dirBackwardFilter, fa, px, pdy, 0, dwh.Ptr())
+		b.fromLowp(op, pdw, dwh.Ptr(), 0, g.K, g.C/c.groups, g.R*g.S, false, true, dg.nhwc)
+		b.release(dwh)
+	}
+	if pdx != 0 {
+		b.runDNN(op, p, dirBackwardData, da, wh.Ptr(), pdy, 0, pdx)
+	}
+	return true
+}

@@ -1,0 +1,319 @@
+// channels_last.cu: autocast's activations held as bfloat16 [rows, C]
+// (tensor/channels_last.go, cuda/channels_last.go): batch norm with its
+// activation, the activations alone, sums and max pooling, each reading
+// and writing the form directly. It is compiled in norm.cu's unit and
+// computes batch norm's normalised value and activations with norm.cu's
+// functions, as the CPU does, so that the two differ in the order of the
+// statistics' sums only. C is a multiple of 8: a thread moves eight
+// channels of one row (16 bytes) at a time.
+
+// Eight bfloat16 values as one 16-byte access (as common.cu's ember_f4).
+struct __attribute__((aligned(16))) ember_cl8 {
+    unsigned int x, y, z, w;
+};
+
+// Eight bfloat16 values at p (16-byte aligned) as float32.
+__device__ __forceinline__ void ember_cl_load8(const unsigned short* p, float v[8]) {
+    const ember_cl8 u = *reinterpret_cast<const ember_cl8*>(p);
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
+// Eight float32 values rounded to bfloat16 at p.
+__device__ __forceinline__ void ember_cl_store8(unsigned short* p, const float v[8]) {
+    unsigned int w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        w[k] = (unsigned int)ember_bf16_from_f32(v[2 * k]) | ((unsigned int)ember_bf16_from_f32(v[2 * k + 1]) << 16);
+    }
+    ember_cl8 u;
+    u.x = w[0];
+    u.y = w[1];
+    u.z = w[2];
+    u.w = w[3];
+    *reinterpret_cast<ember_cl8*>(p) = u;
+}
+
+// The sums of ember_cl_channel_sums.
+#define EMBER_CL_STATS 0    // x - shift and its square (shift: row 0's value)
+#define EMBER_CL_BN_GRAD 1  // g = dy·act'(z), and g·(x - mean)
+#define EMBER_CL_SUM 2      // dy
+#define EMBER_CL_EVAL 3     // none: ember_cl_bn_finalize's evaluation statistics
+
+// ember_cl_channel_sums writes two partial sums per channel of [rows, C]
+// for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]: a thread
+// takes eight channels of every (gridDim.x·R)-th row, R = blockDim.x /
+// (C/8) rows at a time per block, and the block adds its rows' sums in
+// shared memory. C/8 <= blockDim.x, (C/8)·R·8 <= 2048.
+extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned short* x, const unsigned short* dy,
+                                                 const float* mean, const float* inv, const float* w, const float* b,
+                                                 int act, long long rows, int C, int mode) {
+    __shared__ float sh[2][2048];
+    const int G = C >> 3;
+    const int R = blockDim.x / G;
+    const int g = threadIdx.x % G;
+    const int r = threadIdx.x / G;
+    const int c0 = g * 8;
+    float s1[8], s2[8], sub[8], k[8], wv[8], bv[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        s1[j] = 0.f;
+        s2[j] = 0.f;
+        sub[j] = 0.f;
+        k[j] = 1.f;
+        wv[j] = 1.f;
+        bv[j] = 0.f;
+    }
+    if (r < R) {
+        if (mode == EMBER_CL_STATS) {
+            ember_cl_load8(x + c0, sub);
+        } else if (mode == EMBER_CL_BN_GRAD) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                sub[j] = mean[c0 + j];
+                k[j] = inv[c0 + j];
+                if (w) wv[j] = w[c0 + j];
+                if (b) bv[j] = b[c0 + j];
+            }
+        }
+        for (long long row = (long long)blockIdx.x * R + r; row < rows; row += (long long)gridDim.x * R) {
+            const long long at = row * C + c0;
+            float xv[8], gv[8];
+            if (mode == EMBER_CL_STATS) {
+                ember_cl_load8(x + at, xv);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float u = xv[j] - sub[j];
+                    s1[j] += u;
+                    s2[j] += u * u;
+                }
+            } else if (mode == EMBER_CL_BN_GRAD) {
+                ember_cl_load8(x + at, xv);
+                ember_cl_load8(dy + at, gv);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float gj = ember_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
+                    s1[j] += gj;
+                    s2[j] += gj * (xv[j] - sub[j]);
+                }
+            } else {
+                ember_cl_load8(dy + at, gv);
+#pragma unroll
+                for (int j = 0; j < 8; j++) s1[j] += gv[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sh[0][r * C + c0 + j] = s1[j];
+            sh[1][r * C + c0 + j] = s2[j];
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t1 = 0.f, t2 = 0.f;
+        for (int q = 0; q < R; q++) {
+            t1 += sh[0][q * C + c];
+            t2 += sh[1][q * C + c];
+        }
+        part[(long long)blockIdx.x * C + c] = t1;
+        part[((long long)gridDim.x + blockIdx.x) * C + c] = t2;
+    }
+}
+
+// ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (one
+// thread each, in double, in block order) and from them:
+//   EMBER_CL_STATS: training batch norm's mean and 1/√(var+eps) into
+//     saveMean and saveInvStd, the running statistics updated as torch
+//     does (when runMean is not null);
+//   EMBER_CL_BN_GRAD: dbias = Σg and dweight = Σg·x̂ (each written, or
+//     added when its acc flag is set; null: skipped), and coef[c] =
+//     Σg/m, coef[C + c] = Σg·x̂/m for the dx pass;
+//   EMBER_CL_SUM: dbias += Σdy;
+//   EMBER_CL_EVAL (no sums): saveMean and saveInvStd from the running
+//     statistics, for batch norm out of training.
+extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C, long long rows, int mode,
+                                                const unsigned short* x, float* saveMean, float* saveInvStd,
+                                                float* runMean, float* runVar, float momentum, float eps,
+                                                float* dweight, float* dbias, int accW, int accB, float* coef) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s1 = 0.0, s2 = 0.0;
+    for (int q = 0; q < nb; q++) {
+        s1 += (double)part[(long long)q * C + c];
+        s2 += (double)part[((long long)nb + q) * C + c];
+    }
+    const double m = (double)rows;
+    if (mode == EMBER_CL_STATS) {
+        const double shift = (double)ember_f32_from_bf16(x[c]);
+        const double d = s1 / m;
+        double var = s2 / m - d * d;
+        if (var < 0.0) var = 0.0;
+        const double mu = shift + d;
+        saveMean[c] = (float)mu;
+        saveInvStd[c] = (float)(1.0 / sqrt(var + (double)eps));
+        if (runMean) {
+            const double mom = (double)momentum;
+            runMean[c] = (float)((1.0 - mom) * (double)runMean[c] + mom * mu);
+            runVar[c] = (float)((1.0 - mom) * (double)runVar[c] + mom * var * m / (m - 1.0));
+        }
+    } else if (mode == EMBER_CL_BN_GRAD) {
+        const double inv = (double)saveInvStd[c];
+        const double sx = s2 * inv; // Σ g·x̂
+        if (dbias) dbias[c] = (float)(accB ? (double)dbias[c] + s1 : s1);
+        if (dweight) dweight[c] = (float)(accW ? (double)dweight[c] + sx : sx);
+        if (coef) {
+            coef[c] = (float)(s1 / m);
+            coef[C + c] = (float)(sx / m);
+        }
+    } else if (mode == EMBER_CL_SUM) {
+        dbias[c] = (float)((double)dbias[c] + s1);
+    } else {
+        saveMean[c] = runMean[c];
+        saveInvStd[c] = (float)(1.0 / sqrt((double)runVar[c] + (double)eps));
+    }
+}
+
+// The elementwise passes of ember_cl_apply.
+#define EMBER_CL_BN 0       // y = act(z), z batch norm's normalised x
+#define EMBER_CL_ACT 1      // y = act(x)
+#define EMBER_CL_BIAS 2     // y = x + bias, then ReLU when act
+#define EMBER_CL_ACT_GRAD 3 // y = dy·act'(x)
+#define EMBER_CL_BN_DX 4    // y = batch norm's dx (training: coef holds the means of g and g·x̂)
+#define EMBER_CL_ADD 5      // y = x + dy
+
+// ember_cl_apply runs one of those passes over n8 groups of eight
+// elements of [rows, C] (a thread per group, grid-stride), rounding y to
+// bfloat16. mean, inv, w, b are per channel (w, b may be null: 1 and 0;
+// EMBER_CL_BIAS takes its bias as b).
+extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned short* x, const unsigned short* dy,
+                                          const float* mean, const float* inv, const float* w, const float* b,
+                                          const float* coef, int act, int mode, int training, long long n8, int C) {
+    EMBER_LOOP(long long, i, n8) {
+        const long long at = i * 8;
+        const int c0 = (int)(at % C);
+        float xv[8], gv[8], out[8];
+        ember_cl_load8(x + at, xv);
+        if (mode >= EMBER_CL_ACT_GRAD) ember_cl_load8(dy + at, gv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = c0 + j;
+            const float wj = w ? w[c] : 1.f;
+            const float bj = b ? b[c] : 0.f;
+            float v;
+            switch (mode) {
+            case EMBER_CL_BN:
+                v = ember_normalized(xv[j], mean[c], inv[c], wj, bj);
+                if (act) v = ember_bn_act(act, v);
+                break;
+            case EMBER_CL_ACT:
+                v = ember_bn_act(act, xv[j]);
+                break;
+            case EMBER_CL_BIAS:
+                v = xv[j] + bj;
+                if (act) v = ember_bn_act(act, v);
+                break;
+            case EMBER_CL_ACT_GRAD:
+                v = ember_bn_act_grad(act, xv[j], gv[j]);
+                break;
+            case EMBER_CL_BN_DX: {
+                float g = ember_bn_grad(act, gv[j], xv[j], mean[c], inv[c], wj, bj);
+                if (training) {
+                    const float xh = (xv[j] - mean[c]) * inv[c];
+                    g = g - coef[c] - xh * coef[C + c];
+                }
+                v = (inv[c] * wj) * g;
+                break;
+            }
+            default:
+                v = xv[j] + gv[j];
+            }
+            out[j] = v;
+        }
+        ember_cl_store8(y + at, out);
+    }
+}
+
+// Eight bytes as one 8-byte access.
+struct __attribute__((aligned(8))) ember_cl8b {
+    unsigned int lo, hi;
+};
+
+// ember_cl_maxpool takes the maximum of each KH×KW window moved by its
+// own size over x [N, H, W, C] into y [N, OH, OW, C], and its position in
+// the window (row·KW + column, KH·KW <= 256) into idx, a thread per output
+// position and eight channels: the windows' parts past the edge (ceil
+// mode) are skipped, the first maximum wins and a NaN wins over numbers
+// (the last NaN), as cpu.go's MaxPool2d.
+extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* idx, const unsigned short* x, int H,
+                                            int W, int C, int OH, int OW, int KH, int KW, long long n8) {
+    const int G = C >> 3;
+    EMBER_LOOP(long long, i, n8) {
+        const int g = (int)(i % G);
+        const long long pos = i / G;
+        const int ox = (int)(pos % OW);
+        const int oy = (int)((pos / OW) % OH);
+        const long long img = pos / ((long long)OW * OH);
+        float best[8], v[8];
+        unsigned int at[8];
+        int first = 1;
+        for (int r = 0; r < KH; r++) {
+            const int h = oy * KH + r;
+            if (h >= H) break;
+            for (int s = 0; s < KW; s++) {
+                const int wc = ox * KW + s;
+                if (wc >= W) break;
+                ember_cl_load8(x + ((img * H + h) * W + wc) * C + g * 8, v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (first || v[j] > best[j] || v[j] != v[j]) {
+                        best[j] = v[j];
+                        at[j] = (unsigned int)(r * KW + s);
+                    }
+                }
+                first = 0;
+            }
+        }
+        ember_cl_store8(y + pos * C + g * 8, best);
+        ember_cl8b b;
+        b.lo = at[0] | (at[1] << 8) | (at[2] << 16) | (at[3] << 24);
+        b.hi = at[4] | (at[5] << 8) | (at[6] << 16) | (at[7] << 24);
+        *reinterpret_cast<ember_cl8b*>(idx + pos * C + g * 8) = b;
+    }
+}
+
+// ember_cl_maxpool_backward sets dx [N, H, W, C]: a thread per input
+// position and eight channels takes dy where ember_cl_maxpool's idx names
+// its position in its window, zero elsewhere (and past the last window).
+extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const unsigned short* dy,
+                                                     const unsigned char* idx, int H, int W, int C, int OH, int OW,
+                                                     int KH, int KW, long long n8) {
+    const int G = C >> 3;
+    EMBER_LOOP(long long, i, n8) {
+        const int g = (int)(i % G);
+        const long long pos = i / G;
+        const int ix = (int)(pos % W);
+        const int iy = (int)((pos / W) % H);
+        const long long img = pos / ((long long)W * H);
+        const int oy = iy / KH, ox = ix / KW;
+        float out[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[j] = 0.f;
+        if (oy < OH && ox < OW) {
+            const long long o = ((img * OH + oy) * OW + ox) * C + g * 8;
+            const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
+            const unsigned int me = (unsigned int)((iy - oy * KH) * KW + (ix - ox * KW));
+            float gv[8];
+            ember_cl_load8(dy + o, gv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const unsigned int a = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
+                if (a == me) out[j] = gv[j];
+            }
+        }
+        ember_cl_store8(dx + pos * C + g * 8, out);
+    }
+}

@@ -1,0 +1,248 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// clNet is a convolution net that walks every path of the channels-last
+// form: a convolution with a bias from a plain input, GELU, max pooling,
+// batch norm with its activation, a convolution with its ReLU, batch norm
+// and ReLU apart, a residual sum whose operand also feeds a convolution
+// (two gradients in the form), pooling again, and a reader that knows
+// nothing of the form (Sum) next to one that does (MaxPool2d), then
+// Flatten, a linear layer and the loss.
+type clNet struct {
+	w1, b1, w2, w3, g1, be1, g2, be2, lw *tensor.Tensor
+	rm1, rv1, rm2, rv2                   *tensor.Tensor
+}
+
+func newCLNet(b tensor.Backend, seed uint64) *clNet {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	p := func(scale float64, shape ...int) *tensor.Tensor {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * scale)
+		}
+		return tensor.FromFloat32(b, nil, v, shape...).SetRequiresGrad(true)
+	}
+	st := func(v float32) *tensor.Tensor { return tensor.Full(b, nil, v, 16) }
+	return &clNet{
+		w1: p(0.5, 16, 3, 2, 2), b1: p(0.1, 16), w2: p(0.15, 16, 16, 3, 3), w3: p(0.15, 16, 16, 3, 3),
+		g1: p(0.3, 16), be1: p(0.1, 16), g2: p(0.3, 16), be2: p(0.1, 16), lw: p(0.2, 5, 16*2*2),
+		rm1: st(0), rv1: st(1), rm2: st(0), rv2: st(1),
+	}
+}
+
+func (m *clNet) params() []*tensor.Tensor {
+	return []*tensor.Tensor{m.w1, m.b1, m.w2, m.w3, m.g1, m.be1, m.g2, m.be2, m.lw}
+}
+
+// forward runs the net on x; held collects whether each stage's output
+// was held channels-last.
+func (m *clNet) forward(x *tensor.Tensor, training bool, held map[string]bool) *tensor.Tensor {
+	note := func(name string, t *tensor.Tensor) *tensor.Tensor { held[name] = t.IsChannelsLast(); return t }
+	h := note("conv bias", tensor.Conv2dWith(x, m.w1, m.b1, tensor.ConvOptions{}))
+	h = note("gelu", tensor.GELU(h, false))
+	h = note("conv", tensor.Conv2dWith(h, m.w2, nil, tensor.ConvOptions{Padding: [2]int{1, 1}}))
+	h = note("maxpool", tensor.MaxPool2d(h, 2, 2))
+	h = note("batchnorm+gelu", tensor.BatchNormAct(h, m.g1, m.be1, m.rm1, m.rv1, training, 0.1, 1e-5, tensor.OpGELU))
+	r := note("conv+relu", tensor.Conv2dWithReLU(h, m.w3, nil, tensor.ConvOptions{Padding: [2]int{1, 1}}))
+	r = note("batchnorm", tensor.BatchNorm(r, m.g2, m.be2, m.rm2, m.rv2, training, 0.1, 1e-5))
+	r = note("relu", tensor.ReLU(r))
+	r = note("residual", tensor.Add(r, h))
+	p := note("maxpool 2", tensor.MaxPool2d(r, 2, 2))
+	side := tensor.MulScalar(tensor.Sum(r), 1e-3) // reads r plain: r is converted
+	logits := tensor.Linear(p.Reshape(x.Shape()[0], 16*2*2), m.lw, nil)
+	labels := tensor.FromInt32(x.Backend(), x.Scope(), []int32{1, 4, 0}, 3)
+	return tensor.Add(tensor.CrossEntropy(logits, labels), side)
+}
+
+// clStep runs a training step (and an evaluation) of clNet on b, under
+// autocast or not, channels-last on or off: the loss, the evaluation's output, the
+// gradients, the running statistics and which stages held the form.
+func clStep(t *testing.T, b tensor.Backend, autocast, on bool) (loss, eval float32, grads [][]float32, stats [][]float32, held map[string]bool) {
+	t.Helper()
+	m := newCLNet(b, 7)
+	rng := rand.New(rand.NewPCG(3, 5))
+	in := make([]float32, 3*3*9*9)
+	for i := range in {
+		in[i] = float32(rng.NormFloat64())
+	}
+	s := tensor.NewScope()
+	defer s.Release()
+	if autocast {
+		s.SetAutocast(tensor.BFloat16)
+	}
+	s.SetChannelsLast(on)
+	s.SetReleaseInBackward(true)
+	x := tensor.FromFloat32(b, s, in, 3, 3, 9, 9)
+	held = map[string]bool{}
+	l := m.forward(x, true, held)
+	l.Backward()
+	loss = l.Float32s()[0]
+	for _, p := range m.params() {
+		grads = append(grads, p.Grad().Float32s())
+	}
+	e := tensor.NewNoGradScope()
+	defer e.Release()
+	e.SetAutocast(tensor.BFloat16)
+	e.SetChannelsLast(on)
+	xe := tensor.FromFloat32(b, e, in, 3, 3, 9, 9)
+	eval = m.forward(xe, false, map[string]bool{}).Float32s()[0]
+	for _, r := range []*tensor.Tensor{m.rm1, m.rv1, m.rm2, m.rv2} {
+		stats = append(stats, r.Float32s())
+	}
+	return loss, eval, grads, stats, held
+}
+
+// relErr is ‖got - want‖₂ / ‖want‖₂.
+func relErr(got, want []float32) float64 {
+	var d, n float64
+	for i := range want {
+		d += (float64(got[i]) - float64(want[i])) * (float64(got[i]) - float64(want[i]))
+		n += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(d / n)
+}
+
+// TestChannelsLastNetMatchesPlanar: the net under autocast with the form
+// on is as close to float32 arithmetic as with it off. The form rounds
+// batch norm's, GELU's and the sum's outputs and the activations'
+// gradients to bfloat16 where the plain path keeps them float32; in so
+// small a net (batch norm over 48 values a channel) either path's
+// gradients are 1-10% from float32's, so each gradient of the form must
+// be within twice the plain path's error (or 3%), the loss and the
+// evaluation's output within 1% of the plain path's. A wrong index or a
+// lost gradient gives errors of order 1. Every stage that should hold the
+// form does, and none does with it off.
+func TestChannelsLastNetMatchesPlanar(t *testing.T) {
+	onLoss, onEval, onGrads, onStats, onHeld := clStep(t, tensor.CPU, true, true)
+	offLoss, offEval, offGrads, offStats, offHeld := clStep(t, tensor.CPU, true, false)
+	_, _, f32Grads, _, _ := clStep(t, tensor.CPU, false, false)
+	for name, h := range onHeld {
+		if !h {
+			t.Errorf("%s: not held channels-last with the form on", name)
+		}
+		if offHeld[name] {
+			t.Errorf("%s: held channels-last with the form off", name)
+		}
+	}
+	if d := math.Abs(float64(onLoss-offLoss)) / math.Abs(float64(offLoss)); d > 0.01 {
+		t.Errorf("loss %v with the form, %v without (relative %.3g)", onLoss, offLoss, d)
+	}
+	if d := math.Abs(float64(onEval-offEval)) / math.Abs(float64(offEval)); d > 0.01 {
+		t.Errorf("evaluation %v with the form, %v without (relative %.3g)", onEval, offEval, d)
+	}
+	for i := range f32Grads {
+		on, off := relErr(onGrads[i], f32Grads[i]), relErr(offGrads[i], f32Grads[i])
+		t.Logf("gradient %d: relative error from float32's %.3g with the form, %.3g without", i, on, off)
+		if !(on <= max(2*off, 0.03)) {
+			t.Errorf("gradient %d: relative error from float32's %.3g with the form, %.3g without", i, on, off)
+		}
+	}
+	for i := range offStats {
+		if e := relErr(onStats[i], offStats[i]); !(e <= 0.01) {
+			t.Errorf("running statistic %d: relative error %.3g", i, e)
+		}
+	}
+}
+
+// TestChannelsLastExactOps: where the form's operation computes what the
+// plain one does and rounds it (a convolution, whose autocast output is
+// bfloat16-valued already; max pooling; ReLU), the two agree bit for bit.
+func TestChannelsLastExactOps(t *testing.T) {
+	b := tensor.CPU
+	rng := rand.New(rand.NewPCG(9, 9))
+	in := make([]float32, 2*8*7*7)
+	for i := range in {
+		in[i] = float32(rng.NormFloat64())
+	}
+	w := make([]float32, 16*8*3*3)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.2)
+	}
+	run := func(on bool) []float32 {
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		s.SetChannelsLast(on)
+		x := tensor.FromFloat32(b, s, in, 2, 8, 7, 7)
+		y := tensor.Conv2dWith(x, tensor.FromFloat32(b, s, w, 16, 8, 3, 3), nil, tensor.ConvOptions{Padding: [2]int{1, 1}})
+		if y.IsChannelsLast() != on {
+			t.Fatalf("convolution held channels-last %v, want %v", y.IsChannelsLast(), on)
+		}
+		y = tensor.MaxPool2dWith(tensor.ReLU(y), tensor.PoolOptions{Kernel: [2]int{2, 2}, CeilMode: true})
+		return y.Float32s()
+	}
+	on, off := run(true), run(false)
+	for i := range off {
+		if math.Float32bits(on[i]) != math.Float32bits(off[i]) {
+			t.Fatalf("[%d] = %v with the form, %v without", i, on[i], off[i])
+		}
+	}
+}
+
+// TestChannelsLastHalvesMemory: a stack of convolutions and batch norms
+// keeps about half the bytes for its backward pass with the form
+// (measured on CountingCPU at the end of the forward pass).
+func TestChannelsLastHalvesMemory(t *testing.T) {
+	peak := func(on bool) int {
+		b := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(2, 2))
+		param := func(shape ...int) *tensor.Tensor {
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(rng.NormFloat64() * 0.1)
+			}
+			return tensor.FromFloat32(b, nil, v, shape...).SetRequiresGrad(true)
+		}
+		ws := []*tensor.Tensor{param(32, 32, 3, 3), param(32, 32, 3, 3), param(32, 32, 3, 3)}
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		s.SetChannelsLast(on)
+		x := tensor.Zeros(b, s, 4, 32, 16, 16)
+		before := b.Live()
+		h := x
+		for _, w := range ws {
+			h = tensor.Conv2dWith(h, w, nil, tensor.ConvOptions{Padding: [2]int{1, 1}})
+			h = tensor.BatchNormAct(h, nil, nil, nil, nil, true, 0.1, 1e-5, tensor.OpReLU)
+		}
+		return b.Live() - before
+	}
+	on, off := peak(true), peak(false)
+	t.Logf("bytes held after the forward pass: %d with the form, %d without", on, off)
+	if !(float64(on) <= 0.6*float64(off)) {
+		t.Errorf("%d bytes with the form, %d without: want about half", on, off)
+	}
+}
+
+func ExampleScope_SetChannelsLast() {
+	s := tensor.NewScope()
+	defer s.Release()
+	s.SetAutocast(tensor.BFloat16)
+	x := tensor.Full(tensor.CPU, s, 1, 2, 8, 4, 4)
+	w := tensor.Full(tensor.CPU, s, 0.5, 16, 8, 1, 1)
+	y := tensor.Conv2dWith(x, w, nil, tensor.ConvOptions{})
+	fmt.Println(y.Shape(), y.DType(), y.IsChannelsLast())
+	y = tensor.ReLU(y)
+	fmt.Println(y.IsChannelsLast(), y.Float32s()[0]) // a plain read converts it
+	fmt.Println(y.IsChannelsLast())
+	// Output:
+	// [2 16 4 4] float32 true
+	// true 4
+	// false
+}

@@ -1,0 +1,183 @@
+package tensor
+
+// The operations that keep autocast's channels-last form
+// (channels_last.go): each is chosen by the operation of the same name
+// when its operands are held that way, and gives a result held that way.
+// Their backward passes take the incoming gradient in either form and
+// write their inputs' gradients channels-last where they can
+// (engine.sinkChannelsLast).
+
+// convolveChannelsLast is convolveLowp with its output held channels-last
+// (x may be held either way). A fused ReLU is applied before the output
+// is rounded, which gives what ReLU of the unfused output gives.
+func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g ConvGeom) *Tensor {
+	be := x.st.b
+	out := newChannelsLast(be, s, g.N, g.K, g.OutH(), g.OutW())
+	xb, tmp := channelsLastInput(cl, s, x)
+	cl.Conv2dChannelsLast(out.st.buf, xb, w.buffer(), optBuffer(b), g)
+	releaseTemp(tmp)
+	relu := g.ReLU
+	g.ReLU = false // the backward pass masks dy itself
+	record(out, "conv2d_channels_last", func(dy *Tensor, e *engine) {
+		ts := e.scopeFor(x)
+		dyb, dyTmp := channelsLastInput(cl, ts, dy)
+		if relu { // dy·ReLU'(y), from the output, as ReLU's backward pass
+			masked := newTensor(be, BFloat16, ts, dyb.Len)
+			yb, yTmp := channelsLastInput(cl, ts, out)
+			cl.UnaryBackwardChannelsLast(masked.buffer(), dyb, yb, OpReLU, dyb.Len)
+			releaseTemp(yTmp)
+			releaseTemp(dyTmp)
+			dyb, dyTmp = masked.buffer(), masked
+		}
+		var xb Buffer
+		var xTmp *Tensor
+		if w.requiresGrad {
+			xb, xTmp = channelsLastInput(cl, ts, x)
+		}
+		dx, finish := e.sinkChannelsLast(cl, x)
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		cl.Conv2dBackwardChannelsLast(dx, e.sinkZeroed(w), db, dyb, xb, w.buffer(), g)
+		finish()
+		releaseTemp(dyTmp)
+		releaseTemp(xTmp)
+	}, x, w, b)
+	if !relu {
+		readsNot(out, true) // x and w are what it reads
+	}
+	return out
+}
+
+// batchNormChannelsLast is batchNorm of x [N, C, H, W] held channels-last.
+func batchNormChannelsLast(cl ChannelsLastBackend, s *Scope, x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
+	be := x.st.b
+	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	rows := n * h * w
+	xb, _ := x.channelsLast()
+	out := newChannelsLast(be, s, n, c, h, w)
+	mean, inv := Empty(be, s, c), Empty(be, s, c)
+	cl.BatchNormChannelsLast(out.st.buf, mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
+		xb, optBuffer(weight), optBuffer(bias), rows, c, training, momentum, eps, act)
+	record(out, "batch_norm_channels_last", func(dy *Tensor, e *engine) {
+		ts := e.scopeFor(x)
+		dyb, dyTmp := channelsLastInput(cl, ts, dy)
+		xb, xTmp := channelsLastInput(cl, ts, x)
+		dx, finish := e.sinkChannelsLast(cl, x)
+		dw, db, accW, accB := affineSinks(e, weight, bias)
+		cl.BatchNormBackwardChannelsLast(dx, dw, db, dyb, xb, optBuffer(weight), optBuffer(bias), mean.buffer(), inv.buffer(),
+			rows, c, training, act, accW, accB)
+		finish()
+		releaseTemp(dyTmp)
+		releaseTemp(xTmp)
+	}, x, weight, bias)
+	saveFor(out, mean, inv)
+	readsNot(out, true) // x and the statistics are what it reads
+	return out
+}
+
+// unaryChannelsLast is act(x) for x held channels-last and act one the
+// form runs (ReLU, GELU); nil, having done nothing, otherwise.
+func unaryChannelsLast(x *Tensor, act UnaryOp) *Tensor {
+	if act != OpReLU && act != OpGELU && act != OpGELUTanh {
+		return nil
+	}
+	cl, ok := channelsLastOf(x.st.b, x.scope)
+	if !ok {
+		return nil
+	}
+	xb, ok := x.channelsLast()
+	if !ok {
+		return nil
+	}
+	out := newChannelsLast(x.st.b, x.scope, x.shape[0], x.shape[1], x.shape[2], x.shape[3])
+	n := x.Len()
+	cl.UnaryChannelsLast(out.st.buf, xb, act, n)
+	record(out, "unary_channels_last", func(dy *Tensor, e *engine) {
+		ts := e.scopeFor(x)
+		dyb, dyTmp := channelsLastInput(cl, ts, dy)
+		xb, xTmp := channelsLastInput(cl, ts, x)
+		dx, finish := e.sinkChannelsLast(cl, x)
+		if !dx.Empty() {
+			cl.UnaryBackwardChannelsLast(dx, dyb, xb, act, n)
+		}
+		finish()
+		releaseTemp(dyTmp)
+		releaseTemp(xTmp)
+	}, x)
+	readsNot(out, true) // x is what it reads
+	return out
+}
+
+// addChannelsLast is a + b for a and b held channels-last (same shape);
+// nil, having done nothing, otherwise.
+func addChannelsLast(a, b *Tensor) *Tensor {
+	s := scopeOf(a, b)
+	cl, ok := channelsLastOf(a.st.b, s)
+	if !ok || a.st.b != b.st.b {
+		return nil
+	}
+	ab, okA := a.channelsLast()
+	bb, okB := b.channelsLast()
+	if !okA || !okB {
+		return nil
+	}
+	out := newChannelsLast(a.st.b, s, a.shape[0], a.shape[1], a.shape[2], a.shape[3])
+	cl.AddChannelsLast(out.st.buf, ab, bb, a.Len())
+	record(out, "add_channels_last", func(g *Tensor, e *engine) {
+		passChannelsLast(cl, e, b, g)
+		if _, held := g.channelsLast(); held && a.requiresGrad && a.node != nil && e.grads[a] == nil {
+			e.give(a, g) // a adopts g, as Add's a does
+			return
+		}
+		passChannelsLast(cl, e, a, g)
+	}, a, b)
+	readsNot(out, true, a, b)
+	return out
+}
+
+// passChannelsLast adds g, in either form, into the gradient of t
+// [N, C, H, W], channels-last where t's gradient is or may be.
+func passChannelsLast(cl ChannelsLastBackend, e *engine, t, g *Tensor) {
+	dst, finish := e.sinkChannelsLast(cl, t)
+	if dst.Empty() {
+		return
+	}
+	gb, tmp := channelsLastInput(cl, e.scopeFor(t), g)
+	t.st.b.Copy(dst, gb)
+	releaseTemp(tmp)
+	finish()
+}
+
+// maxPoolChannelsLast is MaxPool2d of x held channels-last over windows
+// that do not overlap; nil, having done nothing, for any other x or
+// windows.
+func maxPoolChannelsLast(x *Tensor, g PoolGeom) *Tensor {
+	if g.StrideH != g.KH || g.StrideW != g.KW || g.PadH != 0 || g.PadW != 0 || g.KH*g.KW > 256 {
+		return nil
+	}
+	cl, ok := channelsLastOf(x.st.b, x.scope)
+	if !ok {
+		return nil
+	}
+	xb, ok := x.channelsLast()
+	if !ok {
+		return nil
+	}
+	out := newChannelsLast(x.st.b, x.scope, g.N, g.C, g.OutH(), g.OutW())
+	idx := EmptyOf(x.st.b, x.scope, Uint8, out.Len())
+	cl.MaxPoolChannelsLast(out.st.buf, idx.buffer(), xb, g)
+	record(out, "maxpool2d_channels_last", func(dy *Tensor, e *engine) {
+		dyb, dyTmp := channelsLastInput(cl, e.scopeFor(x), dy)
+		dx, finish := e.sinkChannelsLast(cl, x)
+		if !dx.Empty() {
+			cl.MaxPoolBackwardChannelsLast(dx, dyb, idx.buffer(), g)
+		}
+		finish()
+		releaseTemp(dyTmp)
+	}, x)
+	saveFor(out, idx)
+	readsNot(out, true, x) // the maxima's positions are what it reads
+	return out
+}
