@@ -98,10 +98,10 @@ func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tenso
 	return part, nb
 }
 
-// clFinalize queues ember_cl_bn_finalize over c channels.
+// clFinalize queues ember_cl_bn_finalize over c channels (a warp each).
 func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, saveMean, saveInvStd, runMean, runVar uintptr,
 	momentum, eps float32, dweight, dbias uintptr, accW, accB bool, coef uintptr) {
-	b.launch(op, b.kernel("ember_cl_bn_finalize"), c, part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
+	b.launch(op, b.kernel("ember_cl_bn_finalize"), 32*c, part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
 		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, dweight, dbias, flag(accW), flag(accB), coef)
 }
 
@@ -334,6 +334,17 @@ func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer,
 		part, nb := b.clSums(op, 0, pdy, 0, 0, 0, 0, 0, rows, g.K, clSum)
 		b.clFinalize(op, part.Ptr(), nb, g.K, rows, clSum, 0, 0, 0, 0, 0, 0, 0, 0, pdb, false, true, 0)
 		b.release(part)
+	}
+	if wantDW && smallFilterGrad(c) {
+		// Few taps (a first layer's): conv_dw_small.go's kernel, as
+		// Conv2dBackwardLowp takes them, on float32 copies.
+		dyf, xf := b.mustAlloc(op, c.yLen), b.mustAlloc(op, c.xLen)
+		b.FromChannelsLast(dyf, dy, g.N, g.K, c.p, false)
+		b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
+		b.filterGradSmall(op, pdw, b.f32(op, xf), b.f32(op, dyf), 0, c)
+		b.Free(dyf)
+		b.Free(xf)
+		wantDW, pdw, dw = false, 0, tensor.Buffer{}
 	}
 	if !wantDX && !wantDW {
 		return

@@ -124,8 +124,8 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
     }
 }
 
-// ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (one
-// thread each, in double, in block order) and from them:
+// ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a
+// warp each, in double, by a fixed tree) and from them:
 //   EMBER_CL_STATS: training batch norm's mean and 1/√(var+eps) into
 //     saveMean and saveInvStd, the running statistics updated as torch
 //     does (when runMean is not null);
@@ -139,13 +139,17 @@ extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C
                                                 const unsigned short* x, float* saveMean, float* saveInvStd,
                                                 float* runMean, float* runVar, float momentum, float eps,
                                                 float* dweight, float* dbias, int accW, int accB, float* coef) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = (int)(t >> 5), lane = (int)(t & 31);
+    if (c >= C) return; // whole warps
     double s1 = 0.0, s2 = 0.0;
-    for (int q = 0; q < nb; q++) {
+    for (int q = lane; q < nb; q += 32) {
         s1 += (double)part[(long long)q * C + c];
         s2 += (double)part[((long long)nb + q) * C + c];
     }
+    s1 = ember_warp_sum_d(s1);
+    s2 = ember_warp_sum_d(s2);
+    if (lane != 0) return;
     const double m = (double)rows;
     if (mode == EMBER_CL_STATS) {
         const double shift = (double)ember_f32_from_bf16(x[c]);
