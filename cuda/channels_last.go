@@ -77,32 +77,36 @@ func (b *Backend) FromChannelsLast(dst, src tensor.Buffer, n, c, inner int, accu
 }
 
 // clApply queues ember_cl_apply over n elements of rows of c channels.
-func (b *Backend) clApply(op string, y, x, dy, mean, inv, w, bias, coef uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
+func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
 	if n == 0 {
 		return
 	}
 	n8 := n / 8
-	b.launch(op, b.kernel("ember_cl_apply"), n8, y, x, dy, mean, inv, w, bias, coef,
+	b.launch(op, b.kernel("ember_cl_apply"), n8, y, x, dy, tab, bias,
 		int32(act), int32(mode), flag(training), int64(n8), i32arg(op, c))
 }
 
 // clSums queues ember_cl_channel_sums over rows of c channels into a new
-// workspace of partial sums, and returns it with its block count.
+// workspace of partial sums, and returns it with its block count: two
+// blocks an SM at most, so that ember_cl_bn_finalize adds few partials.
 func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
 	g := c / 8
 	r := blockSize / g
-	nb := min((rows+r-1)/r, 1024)
+	nb := max(1, min((rows+r-1)/r, 2*b.dev.MultiprocessorCount()))
 	part := b.workspace(op, 4*2*nb*c)
 	devCheck(op, b.x.launch(b.kernel("ember_cl_channel_sums"), Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
 		[]any{part.Ptr(), x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c), int32(mode)}))
 	return part, nb
 }
 
+// clTab is ember_cl_bn_finalize's table of c channels (six rows).
+func (b *Backend) clTab(op string, c int) Block { return b.workspace(op, 4*6*c) }
+
 // clFinalize queues ember_cl_bn_finalize over c channels (a warp each).
 func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, saveMean, saveInvStd, runMean, runVar uintptr,
-	momentum, eps float32, dweight, dbias uintptr, accW, accB bool, coef uintptr) {
+	momentum, eps float32, w, bias, dweight, dbias uintptr, accW, accB bool, tab uintptr) {
 	b.launch(op, b.kernel("ember_cl_bn_finalize"), 32*c, part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
-		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, dweight, dbias, flag(accW), flag(accB), coef)
+		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, w, bias, dweight, dbias, flag(accW), flag(accB), tab)
 }
 
 func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, rows, c int, training bool, momentum, eps float32, act tensor.UnaryOp) {
@@ -115,20 +119,22 @@ func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar
 	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
 	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	tab := b.clTab(op, c)
+	defer b.release(tab)
 	if training {
 		if rows < 2 {
 			panic(fmt.Sprintf("cuda: %s: %d rows in training", op, rows))
 		}
 		part, nb := b.clSums(op, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
-		b.clFinalize(op, part.Ptr(), nb, c, rows, clStats, px, pm, pi, prm, prv, momentum, eps, 0, 0, false, false, 0)
+		b.clFinalize(op, part.Ptr(), nb, c, rows, clStats, px, pm, pi, prm, prv, momentum, eps, pw, pb, 0, 0, false, false, tab.Ptr())
 		b.release(part)
 	} else {
 		if prm == 0 || prv == 0 {
 			panic(fmt.Sprintf("cuda: %s: evaluation without running statistics", op))
 		}
-		b.clFinalize(op, 0, 0, c, rows, clEval, 0, pm, pi, prm, prv, momentum, eps, 0, 0, false, false, 0)
+		b.clFinalize(op, 0, 0, c, rows, clEval, 0, pm, pi, prm, prv, momentum, eps, pw, pb, 0, 0, false, false, tab.Ptr())
 	}
-	b.clApply(op, py, px, 0, pm, pi, pw, pb, 0, act, clBN, training, n, c)
+	b.clApply(op, py, px, 0, tab.Ptr(), 0, act, clBN, training, n, c)
 }
 
 func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd tensor.Buffer, rows, c int, training bool, act tensor.UnaryOp, accW, accB bool) {
@@ -152,13 +158,13 @@ func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weigh
 		return
 	}
 	part, nb := b.clSums(op, px, pdy, pm, pi, pw, pb, act, rows, c, clBNGrad)
-	coef := b.workspace(op, 4*2*c)
-	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, 0, pi, 0, 0, 0, 0, pdw, pdb, accW, accB, coef.Ptr())
+	tab := b.clTab(op, c)
+	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, pm, pi, 0, 0, 0, 0, pw, pb, pdw, pdb, accW, accB, tab.Ptr())
 	b.release(part)
 	if pdx != 0 {
-		b.clApply(op, pdx, px, pdy, pm, pi, pw, pb, coef.Ptr(), act, clBNDX, training, n, c)
+		b.clApply(op, pdx, px, pdy, tab.Ptr(), 0, act, clBNDX, training, n, c)
 	}
-	b.release(coef)
+	b.release(tab)
 }
 
 // clActivation checks an activation of the form.
@@ -179,20 +185,20 @@ func (b *Backend) UnaryChannelsLast(y, x tensor.Buffer, act tensor.UnaryOp, n in
 	const op = "unary_channels_last"
 	clActivation(op, act)
 	clLen(op, n)
-	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n), 0, 0, 0, 0, 0, 0, act, clAct, false, n, 8)
+	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n), 0, 0, 0, act, clAct, false, n, 8)
 }
 
 func (b *Backend) UnaryBackwardChannelsLast(dx, dy, x tensor.Buffer, act tensor.UnaryOp, n int) {
 	const op = "unary_backward_channels_last"
 	clActivation(op, act)
 	clLen(op, n)
-	b.clApply(op, b.clPtr(op, "dx", dx, n), b.clPtr(op, "x", x, n), b.clPtr(op, "dy", dy, n), 0, 0, 0, 0, 0, act, clActGrad, false, n, 8)
+	b.clApply(op, b.clPtr(op, "dx", dx, n), b.clPtr(op, "x", x, n), b.clPtr(op, "dy", dy, n), 0, 0, act, clActGrad, false, n, 8)
 }
 
 func (b *Backend) AddChannelsLast(y, a, c tensor.Buffer, n int) {
 	const op = "add_channels_last"
 	clLen(op, n)
-	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "a", a, n), b.clPtr(op, "b", c, n), 0, 0, 0, 0, 0, 0, clAdd, false, n, 8)
+	b.clApply(op, b.clPtr(op, "y", y, n), b.clPtr(op, "a", a, n), b.clPtr(op, "b", c, n), 0, 0, 0, clAdd, false, n, 8)
 }
 
 // clPool checks a pooling of the form: disjoint windows, no padding.
@@ -257,7 +263,7 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 			if g.ReLU {
 				act = tensor.OpReLU
 			}
-			b.clApply(op, py, py, 0, 0, 0, 0, pbias, 0, act, clBias, false, c.yLen, g.K)
+			b.clApply(op, py, py, 0, 0, pbias, act, clBias, false, c.yLen, g.K)
 		}
 		return
 	}
@@ -332,7 +338,7 @@ func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer,
 	if pdb != 0 {
 		rows := g.N * c.p
 		part, nb := b.clSums(op, 0, pdy, 0, 0, 0, 0, 0, rows, g.K, clSum)
-		b.clFinalize(op, part.Ptr(), nb, g.K, rows, clSum, 0, 0, 0, 0, 0, 0, 0, 0, pdb, false, true, 0)
+		b.clFinalize(op, part.Ptr(), nb, g.K, rows, clSum, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, pdb, false, true, 0)
 		b.release(part)
 	}
 	if wantDW && smallFilterGrad(c) {

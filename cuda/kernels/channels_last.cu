@@ -44,11 +44,33 @@ __device__ __forceinline__ void ember_cl_store8(unsigned short* p, const float v
 #define EMBER_CL_SUM 2      // dy
 #define EMBER_CL_EVAL 3     // none: ember_cl_bn_finalize's evaluation statistics
 
+// ember_cl_accumulate adds row values xv (and gv) into the sums s1, s2
+// of the mode.
+__device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const float xv[8], const float gv[8],
+                                                    const float sub[8], const float k[8], const float wv[8],
+                                                    const float bv[8], float s1[8], float s2[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (mode == EMBER_CL_STATS) {
+            const float u = xv[j] - sub[j];
+            s1[j] += u;
+            s2[j] += u * u;
+        } else if (mode == EMBER_CL_BN_GRAD) {
+            const float gj = ember_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
+            s1[j] += gj;
+            s2[j] += gj * (xv[j] - sub[j]);
+        } else {
+            s1[j] += gv[j];
+        }
+    }
+}
+
 // ember_cl_channel_sums writes two partial sums per channel of [rows, C]
 // for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]: a thread
 // takes eight channels of every (gridDim.x·R)-th row, R = blockDim.x /
-// (C/8) rows at a time per block, and the block adds its rows' sums in
-// shared memory. C/8 <= blockDim.x, (C/8)·R·8 <= 2048.
+// (C/8) rows at a time per block (four rows' loads in flight at once),
+// and the block adds its rows' sums in shared memory. C/8 <= blockDim.x,
+// (C/8)·R·8 <= 2048.
 extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned short* x, const unsigned short* dy,
                                                  const float* mean, const float* inv, const float* w, const float* b,
                                                  int act, long long rows, int C, int mode) {
@@ -58,6 +80,7 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
     const int g = threadIdx.x % G;
     const int r = threadIdx.x / G;
     const int c0 = g * 8;
+    const int readX = mode != EMBER_CL_SUM, readDY = mode != EMBER_CL_STATS;
     float s1[8], s2[8], sub[8], k[8], wv[8], bv[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -80,31 +103,25 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
                 if (b) bv[j] = b[c0 + j];
             }
         }
-        for (long long row = (long long)blockIdx.x * R + r; row < rows; row += (long long)gridDim.x * R) {
-            const long long at = row * C + c0;
-            float xv[8], gv[8];
-            if (mode == EMBER_CL_STATS) {
-                ember_cl_load8(x + at, xv);
+        const long long stride = (long long)gridDim.x * R;
+        long long row = (long long)blockIdx.x * R + r;
+        for (; row + 3 * stride < rows; row += 4 * stride) {
+            float xv[4][8], gv[4][8];
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const float u = xv[j] - sub[j];
-                    s1[j] += u;
-                    s2[j] += u * u;
-                }
-            } else if (mode == EMBER_CL_BN_GRAD) {
-                ember_cl_load8(x + at, xv);
-                ember_cl_load8(dy + at, gv);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const float gj = ember_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
-                    s1[j] += gj;
-                    s2[j] += gj * (xv[j] - sub[j]);
-                }
-            } else {
-                ember_cl_load8(dy + at, gv);
-#pragma unroll
-                for (int j = 0; j < 8; j++) s1[j] += gv[j];
+            for (int u = 0; u < 4; u++) {
+                const long long at = (row + u * stride) * C + c0;
+                if (readX) ember_cl_load8(x + at, xv[u]);
+                if (readDY) ember_cl_load8(dy + at, gv[u]);
             }
+#pragma unroll
+            for (int u = 0; u < 4; u++) ember_cl_accumulate(mode, act, xv[u], gv[u], sub, k, wv, bv, s1, s2);
+        }
+        for (; row < rows; row += stride) {
+            float xv[8], gv[8];
+            const long long at = row * C + c0;
+            if (readX) ember_cl_load8(x + at, xv);
+            if (readDY) ember_cl_load8(dy + at, gv);
+            ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, bv, s1, s2);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -130,15 +147,20 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
 //     saveMean and saveInvStd, the running statistics updated as torch
 //     does (when runMean is not null);
 //   EMBER_CL_BN_GRAD: dbias = Σg and dweight = Σg·x̂ (each written, or
-//     added when its acc flag is set; null: skipped), and coef[c] =
-//     Σg/m, coef[C + c] = Σg·x̂/m for the dx pass;
+//     added when its acc flag is set; null: skipped), and the means of g
+//     and g·x̂ for the dx pass;
 //   EMBER_CL_SUM: dbias += Σdy;
 //   EMBER_CL_EVAL (no sums): saveMean and saveInvStd from the running
 //     statistics, for batch norm out of training.
+// Batch norm's modes also fill tab (16-byte aligned, [6][C]) with what
+// ember_cl_apply reads of each channel: the mean, 1/std, weight (1 when
+// w is null), bias (0 when b is null) and, for the gradient, the two
+// means.
 extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C, long long rows, int mode,
                                                 const unsigned short* x, float* saveMean, float* saveInvStd,
                                                 float* runMean, float* runVar, float momentum, float eps,
-                                                float* dweight, float* dbias, int accW, int accB, float* coef) {
+                                                const float* w, const float* b, float* dweight, float* dbias,
+                                                int accW, int accB, float* tab) {
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int c = (int)(t >> 5), lane = (int)(t & 31);
     if (c >= C) return; // whole warps
@@ -169,16 +191,19 @@ extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C
         const double sx = s2 * inv; // Σ g·x̂
         if (dbias) dbias[c] = (float)(accB ? (double)dbias[c] + s1 : s1);
         if (dweight) dweight[c] = (float)(accW ? (double)dweight[c] + sx : sx);
-        if (coef) {
-            coef[c] = (float)(s1 / m);
-            coef[C + c] = (float)(sx / m);
-        }
+        tab[4 * C + c] = (float)(s1 / m);
+        tab[5 * C + c] = (float)(sx / m);
     } else if (mode == EMBER_CL_SUM) {
         dbias[c] = (float)((double)dbias[c] + s1);
+        return;
     } else {
         saveMean[c] = runMean[c];
         saveInvStd[c] = (float)(1.0 / sqrt((double)runVar[c] + (double)eps));
     }
+    tab[c] = saveMean[c];
+    tab[C + c] = saveInvStd[c];
+    tab[2 * C + c] = w ? w[c] : 1.f;
+    tab[3 * C + c] = b ? b[c] : 0.f;
 }
 
 // The elementwise passes of ember_cl_apply.
@@ -186,58 +211,92 @@ extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C
 #define EMBER_CL_ACT 1      // y = act(x)
 #define EMBER_CL_BIAS 2     // y = x + bias, then ReLU when act
 #define EMBER_CL_ACT_GRAD 3 // y = dy·act'(x)
-#define EMBER_CL_BN_DX 4    // y = batch norm's dx (training: coef holds the means of g and g·x̂)
+#define EMBER_CL_BN_DX 4    // y = batch norm's dx (training: with the means of g and g·x̂)
 #define EMBER_CL_ADD 5      // y = x + dy
 
+// Eight floats of a row of ember_cl_bn_finalize's tab at p (32-byte
+// aligned).
+__device__ __forceinline__ void ember_cl_tab8(const float* p, float v[8]) {
+    const ember_f4 a = reinterpret_cast<const ember_f4*>(p)[0];
+    const ember_f4 b = reinterpret_cast<const ember_f4*>(p)[1];
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
+}
+
 // ember_cl_apply runs one of those passes over n8 groups of eight
-// elements of [rows, C] (a thread per group, grid-stride), rounding y to
-// bfloat16. mean, inv, w, b are per channel (w, b may be null: 1 and 0;
-// EMBER_CL_BIAS takes its bias as b).
+// elements of [rows, C] (a thread per group, grid-stride; the channel of
+// a thread's group advances by the grid's stride, without a division),
+// rounding y to bfloat16. Batch norm's passes read each channel's mean,
+// 1/std, weight, bias and means from tab (ember_cl_bn_finalize's);
+// EMBER_CL_BIAS reads its bias from bias.
 extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned short* x, const unsigned short* dy,
-                                          const float* mean, const float* inv, const float* w, const float* b,
-                                          const float* coef, int act, int mode, int training, long long n8, int C) {
-    EMBER_LOOP(long long, i, n8) {
+                                          const float* tab, const float* bias, int act, int mode, int training,
+                                          long long n8, int C) {
+    const long long step = (long long)blockDim.x * gridDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    int c0 = (int)((i * 8) % C);
+    const int adv = (int)((step * 8) % C);
+    for (; i < n8; i += step) {
         const long long at = i * 8;
-        const int c0 = (int)(at % C);
-        float xv[8], gv[8], out[8];
+        float xv[8], gv[8], out[8], mean[8], inv[8], wv[8], bv[8];
         ember_cl_load8(x + at, xv);
         if (mode >= EMBER_CL_ACT_GRAD) ember_cl_load8(dy + at, gv);
+        if (mode == EMBER_CL_BN || mode == EMBER_CL_BN_DX) {
+            ember_cl_tab8(tab + c0, mean);
+            ember_cl_tab8(tab + C + c0, inv);
+            ember_cl_tab8(tab + 2 * C + c0, wv);
+            ember_cl_tab8(tab + 3 * C + c0, bv);
+        }
+        if (mode == EMBER_CL_BN) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int c = c0 + j;
-            const float wj = w ? w[c] : 1.f;
-            const float bj = b ? b[c] : 0.f;
-            float v;
-            switch (mode) {
-            case EMBER_CL_BN:
-                v = ember_normalized(xv[j], mean[c], inv[c], wj, bj);
-                if (act) v = ember_bn_act(act, v);
-                break;
-            case EMBER_CL_ACT:
-                v = ember_bn_act(act, xv[j]);
-                break;
-            case EMBER_CL_BIAS:
-                v = xv[j] + bj;
-                if (act) v = ember_bn_act(act, v);
-                break;
-            case EMBER_CL_ACT_GRAD:
-                v = ember_bn_act_grad(act, xv[j], gv[j]);
-                break;
-            case EMBER_CL_BN_DX: {
-                float g = ember_bn_grad(act, gv[j], xv[j], mean[c], inv[c], wj, bj);
+            for (int j = 0; j < 8; j++) {
+                float v = ember_normalized(xv[j], mean[j], inv[j], wv[j], bv[j]);
+                out[j] = act ? ember_bn_act(act, v) : v;
+            }
+        } else if (mode == EMBER_CL_BN_DX) {
+            float m1[8], m2[8];
+            ember_cl_tab8(tab + 4 * C + c0, m1);
+            ember_cl_tab8(tab + 5 * C + c0, m2);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float g = ember_bn_grad(act, gv[j], xv[j], mean[j], inv[j], wv[j], bv[j]);
                 if (training) {
-                    const float xh = (xv[j] - mean[c]) * inv[c];
-                    g = g - coef[c] - xh * coef[C + c];
+                    const float xh = (xv[j] - mean[j]) * inv[j];
+                    g = g - m1[j] - xh * m2[j];
                 }
-                v = (inv[c] * wj) * g;
-                break;
+                out[j] = (inv[j] * wv[j]) * g;
             }
-            default:
-                v = xv[j] + gv[j];
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v;
+                switch (mode) {
+                case EMBER_CL_ACT:
+                    v = ember_bn_act(act, xv[j]);
+                    break;
+                case EMBER_CL_BIAS:
+                    v = xv[j] + (bias ? bias[c0 + j] : 0.f);
+                    if (act) v = ember_bn_act(act, v);
+                    break;
+                case EMBER_CL_ACT_GRAD:
+                    v = ember_bn_act_grad(act, xv[j], gv[j]);
+                    break;
+                default:
+                    v = xv[j] + gv[j];
+                }
+                out[j] = v;
             }
-            out[j] = v;
         }
         ember_cl_store8(y + at, out);
+        c0 += adv;
+        if (c0 >= C) c0 -= C;
     }
 }
 
