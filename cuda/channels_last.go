@@ -76,26 +76,45 @@ func (b *Backend) FromChannelsLast(dst, src tensor.Buffer, n, c, inner int, accu
 	b.fromLowp(op, b.f32(op, dst), b.ptr(op, src, tensor.BFloat16), 0, n, c, inner, false, accumulate, true)
 }
 
-// clApply queues ember_cl_apply over n elements of rows of c channels.
+// clApply queues a pass of kernels/channels_last.cu's ember_cl_apply over
+// n elements of rows of c channels: batch norm's two passes have a kernel
+// each, the others share ember_cl_pointwise.
 func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
 	if n == 0 {
 		return
 	}
 	n8 := n / 8
-	b.launch(op, b.kernel("ember_cl_apply"), n8, y, x, dy, tab, bias,
-		int32(act), int32(mode), flag(training), int64(n8), i32arg(op, c))
+	switch mode {
+	case clBN:
+		b.launch(op, b.kernel("ember_cl_bn_apply"), n8, y, x, tab, int32(act), int64(n8), i32arg(op, c))
+	case clBNDX:
+		b.launch(op, b.kernel("ember_cl_bn_dx"), n8, y, x, dy, tab, int32(act), flag(training), int64(n8), i32arg(op, c))
+	default:
+		b.launch(op, b.kernel("ember_cl_pointwise"), n8, y, x, dy, bias, int32(act), int32(mode), int64(n8), i32arg(op, c))
+	}
 }
 
-// clSums queues ember_cl_channel_sums over rows of c channels into a new
-// workspace of partial sums, and returns it with its block count: two
-// blocks an SM at most, so that ember_cl_bn_finalize adds few partials.
+// clSums queues kernels/channels_last.cu's sums of the mode (a kernel
+// each) over rows of c channels into a new workspace of partial sums,
+// and returns it with its block count: four blocks an SM at most, so that
+// ember_cl_bn_finalize adds few partials.
 func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
 	g := c / 8
 	r := blockSize / g
-	nb := max(1, min((rows+r-1)/r, 2*b.dev.MultiprocessorCount()))
+	nb := max(1, min((rows+r-1)/r, 4*b.dev.MultiprocessorCount()))
 	part := b.workspace(op, 4*2*nb*c)
-	devCheck(op, b.x.launch(b.kernel("ember_cl_channel_sums"), Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-		[]any{part.Ptr(), x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c), int32(mode)}))
+	grid, block := Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}
+	var err error
+	switch mode {
+	case clStats:
+		err = b.x.launch(b.kernel("ember_cl_stats"), grid, block, []any{part.Ptr(), x, int64(rows), i32arg(op, c)})
+	case clBNGrad:
+		err = b.x.launch(b.kernel("ember_cl_grad_sums"), grid, block,
+			[]any{part.Ptr(), x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c)})
+	default:
+		err = b.x.launch(b.kernel("ember_cl_dy_sums"), grid, block, []any{part.Ptr(), dy, int64(rows), i32arg(op, c)})
+	}
+	devCheck(op, err)
 	return part, nb
 }
 

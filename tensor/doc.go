@@ -23,7 +23,10 @@
 //     and ops.go (LeNet's fused operations and the classic MatMul/Linear).
 //   - Mixed precision: ops_cast.go (the BFloat16 dtype's rounding, Cast)
 //     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
-//     float32 results and float32 parameters, as torch.autocast).
+//     float32 results and float32 parameters, as torch.autocast);
+//     channels_last.go and ops_channels_last.go (autocast's convolution
+//     activations held as bfloat16 [N, H, W, C] between the layers of a
+//     convolution net, Scope.SetChannelsLast).
 //   - autograd.go: Backward, gradient accumulation, ZeroGrad; release.go:
 //     Scope.SetReleaseInBackward, under which Backward gives each
 //     activation back once the pass is through with it (Retain keeps one),

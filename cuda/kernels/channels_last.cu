@@ -66,14 +66,18 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
 }
 
 // ember_cl_channel_sums writes two partial sums per channel of [rows, C]
+// (the mode's, fixed at compile time so that each kernel keeps only its
+// own registers)
 // for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]: a thread
 // takes eight channels of every (gridDim.x·R)-th row, R = blockDim.x /
-// (C/8) rows at a time per block (four rows' loads in flight at once),
+// (C/8) rows at a time per block (four rows' loads in flight at once, two
+// for the gradient's sums),
 // and the block adds its rows' sums in shared memory. C/8 <= blockDim.x,
 // (C/8)·R·8 <= 2048.
-extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned short* x, const unsigned short* dy,
-                                                 const float* mean, const float* inv, const float* w, const float* b,
-                                                 int act, long long rows, int C, int mode) {
+template <int mode>
+__device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigned short* x, const unsigned short* dy,
+                                                      const float* mean, const float* inv, const float* w,
+                                                      const float* b, int act, long long rows, int C) {
     __shared__ float sh[2][2048];
     const int G = C >> 3;
     const int R = blockDim.x / G;
@@ -105,16 +109,18 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
         }
         const long long stride = (long long)gridDim.x * R;
         long long row = (long long)blockIdx.x * R + r;
-        for (; row + 3 * stride < rows; row += 4 * stride) {
-            float xv[4][8], gv[4][8];
+        // Rows in flight at once: two where both operands are read.
+        const int U = mode == EMBER_CL_BN_GRAD ? 2 : 4;
+        for (; row + (U - 1) * stride < rows; row += U * stride) {
+            float xv[U][8], gv[U][8];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < U; u++) {
                 const long long at = (row + u * stride) * C + c0;
                 if (readX) ember_cl_load8(x + at, xv[u]);
                 if (readDY) ember_cl_load8(dy + at, gv[u]);
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++) ember_cl_accumulate(mode, act, xv[u], gv[u], sub, k, wv, bv, s1, s2);
+            for (int u = 0; u < U; u++) ember_cl_accumulate(mode, act, xv[u], gv[u], sub, k, wv, bv, s1, s2);
         }
         for (; row < rows; row += stride) {
             float xv[8], gv[8];
@@ -139,6 +145,21 @@ extern "C" __global__ void ember_cl_channel_sums(float* part, const unsigned sho
         part[(long long)blockIdx.x * C + c] = t1;
         part[((long long)gridDim.x + blockIdx.x) * C + c] = t2;
     }
+}
+
+// The three sums of ember_cl_channel_sums, a kernel each.
+extern "C" __global__ void ember_cl_stats(float* part, const unsigned short* x, long long rows, int C) {
+    ember_cl_channel_sums<EMBER_CL_STATS>(part, x, 0, 0, 0, 0, 0, 0, rows, C);
+}
+
+extern "C" __global__ void ember_cl_grad_sums(float* part, const unsigned short* x, const unsigned short* dy,
+                                              const float* mean, const float* inv, const float* w, const float* b,
+                                              int act, long long rows, int C) {
+    ember_cl_channel_sums<EMBER_CL_BN_GRAD>(part, x, dy, mean, inv, w, b, act, rows, C);
+}
+
+extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* dy, long long rows, int C) {
+    ember_cl_channel_sums<EMBER_CL_SUM>(part, 0, dy, 0, 0, 0, 0, 0, rows, C);
 }
 
 // ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a
@@ -229,15 +250,17 @@ __device__ __forceinline__ void ember_cl_tab8(const float* p, float v[8]) {
     v[7] = b.w;
 }
 
-// ember_cl_apply runs one of those passes over n8 groups of eight
+// ember_cl_apply runs one of those passes (batch norm's two fixed at
+// compile time, the others by kind) over n8 groups of eight
 // elements of [rows, C] (a thread per group, grid-stride; the channel of
 // a thread's group advances by the grid's stride, without a division),
 // rounding y to bfloat16. Batch norm's passes read each channel's mean,
 // 1/std, weight, bias and means from tab (ember_cl_bn_finalize's);
 // EMBER_CL_BIAS reads its bias from bias.
-extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned short* x, const unsigned short* dy,
-                                          const float* tab, const float* bias, int act, int mode, int training,
-                                          long long n8, int C) {
+template <int mode>
+__device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned short* x, const unsigned short* dy,
+                                               const float* tab, const float* bias, int act, int kind, int training,
+                                               long long n8, int C) {
     const long long step = (long long)blockDim.x * gridDim.x;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
@@ -247,7 +270,7 @@ extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned shor
         const long long at = i * 8;
         float xv[8], gv[8], out[8], mean[8], inv[8], wv[8], bv[8];
         ember_cl_load8(x + at, xv);
-        if (mode >= EMBER_CL_ACT_GRAD) ember_cl_load8(dy + at, gv);
+        if (mode == EMBER_CL_BN_DX || (mode == EMBER_CL_ACT && kind >= EMBER_CL_ACT_GRAD)) ember_cl_load8(dy + at, gv);
         if (mode == EMBER_CL_BN || mode == EMBER_CL_BN_DX) {
             ember_cl_tab8(tab + c0, mean);
             ember_cl_tab8(tab + C + c0, inv);
@@ -277,7 +300,7 @@ extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned shor
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 float v;
-                switch (mode) {
+                switch (kind) {
                 case EMBER_CL_ACT:
                     v = ember_bn_act(act, xv[j]);
                     break;
@@ -298,6 +321,22 @@ extern "C" __global__ void ember_cl_apply(unsigned short* y, const unsigned shor
         c0 += adv;
         if (c0 >= C) c0 -= C;
     }
+}
+
+// Batch norm's passes and the others (by kind), a kernel each.
+extern "C" __global__ void ember_cl_bn_apply(unsigned short* y, const unsigned short* x, const float* tab, int act,
+                                             long long n8, int C) {
+    ember_cl_apply<EMBER_CL_BN>(y, x, 0, tab, 0, act, EMBER_CL_BN, 0, n8, C);
+}
+
+extern "C" __global__ void ember_cl_bn_dx(unsigned short* dx, const unsigned short* x, const unsigned short* dy,
+                                          const float* tab, int act, int training, long long n8, int C) {
+    ember_cl_apply<EMBER_CL_BN_DX>(dx, x, dy, tab, 0, act, EMBER_CL_BN_DX, training, n8, C);
+}
+
+extern "C" __global__ void ember_cl_pointwise(unsigned short* y, const unsigned short* x, const unsigned short* dy,
+                                              const float* bias, int act, int kind, long long n8, int C) {
+    ember_cl_apply<EMBER_CL_ACT>(y, x, dy, 0, bias, act, kind, 0, n8, C);
 }
 
 // Eight bytes as one 8-byte access.
