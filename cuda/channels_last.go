@@ -121,11 +121,11 @@ func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tenso
 // clTab is ember_cl_bn_finalize's table of c channels (six rows).
 func (b *Backend) clTab(op string, c int) Block { return b.workspace(op, 4*6*c) }
 
-// clFinalize queues ember_cl_bn_finalize over c channels (a warp each).
+// clFinalize queues ember_cl_bn_finalize over c channels (a block each).
 func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, saveMean, saveInvStd, runMean, runVar uintptr,
 	momentum, eps float32, w, bias, dweight, dbias uintptr, accW, accB bool, tab uintptr) {
-	b.launch(op, b.kernel("ember_cl_bn_finalize"), 32*c, part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
-		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, w, bias, dweight, dbias, flag(accW), flag(accB), tab)
+	devCheck(op, b.x.launch(b.kernel("ember_cl_bn_finalize"), Dim3{X: c, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, []any{part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
+		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, w, bias, dweight, dbias, flag(accW), flag(accB), tab}))
 }
 
 func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, rows, c int, training bool, momentum, eps float32, act tensor.UnaryOp) {
@@ -255,9 +255,9 @@ func (b *Backend) MaxPoolBackwardChannelsLast(dx, dy, idx tensor.Buffer, p tenso
 	const op = "maxpool2d_backward_channels_last"
 	clPool(op, p)
 	oh, ow := p.OutH(), p.OutW()
-	n8 := p.N * p.H * p.W * p.C / 8
-	pdx := b.clPtr(op, "dx", dx, 8*n8)
-	pdy, pi := b.clPtr(op, "dy", dy, p.N*oh*ow*p.C), b.clIdx(op, idx, p.N*oh*ow*p.C)
+	n8 := p.N * oh * ow * p.C / 8
+	pdx := b.clPtr(op, "dx", dx, p.N*p.H*p.W*p.C)
+	pdy, pi := b.clPtr(op, "dy", dy, 8*n8), b.clIdx(op, idx, 8*n8)
 	b.launch(op, b.kernel("ember_cl_maxpool_backward"), n8, pdx, pdy, pi, i32arg(op, p.H), i32arg(op, p.W), i32arg(op, p.C),
 		i32arg(op, oh), i32arg(op, ow), i32arg(op, p.KH), i32arg(op, p.KW), int64(n8))
 }

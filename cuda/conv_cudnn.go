@@ -521,10 +521,13 @@ func (b *Backend) ConvLowp(g tensor.ConvGeom) bool {
 }
 
 // The tiles of the layout casts (kernels/cast.cu): nhwcTileChannels(ch)
-// channels by min(nhwcThreads, nhwcTile/that) rows of n·inner.
+// channels by min(nhwcThreads, nhwcTile/that) rows of n·inner. Operands
+// with fewer than nhwcSmallInner positions (a filter's taps) take the
+// untiled casts instead, a thread per element.
 const (
-	nhwcTile    = 4096
-	nhwcThreads = 256
+	nhwcTile       = 4096
+	nhwcThreads    = 256
+	nhwcSmallInner = 32
 )
 
 // nhwcTileChannels is the channels of a cast's tile: the smallest power of
@@ -564,6 +567,10 @@ func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc
 		b.launch(op, b.kernel("ember_conv_grad_bf16"), n*ch*inner, h, src, mask, int64(n*ch*inner))
 		return
 	}
+	if inner < nhwcSmallInner && mask == 0 {
+		b.launch(op, b.kernel("ember_to_nhwc_small_bf16"), n*ch*inner, h, src, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner))
+		return
+	}
 	grid, tc := nhwcGrid(n, ch, inner)
 	devCheck(op, b.x.launch(b.kernel("ember_to_nhwc_bf16"), grid, Dim3{X: nhwcThreads, Y: 1, Z: 1},
 		[]any{h, src, mask, i32arg(op, ch), i32arg(op, inner), int64(n * inner), i32arg(op, tc)}))
@@ -582,6 +589,10 @@ func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, re
 			return
 		}
 		b.launch(op, b.kernel("ember_conv_out_bf16"), n*ch*inner, dst, h, bias, int64(n*ch*inner), int64(ch), int64(inner), flag(relu))
+		return
+	}
+	if inner < nhwcSmallInner && bias == 0 && !relu {
+		b.launch(op, b.kernel("ember_from_nhwc_small_bf16"), n*ch*inner, dst, h, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner), flag(accumulate))
 		return
 	}
 	grid, tc := nhwcGrid(n, ch, inner)

@@ -172,3 +172,33 @@ extern "C" __global__ void __launch_bounds__(EMBER_NHWC_THREADS)
         y[i] = v;
     }
 }
+
+// The layout casts of operands with few positions per channel (a
+// filter's R·S taps), where the tiled kernels above leave most of a tile
+// idle: a thread per element of the bfloat16 side, reading the float32
+// side where it lies (a filter is small enough to stay in L2).
+
+// h[n][p][c] = bfloat16(src[n][c][p]) for n·P·C = total elements.
+extern "C" __global__ void ember_to_nhwc_small_bf16(unsigned short* h, const float* src, int C, int P, long long total) {
+    EMBER_LOOP(long long, j, total) {
+        const int c = (int)(j % C);
+        const long long q = j / C;
+        const int p = (int)(q % P);
+        const long long n = q / P;
+        h[j] = ember_bf16_from_f32(src[(n * C + c) * P + p]);
+    }
+}
+
+// y[n][c][p] = float32(h[n][p][c]), or += when accumulate.
+extern "C" __global__ void ember_from_nhwc_small_bf16(float* y, const unsigned short* h, int C, int P, long long total,
+                                                      int accumulate) {
+    EMBER_LOOP(long long, j, total) {
+        const int c = (int)(j % C);
+        const long long q = j / C;
+        const int p = (int)(q % P);
+        const long long n = q / P;
+        const long long i = (n * C + c) * P + p;
+        const float v = ember_f32_from_bf16(h[j]);
+        y[i] = accumulate ? y[i] + v : v;
+    }
+}

@@ -163,7 +163,7 @@ extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* d
 }
 
 // ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a
-// warp each, in double, by a fixed tree) and from them:
+// block each, in double, by a fixed tree) and from them:
 //   EMBER_CL_STATS: training batch norm's mean and 1/√(var+eps) into
 //     saveMean and saveInvStd, the running statistics updated as torch
 //     does (when runMean is not null);
@@ -182,17 +182,15 @@ extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C
                                                 float* runMean, float* runVar, float momentum, float eps,
                                                 const float* w, const float* b, float* dweight, float* dbias,
                                                 int accW, int accB, float* tab) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int c = (int)(t >> 5), lane = (int)(t & 31);
-    if (c >= C) return; // whole warps
+    const int c = blockIdx.x;
     double s1 = 0.0, s2 = 0.0;
-    for (int q = lane; q < nb; q += 32) {
+    for (int q = threadIdx.x; q < nb; q += blockDim.x) {
         s1 += (double)part[(long long)q * C + c];
         s2 += (double)part[((long long)nb + q) * C + c];
     }
-    s1 = ember_warp_sum_d(s1);
-    s2 = ember_warp_sum_d(s2);
-    if (lane != 0) return;
+    s1 = ember_block_sum_d(s1);
+    s2 = ember_block_sum_d(s2);
+    if (threadIdx.x != 0) return;
     const double m = (double)rows;
     if (mode == EMBER_CL_STATS) {
         const double shift = (double)ember_f32_from_bf16(x[c]);
@@ -387,9 +385,11 @@ extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* id
     }
 }
 
-// ember_cl_maxpool_backward sets dx [N, H, W, C]: a thread per input
-// position and eight channels takes dy where ember_cl_maxpool's idx names
-// its position in its window, zero elsewhere (and past the last window).
+// ember_cl_maxpool_backward sets dx [N, H, W, C]: a thread per window
+// and eight channels writes its window's part of dx, dy where
+// ember_cl_maxpool's idx names the position and zero elsewhere; the last
+// window of a row or column also zeroes the inputs past it (no window
+// holds them).
 extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const unsigned short* dy,
                                                      const unsigned char* idx, int H, int W, int C, int OH, int OW,
                                                      int KH, int KW, long long n8) {
@@ -397,25 +397,28 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
     EMBER_LOOP(long long, i, n8) {
         const int g = (int)(i % G);
         const long long pos = i / G;
-        const int ix = (int)(pos % W);
-        const int iy = (int)((pos / W) % H);
-        const long long img = pos / ((long long)W * H);
-        const int oy = iy / KH, ox = ix / KW;
-        float out[8];
+        const int ox = (int)(pos % OW);
+        const int oy = (int)((pos / OW) % OH);
+        const long long img = pos / ((long long)OW * OH);
+        const long long o = pos * C + g * 8;
+        const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
+        float gv[8];
+        ember_cl_load8(dy + o, gv);
+        const int h0 = oy * KH, w0 = ox * KW;
+        const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
+        const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
+        for (int h = h0; h < h1; h++) {
+            for (int wc = w0; wc < w1; wc++) {
+                const int r = h - h0, s = wc - w0;
+                const unsigned int me = (r < KH && s < KW) ? (unsigned int)(r * KW + s) : 0x100u;
+                float out[8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) out[j] = 0.f;
-        if (oy < OH && ox < OW) {
-            const long long o = ((img * OH + oy) * OW + ox) * C + g * 8;
-            const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
-            const unsigned int me = (unsigned int)((iy - oy * KH) * KW + (ix - ox * KW));
-            float gv[8];
-            ember_cl_load8(dy + o, gv);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const unsigned int a = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
-                if (a == me) out[j] = gv[j];
+                for (int j = 0; j < 8; j++) {
+                    const unsigned int a = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
+                    out[j] = a == me ? gv[j] : 0.f;
+                }
+                ember_cl_store8(dx + ((img * H + h) * W + wc) * C + g * 8, out);
             }
         }
-        ember_cl_store8(dx + pos * C + g * 8, out);
     }
 }
