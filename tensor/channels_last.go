@@ -220,13 +220,6 @@ func (e *engine) sinkChannelsLast(cl ChannelsLastBackend, t *Tensor) (dst Buffer
 	}
 }
 
-// gradChannelsLast is the gradient dy of a channels-last output as the
-// form: its own memory, or a rounded copy (tmp, for the caller to
-// release).
-func gradChannelsLast(cl ChannelsLastBackend, s *Scope, dy *Tensor) (Buffer, *Tensor) {
-	return channelsLastInput(cl, s, dy)
-}
-
 // channelsLastChannels reports whether a channel count can be held in the
 // form.
 func channelsLastChannels(c int) bool { return c > 0 && c%channelsLastAlign == 0 }
