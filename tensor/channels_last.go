@@ -144,10 +144,7 @@ func (t *Tensor) heldChannelsLast() bool {
 
 // IsChannelsLast reports whether t is held as bfloat16 [N, H, W, C]
 // (channels_last.go); reading it in any other way converts it.
-func (t *Tensor) IsChannelsLast() bool {
-	_, ok := t.channelsLast()
-	return ok
-}
+func (t *Tensor) IsChannelsLast() bool { return t.heldChannelsLast() && !t.Released() }
 
 // materialize turns a storage held channels-last into plain float32 (one
 // cast); the bfloat16 memory goes back at once (its readers are queued
