@@ -546,6 +546,13 @@ func (t *job) run(ctx context.Context) error {
 			return err
 		}
 	}
+	// Evaluation runs under the training's autocast, as torch evaluates
+	// inside its autocast region.
+	if t.text != nil {
+		t.testText.SetAutocast(o.prec.Autocast())
+	} else {
+		t.testSet.SetAutocast(o.prec.Autocast())
+	}
 	cfg := trainer.Config{
 		Model: t.model, Optimizer: t.optimizer, Data: t.source,
 		Evaluate: func(m nn.Module) (float64, float64, error) {

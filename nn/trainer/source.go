@@ -53,7 +53,16 @@ type Images struct {
 	batch        *tensor.Tensor // idx and labels packed: one upload per step
 	host         []int32        // the indices, then the labels
 	scale, shift float32
+	autocast     tensor.DType // Evaluate's (SetAutocast)
 }
+
+// SetAutocast sets the autocast Evaluate runs the model under
+// (tensor.Scope.SetAutocast): the training's, as torch evaluates inside
+// its autocast region, so that evaluation takes bfloat16 products and
+// convolutions and, on the GPU, holds a convolution net's activations in
+// bfloat16 (half the memory). Float32, the default, evaluates in
+// float32.
+func (im *Images) SetAutocast(dt tensor.DType) { im.autocast = dt }
 
 // Augmentation is the per-sample augmentation of an Images source, run in
 // the batch gather on the device (tensor.AugmentGatherAt): a random crop of
@@ -200,6 +209,9 @@ func (im *Images) evaluate(m nn.Module, batch int) (loss, accuracy float64) {
 		}
 		s := tensor.NewNoGradScope()
 		s.SetReleaseInBackward(true) // layers may hand back each input once the next is done (tensor.ReleaseInput)
+		if im.autocast == tensor.BFloat16 {
+			s.SetAutocast(im.autocast)
+		}
 		ix := tensor.FromInt32(b, s, idx[:n], n)
 		var x *tensor.Tensor
 		if im.aug != nil {

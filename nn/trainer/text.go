@@ -19,7 +19,12 @@ type Text struct {
 	batch      *tensor.Tensor // ids then targets, packed: one upload per step
 	ids, targs *tensor.Tensor // int32 [B, T] each, views of batch
 	host       []int32        // the ids, then the targets
+	autocast   tensor.DType   // Evaluate's (SetAutocast)
 }
+
+// SetAutocast sets the autocast Evaluate runs the model under, as
+// Images.SetAutocast does.
+func (tx *Text) SetAutocast(dt tensor.DType) { tx.autocast = dt }
 
 // TextWindows is the number of non-overlapping windows of context tokens
 // (each with its next-token targets) in n tokens.
@@ -128,6 +133,9 @@ func (tx *Text) evaluate(b tensor.Backend, m nn.Module, batch int) (loss, accura
 		tx.windows(idx[:k], x, y)
 		s := tensor.NewNoGradScope()
 		s.SetReleaseInBackward(true) // layers may hand back each input once the next is done (tensor.ReleaseInput)
+		if tx.autocast == tensor.BFloat16 {
+			s.SetAutocast(tx.autocast)
+		}
 		ids := tensor.FromInt32(b, s, x[:k*t], k, t)
 		targets := tensor.FromInt32(b, s, y[:k*t], k*t)
 		logits := m.Forward(ids)
