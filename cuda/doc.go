@@ -77,7 +77,8 @@
 // operators of the first networks: elementwise arithmetic, ReLU, products,
 // biases, cross entropy, SGD), ops_elementwise.go, ops_reduce.go,
 // ops_softmax.go, ops_index.go, ops_loss.go, ops_random.go, norm.go,
-// pool.go, optim.go, cast.go (bfloat16), augment.go, conv.go (im2col),
+// pool.go, optim.go, cast.go (bfloat16), channels_last.go (autocast's
+// activations held as bfloat16 [N, H, W, C]), augment.go, conv.go (im2col),
 // conv_cudnn.go, conv_pool.go and conv_rt.go (fused and register-tiled
 // convolutions), linear.go and narrow.go (fused linear layers), ewk.go and
 // ewk_backend.go (generated elementwise kernels); side.go and graph.go
@@ -206,7 +207,10 @@
 // than im2col + cuBLAS: algorithms searched once per geometry, precision
 // and direction and kept, deterministic ones only, full FP32 unless TF32
 // is on. Autocast's bfloat16 convolutions (tensor.LowPrecisionConvBackend)
-// run there too, in NHWC, the casts fused with the change of layout.
+// run there too, in NHWC, the casts fused with the change of layout; a
+// convolution whose activations are held channels-last
+// (tensor.ChannelsLastBackend, channels_last.go) reads and writes them
+// with no cast at all.
 // Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0 through
 // OptionsFromEnv), they run as im2col + cuBLAS (float32 under autocast);
 // Backend.CuDNN says which and why.
