@@ -41,7 +41,6 @@ var kernelFiles = []string{
 	"kernels/index.cu",
 	"kernels/philox.cu",
 	"kernels/random.cu",
-	"kernels/bn_act.cu",
 	"kernels/norm.cu",
 	"kernels/channels_last.cu",
 	"kernels/pool.cu",
@@ -90,7 +89,7 @@ var kernelUnits = []kernelUnit{
 	{files: []string{"kernels/common.cu", "kernels/strided.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/reduce_axis.cu", "kernels/softmax.cu", "kernels/xent.cu"}},
 	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/random.cu", "kernels/optim.cu"}},
-	{files: []string{"kernels/common.cu", "kernels/bn_act.cu", "kernels/norm.cu", "kernels/channels_last.cu", "kernels/pool.cu"}},
+	{files: []string{"kernels/common.cu", "kernels/norm.cu", "kernels/channels_last.cu", "kernels/pool.cu"}},
 	// The fused attention, which draws Dropout's bits (philox.cu): its own
 	// unit, compiled on first use.
 	{files: []string{"kernels/common.cu", "kernels/philox.cu", "kernels/attention.cu", "kernels/attention_bf16.cu"}},

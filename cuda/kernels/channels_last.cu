@@ -2,8 +2,8 @@
 // (tensor/channels_last.go, cuda/channels_last.go): batch norm with its
 // activation, the activations alone, sums and max pooling, each reading
 // and writing the form directly. It is compiled in norm.cu's unit and
-// computes batch norm's normalised value and activations with bn_act.cu's
-// functions, as norm.cu and the CPU do, so that the two differ in the order of the
+// computes batch norm's normalised value and activations with norm.cu's
+// functions, as the CPU does, so that the two differ in the order of the
 // statistics' sums only. C is a multiple of 8: a thread moves eight
 // channels of one row (16 bytes) at a time.
 
