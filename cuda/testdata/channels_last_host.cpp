@@ -1,0 +1,151 @@
+// The driver of TestChannelsLastKernelsOnHost: kernels/norm.cu and
+// kernels/channels_last.cu (common.cu before them, host_emu.h included
+// first) compiled for the host with this file. It runs the channels-last
+// kernels with the launches cuda/channels_last.go makes, on small grids so
+// that blocks loop, and checks them against plain loops over the same
+// bfloat16 values:
+//   - max pooling and its gradient bit for bit (ties, NaN, the rows and
+//     columns past the last window, ceil mode's partial windows);
+//   - batch norm's statistics, output (with ReLU or GELU) and gradients
+//     against a double two-pass reference: statistics within 1e-5
+//     relative, outputs within one bfloat16 step, dx within one step plus
+//     1e-3 of the largest.
+// Exit status: the number of failed checks (at most 99).
+#include "host_launch.h"
+
+static unsigned short bits(float v) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+static float widen(unsigned short h) {
+    unsigned u = (unsigned)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bf(float v) { return widen(bits(v)); }
+
+static int failed = 0;
+static bool check(bool ok, const char* what, long long i, double got, double want) {
+    if (!ok && failed++ < 20) printf("  %s [%lld] = %.9g, want %.9g\n", what, i, got, want);
+    return ok;
+}
+
+// close is |got - want| <= one bfloat16 step of want + tol.
+static bool close(double got, double want, double tol) {
+    return fabs(got - want) <= fabs(want) / 128 + tol || (got != got && want != want);
+}
+
+static std::mt19937_64 rng(7);
+static std::vector<unsigned short> randomBits(size_t n, float scale, float shift) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<unsigned short> v(n);
+    for (auto& h : v) h = bits(shift + scale * normal(rng));
+    return v;
+}
+
+static void maxpool(int N, int C, int H, int W, int K, bool ceil) {
+    const int OH = ceil ? (H + K - 1) / K : H / K, OW = ceil ? (W + K - 1) / K : W / K;
+    std::vector<unsigned short> x = randomBits((size_t)N * H * W * C, 1, 0), dy = randomBits((size_t)N * OH * OW * C, 1, 0);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = 0; // ties
+    x[5] = 0x7fc0;                                    // a NaN wins its window
+    std::vector<unsigned short> y(dy.size()), dx(x.size(), 0x1234);
+    std::vector<unsigned char> idx(dy.size());
+    const long long n8 = (long long)N * OH * OW * C / 8;
+    unsigned short *py = y.data(), *pdx = dx.data();
+    const unsigned short *px = x.data(), *pdy = dy.data();
+    unsigned char* pi = idx.data();
+    launch(3, 64, [=] { ember_cl_maxpool(py, pi, px, H, W, C, OH, OW, K, K, n8); });
+    launch(2, 64, [=] { ember_cl_maxpool_backward(pdx, pdy, pi, H, W, C, OH, OW, K, K, n8); });
+    std::vector<float> want(x.size(), 0.0f);
+    int bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int oy = 0; oy < OH; oy++)
+            for (int ox = 0; ox < OW; ox++)
+                for (int c = 0; c < C; c++) {
+                    float best = 0;
+                    int at = -1;
+                    for (int h = oy * K; h < std::min(oy * K + K, H); h++)
+                        for (int w = ox * K; w < std::min(ox * K + K, W); w++) {
+                            const float v = widen(x[(((size_t)n * H + h) * W + w) * C + c]);
+                            if (at < 0 || v > best || v != v) best = v, at = h * W + w;
+                        }
+                    const size_t o = (((size_t)n * OH + oy) * OW + ox) * C + c;
+                    const float got = widen(y[o]);
+                    bad += !check(got == best || (got != got && best != best), "maxpool y", o, got, best);
+                    want[((size_t)n * H * W + at) * C + c] = widen(dy[o]);
+                }
+    for (size_t i = 0; i < x.size(); i++) bad += !check(widen(dx[i]) == want[i], "maxpool dx", i, widen(dx[i]), want[i]);
+    printf("maxpool N=%d C=%d %dx%d window %d ceil=%d: %s\n", N, C, H, W, K, ceil, bad ? "FAIL" : "ok");
+}
+
+static void batchnorm(int rows, int C, int act, bool affine) {
+    const int nt = 256, G = C / 8, R = nt / G, nb = std::min((rows + R - 1) / R, 3);
+    std::vector<unsigned short> x = randomBits((size_t)rows * C, 2, 3), dy = randomBits((size_t)rows * C, 1, 0);
+    std::vector<float> w(C, 1), b(C, 0), mean(C), inv(C), rm(C, 0.5f), rv(C, 2), part(2 * nb * C), tab(6 * C), dw(C, 0.25f), db(C, -1);
+    if (affine)
+        for (int c = 0; c < C; c++) w[c] = 0.5f + 0.1f * c, b[c] = 0.2f - 0.05f * c;
+    std::vector<unsigned short> y(x.size()), dx(x.size());
+    const float *pw = affine ? w.data() : nullptr, *pb = affine ? b.data() : nullptr;
+    float *pm = mean.data(), *pinv = inv.data(), *prm = rm.data(), *prv = rv.data(), *pp = part.data(), *pt = tab.data();
+    float *pdw = dw.data(), *pdb = db.data();
+    const unsigned short *px = x.data(), *pdy = dy.data();
+    unsigned short *py = y.data(), *pdx = dx.data();
+    const long long n8 = (long long)rows * C / 8;
+    launch(nb, nt, [=] { ember_cl_stats(pp, px, rows, C); });
+    launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 0, px, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
+    launch(2, 64, [=] { ember_cl_bn_apply(py, px, pt, act, n8, C); });
+    launch(nb, nt, [=] { ember_cl_grad_sums(pp, px, pdy, pm, pinv, pw, pb, act, rows, C); });
+    launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 1, nullptr, pm, pinv, nullptr, nullptr, 0, 0, pw, pb, pdw, pdb, 1, 1, pt); });
+    launch(3, 64, [=] { ember_cl_bn_dx(pdx, px, pdy, pt, act, 1, n8, C); });
+    int bad = 0;
+    for (int c = 0; c < C; c++) {
+        double s = 0, q = 0;
+        for (int r = 0; r < rows; r++) s += widen(x[(size_t)r * C + c]);
+        const double mu = s / rows;
+        for (int r = 0; r < rows; r++) q += (widen(x[(size_t)r * C + c]) - mu) * (widen(x[(size_t)r * C + c]) - mu);
+        const double var = q / rows, iv = 1 / sqrt(var + 1e-5);
+        bad += !check(fabs(mean[c] - mu) <= 1e-5 * fabs(mu), "mean", c, mean[c], mu);
+        bad += !check(fabs(inv[c] - iv) <= 1e-5 * iv, "1/std", c, inv[c], iv);
+        bad += !check(fabs(rv[c] - (0.9 * 2 + 0.1 * var * rows / (rows - 1))) <= 1e-5 * rv[c], "running var", c, rv[c], 0.9 * 2 + 0.1 * var * rows / (rows - 1));
+        double sg = 0, sgx = 0, biggest = 0;
+        std::vector<double> g(rows), xh(rows);
+        for (int r = 0; r < rows; r++) {
+            const size_t i = (size_t)r * C + c;
+            xh[r] = (widen(x[i]) - mean[c]) * inv[c];
+            const double z = xh[r] * w[c] + b[c];
+            double a = z, da = 1;
+            if (act == 11) a = z > 0 ? z : 0, da = z > 0;
+            if (act == 13) a = z * 0.5 * (1 + erf(z / sqrt(2.0))), da = 0.5 * (1 + erf(z / sqrt(2.0))) + z * exp(-z * z / 2) / sqrt(2 * M_PI);
+            bad += !check(close(widen(y[i]), a, 1e-6), "y", i, widen(y[i]), a);
+            g[r] = widen(dy[i]) * da;
+            sg += g[r];
+            sgx += g[r] * xh[r];
+        }
+        bad += !check(fabs(db[c] - (-1 + sg)) <= 1e-4 * (1 + fabs(sg)), "dbias", c, db[c], -1 + sg);
+        bad += !check(fabs(dw[c] - (0.25 + sgx)) <= 1e-4 * (1 + fabs(sgx)), "dweight", c, dw[c], 0.25 + sgx);
+        std::vector<double> want(rows);
+        for (int r = 0; r < rows; r++) {
+            want[r] = w[c] * inv[c] * (g[r] - sg / rows - xh[r] * sgx / rows);
+            biggest = std::max(biggest, fabs(want[r]));
+        }
+        for (int r = 0; r < rows; r++) {
+            const size_t i = (size_t)r * C + c;
+            bad += !check(close(widen(dx[i]), want[r], 1e-3 * biggest), "dx", i, widen(dx[i]), want[r]);
+        }
+    }
+    printf("batch norm rows=%d C=%d act=%d affine=%d: %s\n", rows, C, act, affine, bad ? "FAIL" : "ok");
+}
+
+int main() {
+    maxpool(2, 16, 7, 7, 2, false);
+    maxpool(2, 8, 7, 5, 2, true);
+    maxpool(1, 24, 9, 6, 3, false);
+    batchnorm(200, 16, 0, true);
+    batchnorm(150, 24, 11, false);
+    batchnorm(97, 8, 13, true);
+    return failed > 99 ? 99 : failed;
+}
