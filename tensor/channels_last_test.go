@@ -246,3 +246,36 @@ func ExampleScope_SetChannelsLast() {
 	// true 4
 	// false
 }
+
+// TestChannelsLastOperandSharesInput: a convolution whose weight shares
+// its input's memory (x and x.Detach()) reads the plain weight before it
+// takes the input's form, so that turning the weight plain frees nothing
+// the convolution then reads (CountingCPU fills freed memory with NaN).
+func TestChannelsLastOperandSharesInput(t *testing.T) {
+	run := func(on bool) []float32 {
+		b := tensor.NewCountingCPU()
+		rng := rand.New(rand.NewPCG(4, 4))
+		normal := func(n int, scale float64) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(rng.NormFloat64() * scale)
+			}
+			return v
+		}
+		w0 := tensor.FromFloat32(b, nil, normal(8*3*9, 0.3), 8, 3, 3, 3).SetRequiresGrad(true)
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		s.SetChannelsLast(on)
+		in := tensor.FromFloat32(b, s, normal(8*3*9, 1), 8, 3, 3, 3)
+		x := tensor.Conv2dWith(in, w0, nil, tensor.ConvOptions{Padding: [2]int{1, 1}}) // [8, 8, 3, 3]
+		if x.IsChannelsLast() != on {
+			t.Fatalf("convolution held channels-last %v, want %v", x.IsChannelsLast(), on)
+		}
+		return tensor.Conv2dWith(x, x.Detach(), nil, tensor.ConvOptions{Padding: [2]int{1, 1}}).Float32s()
+	}
+	on, off := run(true), run(false)
+	if e := relErr(on, off); !(e <= 0.02) {
+		t.Errorf("relative error %.3g with the form against without (first values %v)", e, on[:3])
+	}
+}

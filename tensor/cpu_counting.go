@@ -10,7 +10,8 @@ import (
 // since, and their peak: what a step would hold on a device, measured on
 // the host, as a GPU allocator's statistics would (the CPU itself leaves
 // host memory to Go's collector). A freed float32 buffer is filled with
-// NaN, so that a result computed from memory given back too early shows.
+// NaN (a bfloat16 one too), so that a result computed from memory given
+// back too early shows.
 // Tests of when memory is given back use it; so can a program that
 // estimates a model's memory before it has a GPU.
 type CountingCPU struct {
@@ -61,6 +62,9 @@ func (c *CountingCPU) Free(buf Buffer) {
 	nan := float32(math.NaN())
 	for i := range m.f {
 		m.f[i] = nan
+	}
+	for i := range m.h {
+		m.h[i] = 0x7fc0 // bfloat16 NaN
 	}
 }
 

@@ -13,13 +13,22 @@ package tensor
 func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b
 	out := newChannelsLast(be, s, g.N, g.K, g.OutH(), g.OutW())
+	// The plain operands first: reading one that shares x's storage
+	// turns x plain, which would free a form's buffer already taken.
+	wb, bb := w.buffer(), optBuffer(b)
 	xb, tmp := channelsLastInput(cl, s, x)
-	cl.Conv2dChannelsLast(out.st.buf, xb, w.buffer(), optBuffer(b), g)
+	cl.Conv2dChannelsLast(out.st.buf, xb, wb, bb, g)
 	releaseTemp(tmp)
 	relu := g.ReLU
 	g.ReLU = false // the backward pass masks dy itself
 	record(out, "conv2d_channels_last", func(dy *Tensor, e *engine) {
 		ts := e.scopeFor(x)
+		wb := w.buffer() // before any form's buffer is taken, as above
+		var db Buffer
+		if b != nil {
+			db = e.sinkZeroed(b)
+		}
+		dw := e.sinkZeroed(w)
 		dyb, dyTmp := channelsLastInput(cl, ts, dy)
 		if relu { // dy·ReLU'(y), from the output, as ReLU's backward pass
 			masked := newTensor(be, BFloat16, ts, dyb.Len)
@@ -35,11 +44,7 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 			xb, xTmp = channelsLastInput(cl, ts, x)
 		}
 		dx, finish := e.sinkChannelsLast(cl, x)
-		var db Buffer
-		if b != nil {
-			db = e.sinkZeroed(b)
-		}
-		cl.Conv2dBackwardChannelsLast(dx, e.sinkZeroed(w), db, dyb, xb, w.buffer(), g)
+		cl.Conv2dBackwardChannelsLast(dx, dw, db, dyb, xb, wb, g)
 		finish()
 		releaseTemp(dyTmp)
 		releaseTemp(xTmp)
@@ -55,18 +60,20 @@ func batchNormChannelsLast(cl ChannelsLastBackend, s *Scope, x, weight, bias, ru
 	be := x.st.b
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
 	rows := n * h * w
-	xb, _ := x.channelsLast()
 	out := newChannelsLast(be, s, n, c, h, w)
 	mean, inv := Empty(be, s, c), Empty(be, s, c)
-	cl.BatchNormChannelsLast(out.st.buf, mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
-		xb, optBuffer(weight), optBuffer(bias), rows, c, training, momentum, eps, act)
+	rm, rv, wb, bb := optBuffer(runningMean), optBuffer(runningVar), optBuffer(weight), optBuffer(bias)
+	xb, tmp := channelsLastInput(cl, s, x) // after the plain operands (convolveChannelsLast says why)
+	cl.BatchNormChannelsLast(out.st.buf, mean.buffer(), inv.buffer(), rm, rv, xb, wb, bb, rows, c, training, momentum, eps, act)
+	releaseTemp(tmp)
 	record(out, "batch_norm_channels_last", func(dy *Tensor, e *engine) {
 		ts := e.scopeFor(x)
+		wb, bb := optBuffer(weight), optBuffer(bias)
+		dw, db, accW, accB := affineSinks(e, weight, bias)
 		dyb, dyTmp := channelsLastInput(cl, ts, dy)
 		xb, xTmp := channelsLastInput(cl, ts, x)
 		dx, finish := e.sinkChannelsLast(cl, x)
-		dw, db, accW, accB := affineSinks(e, weight, bias)
-		cl.BatchNormBackwardChannelsLast(dx, dw, db, dyb, xb, optBuffer(weight), optBuffer(bias), mean.buffer(), inv.buffer(),
+		cl.BatchNormBackwardChannelsLast(dx, dw, db, dyb, xb, wb, bb, mean.buffer(), inv.buffer(),
 			rows, c, training, act, accW, accB)
 		finish()
 		releaseTemp(dyTmp)
