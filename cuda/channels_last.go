@@ -128,16 +128,21 @@ func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, 
 		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, w, bias, dweight, dbias, flag(accW), flag(accB), tab}))
 }
 
+// clStatsParams checks batch norm's saved statistics and optional affine
+// parameters of c channels and returns their addresses (0: no parameter).
+func (b *Backend) clStatsParams(op string, saveMean, saveInvStd, weight, bias tensor.Buffer, c int) (pm, pi, pw, pb uintptr) {
+	need(op, "saveMean", saveMean, c)
+	need(op, "saveInvStd", saveInvStd, c)
+	return b.f32(op, saveMean), b.f32(op, saveInvStd), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+}
+
 func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, rows, c int, training bool, momentum, eps float32, act tensor.UnaryOp) {
 	const op = "batch_norm_channels_last"
 	clChannels(op, c)
 	n := rows * c
 	py, px := b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n)
-	need(op, "saveMean", saveMean, c)
-	need(op, "saveInvStd", saveInvStd, c)
-	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
+	pm, pi, pw, pb := b.clStatsParams(op, saveMean, saveInvStd, weight, bias, c)
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
-	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
 	tab := b.clTab(op, c)
 	defer b.release(tab)
 	if training {
@@ -164,10 +169,7 @@ func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weigh
 	clChannels(op, c)
 	n := rows * c
 	pdy, px := b.clPtr(op, "dy", dy, n), b.clPtr(op, "x", x, n)
-	need(op, "saveMean", saveMean, c)
-	need(op, "saveInvStd", saveInvStd, c)
-	pm, pi := b.f32(op, saveMean), b.f32(op, saveInvStd)
-	pw, pb := b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
+	pm, pi, pw, pb := b.clStatsParams(op, saveMean, saveInvStd, weight, bias, c)
 	pdw, pdb := b.f32Opt(op, "dweight", dweight, c), b.f32Opt(op, "dbias", dbias, c)
 	var pdx uintptr
 	if !dx.Empty() {

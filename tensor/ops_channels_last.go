@@ -84,17 +84,24 @@ func batchNormChannelsLast(cl ChannelsLastBackend, s *Scope, x, weight, bias, ru
 	return out
 }
 
+// heldOn is x's memory in the form and its backend's ChannelsLastBackend,
+// when x is held that way in a scope whose autocast keeps the form.
+func heldOn(x *Tensor) (ChannelsLastBackend, Buffer, bool) {
+	cl, ok := channelsLastOf(x.st.b, x.scope)
+	if !ok {
+		return nil, Buffer{}, false
+	}
+	xb, ok := x.channelsLast()
+	return cl, xb, ok
+}
+
 // unaryChannelsLast is act(x) for x held channels-last and act one the
 // form runs (ReLU, GELU); nil, having done nothing, otherwise.
 func unaryChannelsLast(x *Tensor, act UnaryOp) *Tensor {
 	if act != OpReLU && act != OpGELU && act != OpGELUTanh {
 		return nil
 	}
-	cl, ok := channelsLastOf(x.st.b, x.scope)
-	if !ok {
-		return nil
-	}
-	xb, ok := x.channelsLast()
+	cl, xb, ok := heldOn(x)
 	if !ok {
 		return nil
 	}
@@ -164,11 +171,7 @@ func maxPoolChannelsLast(x *Tensor, g PoolGeom) *Tensor {
 	if g.StrideH != g.KH || g.StrideW != g.KW || g.PadH != 0 || g.PadW != 0 || g.KH*g.KW > 256 {
 		return nil
 	}
-	cl, ok := channelsLastOf(x.st.b, x.scope)
-	if !ok {
-		return nil
-	}
-	xb, ok := x.channelsLast()
+	cl, xb, ok := heldOn(x)
 	if !ok {
 		return nil
 	}
