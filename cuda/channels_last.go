@@ -278,6 +278,15 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 	if c.yLen == 0 {
 		return
 	}
+	if clSmallConv(c) {
+		dh, dw := g.Dilation()
+		n8 := c.yLen / 8
+		b.launch(op, b.kernel("ember_cl_conv_small"), n8, py, px, pw, pbias, flag(g.ReLU),
+			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
+			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), int64(n8))
+		return
+	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, c) {
 		if pbias != 0 || g.ReLU {
 			var act tensor.UnaryOp
@@ -294,6 +303,13 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 	b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
 	b.Conv2dLowp(yf, xf, w, bias, g)
 	b.ToChannelsLast(y, yf, g.N, g.K, c.p)
+}
+
+// clSmallConv reports whether c's forward pass takes ember_cl_conv_small:
+// few taps per output channel (C·R·S <= 32, a first layer's), whose
+// weights fit its shared memory.
+func clSmallConv(c convShape) bool {
+	return c.groups == 1 && c.crs > 0 && c.crs <= 32 && c.g.K*c.crs <= 4096
 }
 
 // mustAlloc is a float32 buffer of n elements, or a panic with the
@@ -364,13 +380,8 @@ func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer,
 	}
 	if wantDW && smallFilterGrad(c) {
 		// Few taps (a first layer's): conv_dw_small.go's kernel, as
-		// Conv2dBackwardLowp takes them, on float32 copies.
-		dyf, xf := b.mustAlloc(op, c.yLen), b.mustAlloc(op, c.xLen)
-		b.FromChannelsLast(dyf, dy, g.N, g.K, c.p, false)
-		b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
-		b.filterGradSmall(op, pdw, b.f32(op, xf), b.f32(op, dyf), 0, c)
-		b.Free(dyf)
-		b.Free(xf)
+		// Conv2dBackwardLowp takes them, reading the form.
+		b.filterGradSmallChannelsLast(op, pdw, px, pdy, c)
 		wantDW, pdw, dw = false, 0, tensor.Buffer{}
 	}
 	if !wantDX && !wantDW {

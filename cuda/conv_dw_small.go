@@ -36,6 +36,18 @@ func smallFilterGrad(c convShape) bool {
 // not 0, and x): ember_conv_dw_small over blocks of positions, then its
 // join.
 func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c convShape) {
+	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, px, pdy, []any{pmask}, c)
+}
+
+// filterGradSmallChannelsLast is filterGradSmall of x and dy held
+// channels-last (ember_cl_conv_dw_small).
+func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
+	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, px, pdy, nil, c)
+}
+
+// filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with
+// mask the ones after dy) and its join.
+func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mask []any, c convShape) {
 	tiles := (c.np + dwsTile - 1) / dwsTile
 	per := (tiles + dwsBlocks - 1) / dwsBlocks * dwsTile
 	blocks := (c.np + per - 1) / per
@@ -43,9 +55,9 @@ func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c conv
 	ws := b.workspace(op, 8*pairs*blocks)
 	defer b.release(ws)
 	d := c.dims
-	devCheck(op, b.x.launch(b.kernel("ember_conv_dw_small"), Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-		[]any{ws.Ptr(), px, pdy, pmask, d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
-			d[10], d[11], c.dil[0], c.dil[1], i32arg(op, per)}))
+	args := append(append([]any{ws.Ptr(), px, pdy}, mask...), d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
+		d[10], d[11], c.dil[0], c.dil[1], i32arg(op, per))
+	devCheck(op, b.x.launch(b.kernel(kernel), Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, args))
 	const warps = blockSize / 32
 	b.launchGrid(op, b.kernel("ember_conv_dw_small_join"), (pairs+warps-1)/warps, blockSize,
 		pdw, ws.Ptr(), i32arg(op, pairs), i32arg(op, blocks))

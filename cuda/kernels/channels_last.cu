@@ -422,3 +422,110 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
         }
     }
 }
+
+// A convolution with few taps per output channel (C·R·S <= 32: a
+// network's first layer on one or three input channels), where cuDNN's
+// kernels leave most of the GPU idle, directly from and into the form.
+
+// ember_cl_conv_small sets y [N, OH, OW, K] = bfloat16(act(bfloat16(Σ
+// x·w) + bias)) for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
+// rounded to bfloat16 as it is read; K·C·R·S <= 4096), as
+// Conv2dChannelsLast: a thread per output position and eight output
+// channels, the products exact and summed in float32 in tap order, the
+// weights in shared memory.
+extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
+                                               const float* bias, int relu, int C, int H, int W, int K, int R, int S,
+                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
+                                               long long n8) {
+    __shared__ float sw[4096];
+    const int RS = R * S, CRS = C * RS, G = K >> 3;
+    for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) sw[i] = ember_bf16_round(w[i]);
+    __syncthreads();
+    EMBER_LOOP(long long, i, n8) {
+        const int g = (int)(i % G);
+        const long long pos = i / G;
+        const int ow = (int)(pos % OW);
+        const int oh = (int)((pos / OW) % OH);
+        const long long n = pos / ((long long)OW * OH);
+        float acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] = 0.f;
+        for (int t = 0; t < CRS; t++) {
+            const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
+            const int h = oh * SH - PH + r * DH, wc = ow * SW - PW + s * DW;
+            if (h < 0 || h >= H || wc < 0 || wc >= W) continue;
+            const float xv = ember_f32_from_bf16(x[((n * H + h) * W + wc) * C + c]);
+            const float* wk = sw + (g * 8) * CRS + t;
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[j] += xv * wk[j * CRS];
+        }
+        float out[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float v = ember_bf16_round(acc[j]);
+            if (bias) v += bias[g * 8 + j];
+            if (relu && !(v > 0.f || v != v)) v = 0.f;
+            out[j] = v;
+        }
+        ember_cl_store8(y + pos * K + g * 8, out);
+    }
+}
+
+// ember_cl_conv_dw_small is conv.cu's ember_conv_dw_small (the filter
+// gradient of such a convolution: partial sums per block of positions,
+// which ember_conv_dw_small_join adds into dw) reading x [N, H, W, C] and
+// dy [N, OH, OW, K] in the form (bfloat16 already) instead of float32
+// planes: a tile of EMBER_CL_DWS_TP positions of dy and of the patch
+// values through shared memory, each thread summing up to
+// EMBER_CL_DWS_PAIRS (k, tap) pairs in float32.
+#define EMBER_CL_DWS_TP 96
+#define EMBER_CL_DWS_K 64
+#define EMBER_CL_DWS_CRS 16
+#define EMBER_CL_DWS_PAIRS 4
+extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
+                                                  int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
+                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per) {
+    __shared__ float sdy[EMBER_CL_DWS_K][EMBER_CL_DWS_TP + 1];
+    __shared__ float sx[EMBER_CL_DWS_CRS][EMBER_CL_DWS_TP + 1];
+    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, pairs = K * CRS;
+    const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
+    float acc[EMBER_CL_DWS_PAIRS];
+#pragma unroll
+    for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) acc[m] = 0.0f;
+    for (int t0 = lo; t0 < hi; t0 += EMBER_CL_DWS_TP) {
+        const int tp = hi - t0 < EMBER_CL_DWS_TP ? hi - t0 : EMBER_CL_DWS_TP;
+        __syncthreads(); // the last tile read
+        for (int i = threadIdx.x; i < K * EMBER_CL_DWS_TP; i += blockDim.x) {
+            const int j = i / K, k = i - j * K; // a position's K channels are contiguous
+            sdy[k][j] = j < tp ? ember_f32_from_bf16(dy[(long long)(t0 + j) * K + k]) : 0.0f;
+        }
+        for (int i = threadIdx.x; i < CRS * EMBER_CL_DWS_TP; i += blockDim.x) {
+            const int t = i / EMBER_CL_DWS_TP, j = i - t * EMBER_CL_DWS_TP;
+            float v = 0.0f;
+            if (j < tp) {
+                const int q = t0 + j, n = q / P, p = q - n * P;
+                const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
+                const int oh = p / OW, ow = p - oh * OW;
+                const int h = oh * SH - PH + r * DH, wc = ow * SW - PW + s * DW;
+                if (h >= 0 && h < H && wc >= 0 && wc < W) v = ember_f32_from_bf16(x[(((long long)n * H + h) * W + wc) * C + c]);
+            }
+            sx[t][j] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) {
+            const int i = threadIdx.x + m * blockDim.x;
+            if (i < pairs) {
+                const int k = i / CRS, t = i - k * CRS;
+                float a = acc[m];
+                for (int j = 0; j < tp; j++) a += sdy[k][j] * sx[t][j];
+                acc[m] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) {
+        const int i = threadIdx.x + m * blockDim.x;
+        if (i < pairs) partial[(long long)i * gridDim.x + blockIdx.x] = (double)acc[m];
+    }
+}
