@@ -9,7 +9,13 @@
 //   - batch norm's statistics, output (with ReLU or GELU) and gradients
 //     against a double two-pass reference: statistics within 1e-5
 //     relative, outputs within one bfloat16 step, dx within one step plus
-//     1e-3 of the largest.
+//     1e-3 of the largest;
+//   - a first layer's direct convolution (ember_cl_conv_small, with bias
+//     and ReLU) against a float sum over the taps: within one bfloat16
+//     step of the sum and of the result;
+//   - its filter gradient (ember_cl_conv_dw_small, then conv.cu's join)
+//     against a double sum of the products, rounded and added: within one
+//     bfloat16 step and 1e-5 of the sum of |products|.
 // Exit status: the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -140,6 +146,65 @@ static void batchnorm(int rows, int C, int act, bool affine) {
     printf("batch norm rows=%d C=%d act=%d affine=%d: %s\n", rows, C, act, affine, bad ? "FAIL" : "ok");
 }
 
+struct cgeom { int N, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW; };
+
+static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
+    const int OH = (g.H + 2 * g.PH - g.DH * (g.R - 1) - 1) / g.SH + 1, OW = (g.W + 2 * g.PW - g.DW * (g.S - 1) - 1) / g.SW + 1;
+    const int CRS = g.C * g.R * g.S, P = OH * OW, NP = g.N * P;
+    std::vector<unsigned short> x = randomBits((size_t)g.N * g.H * g.W * g.C, 1, 0.5f), dy = randomBits((size_t)NP * g.K, 1, 0);
+    std::vector<float> w(g.K * CRS), b(g.K), dw(g.K * CRS);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : w) v = normal(rng);
+    for (auto& v : b) v = normal(rng);
+    for (auto& v : dw) v = normal(rng);
+    std::vector<unsigned short> y((size_t)NP * g.K);
+    const long long n8 = (long long)NP * g.K / 8;
+    unsigned short* py = y.data();
+    const unsigned short *px = x.data(), *pdy = dy.data();
+    const float *pw = w.data(), *pb = bias ? b.data() : nullptr;
+    launch(3, 64, [=] {
+        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8);
+    });
+    const int blocks = (NP + per - 1) / per, pairs = g.K * CRS;
+    std::vector<double> part((size_t)pairs * blocks);
+    double* pp = part.data();
+    launch(blocks, 256, [=] {
+        ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per);
+    });
+    std::vector<float> dw0(dw);
+    float* pdw = dw.data();
+    launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdw, pp, pairs, blocks); });
+    int bad = 0;
+    std::vector<double> sum(pairs), mag(pairs);
+    for (int n = 0; n < g.N; n++)
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++)
+                for (int k = 0; k < g.K; k++) {
+                    float acc = 0;
+                    const size_t o = (((size_t)n * OH + oh) * OW + ow) * g.K + k;
+                    for (int t = 0; t < CRS; t++) {
+                        const int c = t / (g.R * g.S), r = t % (g.R * g.S) / g.S, s = t % g.S;
+                        const int h = oh * g.SH - g.PH + r * g.DH, wc = ow * g.SW - g.PW + s * g.DW;
+                        if (h < 0 || h >= g.H || wc < 0 || wc >= g.W) continue;
+                        const float xv = widen(x[(((size_t)n * g.H + h) * g.W + wc) * g.C + c]);
+                        acc += xv * bf(w[k * CRS + t]);
+                        const double p = (double)widen(dy[o]) * xv;
+                        sum[k * CRS + t] += p;
+                        mag[k * CRS + t] += fabs(p);
+                    }
+                    float v = bf(acc) + (bias ? b[k] : 0.0f);
+                    if (relu && !(v > 0 || v != v)) v = 0;
+                    const double want = bf(v);
+                    bad += !check(close(widen(y[o]), want, fabs(acc) / 128), "conv y", o, widen(y[o]), want);
+                }
+    for (int i = 0; i < pairs; i++) {
+        const double want = dw0[i] + bf((float)sum[i]);
+        bad += !check(fabs(dw[i] - want) <= fabs(want) / 128 + 1e-5 * mag[i] + 1e-30, "conv dw", i, dw[i], want);
+    }
+    printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d relu=%d bias=%d, %d blocks: %s\n", g.N,
+           g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, relu, bias, blocks, bad ? "FAIL" : "ok");
+}
+
 int main() {
     maxpool(2, 16, 7, 7, 2, false);
     maxpool(2, 8, 7, 5, 2, true);
@@ -147,5 +212,8 @@ int main() {
     batchnorm(200, 16, 0, true);
     batchnorm(150, 24, 11, false);
     batchnorm(97, 8, 13, true);
+    convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
+    convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
+    convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
     return failed > 99 ? 99 : failed;
 }
