@@ -165,7 +165,7 @@ func (b *Backend) Unary(op tensor.UnaryOp, dst tensor.Buffer, x tensor.View, sha
 	}
 	o := strided(name, shape, tensorStrides(shape), x.Strides)
 	if ok, st := o.dense1(); ok && st[0] == 1 && st[1] == 1 {
-		b.launch(name, b.kernel("ember_unary_dense"), n, pd, px, int64(n), int32(op), a, c)
+		b.launch4(name, b.kernel("ember_unary_dense"), n, (pd|px)%16 == 0, pd, px, int64(n), int32(op), a, c)
 		return
 	}
 	b.launch(name, b.kernel("ember_unary_strided"), n, o.argsOf(1, pd, px, int64(n), int32(op), a, c)...)
@@ -196,7 +196,8 @@ func (b *Backend) UnaryBackward(op tensor.UnaryOp, dx, dy, x tensor.Buffer, n in
 	need(name, "dx", dx, n)
 	need(name, "dy", dy, n)
 	need(name, "x", x, n)
-	b.launch(name, b.kernel("ember_unary_backward"), n, b.f32(name, dx), b.f32(name, dy), b.f32(name, x), int64(n), int32(op), p, q, flag(accumulate))
+	pdx, pdy, px := b.f32(name, dx), b.f32(name, dy), b.f32(name, x)
+	b.launch4(name, b.kernel("ember_unary_backward"), n, (pdx|pdy|px)%16 == 0, pdx, pdy, px, int64(n), int32(op), p, q, flag(accumulate))
 }
 
 func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View, shape []int) {
@@ -222,12 +223,13 @@ func (b *Backend) Binary(op tensor.BinaryOp, dst tensor.Buffer, x, y tensor.View
 			pdense, pch = py, px
 		}
 		vec := c.inner%4 == 0 && (pd|pdense)&15 == 0
-		threads := n
+		inner := c.inner
 		if vec {
-			threads = n / 4
+			inner /= 4
 		}
-		b.launch(name, b.kernel("ember_binary_channel"), threads, pd, pdense, pch, int32(n), int32(op), int32(c.c), int32(c.inner),
-			flag(c.chIsY), flag(vec))
+		di, dc := newDivider(inner), newDivider(c.c)
+		b.launch4(name, b.kernel("ember_binary_channel"), n, vec, pd, pdense, pch, int32(n), int32(op), int32(c.c),
+			int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift), flag(c.chIsY), flag(vec))
 		return
 	}
 	b.launch(name, b.kernel("ember_binary_strided"), n, o.argsOf(1, pd, px, py, int64(n), int32(op))...)

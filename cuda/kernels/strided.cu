@@ -194,15 +194,18 @@ __device__ __forceinline__ bool ember_aligned4(const void* p) { return ((unsigne
 template <int OP>
 __device__ __forceinline__ void unary_dense_body(float* dst, const float* x, long long n, float a, float b) {
     if (ember_aligned4(dst) && ember_aligned4(x)) {
+        // ember_stream: a thread's loads are in flight before its first
+        // function (GELU's erf) is evaluated.
         const long long n4 = n >> 2;
-        EMBER_LOOP(long long, i, n4) {
-            ember_f4 v = reinterpret_cast<const ember_f4*>(x)[i];
-            v.x = ember_unary(OP, v.x, a, b);
-            v.y = ember_unary(OP, v.y, a, b);
-            v.z = ember_unary(OP, v.z, a, b);
-            v.w = ember_unary(OP, v.w, a, b);
-            reinterpret_cast<ember_f4*>(dst)[i] = v;
-        }
+        ember_stream<ember_f4>(
+            n4, [&](long long q) { return reinterpret_cast<const ember_f4*>(x)[q]; },
+            [&](long long q, ember_f4 v) {
+                v.x = ember_unary(OP, v.x, a, b);
+                v.y = ember_unary(OP, v.y, a, b);
+                v.z = ember_unary(OP, v.z, a, b);
+                v.w = ember_unary(OP, v.w, a, b);
+                reinterpret_cast<ember_f4*>(dst)[q] = v;
+            });
         EMBER_LOOP(long long, i, n - 4 * n4) dst[4 * n4 + i] = ember_unary(OP, x[4 * n4 + i], a, b);
         return;
     }
@@ -219,38 +222,56 @@ extern "C" __global__ void ember_unary_dense(float* dst, const float* x, long lo
     }
 }
 
-// dx = dy * f'(x) (+ dx), dense.
-extern "C" __global__ void ember_unary_backward(float* dx, const float* dy, const float* x, long long n, int op, float a,
-                                                float b, int acc) {
+template <int OP>
+__device__ __forceinline__ void unary_backward_body(float* dx, const float* dy, const float* x, long long n, float a, float b,
+                                                    int acc) {
     if (ember_aligned4(dx) && ember_aligned4(dy) && ember_aligned4(x)) { // four at a time: 16-byte accesses
         const long long n4 = n >> 2;
-        EMBER_LOOP(long long, q, n4) {
-            const ember_f4 xv = reinterpret_cast<const ember_f4*>(x)[q], d = reinterpret_cast<const ember_f4*>(dy)[q];
-            ember_f4 r = {ember_unary_grad(op, xv.x, d.x, a, b), ember_unary_grad(op, xv.y, d.y, a, b),
-                          ember_unary_grad(op, xv.z, d.z, a, b), ember_unary_grad(op, xv.w, d.w, a, b)};
-            if (acc) {
-                const ember_f4 o = reinterpret_cast<const ember_f4*>(dx)[q];
-                r.x = o.x + r.x;
-                r.y = o.y + r.y;
-                r.z = o.z + r.z;
-                r.w = o.w + r.w;
-            }
-            reinterpret_cast<ember_f4*>(dx)[q] = r;
-        }
+        ember_stream<ember_f4x3>(
+            n4,
+            [&](long long q) {
+                ember_f4x3 v;
+                v.a = reinterpret_cast<const ember_f4*>(x)[q];
+                v.b = reinterpret_cast<const ember_f4*>(dy)[q];
+                if (acc) v.c = reinterpret_cast<const ember_f4*>(dx)[q];
+                return v;
+            },
+            [&](long long q, ember_f4x3 v) {
+                ember_f4 r = {ember_unary_grad(OP, v.a.x, v.b.x, a, b), ember_unary_grad(OP, v.a.y, v.b.y, a, b),
+                              ember_unary_grad(OP, v.a.z, v.b.z, a, b), ember_unary_grad(OP, v.a.w, v.b.w, a, b)};
+                if (acc) {
+                    r.x = v.c.x + r.x;
+                    r.y = v.c.y + r.y;
+                    r.z = v.c.z + r.z;
+                    r.w = v.c.w + r.w;
+                }
+                reinterpret_cast<ember_f4*>(dx)[q] = r;
+            });
         EMBER_LOOP(long long, i, n - 4 * n4) {
             const long long j = 4 * n4 + i;
-            const float v = ember_unary_grad(op, x[j], dy[j], a, b);
+            const float v = ember_unary_grad(OP, x[j], dy[j], a, b);
             dx[j] = acc ? dx[j] + v : v;
         }
         return;
     }
     EMBER_LOOP(long long, i, n) {
-        const float v = ember_unary_grad(op, x[i], dy[i], a, b);
+        const float v = ember_unary_grad(OP, x[i], dy[i], a, b);
         if (acc) {
             dx[i] += v;
         } else {
             dx[i] = v;
         }
+    }
+}
+
+// dx = dy * f'(x) (+ dx), dense; a kernel body per op, as ember_unary_dense.
+extern "C" __global__ void ember_unary_backward(float* dx, const float* dy, const float* x, long long n, int op, float a,
+                                                float b, int acc) {
+    switch (op) {
+#define EMBER_UNARY_CASE(K) \
+    case K: unary_backward_body<K>(dx, dy, x, n, a, b, acc); break;
+        EMBER_UNARY_OPS(EMBER_UNARY_CASE)
+#undef EMBER_UNARY_CASE
     }
 }
 
@@ -300,44 +321,59 @@ extern "C" __global__ void ember_binary_dense(float* dst, const float* x, const 
 
 // Binary with one operand dense and the other one value per channel, as a
 // bias x[n, c, h, w] + b[c] is once merged to [outer, C, inner]: the
-// channel operand's element for flat index i is ch[(i / inner) % C], one
-// 32-bit division and remainder in place of the strided kernels' six
-// 64-bit ones. vec (inner a multiple of 4, dst and d aligned) takes four
-// elements of one channel a thread. chIsY says the channel operand is y.
+// channel operand's element for flat index i is ch[(i / inner) % C], two
+// ember_divide in place of the strided kernels' six 64-bit divisions (the
+// host's dividers are of inner, or of inner / 4 with vec, and of C). vec
+// (inner a multiple of 4, dst and d aligned) takes four elements of one
+// channel a group, through ember_stream. chIsY says the channel operand
+// is y.
+__device__ __forceinline__ unsigned int ember_channel_of(unsigned int i, unsigned int innerMul, unsigned int innerShift,
+                                                         unsigned int cMul, unsigned int cShift, unsigned int C) {
+    const unsigned int q = ember_divide(i, innerMul, innerShift);
+    return q - ember_divide(q, cMul, cShift) * C;
+}
+
 template <int OP>
-__device__ __forceinline__ void binary_channel_body(float* dst, const float* d, const float* ch, int n, int C, int inner,
-                                                    int chIsY, int vec) {
+__device__ __forceinline__ void binary_channel_body(float* dst, const float* d, const float* ch, int n, int C,
+                                                    unsigned int innerMul, unsigned int innerShift, unsigned int cMul,
+                                                    unsigned int cShift, int chIsY, int vec) {
     if (vec) {
-        const int inner4 = inner >> 2;
-        EMBER_LOOP(int, i, n >> 2) {
-            const float c = ch[(i / inner4) % C];
-            ember_f4 v = reinterpret_cast<const ember_f4*>(d)[i];
-            if (chIsY) {
-                v.x = ember_binary(OP, v.x, c);
-                v.y = ember_binary(OP, v.y, c);
-                v.z = ember_binary(OP, v.z, c);
-                v.w = ember_binary(OP, v.w, c);
-            } else {
-                v.x = ember_binary(OP, c, v.x);
-                v.y = ember_binary(OP, c, v.y);
-                v.z = ember_binary(OP, c, v.z);
-                v.w = ember_binary(OP, c, v.w);
-            }
-            reinterpret_cast<ember_f4*>(dst)[i] = v;
-        }
+        ember_stream<ember_f4x2>(
+            n >> 2,
+            [&](long long q) {
+                const float c = ch[ember_channel_of((unsigned int)q, innerMul, innerShift, cMul, cShift, C)];
+                ember_f4x2 v = {reinterpret_cast<const ember_f4*>(d)[q], {c, c, c, c}};
+                return v;
+            },
+            [&](long long q, ember_f4x2 v) {
+                ember_f4 u = v.a;
+                if (chIsY) {
+                    u.x = ember_binary(OP, u.x, v.b.x);
+                    u.y = ember_binary(OP, u.y, v.b.x);
+                    u.z = ember_binary(OP, u.z, v.b.x);
+                    u.w = ember_binary(OP, u.w, v.b.x);
+                } else {
+                    u.x = ember_binary(OP, v.b.x, u.x);
+                    u.y = ember_binary(OP, v.b.x, u.y);
+                    u.z = ember_binary(OP, v.b.x, u.z);
+                    u.w = ember_binary(OP, v.b.x, u.w);
+                }
+                reinterpret_cast<ember_f4*>(dst)[q] = u;
+            });
         return;
     }
     EMBER_LOOP(int, i, n) {
-        const float c = ch[(i / inner) % C];
+        const float c = ch[ember_channel_of((unsigned int)i, innerMul, innerShift, cMul, cShift, C)];
         dst[i] = chIsY ? ember_binary(OP, d[i], c) : ember_binary(OP, c, d[i]);
     }
 }
 
-extern "C" __global__ void ember_binary_channel(float* dst, const float* d, const float* ch, int n, int op, int C, int inner,
-                                                int chIsY, int vec) {
+extern "C" __global__ void ember_binary_channel(float* dst, const float* d, const float* ch, int n, int op, int C,
+                                                unsigned int innerMul, unsigned int innerShift, unsigned int cMul,
+                                                unsigned int cShift, int chIsY, int vec) {
     switch (op) {
 #define EMBER_BINARY_CASE(K) \
-    case K: binary_channel_body<K>(dst, d, ch, n, C, inner, chIsY, vec); break;
+    case K: binary_channel_body<K>(dst, d, ch, n, C, innerMul, innerShift, cMul, cShift, chIsY, vec); break;
         EMBER_BINARY_OPS(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE
     }
