@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -284,7 +285,7 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 		b.launch(op, b.kernel("ember_cl_conv_small"), n8, py, px, pw, pbias, flag(g.ReLU),
 			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
 			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
-			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), int64(n8))
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8))
 		return
 	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, c) {
@@ -307,9 +308,10 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 
 // clSmallConv reports whether c's forward pass takes ember_cl_conv_small:
 // few taps per output channel (C·R·S <= 32, a first layer's), whose
-// weights fit its shared memory.
+// weights fit its shared memory, and x and y indexed in 32 bits.
 func clSmallConv(c convShape) bool {
-	return c.groups == 1 && c.crs > 0 && c.crs <= 32 && c.g.K*c.crs <= 4096
+	return c.groups == 1 && c.crs > 0 && c.crs <= 32 && c.g.K*c.crs <= 4096 &&
+		c.xLen <= math.MaxInt32 && c.yLen <= math.MaxInt32
 }
 
 // mustAlloc is a float32 buffer of n elements, or a panic with the

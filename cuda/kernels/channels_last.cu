@@ -431,33 +431,49 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // x·w) + bias)) for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
 // rounded to bfloat16 as it is read; K·C·R·S <= 4096), as
 // Conv2dChannelsLast: a thread per output position and eight output
-// channels, the products exact and summed in float32 in tap order, the
-// weights in shared memory.
+// channels, the products exact and summed in float32 in (r, s, c) order.
+// The weights sit in shared memory tap-major ([C·R·S][K]), so that a tap's
+// eight weights of a thread are two 16-byte reads, which the threads of a
+// warp at other positions share. Indices are 32-bit (the host checks the
+// sizes): one division per thread, none per tap.
 extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
                                                const float* bias, int relu, int C, int H, int W, int K, int R, int S,
-                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
-                                               long long n8) {
-    __shared__ float sw[4096];
+                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int n8) {
+    __shared__ __attribute__((aligned(16))) float sw[4096];
     const int RS = R * S, CRS = C * RS, G = K >> 3;
-    for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) sw[i] = ember_bf16_round(w[i]);
+    for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) {
+        const int k = i / CRS, t = i - k * CRS, c = t / RS, rs = t - c * RS;
+        sw[(rs * C + c) * K + k] = ember_bf16_round(w[i]);
+    }
     __syncthreads();
-    EMBER_LOOP(long long, i, n8) {
-        const int g = (int)(i % G);
-        const long long pos = i / G;
-        const int ow = (int)(pos % OW);
-        const int oh = (int)((pos / OW) % OH);
-        const long long n = pos / ((long long)OW * OH);
+    EMBER_LOOP(int, i, n8) {
+        const int pos = i / G, g = i - pos * G;
+        const int q = pos / OW, ow = pos - q * OW, n = q / OH, oh = q - n * OH;
+        const unsigned short* xn = x + (long long)n * H * W * C;
         float acc[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[j] = 0.f;
-        for (int t = 0; t < CRS; t++) {
-            const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
-            const int h = oh * SH - PH + r * DH, wc = ow * SW - PW + s * DW;
-            if (h < 0 || h >= H || wc < 0 || wc >= W) continue;
-            const float xv = ember_f32_from_bf16(x[((n * H + h) * W + wc) * C + c]);
-            const float* wk = sw + (g * 8) * CRS + t;
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[j] += xv * wk[j * CRS];
+        for (int r = 0; r < R; r++) {
+            const int h = oh * SH - PH + r * DH;
+            if (h < 0 || h >= H) continue;
+            for (int s = 0; s < S; s++) {
+                const int wc = ow * SW - PW + s * DW;
+                if (wc < 0 || wc >= W) continue;
+                const unsigned short* xp = xn + (h * W + wc) * C;
+                const float* wk = sw + (r * S + s) * C * K + g * 8;
+                for (int c = 0; c < C; c++, wk += K) {
+                    const float xv = ember_f32_from_bf16(xp[c]);
+                    const ember_f4 w0 = reinterpret_cast<const ember_f4*>(wk)[0], w1 = reinterpret_cast<const ember_f4*>(wk)[1];
+                    acc[0] += xv * w0.x;
+                    acc[1] += xv * w0.y;
+                    acc[2] += xv * w0.z;
+                    acc[3] += xv * w0.w;
+                    acc[4] += xv * w1.x;
+                    acc[5] += xv * w1.y;
+                    acc[6] += xv * w1.z;
+                    acc[7] += xv * w1.w;
+                }
+            }
         }
         float out[8];
 #pragma unroll
@@ -467,7 +483,7 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
             if (relu && !(v > 0.f || v != v)) v = 0.f;
             out[j] = v;
         }
-        ember_cl_store8(y + pos * K + g * 8, out);
+        ember_cl_store8(y + (long long)pos * K + g * 8, out);
     }
 }
 
@@ -475,57 +491,73 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
 // gradient of such a convolution: partial sums per block of positions,
 // which ember_conv_dw_small_join adds into dw) reading x [N, H, W, C] and
 // dy [N, OH, OW, K] in the form (bfloat16 already) instead of float32
-// planes: a tile of EMBER_CL_DWS_TP positions of dy and of the patch
-// values through shared memory, each thread summing up to
-// EMBER_CL_DWS_PAIRS (k, tap) pairs in float32.
+// planes. A tile of EMBER_CL_DWS_TP positions of dy ([TP][K]) and of the
+// patch values ([TP][C·R·S, padded to 4]) goes through shared memory; a
+// thread sums a 4 x 4 tile of (k, tap) pairs over one slice of the
+// positions (two 16-byte shared reads for sixteen products), and the
+// slices are added in a fixed order at the end (deterministic).
 #define EMBER_CL_DWS_TP 96
 #define EMBER_CL_DWS_K 64
 #define EMBER_CL_DWS_CRS 16
-#define EMBER_CL_DWS_PAIRS 4
 extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
                                                   int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
                                                   int PH, int PW, int OH, int OW, int DH, int DW, int per) {
-    __shared__ float sdy[EMBER_CL_DWS_K][EMBER_CL_DWS_TP + 1];
-    __shared__ float sx[EMBER_CL_DWS_CRS][EMBER_CL_DWS_TP + 1];
-    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, pairs = K * CRS;
+    __shared__ __attribute__((aligned(16))) float sdy[EMBER_CL_DWS_TP * EMBER_CL_DWS_K];
+    __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP * EMBER_CL_DWS_CRS];
+    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, CRS4 = (CRS + 3) & ~3;
+    const int KG = K >> 2, TG = CRS4 >> 2, tiles = KG * TG, slices = blockDim.x / tiles;
+    const int tile = threadIdx.x % tiles, slice = threadIdx.x / tiles;
+    const int kg = tile / TG, tg = tile - kg * TG;
     const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
-    float acc[EMBER_CL_DWS_PAIRS];
+    float acc[16];
 #pragma unroll
-    for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) acc[m] = 0.0f;
+    for (int m = 0; m < 16; m++) acc[m] = 0.0f;
     for (int t0 = lo; t0 < hi; t0 += EMBER_CL_DWS_TP) {
         const int tp = hi - t0 < EMBER_CL_DWS_TP ? hi - t0 : EMBER_CL_DWS_TP;
         __syncthreads(); // the last tile read
-        for (int i = threadIdx.x; i < K * EMBER_CL_DWS_TP; i += blockDim.x) {
-            const int j = i / K, k = i - j * K; // a position's K channels are contiguous
-            sdy[k][j] = j < tp ? ember_f32_from_bf16(dy[(long long)(t0 + j) * K + k]) : 0.0f;
-        }
-        for (int i = threadIdx.x; i < CRS * EMBER_CL_DWS_TP; i += blockDim.x) {
-            const int t = i / EMBER_CL_DWS_TP, j = i - t * EMBER_CL_DWS_TP;
-            float v = 0.0f;
-            if (j < tp) {
-                const int q = t0 + j, n = q / P, p = q - n * P;
-                const int c = t / RS, rs = t - c * RS, r = rs / S, s = rs - r * S;
-                const int oh = p / OW, ow = p - oh * OW;
-                const int h = oh * SH - PH + r * DH, wc = ow * SW - PW + s * DW;
-                if (h >= 0 && h < H && wc >= 0 && wc < W) v = ember_f32_from_bf16(x[(((long long)n * H + h) * W + wc) * C + c]);
+        const unsigned short* dyt = dy + (long long)t0 * K;
+        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * K; e += blockDim.x)
+            sdy[e] = e < tp * K ? ember_f32_from_bf16(dyt[e]) : 0.0f;
+        for (int j = threadIdx.x; j < EMBER_CL_DWS_TP; j += blockDim.x) {
+            float* row = sx + j * CRS4;
+            for (int t = 0; t < CRS4; t++) row[t] = 0.0f;
+            if (j >= tp) continue;
+            const int q = t0 + j, n = q / P, p = q - n * P, oh = p / OW, ow = p - oh * OW;
+            for (int r = 0; r < R; r++) {
+                const int h = oh * SH - PH + r * DH;
+                if (h < 0 || h >= H) continue;
+                for (int s = 0; s < S; s++) {
+                    const int wc = ow * SW - PW + s * DW;
+                    if (wc < 0 || wc >= W) continue;
+                    const unsigned short* xp = x + ((long long)(n * H + h) * W + wc) * C;
+                    for (int c = 0; c < C; c++) row[c * RS + r * S + s] = ember_f32_from_bf16(xp[c]);
+                }
             }
-            sx[t][j] = v;
         }
         __syncthreads();
+        if (slice < slices) {
+            for (int j = slice; j < tp; j += slices) {
+                const ember_f4 d = reinterpret_cast<const ember_f4*>(sdy + j * K)[kg];
+                const ember_f4 v = reinterpret_cast<const ember_f4*>(sx + j * CRS4)[tg];
+                const float dv[4] = {d.x, d.y, d.z, d.w}, xv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) {
-            const int i = threadIdx.x + m * blockDim.x;
-            if (i < pairs) {
-                const int k = i / CRS, t = i - k * CRS;
-                float a = acc[m];
-                for (int j = 0; j < tp; j++) a += sdy[k][j] * sx[t][j];
-                acc[m] = a;
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++) acc[a * 4 + b] += dv[a] * xv[b];
             }
         }
     }
+    // The slices' sums, added in slice order.
+    __syncthreads();
+    float* red = sdy; // slices * tiles * 16 <= blockDim.x * 16 floats
+    if (slice < slices)
 #pragma unroll
-    for (int m = 0; m < EMBER_CL_DWS_PAIRS; m++) {
-        const int i = threadIdx.x + m * blockDim.x;
-        if (i < pairs) partial[(long long)i * gridDim.x + blockIdx.x] = (double)acc[m];
+        for (int m = 0; m < 16; m++) red[(slice * tiles + tile) * 16 + m] = acc[m];
+    __syncthreads();
+    for (int e = threadIdx.x; e < tiles * 16; e += blockDim.x) {
+        float sum = 0.0f;
+        for (int sl = 0; sl < slices; sl++) sum += red[sl * tiles * 16 + e];
+        const int tl = e >> 4, m = e & 15, k = (tl / TG) * 4 + (m >> 2), t = (tl % TG) * 4 + (m & 3);
+        if (t < CRS) partial[(long long)(k * CRS + t) * gridDim.x + blockIdx.x] = (double)sum;
     }
 }

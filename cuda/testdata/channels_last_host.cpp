@@ -158,7 +158,7 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     for (auto& v : b) v = normal(rng);
     for (auto& v : dw) v = normal(rng);
     std::vector<unsigned short> y((size_t)NP * g.K);
-    const long long n8 = (long long)NP * g.K / 8;
+    const int n8 = NP * g.K / 8;
     unsigned short* py = y.data();
     const unsigned short *px = x.data(), *pdy = dy.data();
     const float *pw = w.data(), *pb = bias ? b.data() : nullptr;
@@ -215,5 +215,6 @@ int main() {
     convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
     convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
     convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
+    convsmall({3, 1, 10, 10, 64, 4, 4, 1, 1, 1, 1, 1, 1}, false, true, 192); // the most taps and channels; tiles of a block
     return failed > 99 ? 99 : failed;
 }
