@@ -18,7 +18,9 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 	wb, bb := w.buffer(), optBuffer(b)
 	xb, tmp := channelsLastInput(cl, s, x)
 	cl.Conv2dChannelsLast(out.st.buf, xb, wb, bb, g)
-	releaseTemp(tmp)
+	// A plain x's copy in the form (a first layer's input) is kept for the
+	// filter gradient rather than made again there.
+	var xForm *Tensor
 	relu := g.ReLU
 	g.ReLU = false // the backward pass masks dy itself
 	record(out, "conv2d_channels_last", func(dy *Tensor, e *engine) {
@@ -40,7 +42,10 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 		}
 		var xb Buffer
 		var xTmp *Tensor
-		if w.requiresGrad {
+		switch {
+		case xForm != nil:
+			xb = xForm.buffer()
+		case w.requiresGrad:
 			xb, xTmp = channelsLastInput(cl, ts, x)
 		}
 		dx, finish := e.sinkChannelsLast(cl, x)
@@ -49,6 +54,12 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 		releaseTemp(dyTmp)
 		releaseTemp(xTmp)
 	}, x, w, b)
+	if tmp != nil && out.node != nil && w.requiresGrad {
+		xForm = tmp
+		saveFor(out, tmp)
+	} else {
+		releaseTemp(tmp)
+	}
 	if !relu {
 		readsNot(out, true) // x and w are what it reads
 	}
