@@ -38,6 +38,50 @@ __device__ __forceinline__ void ember_cl_store8(unsigned short* p, const float v
     *reinterpret_cast<ember_cl8*>(p) = u;
 }
 
+// GELU for results rounded to bfloat16: Φ(x) = erfc(-x/√2)/2 from
+// t·exp(-u² + P(t)), t = 1/(1 + u/2), u = |x|/√2, P of degree 9 (the
+// Chebyshev fit of Numerical Recipes' erfcc, fractional error below
+// 1.2e-7 for every u), with the hardware's approximate reciprocal and
+// exponential: a few parts in 10^6, well inside half a bfloat16 step
+// (2^-9), in about half the instructions of erff (which made batch norm's
+// GELU passes compute-bound at half the memory's rate). The planar
+// float32 kernels keep erff.
+__device__ __forceinline__ float ember_cl_gelu_tail(float u, float t) { // erfc(u) / 2
+    float p = 0.17087277f;
+    p = __fmaf_rn(p, t, -0.82215223f);
+    p = __fmaf_rn(p, t, 1.48851587f);
+    p = __fmaf_rn(p, t, -1.13520398f);
+    p = __fmaf_rn(p, t, 0.27886807f);
+    p = __fmaf_rn(p, t, -0.18628806f);
+    p = __fmaf_rn(p, t, 0.09678418f);
+    p = __fmaf_rn(p, t, 0.37409196f);
+    p = __fmaf_rn(p, t, 1.00002368f);
+    p = __fmaf_rn(p, t, -1.26551223f);
+    return 0.5f * t * __expf(__fmaf_rn(-u, u, p));
+}
+
+__device__ __forceinline__ float ember_cl_act(int act, float x) {
+    if (act != EMBER_BN_ACT_GELU) return ember_bn_act(act, x);
+    const float u = fabsf(x) * EMBER_BN_GELU_INV_SQRT2, t = __fdividef(1.0f, __fmaf_rn(0.5f, u, 1.0f));
+    const float tail = ember_cl_gelu_tail(u, t);
+    return x * (x >= 0.0f ? 1.0f - tail : tail);
+}
+
+__device__ __forceinline__ float ember_cl_act_grad(int act, float x, float dy) {
+    if (act != EMBER_BN_ACT_GELU) return ember_bn_act_grad(act, x, dy);
+    const float u = fabsf(x) * EMBER_BN_GELU_INV_SQRT2, t = __fdividef(1.0f, __fmaf_rn(0.5f, u, 1.0f));
+    const float tail = ember_cl_gelu_tail(u, t);
+    const float cdf = x >= 0.0f ? 1.0f - tail : tail;
+    const float pdf = EMBER_BN_GELU_INV_SQRT2PI * __expf(-u * u);
+    return dy * (cdf + x * pdf);
+}
+
+// ember_cl_bn_grad is ember_bn_grad with ember_cl_act_grad.
+__device__ __forceinline__ float ember_cl_bn_grad(int act, float dy, float x, float mean, float inv, float w, float b) {
+    if (act == 0) return dy;
+    return ember_cl_act_grad(act, ember_normalized(x, mean, inv, w, b), dy);
+}
+
 // The sums of ember_cl_channel_sums.
 #define EMBER_CL_STATS 0    // x - shift and its square (shift: row 0's value)
 #define EMBER_CL_BN_GRAD 1  // g = dy·act'(z), and g·(x - mean)
@@ -56,7 +100,7 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
             s1[j] += u;
             s2[j] += u * u;
         } else if (mode == EMBER_CL_BN_GRAD) {
-            const float gj = ember_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
+            const float gj = ember_cl_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
             s1[j] += gj;
             s2[j] += gj * (xv[j] - sub[j]);
         } else {
@@ -279,7 +323,7 @@ __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 float v = ember_normalized(xv[j], mean[j], inv[j], wv[j], bv[j]);
-                out[j] = act ? ember_bn_act(act, v) : v;
+                out[j] = act ? ember_cl_act(act, v) : v;
             }
         } else if (mode == EMBER_CL_BN_DX) {
             float m1[8], m2[8];
@@ -287,7 +331,7 @@ __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned
             ember_cl_tab8(tab + 5 * C + c0, m2);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                float g = ember_bn_grad(act, gv[j], xv[j], mean[j], inv[j], wv[j], bv[j]);
+                float g = ember_cl_bn_grad(act, gv[j], xv[j], mean[j], inv[j], wv[j], bv[j]);
                 if (training) {
                     const float xh = (xv[j] - mean[j]) * inv[j];
                     g = g - m1[j] - xh * m2[j];
@@ -300,14 +344,14 @@ __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned
                 float v;
                 switch (kind) {
                 case EMBER_CL_ACT:
-                    v = ember_bn_act(act, xv[j]);
+                    v = ember_cl_act(act, xv[j]);
                     break;
                 case EMBER_CL_BIAS:
                     v = xv[j] + (bias ? bias[c0 + j] : 0.f);
-                    if (act) v = ember_bn_act(act, v);
+                    if (act) v = ember_cl_act(act, v);
                     break;
                 case EMBER_CL_ACT_GRAD:
-                    v = ember_bn_act_grad(act, xv[j], gv[j]);
+                    v = ember_cl_act_grad(act, xv[j], gv[j]);
                     break;
                 default:
                     v = xv[j] + gv[j];

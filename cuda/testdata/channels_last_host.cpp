@@ -10,6 +10,9 @@
 //     against a double two-pass reference: statistics within 1e-5
 //     relative, outputs within one bfloat16 step, dx within one step plus
 //     1e-3 of the largest;
+//   - the form's GELU and its derivative against double erfc over [-12,
+//     12]: within (2 + x²/2)·1e-6 of the value (of |cdf| + |x·pdf| for the
+//     derivative; the exponential's argument, -x²/2, is rounded to float);
 //   - a first layer's direct convolution (ember_cl_conv_small, with bias
 //     and ReLU) against a float sum over the taps: within one bfloat16
 //     step of the sum and of the result;
@@ -205,7 +208,28 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
            g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, relu, bias, blocks, bad ? "FAIL" : "ok");
 }
 
+static void gelu() {
+    int bad = 0;
+    double worst = 0, worstGrad = 0;
+    for (int i = -12000; i <= 12000; i++) {
+        const float x = i * 1e-3f;
+        const double xd = x, cdf = 0.5 * erfc(-xd / sqrt(2.0)), pdf = exp(-xd * xd / 2) / sqrt(2 * M_PI);
+        const double want = xd * cdf, dwant = cdf + xd * pdf, scale = fabs(cdf) + fabs(xd * pdf);
+        const double got = ember_cl_act(EMBER_BN_ACT_GELU, x), dgot = ember_cl_act_grad(EMBER_BN_ACT_GELU, x, 1.0f);
+        if (want != 0) worst = std::max(worst, fabs(got - want) / fabs(want));
+        worstGrad = std::max(worstGrad, fabs(dgot - dwant) / scale);
+        const double tol = (2 + xd * xd / 2) * 1e-6;
+        bad += !check(fabs(got - want) <= tol * fabs(want), "gelu", i, got, want);
+        bad += !check(fabs(dgot - dwant) <= tol * scale, "gelu'", i, dgot, dwant);
+    }
+    const float nan = NAN;
+    bad += !check(ember_cl_act(EMBER_BN_ACT_GELU, nan) != ember_cl_act(EMBER_BN_ACT_GELU, nan), "gelu(NaN)", 0, 0, nan);
+    bad += !check(ember_cl_act(EMBER_BN_ACT_GELU, INFINITY) == INFINITY, "gelu(inf)", 0, ember_cl_act(EMBER_BN_ACT_GELU, INFINITY), INFINITY);
+    printf("GELU over [-12, 12]: largest relative error %.2e, of the derivative %.2e: %s\n", worst, worstGrad, bad ? "FAIL" : "ok");
+}
+
 int main() {
+    gelu();
     maxpool(2, 16, 7, 7, 2, false);
     maxpool(2, 8, 7, 5, 2, true);
     maxpool(1, 24, 9, 6, 3, false);

@@ -23,6 +23,8 @@ __device__ float __shfl_sync(unsigned, float, int);
 __device__ unsigned __shfl_xor_sync(unsigned, unsigned, int);
 __device__ unsigned __shfl_sync(unsigned, unsigned, int);
 __device__ float expf(float);
+__device__ float __expf(float);
+__device__ float __fdividef(float, float);
 __device__ float logf(float);
 __device__ float exp2f(float);
 __device__ float log2f(float);
