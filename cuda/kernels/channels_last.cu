@@ -475,7 +475,10 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // x·w) + bias)) for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
 // rounded to bfloat16 as it is read; K·C·R·S <= 4096), as
 // Conv2dChannelsLast: a thread per output position and eight output
-// channels, the products exact and summed in float32 in (r, s, c) order.
+// channels, the products exact and summed in float32 in (r, s, c) order
+// (a product of two bfloat16 values is exact in float32, so the explicit
+// fused multiply-adds round as separate ones would, in half the
+// instructions of the module's --fmad=false).
 // The weights sit in shared memory tap-major ([C·R·S][K]), so that a tap's
 // eight weights of a thread are two 16-byte reads, which the threads of a
 // warp at other positions share. Indices are 32-bit (the host checks the
@@ -508,14 +511,14 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
                 for (int c = 0; c < C; c++, wk += K) {
                     const float xv = ember_f32_from_bf16(xp[c]);
                     const ember_f4 w0 = reinterpret_cast<const ember_f4*>(wk)[0], w1 = reinterpret_cast<const ember_f4*>(wk)[1];
-                    acc[0] += xv * w0.x;
-                    acc[1] += xv * w0.y;
-                    acc[2] += xv * w0.z;
-                    acc[3] += xv * w0.w;
-                    acc[4] += xv * w1.x;
-                    acc[5] += xv * w1.y;
-                    acc[6] += xv * w1.z;
-                    acc[7] += xv * w1.w;
+                    acc[0] = __fmaf_rn(xv, w0.x, acc[0]);
+                    acc[1] = __fmaf_rn(xv, w0.y, acc[1]);
+                    acc[2] = __fmaf_rn(xv, w0.z, acc[2]);
+                    acc[3] = __fmaf_rn(xv, w0.w, acc[3]);
+                    acc[4] = __fmaf_rn(xv, w1.x, acc[4]);
+                    acc[5] = __fmaf_rn(xv, w1.y, acc[5]);
+                    acc[6] = __fmaf_rn(xv, w1.z, acc[6]);
+                    acc[7] = __fmaf_rn(xv, w1.w, acc[7]);
                 }
             }
         }
@@ -559,24 +562,37 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
     for (int t0 = lo; t0 < hi; t0 += EMBER_CL_DWS_TP) {
         const int tp = hi - t0 < EMBER_CL_DWS_TP ? hi - t0 : EMBER_CL_DWS_TP;
         __syncthreads(); // the last tile read
+        // dy's tile: [tp][K] bfloat16 is contiguous (K a multiple of 8), so
+        // eight values a thread, 16 bytes at a time.
         const unsigned short* dyt = dy + (long long)t0 * K;
-        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * K; e += blockDim.x)
-            sdy[e] = e < tp * K ? ember_f32_from_bf16(dyt[e]) : 0.0f;
-        for (int j = threadIdx.x; j < EMBER_CL_DWS_TP; j += blockDim.x) {
-            float* row = sx + j * CRS4;
-            for (int t = 0; t < CRS4; t++) row[t] = 0.0f;
-            if (j >= tp) continue;
+        for (int e = threadIdx.x * 8; e < EMBER_CL_DWS_TP * K; e += blockDim.x * 8) {
+            float v[8];
+            if (e < tp * K) {
+                ember_cl_load8(dyt + e, v);
+            } else {
+#pragma unroll
+                for (int m = 0; m < 8; m++) v[m] = 0.0f;
+            }
+            reinterpret_cast<ember_f4*>(sdy + e)[0] = {v[0], v[1], v[2], v[3]};
+            reinterpret_cast<ember_f4*>(sdy + e)[1] = {v[4], v[5], v[6], v[7]};
+        }
+        // The patches: a thread per (position, input channel), its R·S taps.
+        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * C; e += blockDim.x) {
+            const int j = e / C, c = e - j * C;
+            float* row = sx + j * CRS4 + c * RS;
             const int q = t0 + j, n = q / P, p = q - n * P, oh = p / OW, ow = p - oh * OW;
             for (int r = 0; r < R; r++) {
                 const int h = oh * SH - PH + r * DH;
-                if (h < 0 || h >= H) continue;
                 for (int s = 0; s < S; s++) {
                     const int wc = ow * SW - PW + s * DW;
-                    if (wc < 0 || wc >= W) continue;
-                    const unsigned short* xp = x + ((long long)(n * H + h) * W + wc) * C;
-                    for (int c = 0; c < C; c++) row[c * RS + r * S + s] = ember_f32_from_bf16(xp[c]);
+                    const bool in = j < tp && h >= 0 && h < H && wc >= 0 && wc < W;
+                    row[r * S + s] = in ? ember_f32_from_bf16(x[((long long)(n * H + h) * W + wc) * C + c]) : 0.0f;
                 }
             }
+        }
+        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * (CRS4 - CRS); e += blockDim.x) {
+            const int j = e / (CRS4 - CRS);
+            sx[j * CRS4 + CRS + (e - j * (CRS4 - CRS))] = 0.0f; // the padding taps
         }
         __syncthreads();
         if (slice < slices) {
@@ -587,7 +603,7 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
 #pragma unroll
                 for (int a = 0; a < 4; a++)
 #pragma unroll
-                    for (int b = 0; b < 4; b++) acc[a * 4 + b] += dv[a] * xv[b];
+                    for (int b = 0; b < 4; b++) acc[a * 4 + b] = __fmaf_rn(dv[a], xv[b], acc[a * 4 + b]); // exact products
             }
         }
     }
