@@ -282,10 +282,11 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 	if clSmallConv(c) {
 		dh, dw := g.Dilation()
 		n8 := c.yLen / 8
-		b.launch(op, b.kernel("ember_cl_conv_small"), n8, py, px, pw, pbias, flag(g.ReLU),
+		args := []any{py, px, pw, pbias, flag(g.ReLU),
 			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
 			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
-			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8))
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8)}
+		b.launch(op, b.kernel("ember_cl_conv_small"), n8, append(args, dividerArgs(g.K/8, c.ow, c.oh)...)...)
 		return
 	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, c) {

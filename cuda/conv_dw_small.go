@@ -36,18 +36,18 @@ func smallFilterGrad(c convShape) bool {
 // not 0, and x): ember_conv_dw_small over blocks of positions, then its
 // join.
 func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, px, pdy, []any{pmask}, c)
+	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, px, pdy, []any{pmask}, nil, c)
 }
 
 // filterGradSmallChannelsLast is filterGradSmall of x and dy held
 // channels-last (ember_cl_conv_dw_small).
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, px, pdy, nil, c)
+	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, px, pdy, nil, dividerArgs(c.p, c.ow, c.g.C), c)
 }
 
 // filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with
-// mask the ones after dy) and its join.
-func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mask []any, c convShape) {
+// mask the ones after dy and extra after the last) and its join.
+func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mask, extra []any, c convShape) {
 	tiles := (c.np + dwsTile - 1) / dwsTile
 	per := (tiles + dwsBlocks - 1) / dwsBlocks * dwsTile
 	blocks := (c.np + per - 1) / per
@@ -57,6 +57,7 @@ func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mas
 	d := c.dims
 	args := append(append([]any{ws.Ptr(), px, pdy}, mask...), d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
 		d[10], d[11], c.dil[0], c.dil[1], i32arg(op, per))
+	args = append(args, extra...)
 	devCheck(op, b.x.launch(b.kernel(kernel), Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, args))
 	const warps = blockSize / 32
 	b.launchGrid(op, b.kernel("ember_conv_dw_small_join"), (pairs+warps-1)/warps, blockSize,

@@ -19,3 +19,14 @@ func newDivider(d int) divider {
 func (v divider) div(n uint32) uint32 {
 	return uint32((uint64(n)*uint64(v.mul))>>32+uint64(n)) >> v.shift
 }
+
+// dividerArgs is the kernel arguments (mul, shift as int32, one pair per
+// divisor) of ember_divide by each of ds.
+func dividerArgs(ds ...int) []any {
+	args := make([]any, 0, 2*len(ds))
+	for _, d := range ds {
+		v := newDivider(d)
+		args = append(args, int32(v.mul), int32(v.shift))
+	}
+	return args
+}

@@ -28,7 +28,7 @@ __device__ __forceinline__ void ember_cl_store8(unsigned short* p, const float v
     unsigned int w[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        w[k] = (unsigned int)ember_bf16_from_f32(v[2 * k]) | ((unsigned int)ember_bf16_from_f32(v[2 * k + 1]) << 16);
+        w[k] = ember_bf16x2_from_f32(v[2 * k], v[2 * k + 1]);
     }
     ember_cl8 u;
     u.x = w[0];
@@ -482,10 +482,13 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // The weights sit in shared memory tap-major ([C·R·S][K]), so that a tap's
 // eight weights of a thread are two 16-byte reads, which the threads of a
 // warp at other positions share. Indices are 32-bit (the host checks the
-// sizes): one division per thread, none per tap.
+// sizes), divided by ember_divide with the host's dividers of K/8, OW and
+// OH: none per tap.
 extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
                                                const float* bias, int relu, int C, int H, int W, int K, int R, int S,
-                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int n8) {
+                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int n8,
+                                               unsigned int gMul, unsigned int gShift, unsigned int owMul,
+                                               unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
     __shared__ __attribute__((aligned(16))) float sw[4096];
     const int RS = R * S, CRS = C * RS, G = K >> 3;
     for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) {
@@ -494,8 +497,9 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
     }
     __syncthreads();
     EMBER_LOOP(int, i, n8) {
-        const int pos = i / G, g = i - pos * G;
-        const int q = pos / OW, ow = pos - q * OW, n = q / OH, oh = q - n * OH;
+        const int pos = (int)ember_divide((unsigned int)i, gMul, gShift), g = i - pos * G;
+        const int q = (int)ember_divide((unsigned int)pos, owMul, owShift), ow = pos - q * OW;
+        const int n = (int)ember_divide((unsigned int)q, ohMul, ohShift), oh = q - n * OH;
         const unsigned short* xn = x + (long long)n * H * W * C;
         float acc[8];
 #pragma unroll
@@ -548,7 +552,9 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
 #define EMBER_CL_DWS_CRS 16
 extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
                                                   int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
-                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per) {
+                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per,
+                                                  unsigned int pMul, unsigned int pShift, unsigned int owMul,
+                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift) {
     __shared__ __attribute__((aligned(16))) float sdy[EMBER_CL_DWS_TP * EMBER_CL_DWS_K];
     __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP * EMBER_CL_DWS_CRS];
     const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, CRS4 = (CRS + 3) & ~3;
@@ -576,11 +582,13 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
             reinterpret_cast<ember_f4*>(sdy + e)[0] = {v[0], v[1], v[2], v[3]};
             reinterpret_cast<ember_f4*>(sdy + e)[1] = {v[4], v[5], v[6], v[7]};
         }
-        // The patches: a thread per (position, input channel), its R·S taps.
+        // The patches: a thread per (position, input channel), its R·S taps
+        // (the host's dividers of C, OH·OW and OW).
         for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * C; e += blockDim.x) {
-            const int j = e / C, c = e - j * C;
+            const int j = (int)ember_divide((unsigned int)e, cMul, cShift), c = e - j * C;
             float* row = sx + j * CRS4 + c * RS;
-            const int q = t0 + j, n = q / P, p = q - n * P, oh = p / OW, ow = p - oh * OW;
+            const int q = t0 + j, n = (int)ember_divide((unsigned int)q, pMul, pShift), p = q - n * P;
+            const int oh = (int)ember_divide((unsigned int)p, owMul, owShift), ow = p - oh * OW;
             for (int r = 0; r < R; r++) {
                 const int h = oh * SH - PH + r * DH;
                 for (int s = 0; s < S; s++) {

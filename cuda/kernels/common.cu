@@ -260,5 +260,21 @@ __device__ __forceinline__ float ember_f32_from_bf16(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }
 
+// The bfloat16 pair (lo in the low half, hi in the high one), each rounded
+// as ember_bf16_from_f32 rounds: one cvt.rn.bf16x2 (sm_80 on; it keeps
+// subnormals), whose NaNs are then made 0x7FC0, in place of the integer
+// rounding's five instructions a value.
+__device__ __forceinline__ unsigned int ember_bf16x2_from_f32(float lo, float hi) {
+#ifndef EMBER_HOST_EMU
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    if (lo != lo) r = (r & 0xffff0000u) | 0x7fc0u;
+    if (hi != hi) r = (r & 0x0000ffffu) | 0x7fc00000u;
+    return r;
+#else
+    return (unsigned int)ember_bf16_from_f32(lo) | ((unsigned int)ember_bf16_from_f32(hi) << 16);
+#endif
+}
+
 // v rounded to bfloat16, as a float32.
-__device__ __forceinline__ float ember_bf16_round(float v) { return ember_f32_from_bf16(ember_bf16_from_f32(v)); }
+__device__ __forceinline__ float ember_bf16_round(float v) { return __uint_as_float(ember_bf16x2_from_f32(0.0f, v) & 0xffff0000u); }

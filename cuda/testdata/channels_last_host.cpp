@@ -149,6 +149,17 @@ static void batchnorm(int rows, int C, int act, bool affine) {
     printf("batch norm rows=%d C=%d act=%d affine=%d: %s\n", rows, C, act, affine, bad ? "FAIL" : "ok");
 }
 
+// divider is cuda/divider.go's newDivider: ember_divide's multiplier and
+// shift for d.
+struct divider {
+    unsigned mul, shift;
+    static divider of(unsigned d) {
+        unsigned shift = 0;
+        while ((1ull << shift) < d) shift++;
+        return {(unsigned)((((1ull << shift) - d) << 32) / d + 1), shift};
+    }
+};
+
 struct cgeom { int N, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW; };
 
 static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
@@ -165,14 +176,17 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     unsigned short* py = y.data();
     const unsigned short *px = x.data(), *pdy = dy.data();
     const float *pw = w.data(), *pb = bias ? b.data() : nullptr;
+    const divider dg = divider::of(g.K / 8), dow = divider::of(OW), doh = divider::of(OH), dp = divider::of(P), dc = divider::of(g.C);
     launch(3, 64, [=] {
-        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8);
+        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8,
+                            dg.mul, dg.shift, dow.mul, dow.shift, doh.mul, doh.shift);
     });
     const int blocks = (NP + per - 1) / per, pairs = g.K * CRS;
     std::vector<double> part((size_t)pairs * blocks);
     double* pp = part.data();
     launch(blocks, 256, [=] {
-        ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per);
+        ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
+                               dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift);
     });
     std::vector<float> dw0(dw);
     float* pdw = dw.data();
