@@ -99,8 +99,9 @@ func TestRecordedNormAutograd(t *testing.T) {
 }
 
 // TestRecordedDeviceGenerator draws through a DeviceGenerator on the
-// recording backend: the draw and the advance are kernels (no host round
-// trip, so they can be captured).
+// recording backend: taking the state, the draw and the advance are
+// kernels (no host round trip, so they can be captured), and Dropout's
+// backward pass draws its mask again from the saved state.
 func TestRecordedDeviceGenerator(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	s := tensor.NewScope()
@@ -108,9 +109,18 @@ func TestRecordedDeviceGenerator(t *testing.T) {
 	g := tensor.NewDeviceGenerator(b, 5)
 	defer g.Release()
 	copies := rec.copies
-	tensor.Dropout(tensor.Zeros(b, s, 33, 7), 0.5, true, g)
-	if rec.launches["ember_dropout_state"] != 1 || rec.launches["ember_random_advance"] != 1 || rec.launches["ember_dropout"] != 0 {
-		t.Errorf("launches %v; want one ember_dropout_state and one ember_random_advance", rec.launches)
+	x := tensor.Zeros(b, s, 33, 7).SetRequiresGrad(true)
+	y := tensor.Dropout(x, 0.5, true, g)
+	if rec.launches["ember_random_take_state"] != 1 || rec.launches["ember_dropout_state"] != 1 || rec.launches["ember_dropout"] != 0 {
+		t.Errorf("launches %v; want one ember_random_take_state and one ember_dropout_state", rec.launches)
+	}
+	tensor.RandN(b, s, g, 5)
+	if rec.launches["ember_random_state"] != 1 || rec.launches["ember_random_advance"] != 1 {
+		t.Errorf("launches %v; want one ember_random_state and one ember_random_advance", rec.launches)
+	}
+	tensor.Sum(y).Backward()
+	if rec.launches["ember_dropout_state"] != 2 || rec.launches["ember_random_take_state"] != 1 {
+		t.Errorf("launches %v after the backward pass; want the mask drawn again (a second ember_dropout_state)", rec.launches)
 	}
 	if rec.copies != copies {
 		t.Errorf("%d host copies during a device-generator draw", rec.copies-copies)

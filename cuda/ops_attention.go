@@ -157,10 +157,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 // kernels that read saved), so that a captured graph draws new weights on
 // every replay.
 func (b *Backend) AttentionTakeState(saved, state tensor.Buffer, blocks uint64) {
-	const op = "attention_take_state"
-	need(op, "saved", saved, 4)
-	need(op, "state", state, 4)
-	b.launchGrid(op, b.kernel("ember_attention_take_state"), 1, 32, b.i32(op, saved), b.i32(op, state), int64(blocks))
+	b.takeRandomState("attention_take_state", saved, state, blocks)
 }
 
 var _ tensor.AttentionBackend = (*Backend)(nil)

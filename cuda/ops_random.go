@@ -65,6 +65,43 @@ func (b *Backend) DropoutAt(y, mask, x tensor.Buffer, state tensor.Buffer, keep,
 	b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((n+3)/4))
 }
 
+// DropoutRedraw is Dropout's y without the mask (ember_dropout with a null
+// mask).
+func (b *Backend) DropoutRedraw(y, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
+	const op = "dropout_redraw"
+	n := x.Len
+	py, _, px := b.dropoutBuffers(op, y, y, x)
+	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, uintptr(0), px, int64(n), int64(seed), int64(offset), keep, scale)
+}
+
+// DropoutRedrawAt is DropoutRedraw at the seed and offset in saved, which
+// it leaves as they are.
+func (b *Backend) DropoutRedrawAt(y, x tensor.Buffer, saved tensor.Buffer, keep, scale float32) {
+	const op = "dropout_redraw_at"
+	need(op, "saved", saved, 4)
+	n := x.Len
+	py, _, px := b.dropoutBuffers(op, y, y, x)
+	if n == 0 {
+		return
+	}
+	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, uintptr(0), px, int64(n), b.i32(op, saved), keep, scale)
+}
+
+// TakeRandomState copies a device generator's state into saved and
+// advances it (one thread, ordered on the stream before the kernels that
+// read saved), so that a captured graph draws anew on every replay.
+func (b *Backend) TakeRandomState(saved, state tensor.Buffer, blocks uint64) {
+	b.takeRandomState("take_random_state", saved, state, blocks)
+}
+
+func (b *Backend) takeRandomState(op string, saved, state tensor.Buffer, blocks uint64) {
+	need(op, "saved", saved, 4)
+	need(op, "state", state, 4)
+	b.launchGrid(op, b.kernel("ember_random_take_state"), 1, 32, b.i32(op, saved), b.i32(op, state), int64(blocks))
+}
+
+var _ tensor.DropoutRedrawBackend = (*Backend)(nil)
+
 // dropoutBuffers checks that y and mask hold x's length and returns the
 // three pointers.
 func (b *Backend) dropoutBuffers(op string, y, mask, x tensor.Buffer) (py, pm, px uintptr) {

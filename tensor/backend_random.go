@@ -75,3 +75,25 @@ type DropoutBackend interface {
 	// offset advanced there, as RandomAt.
 	DropoutAt(y, mask, x Buffer, state Buffer, keep, scale float32)
 }
+
+// DropoutRedrawBackend is implemented by backends that apply dropout
+// without writing its mask, so that Dropout keeps sixteen bytes for its
+// backward pass (where the draw was) instead of a float32 mask the size
+// of its input: the backward pass draws the same mask again (Philox is
+// counter-based) and applies it to the gradient.
+type DropoutRedrawBackend interface {
+	DropoutBackend
+	// DropoutRedraw sets y[i] = x[i]·mask[i] for the mask Dropout draws
+	// at (seed, offset), bit for bit Dropout's y; it writes no mask and
+	// advances nothing.
+	DropoutRedraw(y, x Buffer, seed, offset uint64, keep, scale float32)
+	// DropoutRedrawAt is DropoutRedraw with (seed, offset) read from
+	// saved (four int32 words, as a device generator's state), which it
+	// does not advance.
+	DropoutRedrawAt(y, x Buffer, saved Buffer, keep, scale float32)
+	// TakeRandomState copies the four words of a device generator's state
+	// into saved and then advances state's offset by blocks (ordered on
+	// the stream, so capturable): saved holds one draw for its forward
+	// and backward passes.
+	TakeRandomState(saved, state Buffer, blocks uint64)
+}

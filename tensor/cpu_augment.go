@@ -26,9 +26,7 @@ func decideAugment(spec AugmentSpec, sample int32) augmentDecisions {
 
 // AugmentGatherAt reads the seed and offset from state.
 func (c *cpuBackend) AugmentGatherAt(dst, src, idx, norm, state Buffer, spec AugmentSpec) {
-	st := i32(state.Slice(0, 4))
-	spec.Seed = uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32
-	spec.Offset = uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+	spec.Seed, spec.Offset = stateSeedOffset(state)
 	c.AugmentGather(dst, src, idx, norm, spec)
 }
 

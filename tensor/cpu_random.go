@@ -50,12 +50,9 @@ func boxMuller(w0, w1 uint32) (float64, float64) {
 
 // RandomAt draws at the state's seed and offset and advances the offset.
 func (c *cpuBackend) RandomAt(dst Buffer, dist Distribution, state Buffer, a, b float32) {
-	st := i32(state.Slice(0, 4))
-	seed := uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32
-	offset := uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+	seed, offset := stateSeedOffset(state)
 	c.Random(dst, dist, seed, offset, a, b)
-	offset += uint64(dst.Len+3) / 4
-	st[2], st[3] = int32(uint32(offset)), int32(uint32(offset>>32))
+	setStateOffset(state, offset+uint64(dst.Len+3)/4)
 }
 
 func (*cpuBackend) Random(dst Buffer, dist Distribution, seed, offset uint64, a, b float32) {
@@ -90,7 +87,33 @@ func (*cpuBackend) Random(dst Buffer, dist Distribution, seed, offset uint64, a,
 // Dropout is Random's Bernoulli draw, scaled, and applied to x in one loop.
 func (*cpuBackend) Dropout(y, mask, x Buffer, seed, offset uint64, keep, scale float32) {
 	checkDropoutDims("Dropout", y, mask, x)
-	out, m, in := f32(y), f32(mask), f32(x)
+	dropoutLoop(f32(y), f32(mask), f32(x), seed, offset, keep, scale)
+}
+
+// DropoutRedraw is Dropout's y without its mask.
+func (*cpuBackend) DropoutRedraw(y, x Buffer, seed, offset uint64, keep, scale float32) {
+	checkDropoutDims("DropoutRedraw", y, y, x)
+	dropoutLoop(f32(y), nil, f32(x), seed, offset, keep, scale)
+}
+
+// DropoutRedrawAt is DropoutRedraw at saved's seed and offset.
+func (c *cpuBackend) DropoutRedrawAt(y, x Buffer, saved Buffer, keep, scale float32) {
+	seed, offset := stateSeedOffset(saved)
+	c.DropoutRedraw(y, x, seed, offset, keep, scale)
+}
+
+// TakeRandomState copies state into saved and advances state's offset.
+func (c *cpuBackend) TakeRandomState(saved, state Buffer, blocks uint64) {
+	st, sv := i32(state.Slice(0, 4)), i32(saved.Slice(0, 4))
+	copy(sv, st)
+	_, offset := stateSeedOffset(state)
+	setStateOffset(state, offset+blocks)
+}
+
+// dropoutLoop sets out = in·mask for the mask (scale where the Bernoulli
+// draw of probability keep at (seed, offset) is 1, else 0), written into
+// m unless m is nil.
+func dropoutLoop(out, m, in []float32, seed, offset uint64, keep, scale float32) {
 	for j := 0; 4*j < len(in); j++ {
 		w := philoxBlock(seed, offset+uint64(j))
 		for k := 0; k < 4 && 4*j+k < len(in); k++ {
@@ -98,20 +121,31 @@ func (*cpuBackend) Dropout(y, mask, x Buffer, seed, offset uint64, keep, scale f
 			if unit24(w[k]) < keep {
 				v = scale
 			}
-			m[4*j+k] = v
+			if m != nil {
+				m[4*j+k] = v
+			}
 			out[4*j+k] = in[4*j+k] * v
 		}
 	}
 }
 
+// stateSeedOffset reads a device generator's four state words.
+func stateSeedOffset(state Buffer) (seed, offset uint64) {
+	st := i32(state.Slice(0, 4))
+	return uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32, uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+}
+
+// setStateOffset writes offset into a device generator's state words.
+func setStateOffset(state Buffer, offset uint64) {
+	st := i32(state.Slice(0, 4))
+	st[2], st[3] = int32(uint32(offset)), int32(uint32(offset>>32))
+}
+
 // DropoutAt is Dropout at the state's seed and offset, which it advances.
 func (c *cpuBackend) DropoutAt(y, mask, x Buffer, state Buffer, keep, scale float32) {
-	st := i32(state.Slice(0, 4))
-	seed := uint64(uint32(st[0])) | uint64(uint32(st[1]))<<32
-	offset := uint64(uint32(st[2])) | uint64(uint32(st[3]))<<32
+	seed, offset := stateSeedOffset(state)
 	c.Dropout(y, mask, x, seed, offset, keep, scale)
-	offset += uint64(x.Len+3) / 4
-	st[2], st[3] = int32(uint32(offset)), int32(uint32(offset>>32))
+	setStateOffset(state, offset+uint64(x.Len+3)/4)
 }
 
 // checkDropoutDims panics unless y, mask and x have the same length.

@@ -57,6 +57,12 @@ type RandomSource interface {
 	// dropout is b's Dropout (or DropoutAt) at the source's next draw,
 	// and advances the source past it.
 	dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32)
+	// dropoutDraw reserves the draw of a dropout of n elements on rb and
+	// advances the source past it: apply (for the forward pass, and again
+	// for the backward one) is rb's DropoutRedraw(At) at that draw; saved,
+	// when not nil, is the device copy of the draw's state that apply
+	// reads (the caller keeps it as long as apply may run).
+	dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (apply func(y, x Buffer), saved *Tensor)
 	// attentionDraw reserves the draw of n attention weights for ab's fused
 	// attention and advances the source past it; saved, when not nil, is
 	// the device copy of the draw's state that drop reads (the caller
@@ -85,6 +91,11 @@ func (g *Generator) fill(b Backend, dst Buffer, dist Distribution, lo, hi float3
 
 func (g *Generator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
 	b.Dropout(y, mask, x, g.seed, g.take(x.Len), keep, scale)
+}
+
+func (g *Generator) dropoutDraw(rb DropoutRedrawBackend, _ Backend, _ *Scope, n int, keep, scale float32) (func(y, x Buffer), *Tensor) {
+	seed, off := g.seed, g.take(n)
+	return func(y, x Buffer) { rb.DropoutRedraw(y, x, seed, off, keep, scale) }, nil
 }
 
 func (g *Generator) attentionDraw(_ AttentionBackend, _ Backend, _ *Scope, n int) (AttentionDropout, *Tensor) {
@@ -132,6 +143,12 @@ func (g *DeviceGenerator) fill(b Backend, dst Buffer, dist Distribution, lo, hi 
 
 func (g *DeviceGenerator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32) {
 	b.DropoutAt(y, mask, x, g.state.buffer(), keep, scale)
+}
+
+func (g *DeviceGenerator) dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (func(y, x Buffer), *Tensor) {
+	saved := EmptyOf(b, s, Int32, 4)
+	rb.TakeRandomState(saved.buffer(), g.state.buffer(), uint64(n+3)/4)
+	return func(y, x Buffer) { rb.DropoutRedrawAt(y, x, saved.buffer(), keep, scale) }, saved
 }
 
 func (g *DeviceGenerator) attentionDraw(ab AttentionBackend, b Backend, s *Scope, n int) (AttentionDropout, *Tensor) {
@@ -190,6 +207,9 @@ func Dropout(x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
 		mask := Zeros(be, x.scope, x.shape...)
 		return dropoutApply(x, mask)
 	}
+	if rb, ok := be.(DropoutRedrawBackend); ok {
+		return dropoutRedrawn(rb, x, p, gen)
+	}
 	if db, ok := be.(DropoutBackend); ok {
 		return dropoutFused(db, x, p, gen)
 	}
@@ -212,6 +232,29 @@ func dropoutFused(db DropoutBackend, x *Tensor, p float32, gen RandomSource) *Te
 		gen.dropout(db, out.buffer(), mask.buffer(), x.buffer(), 1-p, 1/(1-p))
 	}
 	return recordMasked(out, x, mask)
+}
+
+// dropoutRedrawn is Dropout on rb keeping no mask: the backward pass
+// draws it again from the forward's draw (its seed and offset, or a device
+// copy of the generator's state) and applies it to dy, the bits of dy·mask.
+func dropoutRedrawn(rb DropoutRedrawBackend, x *Tensor, p float32, gen RandomSource) *Tensor {
+	x = x.Contiguous()
+	be := x.st.b
+	out := Empty(be, x.scope, x.shape...)
+	apply, saved := func(y, x Buffer) {}, (*Tensor)(nil)
+	if out.Len() > 0 { // an empty draw takes no counter, as randomTensor's
+		noteDraw(x.scope, gen)
+		apply, saved = gen.dropoutDraw(rb, be, x.scope, out.Len(), 1-p, 1/(1-p))
+	}
+	apply(out.buffer(), x.buffer())
+	record(out, "dropout", func(g *Tensor, e *engine) {
+		dx := Empty(be, e.scopeFor(x), x.shape...)
+		apply(dx.buffer(), g.buffer())
+		e.give(x, dx)
+	}, x)
+	saveFor(out, saved)
+	readsNot(out, true, x) // the draw is what it reads
+	return out
 }
 
 // dropoutApply returns x·mask with the backward pass dy·mask.

@@ -37,3 +37,73 @@ func TestDeviceGeneratorFallback(t *testing.T) {
 		t.Errorf("device generator at seed %d offset %d; want 99 and %d (= 8)", seed, off, hg.Offset())
 	}
 }
+
+// maskOnly hides DropoutRedrawBackend: Dropout keeps its float32 mask.
+type maskOnly struct {
+	tensor.CompleteBackend
+	tensor.DropoutBackend
+}
+
+// TestDropoutRedrawKeepsNoMask: on a DropoutRedrawBackend, Dropout keeps
+// no mask for its backward pass (measured on CountingCPU after the
+// forward pass: the output and at most a 16-byte state, against the
+// output and a float32 mask), and its output and gradient are the mask
+// path's bit for bit, with either generator, which both paths leave at
+// the same offset.
+func TestDropoutRedrawKeepsNoMask(t *testing.T) {
+	const rows, cols = 33, 67 // an odd count: a partial Philox block
+	run := func(redraw, device bool) (held int, out, grad []float32, offset uint64) {
+		c := tensor.NewCountingCPU()
+		var b tensor.Backend = c
+		if !redraw {
+			b = maskOnly{tensor.Complete(c), c}
+		}
+		if _, ok := b.(tensor.DropoutRedrawBackend); ok != redraw {
+			t.Fatalf("backend redraws %v, want %v", ok, redraw)
+		}
+		vals := make([]float32, rows*cols)
+		for i := range vals {
+			vals[i] = float32(i%13) - 6
+		}
+		x := tensor.FromFloat32(b, nil, vals, rows, cols).SetRequiresGrad(true)
+		wt := tensor.FromFloat32(b, nil, vals, rows, cols)
+		var gen tensor.RandomSource = tensor.NewGenerator(5)
+		if device {
+			dg := tensor.NewDeviceGenerator(b, 5)
+			defer dg.Release()
+			gen = dg
+		}
+		s := tensor.NewScope()
+		defer s.Release()
+		before := c.Live()
+		y := tensor.Dropout(tensor.Dropout(x, 0.3, true, gen), 0.5, true, gen)
+		held = c.Live() - before
+		tensor.Sum(tensor.Mul(y, wt)).Backward()
+		switch g := gen.(type) {
+		case *tensor.Generator:
+			offset = g.Offset()
+		case *tensor.DeviceGenerator:
+			_, offset = g.SeedOffset()
+		}
+		return held, y.Float32s(), x.Grad().Float32s(), offset
+	}
+	for _, device := range []bool{false, true} {
+		heldR, outR, gradR, offR := run(true, device)
+		heldM, outM, gradM, offM := run(false, device)
+		t.Logf("device generator %v: %d bytes held with the redraw, %d with the masks", device, heldR, heldM)
+		n := 4 * rows * cols
+		if heldR > 2*n+2*16 || heldM < 4*n {
+			t.Errorf("device generator %v: %d bytes held with the redraw, %d with the masks; want at most %d and at least %d",
+				device, heldR, heldM, 2*n+2*16, 4*n)
+		}
+		if offR != offM {
+			t.Errorf("device generator %v: offset %d with the redraw, %d with the masks", device, offR, offM)
+		}
+		for i := range outR {
+			if math.Float32bits(outR[i]) != math.Float32bits(outM[i]) || math.Float32bits(gradR[i]) != math.Float32bits(gradM[i]) {
+				t.Fatalf("device generator %v: element %d: output %v and gradient %v with the redraw, %v and %v with the mask",
+					device, i, outR[i], gradR[i], outM[i], gradM[i])
+			}
+		}
+	}
+}

@@ -545,18 +545,3 @@ extern "C" __global__ void ember_attention_dkv_d64(float* dk, float* dv, const f
                       {dog, doh, dorow});
 }
 
-// saved = state, then state's offset advances by blocks: the fused
-// attention reads its dropout (seed, offset) from saved in the forward and
-// the backward pass, while the generator moves on (one thread).
-extern "C" __global__ void ember_attention_take_state(int* saved, int* state, long long blocks) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
-                                ((unsigned long long)(unsigned int)state[3] << 32);
-    saved[0] = state[0];
-    saved[1] = state[1];
-    saved[2] = state[2];
-    saved[3] = state[3];
-    offset += (unsigned long long)blocks;
-    state[2] = (int)(unsigned int)offset;
-    state[3] = (int)(unsigned int)(offset >> 32);
-}

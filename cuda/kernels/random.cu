@@ -73,10 +73,28 @@ extern "C" __global__ void ember_random_advance(int* state, long long blocks) {
     state[3] = (int)(unsigned int)(offset >> 32);
 }
 
+// saved = state, then state's offset advances by blocks (one thread): a
+// draw read from saved in a forward and a backward pass (the fused
+// attention's weights, a dropout's mask drawn again), while the generator
+// moves on.
+extern "C" __global__ void ember_random_take_state(int* saved, int* state, long long blocks) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
+                                ((unsigned long long)(unsigned int)state[3] << 32);
+    saved[0] = state[0];
+    saved[1] = state[1];
+    saved[2] = state[2];
+    saved[3] = state[3];
+    offset += (unsigned long long)blocks;
+    state[2] = (int)(unsigned int)offset;
+    state[3] = (int)(unsigned int)(offset >> 32);
+}
+
 // Dropout in one pass: element i keeps x[i]·scale where its Bernoulli
 // draw of probability keep (ember_random_body's, bit for bit) is 1, else
-// 0, and stores the mask (scale or 0) for the backward pass. One thread
-// per Philox block of four elements, as the draw.
+// 0, and stores the mask (scale or 0) for the backward pass unless mask
+// is null (the backward pass then draws it again). One thread per Philox
+// block of four elements, as the draw.
 __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const float* x, long long n, unsigned long long s,
                                                    unsigned long long off, float keep, float scale) {
     const long long blocks = (n + 3) / 4;
@@ -87,7 +105,7 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
         const long long base = 4 * j;
         if (base + 4 <= n && ((reinterpret_cast<unsigned long long>(x + base) |
                                reinterpret_cast<unsigned long long>(y + base) |
-                               reinterpret_cast<unsigned long long>(mask + base)) & 15) == 0) {
+                               reinterpret_cast<unsigned long long>(mask ? mask + base : y)) & 15) == 0) {
             const ember_f4 v = *reinterpret_cast<const ember_f4*>(x + base);
             ember_f4 m, o;
             m.x = ember_unit24(w[0]) < keep ? scale : 0.0f;
@@ -98,7 +116,7 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
             o.y = v.y * m.y;
             o.z = v.z * m.z;
             o.w = v.w * m.w;
-            *reinterpret_cast<ember_f4*>(mask + base) = m;
+            if (mask) *reinterpret_cast<ember_f4*>(mask + base) = m;
             *reinterpret_cast<ember_f4*>(y + base) = o;
             continue;
         }
@@ -106,7 +124,7 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
         for (int k = 0; k < 4; k++) {
             if (base + k >= n) break;
             const float m = ember_unit24(w[k]) < keep ? scale : 0.0f;
-            mask[base + k] = m;
+            if (mask) mask[base + k] = m;
             y[base + k] = x[base + k] * m;
         }
     }

@@ -267,3 +267,58 @@ func testDropout(e *env) {
 		}
 	}
 }
+
+// DropoutRedraw, DropoutRedrawAt and TakeRandomState against Dropout's y
+// (refRandom's draws, as testDropout): y exactly x·mask with no mask
+// written; DropoutRedrawAt reads the saved state and leaves it as it is;
+// TakeRandomState copies the state and advances it by the blocks given.
+func testDropoutRedraw(e *env) {
+	rb, ok := e.b.(tensor.DropoutRedrawBackend)
+	if !ok {
+		e.t.Skipf("SKIP: backend %s does not implement tensor.DropoutRedrawBackend", e.b.Name())
+	}
+	const keep = 0.7
+	scale := float32(1) / keep
+	for _, aligned := range []bool{false, true} {
+		for _, atState := range []bool{false, true} {
+			seed := e.rng.Uint64()
+			offset := uint64(1<<32 - 2)
+			e.tcase("aligned=%v saved=%v seed=%d", aligned, atState, seed)(func() {
+				words := func(off uint64) []int32 {
+					return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
+				}
+				state := e.i32("state", words(offset), false)
+				saved := e.i32("saved", []int32{-1, -1, -1, -1}, false)
+				for _, n := range []int{4099, 1, 4, 7, 1024} {
+					pre := 4
+					if !aligned {
+						pre = 1 + e.rng.IntN(7)
+					}
+					x := e.normal(n, 1)
+					xb := e.f32Pre("x", x, true, pre)
+					y := e.f32Pre("y", fill(n, float32(math.NaN())), false, pre)
+					if atState {
+						rb.TakeRandomState(saved.win, state.win, uint64(n+3)/4)
+						exactI(e, "TakeRandomState saved", dims(4), e.getI(saved), words(offset))
+						exactI(e, "TakeRandomState state after", dims(4), e.getI(state), words(offset+uint64(n+3)/4))
+						rb.DropoutRedrawAt(y.win, xb.win, saved.win, keep, scale)
+						exactI(e, "DropoutRedrawAt leaves saved", dims(4), e.getI(saved), words(offset))
+					} else {
+						rb.DropoutRedraw(y.win, xb.win, seed, offset, keep, scale)
+					}
+					draw := refRandom(tensor.Bernoulli, seed, offset, n, keep, 0)
+					want := make([]float32, n)
+					for i, d := range draw {
+						var m float32 // x·0 keeps x's sign, as Dropout's product
+						if d == 1 {
+							m = scale
+						}
+						want[i] = x[i] * m
+					}
+					e.exactF("DropoutRedraw y", dims(n), e.getF(y), want)
+					offset += uint64(n+3) / 4
+				}
+			})
+		}
+	}
+}
