@@ -269,7 +269,7 @@ type SGDStep struct {
 //     BiasReLUBackend, ConvPoolBackend, LinearCrossEntropyBackend,
 //     FusedBackend, NormBackend, BatchNormActBackend, PoolBackend, ClassLossBackend,
 //     CausalSoftmaxBackend, OptimBackend, RandomStateBackend,
-//     DropoutBackend, AugmentBackend, LowPrecisionBackend,
+//     DropoutBackend, DropoutRedrawBackend, AugmentBackend, LowPrecisionBackend,
 //     LowPrecisionConvBackend, AttentionBackend): the operation that looks
 //     for one says what it runs without it (composed core operations, or
 //     the CPU backend's kernel on host copies; average and adaptive

@@ -59,7 +59,8 @@
 //     NormBackend, PoolBackend, ClassLossBackend (the class losses without
 //     waiting for the host), OptimBackend (fused optimiser updates),
 //     RandomStateBackend and DropoutBackend (random numbers whose counter
-//     lives on the device), AugmentBackend (a batch of uint8 images
+//     lives on the device), DropoutRedrawBackend (dropout that keeps no
+//     mask: its backward pass draws it again), AugmentBackend (a batch of uint8 images
 //     gathered with per-sample crop, flip, normalisation and cutout from
 //     Philox words, the same bits on every backend), LowPrecisionBackend,
 //     LowPrecisionConvBackend and LowPrecisionBiasBackend (casts, bfloat16
