@@ -115,6 +115,7 @@ func RunChannelsLast(t *testing.T, b tensor.Backend) {
 		{N: 2, C: 3, H: 9, W: 9, K: 24, R: 2, S: 2, StrideH: 1, StrideW: 1},
 		{N: 3, C: 1, H: 12, W: 12, K: 64, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true},
 		{N: 2, C: 2, H: 11, W: 9, K: 16, R: 3, S: 2, StrideH: 2, StrideW: 1, PadH: 1, DilationW: 2},
+		{N: 2, C: 3, H: 9, W: 10, K: 32, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, ReLU: true},
 		{N: 2, C: 24, H: 10, W: 10, K: 40, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
 		{N: 4, C: 64, H: 8, W: 8, K: 128, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
 		{N: 3, C: 8, H: 6, W: 5, K: 8, R: 3, S: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1, ReLU: true},
