@@ -66,7 +66,7 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 		if g.ReLU { // the backend masks dy by the output itself
 			y = out.buffer()
 		}
-		dxBuf, dx := convInputSink(e, x)
+		dxBuf, dx := convInputSink(e, x, w)
 		var db Buffer
 		if b != nil {
 			db = e.sinkZeroed(b)
@@ -102,7 +102,7 @@ func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvG
 		if g.ReLU {
 			y = out.buffer()
 		}
-		dxBuf, dx := convInputSink(e, x)
+		dxBuf, dx := convInputSink(e, x, w)
 		var db Buffer
 		if b != nil {
 			db = e.sinkZeroed(b)
@@ -121,7 +121,13 @@ func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvG
 // convInputSink is where a convolution's backward writes the input
 // gradient: x's own gradient buffer, or, when that one accumulates (the
 // backends overwrite dx), a fresh tensor dx to pass on afterwards.
-func convInputSink(e *engine, x *Tensor) (Buffer, *Tensor) {
+func convInputSink(e *engine, x, w *Tensor) (Buffer, *Tensor) {
+	if x == w && x.requiresGrad {
+		// One tensor as input and weight: the weight's gradient is added
+		// into its sink, so the input's goes through a temporary.
+		dx := Empty(x.st.b, e.scopeFor(x), x.shape...)
+		return dx.buffer(), dx
+	}
 	dxBuf, acc := e.sink(x)
 	if !acc {
 		return dxBuf, nil
@@ -160,7 +166,7 @@ func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
 	}
 	fb.Conv2dReLUMaxPool(out.buffer(), argmax.buffer(), x.buffer(), w.buffer(), bias, g, p)
 	record(out, "conv2d_relu_maxpool", func(dy *Tensor, e *engine) {
-		dxBuf, dx := convInputSink(e, x)
+		dxBuf, dx := convInputSink(e, x, w)
 		var db Buffer
 		if b != nil {
 			db = e.sinkZeroed(b)

@@ -1,0 +1,81 @@
+package tensor_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// filterGradFirst is the CPU with the convolution's weight gradient queued
+// before its input gradient (a backend is free to order them, or to run
+// them side by side, as the GPU's side stream does).
+type filterGradFirst struct{ tensor.CompleteBackend }
+
+func (f filterGradFirst) Conv2dBackward(dx, dw, db, dy, x, w, y tensor.Buffer, g tensor.ConvGeom) {
+	f.CompleteBackend.Conv2dBackward(tensor.Buffer{}, dw, db, dy, x, w, y, g)
+	f.CompleteBackend.Conv2dBackward(dx, tensor.Buffer{}, tensor.Buffer{}, dy, x, w, y, g)
+}
+
+// TestConvSameTensorAsInputAndWeight: Conv2dWith(x, x) (and with its
+// ReLU) gives x the sum of its gradients as input and as weight, the
+// gradients of two separate copies, whichever order the backend writes
+// them in, in float32 and under autocast (8 channels: the channels-last
+// form there). The input's gradient must not be written where the
+// weight's accumulates.
+func TestConvSameTensorAsInputAndWeight(t *testing.T) {
+	vals := make([]float32, 8*8*3*3)
+	for i := range vals {
+		vals[i] = float32(i%7)/7 - 0.4
+	}
+	backends := map[string]func() tensor.Backend{
+		"cpu":               func() tensor.Backend { return tensor.NewCountingCPU() },
+		"filter grad first": func() tensor.Backend { return filterGradFirst{tensor.Complete(tensor.NewCountingCPU())} },
+	}
+	for name, newBackend := range backends {
+		for _, autocast := range []bool{false, true} {
+			for _, relu := range []bool{false, true} {
+				conv := tensor.Conv2dWith
+				if relu {
+					conv = tensor.Conv2dWithReLU
+				}
+				run := func(same bool) []float32 {
+					b := newBackend()
+					s := tensor.NewScope()
+					defer s.Release()
+					if autocast {
+						s.SetAutocast(tensor.BFloat16)
+					}
+					// Computed tensors (a leaf's gradient is always added into).
+					one := tensor.Full(b, s, 1, 8, 8, 3, 3)
+					x0 := tensor.FromFloat32(b, s, vals, 8, 8, 3, 3).SetRequiresGrad(true)
+					w0 := x0
+					if !same {
+						w0 = tensor.FromFloat32(b, s, vals, 8, 8, 3, 3).SetRequiresGrad(true)
+					}
+					x := tensor.Mul(x0, one)
+					w := x
+					if !same {
+						w = tensor.Mul(w0, one)
+					}
+					y := conv(x, w, nil, tensor.ConvOptions{Padding: [2]int{1, 1}})
+					tensor.Sum(tensor.Mul(y, y)).Backward()
+					g := x0.Grad().Float32s()
+					if !same {
+						for i, v := range w0.Grad().Float32s() {
+							g[i] += v
+						}
+					}
+					return g
+				}
+				got, want := run(true), run(false)
+				for i := range got {
+					if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("%s, autocast %v, relu %v: element %d of x's gradient %v, want %v (the two copies' sum)",
+							name, autocast, relu, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
