@@ -74,6 +74,7 @@ func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 		be.Conv2dBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
 		if dx != nil {
 			e.pass(x, dx)
+			dx.Release() // the addition is queued
 		}
 	}, x, w, b)
 	if !g.ReLU {
@@ -110,6 +111,7 @@ func convolveLowp(lb LowPrecisionConvBackend, s *Scope, x, w, b *Tensor, g ConvG
 		lb.Conv2dBackwardLowp(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), y, g)
 		if dx != nil {
 			e.pass(x, dx)
+			dx.Release() // the addition is queued
 		}
 	}, x, w, b)
 	if !g.ReLU {
@@ -174,6 +176,7 @@ func Conv2dReLUMaxPool(x, w, b *Tensor, stride, pad, k int) *Tensor {
 		fb.Conv2dReLUMaxPoolBackward(dxBuf, e.sinkZeroed(w), db, dy.buffer(), x.buffer(), w.buffer(), out.buffer(), argmax.buffer(), g, p)
 		if dx != nil {
 			e.pass(x, dx)
+			dx.Release() // the addition is queued
 		}
 	}, x, w, b)
 	saveFor(out, argmax)
