@@ -79,3 +79,56 @@ func TestConvSameTensorAsInputAndWeight(t *testing.T) {
 		}
 	}
 }
+
+// TestProductsSameTensorTwice: MatMul(a, a) and Linear(x, x) of one
+// computed tensor give it the sum of both operands' gradients (the
+// backward pass writes the first and adds the second into the same sink,
+// in that order), in float32 and under autocast.
+func TestProductsSameTensorTwice(t *testing.T) {
+	vals := make([]float32, 8*8)
+	for i := range vals {
+		vals[i] = float32(i%5)/5 - 0.3
+	}
+	ops := map[string]func(a, b *tensor.Tensor) *tensor.Tensor{
+		"MatMul": tensor.MatMul,
+		"Linear": func(a, b *tensor.Tensor) *tensor.Tensor { return tensor.Linear(a, b, nil) },
+	}
+	for name, op := range ops {
+		for _, autocast := range []bool{false, true} {
+			run := func(same bool) []float32 {
+				s := tensor.NewScope()
+				defer s.Release()
+				if autocast {
+					s.SetAutocast(tensor.BFloat16)
+				}
+				b := tensor.NewCountingCPU()
+				one := tensor.Full(b, s, 1, 8, 8)
+				a0 := tensor.FromFloat32(b, s, vals, 8, 8).SetRequiresGrad(true)
+				b0 := a0
+				if !same {
+					b0 = tensor.FromFloat32(b, s, vals, 8, 8).SetRequiresGrad(true)
+				}
+				a := tensor.Mul(a0, one)
+				c := a
+				if !same {
+					c = tensor.Mul(b0, one)
+				}
+				y := op(a, c)
+				tensor.Sum(tensor.Mul(y, y)).Backward()
+				g := a0.Grad().Float32s()
+				if !same {
+					for i, v := range b0.Grad().Float32s() {
+						g[i] += v
+					}
+				}
+				return g
+			}
+			got, want := run(true), run(false)
+			for i := range got {
+				if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("%s, autocast %v: element %d of the gradient %v, want %v (the two copies' sum)", name, autocast, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
