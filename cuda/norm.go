@@ -70,8 +70,7 @@ func channelArgs(total, c, inner int) []any {
 	if total > math.MaxInt32 {
 		return []any{int32(1), int32(0), int32(0), int32(0), int32(0)}
 	}
-	di, dc := newDivider(max(inner, 1)), newDivider(max(c, 1))
-	return []any{int32(0), int32(di.mul), int32(di.shift), int32(dc.mul), int32(dc.shift)}
+	return append([]any{int32(0)}, dividerArgs(max(inner, 1), max(c, 1))...)
 }
 
 // BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):

@@ -44,47 +44,50 @@ func (b *Backend) RandomAt(dst tensor.Buffer, dist tensor.Distribution, state te
 // (tensor.DropoutBackend): the Bernoulli draws of Random bit for bit, one
 // thread per Philox block of four elements, 16-byte loads and stores.
 func (b *Backend) Dropout(y, mask, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
-	const op = "dropout"
-	n := x.Len
-	py, pm, px := b.dropoutBuffers(op, y, mask, x)
-	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, pm, px, int64(n), int64(seed), int64(offset), keep, scale)
+	b.dropout("dropout", y, &mask, x, seed, offset, keep, scale)
 }
 
 // DropoutAt is Dropout with the seed and offset in device memory, advanced
 // after the draw as RandomAt's.
 func (b *Backend) DropoutAt(y, mask, x tensor.Buffer, state tensor.Buffer, keep, scale float32) {
 	const op = "dropout_at"
-	need(op, "state", state, 4)
-	n := x.Len
-	py, pm, px := b.dropoutBuffers(op, y, mask, x)
-	if n == 0 {
-		return
+	if ps := b.dropoutState(op, y, &mask, x, state, keep, scale); ps != 0 {
+		b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((x.Len+3)/4))
 	}
-	ps := b.i32(op, state)
-	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, pm, px, int64(n), ps, keep, scale)
-	b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((n+3)/4))
 }
 
 // DropoutRedraw is Dropout's y without the mask (ember_dropout with a null
 // mask).
 func (b *Backend) DropoutRedraw(y, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
-	const op = "dropout_redraw"
-	n := x.Len
-	py, _, px := b.dropoutBuffers(op, y, y, x)
-	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, uintptr(0), px, int64(n), int64(seed), int64(offset), keep, scale)
+	b.dropout("dropout_redraw", y, nil, x, seed, offset, keep, scale)
 }
 
 // DropoutRedrawAt is DropoutRedraw at the seed and offset in saved, which
 // it leaves as they are.
 func (b *Backend) DropoutRedrawAt(y, x tensor.Buffer, saved tensor.Buffer, keep, scale float32) {
-	const op = "dropout_redraw_at"
-	need(op, "saved", saved, 4)
+	b.dropoutState("dropout_redraw_at", y, nil, x, saved, keep, scale)
+}
+
+// dropout queues ember_dropout; a nil mask is none.
+func (b *Backend) dropout(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
 	n := x.Len
-	py, _, px := b.dropoutBuffers(op, y, y, x)
+	py, pm, px := b.dropoutBuffers(op, y, mask, x)
+	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, pm, px, int64(n), int64(seed), int64(offset), keep, scale)
+}
+
+// dropoutState queues ember_dropout_state at state's seed and offset and
+// returns state's pointer (0 when x is empty: nothing was drawn); a nil
+// mask is none.
+func (b *Backend) dropoutState(op string, y tensor.Buffer, mask *tensor.Buffer, x, state tensor.Buffer, keep, scale float32) uintptr {
+	need(op, "state", state, 4)
+	n := x.Len
+	py, pm, px := b.dropoutBuffers(op, y, mask, x)
 	if n == 0 {
-		return
+		return 0
 	}
-	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, uintptr(0), px, int64(n), b.i32(op, saved), keep, scale)
+	ps := b.i32(op, state)
+	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, pm, px, int64(n), ps, keep, scale)
+	return ps
 }
 
 // TakeRandomState copies a device generator's state into saved and
@@ -103,10 +106,16 @@ func (b *Backend) takeRandomState(op string, saved, state tensor.Buffer, blocks 
 var _ tensor.DropoutRedrawBackend = (*Backend)(nil)
 
 // dropoutBuffers checks that y and mask hold x's length and returns the
-// three pointers.
-func (b *Backend) dropoutBuffers(op string, y, mask, x tensor.Buffer) (py, pm, px uintptr) {
-	if y.Len != x.Len || mask.Len != x.Len {
-		panic(fmt.Sprintf("cuda: %s of %d elements into y of %d and a mask of %d", op, x.Len, y.Len, mask.Len))
+// three pointers; a nil mask is none (a null pointer: the redraws').
+func (b *Backend) dropoutBuffers(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer) (py, pm, px uintptr) {
+	if y.Len != x.Len {
+		panic(fmt.Sprintf("cuda: %s of %d elements into y of %d", op, x.Len, y.Len))
 	}
-	return b.f32(op, y), b.f32(op, mask), b.f32(op, x)
+	if mask != nil && mask.Len != x.Len {
+		panic(fmt.Sprintf("cuda: %s of %d elements with a mask of %d", op, x.Len, mask.Len))
+	}
+	if mask != nil {
+		pm = b.f32(op, *mask)
+	}
+	return b.f32(op, y), pm, b.f32(op, x)
 }

@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -59,22 +60,9 @@ func TestConvSameTensorAsInputAndWeight(t *testing.T) {
 						w = tensor.Mul(w0, one)
 					}
 					y := conv(x, w, nil, tensor.ConvOptions{Padding: [2]int{1, 1}})
-					tensor.Sum(tensor.Mul(y, y)).Backward()
-					g := x0.Grad().Float32s()
-					if !same {
-						for i, v := range w0.Grad().Float32s() {
-							g[i] += v
-						}
-					}
-					return g
+					return gradientOfBoth(y, x0, w0, same)
 				}
-				got, want := run(true), run(false)
-				for i := range got {
-					if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
-						t.Fatalf("%s, autocast %v, relu %v: element %d of x's gradient %v, want %v (the two copies' sum)",
-							name, autocast, relu, i, got[i], want[i])
-					}
-				}
+				checkBothGradients(t, fmt.Sprintf("%s, autocast %v, relu %v", name, autocast, relu), run(true), run(false))
 			}
 		}
 	}
@@ -113,22 +101,34 @@ func TestProductsSameTensorTwice(t *testing.T) {
 				if !same {
 					c = tensor.Mul(b0, one)
 				}
-				y := op(a, c)
-				tensor.Sum(tensor.Mul(y, y)).Backward()
-				g := a0.Grad().Float32s()
-				if !same {
-					for i, v := range b0.Grad().Float32s() {
-						g[i] += v
-					}
-				}
-				return g
+				return gradientOfBoth(op(a, c), a0, b0, same)
 			}
-			got, want := run(true), run(false)
-			for i := range got {
-				if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
-					t.Fatalf("%s, autocast %v: element %d of the gradient %v, want %v (the two copies' sum)", name, autocast, i, got[i], want[i])
-				}
-			}
+			checkBothGradients(t, fmt.Sprintf("%s, autocast %v", name, autocast), run(true), run(false))
+		}
+	}
+}
+
+// gradientOfBoth runs the backward pass of Sum(y²) and returns a's
+// gradient, plus b's when the two operands were separate copies (same
+// false): the gradient one shared tensor should get.
+func gradientOfBoth(y, a, b *tensor.Tensor, same bool) []float32 {
+	tensor.Sum(tensor.Mul(y, y)).Backward()
+	g := a.Grad().Float32s()
+	if !same {
+		for i, v := range b.Grad().Float32s() {
+			g[i] += v
+		}
+	}
+	return g
+}
+
+// checkBothGradients compares the shared tensor's gradient with the two
+// copies' sum, within float32 rounding.
+func checkBothGradients(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("%s: element %d of the gradient %v, want %v (the two copies' sum)", what, i, got[i], want[i])
 		}
 	}
 }
