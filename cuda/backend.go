@@ -96,6 +96,10 @@ type BackendOptions struct {
 	// NoCuDNN runs convolutions through im2col + cuBLAS even where cuDNN
 	// is installed (conv_cudnn.go).
 	NoCuDNN bool
+	// NoProductSearch keeps cuBLASLt's heuristic pick for every product
+	// shape instead of timing its candidates at the shape's first call
+	// outside a capture (linear_lt.go).
+	NoProductSearch bool
 	// ConvSearchAll times every algorithm cuDNN has at a convolution
 	// geometry's first call (FindEx, as PyTorch's cudnn.benchmark does)
 	// instead of the first few that cuDNN's heuristics rank (conv_cudnn.go).
@@ -135,6 +139,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
+// EMBER_LT_SEARCH=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
@@ -156,6 +161,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 		return opt, fmt.Errorf("cuda: EMBER_CUDNN_SEARCH=%q: want all (or unset)", v)
 	}
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
+	opt.NoProductSearch = opt.NoProductSearch || off("EMBER_LT_SEARCH")
 	switch v := os.Getenv("EMBER_LINEAR_LT"); v {
 	case "":
 	case "0":
@@ -225,6 +231,7 @@ type Backend struct {
 	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
 	ltWide        bool         // wide layers of at most 256 rows go to it
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
+	ltTunings     atomic.Int64 // product shapes whose algorithm was chosen by timing
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
@@ -956,9 +963,9 @@ func (b *Backend) ScaleBy(dst, x, s tensor.Buffer, accumulate bool) {
 	b.launch4(op, b.kernel("ember_scale_by"), n, aligned16(pd, px), pd, px, b.f32(op, s), int64(n), flag(accumulate))
 }
 
-// Sum sets dst[0] = sum(x), in double precision, deterministically: pass 1
-// writes one partial sum per block (a single block writes dst directly),
-// pass 2 adds the partials in order.
+// Sum sets dst[0] = sum(x), in double precision, deterministically: each
+// block writes a partial sum and the last to finish adds them in order, in
+// one launch (a single block writes dst directly).
 func (b *Backend) Sum(dst, x tensor.Buffer) {
 	const op = "sum"
 	need(op, "dst", dst, 1)
@@ -983,11 +990,11 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.kernel("ember_sum_partial"), nb, blockSize, px, int64(n), part, pd)
-	if nb > 1 {
-		b.launchGrid(op, b.kernel("ember_sum_final"), 1, blockSize, pd, part, int32(nb), int64(1))
-	}
+	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, px, int64(n), part, pd, b.counter(sumDone))
 }
+
+// counter is the address of the backend's counter i (tileCounters).
+func (b *Backend) counter(i int) uintptr { return b.tileCounters.Ptr() + uintptr(4*i) }
 
 // Broadcast sets dst[i] = s[0] (+ dst).
 func (b *Backend) Broadcast(dst, s tensor.Buffer, accumulate bool) {

@@ -60,14 +60,20 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 
 // The backend's counters (tileCounters), in this order: ltCounters for
 // split sums without clusters, linear_xent's count of blocks (narrow.go),
-// then the register-tiled input gradient's queue of images (conv_rt.go).
+// the register-tiled input gradient's queue of images (conv_rt.go), Sum's
+// count of blocks done, and one per channel of the per-channel sums
+// (ops_reduce.go). Kernels on the main stream only use them: two launches
+// sharing a counter must not run at once.
 const (
 	xentDone = ltCounters
 	// rtQueue: one counter per group of 4 input channels, up to
 	// rtQueueGroups, then the count of blocks done (ember_image_queue).
 	rtQueue       = xentDone + 1
 	rtQueueGroups = 64
-	counterSlots  = rtQueue + rtQueueGroups + 1
+	sumDone       = rtQueue + rtQueueGroups + 1
+	chanDone      = sumDone + 1
+	chanCounters  = 4096
+	counterSlots  = chanDone + chanCounters
 )
 
 // allocTileCounters gives the backend its counters: zeroed once here, and
@@ -279,14 +285,15 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
-		if pdx != 0 {
+		lt := b.ltFirst(n, in, out)
+		if pdx != 0 && !(lt && b.productLt(op, pdx, pg, pw, n, in, out, false, accX)) {
 			b.product(op, pdx, pg, pw, n, in, out, false, accX)
 		}
 		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n, in, out) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
 			b.weightGradsLt(op, pdw, pdb, pg, px, n, in, out, accW) {
 			pdw, pdb = 0, 0
 		}
-		if pdw != 0 {
+		if pdw != 0 && !(lt && b.productLt(op, pdw, pg, px, out, in, n, true, accW)) {
 			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
 		if pdb != 0 {

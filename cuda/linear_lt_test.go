@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ember-ml/ember/cuda/driver"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -473,4 +474,127 @@ func TestGPULinearLowpMatchesUnfused(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGPULtCandidatesMatchCPU runs every algorithm cuBLASLt's heuristics
+// rank for an MLP's products at batch 64 (any of them may be what a search
+// keeps) on fresh random inputs in [-1, 1), and compares each result with
+// float64 sums on the host: |got - want| <= 1e-4·(1 + |want|) in FP32 (at
+// most 1024 terms of about 0.25 each: float32 rounding gives about 1e-5 of
+// the result). Then one product through the backend (ltRun) must search
+// (a tuning counted, the shape marked tuned) and still give one product's
+// result where it adds to C: the search's runs go to scratch.
+func TestGPULtCandidatesMatchCPU(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	requireLt(t, b)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 21))
+	uniform := func(n int) []float32 { return randFloats(rng, n) }
+	for _, c := range []struct {
+		name string
+		g    LtGemm
+		beta float32
+	}{
+		{"fc1 forward, bias and ReLU", LtGemm{TransB: true, M: 64, N: 1024, K: 784, LDA: 784, LDB: 784, LDC: 1024, Epilogue: driver.LtReLUBias}, 0},
+		{"fc2 input gradient", LtGemm{M: 64, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtDefault}, 0},
+		{"fc1 weight gradient, added to", LtGemm{TransA: true, M: 1024, N: 784, K: 64, LDA: 1024, LDB: 784, LDC: 784, Epilogue: driver.LtDefault}, 1},
+		{"weight and bias gradient", LtGemm{TransA: true, M: 1024, N: 1024, K: 64, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtBGradA}, 0},
+	} {
+		g := c.g
+		av, bv, c0, biasIn := uniform(g.M*g.K), uniform(g.K*g.N), uniform(g.M*g.N), uniform(g.N)
+		want, wantBias := ltReference(g, av, bv, c0, biasIn, c.beta)
+		bufA, bufB, bufC := gpuBuf(t, b, av), gpuBuf(t, b, bv), gpuBuf(t, b, c0)
+		bufBias := gpuBuf(t, b, biasIn)
+		if g.Epilogue == driver.LtBGradA {
+			bufBias = gpuBuf(t, b, make([]float32, g.M))
+		}
+		pa, pb, pc, pbias := b.f32("test", bufA), b.f32("test", bufB), b.f32("test", bufC), b.f32("test", bufBias)
+		if g.Epilogue == driver.LtDefault {
+			pbias = 0
+		}
+		check := func(what string) {
+			t.Helper()
+			got := download(b, bufC)
+			for i := range want {
+				if d := math.Abs(float64(got[i]) - want[i]); !(d <= 1e-4*(1+math.Abs(want[i]))) {
+					t.Errorf("%s, %s: C[%d] = %g, want %g", c.name, what, i, got[i], want[i])
+					return
+				}
+			}
+			if wantBias != nil {
+				gotBias := download(b, bufBias)
+				for i := range wantBias {
+					if d := math.Abs(float64(gotBias[i]) - wantBias[i]); !(d <= 1e-4*(1+math.Abs(wantBias[i]))) {
+						t.Errorf("%s, %s: bias gradient [%d] = %g, want %g", c.name, what, i, gotBias[i], wantBias[i])
+						return
+					}
+				}
+			}
+		}
+		n, err := b.lt.Candidates(g)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		t.Logf("%s: %d candidates", c.name, n)
+		ws, wsBytes := b.blasWorkspace.Ptr(), b.blasWorkspace.Size()
+		for i := range n {
+			b.Upload(bufC, c0)
+			if err := b.lt.MatmulCandidate(g, i, 1, pa, pb, c.beta, pc, pbias, 0, ws, wsBytes, b.stream); err != nil {
+				t.Errorf("%s: candidate %d: %v", c.name, i, err)
+				continue
+			}
+			check(fmt.Sprintf("candidate %d", i))
+		}
+		b.Upload(bufC, c0)
+		tunings := b.ltTunings.Load()
+		if !b.ltRun("test", g, 1, pa, pb, c.beta, pc, pbias, 0) {
+			t.Fatalf("%s: cuBLASLt did not take the product", c.name)
+		}
+		if b.ltTunings.Load() != tunings+1 || !b.lt.Tuned(g) {
+			t.Errorf("%s: the first product through the backend did not search", c.name)
+		}
+		check("searched")
+	}
+}
+
+// ltReference is g's product in float64: C = op(A)·op(B) + beta·c0, then
+// the epilogue (the bias added along rows and the ReLU, or the bias
+// gradient: op(A) summed over k, returned apart).
+func ltReference(g LtGemm, a, b, c0, bias []float32, beta float32) (c, biasGrad []float64) {
+	at := func(i, k int) float64 {
+		if g.TransA {
+			return float64(a[k*g.LDA+i])
+		}
+		return float64(a[i*g.LDA+k])
+	}
+	bt := func(k, j int) float64 {
+		if g.TransB {
+			return float64(b[j*g.LDB+k])
+		}
+		return float64(b[k*g.LDB+j])
+	}
+	c = make([]float64, g.M*g.N)
+	for i := range g.M {
+		for j := range g.N {
+			var s float64
+			for k := range g.K {
+				s += at(i, k) * bt(k, j)
+			}
+			v := s + float64(beta)*float64(c0[i*g.LDC+j])
+			if g.Epilogue == driver.LtReLUBias {
+				v = max(v+float64(bias[j]), 0)
+			}
+			c[i*g.LDC+j] = v
+		}
+	}
+	if g.Epilogue == driver.LtBGradA {
+		biasGrad = make([]float64, g.M)
+		for i := range g.M {
+			for k := range g.K {
+				biasGrad[i] += at(i, k)
+			}
+		}
+	}
+	return c, biasGrad
 }
