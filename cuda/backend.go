@@ -963,9 +963,9 @@ func (b *Backend) ScaleBy(dst, x, s tensor.Buffer, accumulate bool) {
 	b.launch4(op, b.kernel("ember_scale_by"), n, aligned16(pd, px), pd, px, b.f32(op, s), int64(n), flag(accumulate))
 }
 
-// Sum sets dst[0] = sum(x), in double precision, deterministically: each
-// block writes a partial sum and the last to finish adds them in order, in
-// one launch (a single block writes dst directly).
+// Sum sets dst[0] = sum(x), in double precision, deterministically: pass 1
+// writes one partial sum per block (a single block writes dst directly),
+// pass 2 adds the partials in order.
 func (b *Backend) Sum(dst, x tensor.Buffer) {
 	const op = "sum"
 	need(op, "dst", dst, 1)
@@ -990,11 +990,11 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, px, int64(n), part, pd, b.counter(sumDone))
+	b.launchGrid(op, b.kernel("ember_sum_partial"), nb, blockSize, px, int64(n), part, pd)
+	if nb > 1 {
+		b.launchGrid(op, b.kernel("ember_sum_final"), 1, blockSize, pd, part, int32(nb), int64(1))
+	}
 }
-
-// counter is the address of the backend's counter i (tileCounters).
-func (b *Backend) counter(i int) uintptr { return b.tileCounters.Ptr() + uintptr(4*i) }
 
 // Broadcast sets dst[i] = s[0] (+ dst).
 func (b *Backend) Broadcast(dst, s tensor.Buffer, accumulate bool) {

@@ -563,6 +563,14 @@ func nhwcGrid(n, ch, inner int) (Dim3, int) {
 	return Dim3{X: (n*inner + tr - 1) / tr, Y: nhwcChannelTiles(ch), Z: 1}, tc
 }
 
+// nhwcSlabMax is cast.cu's EMBER_NHWC_SLAB: the most elements of a slab
+// [ch][inner] that the slab kernels turn through shared memory.
+const nhwcSlabMax = 12288
+
+// nhwcSlab says whether n slabs [ch][inner] (inner < nhwcSmallInner) take
+// the slab kernels.
+func nhwcSlab(n, ch, inner int) bool { return ch*inner <= nhwcSlabMax && n <= math.MaxInt32 }
+
 // toLowp queues h = bfloat16(src) for src float32 [n, ch, inner], zero
 // where mask (0: none) is not positive, laid out as [n, inner, ch] when
 // nhwc. With one channel or one position the two layouts are the same
@@ -576,6 +584,11 @@ func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc
 		return
 	}
 	if inner < nhwcSmallInner && mask == 0 {
+		if nhwcSlab(n, ch, inner) {
+			b.launchGrid(op, b.kernel("ember_to_nhwc_slab_bf16"), min(n, maxGrid), nhwcThreads,
+				append([]any{h, src, i32arg(op, ch), i32arg(op, inner), i32arg(op, n)}, dividerArgs(ch, inner)...)...)
+			return
+		}
 		b.launch(op, b.kernel("ember_to_nhwc_small_bf16"), n*ch*inner, h, src, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner))
 		return
 	}
@@ -600,6 +613,11 @@ func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, re
 		return
 	}
 	if inner < nhwcSmallInner && bias == 0 && !relu {
+		if nhwcSlab(n, ch, inner) {
+			b.launchGrid(op, b.kernel("ember_from_nhwc_slab_bf16"), min(n, maxGrid), nhwcThreads,
+				append([]any{dst, h, i32arg(op, ch), i32arg(op, inner), i32arg(op, n), flag(accumulate)}, dividerArgs(ch, inner)...)...)
+			return
+		}
 		b.launch(op, b.kernel("ember_from_nhwc_small_bf16"), n*ch*inner, dst, h, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner), flag(accumulate))
 		return
 	}

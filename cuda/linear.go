@@ -60,20 +60,14 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 
 // The backend's counters (tileCounters), in this order: ltCounters for
 // split sums without clusters, linear_xent's count of blocks (narrow.go),
-// the register-tiled input gradient's queue of images (conv_rt.go), Sum's
-// count of blocks done, and one per channel of the per-channel sums
-// (ops_reduce.go). Kernels on the main stream only use them: two launches
-// sharing a counter must not run at once.
+// then the register-tiled input gradient's queue of images (conv_rt.go).
 const (
 	xentDone = ltCounters
 	// rtQueue: one counter per group of 4 input channels, up to
 	// rtQueueGroups, then the count of blocks done (ember_image_queue).
 	rtQueue       = xentDone + 1
 	rtQueueGroups = 64
-	sumDone       = rtQueue + rtQueueGroups + 1
-	chanDone      = sumDone + 1
-	chanCounters  = 4096
-	counterSlots  = chanDone + chanCounters
+	counterSlots  = rtQueue + rtQueueGroups + 1
 )
 
 // allocTileCounters gives the backend its counters: zeroed once here, and

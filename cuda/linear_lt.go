@@ -170,8 +170,8 @@ func (b *Backend) ltSearch(op string, x ltExec, g LtGemm, alpha float32, pa, pb 
 		b.ltTunings.Add(1)
 	}
 	if w := b.opt.KernelLog; w != nil {
-		fmt.Fprintf(w, "cuda: cuBLASLt algorithm of %+v chosen in %.1f ms: candidate %d of %v, err %v\n",
-			g, time.Since(t0).Seconds()*1e3, t.Pick, t.Times, err)
+		fmt.Fprintf(w, "cuda: cuBLASLt algorithm of %+v chosen in %.1f ms: candidate %d of %v, err %v (split sums: %s)\n",
+			g, time.Since(t0).Seconds()*1e3, t.Pick, t.Times, err, b.lt.SplitNote(g))
 	}
 }
 

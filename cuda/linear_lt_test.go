@@ -537,6 +537,7 @@ func TestGPULtCandidatesMatchCPU(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		t.Logf("%s: %d candidates", c.name, n)
+		t.Logf("%s: split sums: %s", c.name, b.lt.SplitNote(g))
 		ws, wsBytes := b.blasWorkspace.Ptr(), b.blasWorkspace.Size()
 		for i := range n {
 			b.Upload(bufC, c0)

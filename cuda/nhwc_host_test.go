@@ -13,7 +13,9 @@ import (
 // cover each tile width (8 to 64 channels), odd channel counts (element
 // stores) and even ones (pairs), channels past one tile, planes smaller
 // than a tile's rows (rows run across images) and planes no multiple of
-// it. The GPU conformance suite remains the judge of the real thing.
+// it; filters' shapes (fewer than 32 taps) also run the slab kernels
+// (ember_to_nhwc_slab_bf16, ember_from_nhwc_slab_bf16). The GPU
+// conformance suite remains the judge of the real thing.
 func TestNHWCCastKernelsOnHost(t *testing.T) {
 	var run []string
 	for _, s := range [][3]int{
@@ -24,6 +26,9 @@ func TestNHWCCastKernelsOnHost(t *testing.T) {
 		{4, 7, 50},   // odd channels, tile of 8
 		{2, 16, 300}, // tile of 16 over rows spanning both images
 		{3, 64, 50},  // tile of 64, three blocks of rows, the last partial
+		{6, 512, 9},  // a 3x3 filter of 512 input channels: slabs of 4608
+		{3, 1365, 9}, // odd channels, a slab of 12285 (the largest is 12288)
+		{5, 100, 25}, // 5x5 taps
 	} {
 		n, ch, inner := s[0], s[1], s[2]
 		_, tc := nhwcGrid(n, ch, inner)

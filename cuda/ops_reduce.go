@@ -199,23 +199,19 @@ func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer
 }
 
 // reduceChannels queues ember_reduce_channels over x [outer, channels,
-// inner] into dst [channels] (all positive), with a workspace of partial
-// sums when a channel spans several blocks: the channel's last block joins
-// them, or, beyond the backend's chanCounters, a second launch.
+// inner] into dst [channels] (all positive), and its join over a
+// workspace of partial sums when a channel spans several blocks.
 func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintptr, outer, channels, inner int, accumulate bool) {
 	splits, chunk := chanSplits(channels, outer*inner)
-	var part, counters uintptr
+	var part uintptr
 	if splits > 1 {
 		ws := b.workspace(name, 8*channels*splits)
 		defer b.release(ws)
 		part = ws.Ptr()
-		if channels <= chanCounters {
-			counters = b.counter(chanDone)
-		}
 	}
 	devCheck(name, b.x.launch(b.kernel("ember_reduce_channels"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-		[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(chunk), int32(op), flag(accumulate)}))
-	if splits > 1 && counters == 0 {
+		[]any{pdst, part, px, int64(outer), int64(channels), int64(inner), int64(chunk), int32(op), flag(accumulate)}))
+	if splits > 1 {
 		const warps = blockSize / 32
 		b.launchGrid(name, b.kernel("ember_reduce_channels_join"), min((channels+warps-1)/warps, maxGrid), blockSize,
 			pdst, part, int64(channels), i32arg(name, splits), int64(outer*inner), int32(op), flag(accumulate))

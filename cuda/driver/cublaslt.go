@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -42,6 +43,9 @@ var ltFn struct {
 	algoGetHeuristic uintptr // cublasLtMatmulAlgoGetHeuristic(h, op, A, B, C, D, pref, int requested, cublasLtMatmulHeuristicResult_t *, int *returned)
 	matmul           uintptr // cublasLtMatmul(h, op, alpha*, A, Adesc, B, Bdesc, beta*, C, Cdesc, D, Ddesc, const cublasLtMatmulAlgo_t *, void *ws, size_t wsBytes, cudaStream_t)
 	getVersion       uintptr // size_t cublasLtGetVersion(void)
+	configSet        uintptr // cublasLtMatmulAlgoConfigSetAttribute(cublasLtMatmulAlgo_t *, attr, const void *buf, size_t)
+	configGet        uintptr // cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *, attr, void *buf, size_t, size_t *written)
+	algoCheck        uintptr // cublasLtMatmulAlgoCheck(h, op, A, B, C, D, const cublasLtMatmulAlgo_t *, cublasLtMatmulHeuristicResult_t *)
 }
 
 // cublasLt.h enum values.
@@ -58,6 +62,11 @@ const (
 	ltPrefMinAlignA    = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
 
 	cublasCompute32FFastTF32 = 77 // CUBLAS_COMPUTE_32F_FAST_TF32
+
+	ltConfigSplitK    = 2 // CUBLASLT_ALGO_CONFIG_SPLITK_NUM (uint32)
+	ltConfigReduction = 3 // CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME (uint32)
+	ltReduceInPlace   = 1 // CUBLASLT_REDUCTION_SCHEME_INPLACE: the parts added into D in turn
+	ltReduceCompute   = 2 // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: the parts in the workspace, then added
 )
 
 // LtEpilogue is what a cuBLASLt product does to its result in the same
@@ -118,6 +127,9 @@ func loadCublasLt() error {
 			RequiredSymbol(&f.algoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic"),
 			RequiredSymbol(&f.matmul, "cublasLtMatmul"),
 			OptionalSymbol(&f.getVersion, "cublasLtGetVersion"),
+			OptionalSymbol(&f.configSet, "cublasLtMatmulAlgoConfigSetAttribute"),
+			OptionalSymbol(&f.configGet, "cublasLtMatmulAlgoConfigGetAttribute"),
+			OptionalSymbol(&f.algoCheck, "cublasLtMatmulAlgoCheck"),
 		})
 	})
 	return ltErr
@@ -163,8 +175,9 @@ func (g LtGemm) align() uintptr {
 }
 
 // LtCandidates is how many of the heuristics' algorithms a plan keeps for
-// Tune to time. The heuristics rank without running anything, so their
-// first pick need not be the fastest on this device.
+// Tune to time (split-sum variants of a few come after them: addSplitK).
+// The heuristics rank without running anything, so their first pick need
+// not be the fastest on this device.
 const LtCandidates = 8
 
 // ltPlan is an LtGemm's descriptors and the algorithms the heuristics
@@ -173,7 +186,8 @@ type ltPlan struct {
 	desc, a, b, c uintptr // matmul descriptor; layouts of the first operand (row-major B), second (A), and C = D
 	cands         []ltHeuristicResult
 	pick          int
-	tuned         bool // pick was chosen by timing (Tune)
+	tuned         bool   // pick was chosen by timing (Tune)
+	splitNote     string // what addSplitK tried
 }
 
 // Lt is a cuBLASLt handle on one device with its plans, one per product
@@ -375,7 +389,78 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 	if len(p.cands) == 0 {
 		return fmt.Errorf("%w (%+v: status %d, %d results)", ErrLtUnsupported, g, uint32(r), n)
 	}
+	l.addSplitK(p, g)
 	return nil
+}
+
+// Split sums (split-K) for products of few outputs and a long sum: their
+// candidates are the heuristics' first ltSplitBases algorithms with the sum
+// cut into each of ltSplits parts (where K leaves at least ltSplitMinK a
+// part), reduced in place or through the workspace, as cuBLASLt accepts
+// them (cublasLtMatmulAlgoCheck). At 64 rows the heuristics' own picks
+// leave most SMs idle: an MLP's 64 x 1024 output is 64 tiles of 32 x 32,
+// each summing 1024 terms in turn. Both reductions add the parts in a
+// fixed order, so a kept candidate gives the same bits every run.
+const (
+	ltSplitBases   = 4
+	ltSplitMaxOut  = 1 << 21 // M·N: about 128 tiles of 128 x 128, one per SM
+	ltSplitMinK    = 32
+	ltSplitMaxCand = 48
+)
+
+var ltSplits = [...]uint32{2, 4, 8, 16, 32}
+
+// addSplitK appends p's split-sum candidates (l.mu held, inside
+// l.d.enter), and notes in p.splitNote what cuBLASLt made of them. A
+// cuBLASLt without the algorithm-configuration calls gets none.
+func (l *Lt) addSplitK(p *ltPlan, g LtGemm) {
+	if ltFn.configSet == 0 || ltFn.configGet == 0 || ltFn.algoCheck == 0 || g.M*g.N > ltSplitMaxOut {
+		return
+	}
+	var note []string
+	bases := p.cands[:min(len(p.cands), ltSplitBases)]
+	for i, base := range bases {
+		var have uint32
+		var written uintptr
+		CCall(ltFn.configGet, uintptr(unsafe.Pointer(&base.algo)), ltConfigSplitK, uintptr(unsafe.Pointer(&have)), 4, uintptr(unsafe.Pointer(&written)))
+		for _, parts := range ltSplits {
+			if g.K < int(parts)*ltSplitMinK {
+				break
+			}
+			if parts == have {
+				continue // the heuristics' own split
+			}
+			for _, scheme := range []uint32{ltReduceInPlace, ltReduceCompute} {
+				if len(p.cands) >= ltSplitMaxCand {
+					break
+				}
+				c := base
+				st1 := CCall(ltFn.configSet, uintptr(unsafe.Pointer(&c.algo)), ltConfigSplitK, uintptr(unsafe.Pointer(&parts)), 4)
+				st2 := CCall(ltFn.configSet, uintptr(unsafe.Pointer(&c.algo)), ltConfigReduction, uintptr(unsafe.Pointer(&scheme)), 4)
+				var res ltHeuristicResult
+				st3 := CCall(ltFn.algoCheck, l.h, p.desc, p.a, p.b, p.c, p.c, uintptr(unsafe.Pointer(&c.algo)), uintptr(unsafe.Pointer(&res)))
+				ok := st1 == 0 && st2 == 0 && st3 == 0 && res.state == 0 && res.workspace <= uint64(l.wsMax)
+				note = append(note, fmt.Sprintf("%d(split %d)x%d/%d: %d %d %d %d %v", i, have, parts, scheme, st1, st2, st3, res.state, ok))
+				if ok {
+					c.workspace = res.workspace
+					p.cands = append(p.cands, c)
+				}
+			}
+		}
+	}
+	p.splitNote = strings.Join(note, "; ")
+}
+
+// SplitNote says, for tests and logs, which split-sum candidates g's plan
+// tried and what cuBLASLt answered: base(its own split)xparts/scheme, the
+// three calls' statuses, the check's state, and whether it was kept.
+func (l *Lt) SplitNote(g LtGemm) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.plans[g]; p != nil {
+		return p.splitNote
+	}
+	return ""
 }
 
 // ltLayout is a column-major matrix layout: rows, columns and leading

@@ -139,27 +139,6 @@ __device__ double ember_block_sum_d(double v) {
     return s;
 }
 
-// ember_last_block says, to every thread of a block, whether the block is
-// the last of count blocks sharing *counter to get here: that one joins
-// their partial results, in a fixed order, in the same launch instead of a
-// second one. Thread 0 must have written this block's partial before the
-// call; the fences make every block's partial visible to the last (which
-// reads them with __ldcg, past its L1). The last block sets the counter
-// back to 0 for the next launch: counters are zeroed once and reused, so
-// that a replayed graph finds them ready.
-__device__ __forceinline__ bool ember_last_block(int* counter, int count) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1) == count - 1;
-        if (last) *counter = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last != 0;
-}
-
 // ember_block_sum_f sums one float per thread over a block of any shape
 // (blockDim.x*blockDim.y a multiple of 32, at most 1024): a xor butterfly
 // within each warp, then warp 0 adds the warp sums the same way. The tree

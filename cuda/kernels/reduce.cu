@@ -1,19 +1,17 @@
-// reduce.cu: deterministic reductions. Sum is one launch: per-block double
-// partials, then the last block to finish adds them in a fixed order
-// (ember_last_block); the number of blocks depends only on n (chosen in
-// Go), never on the device, so a sum is reproducible bit for bit. Sum
-// accumulates in double; the bias gradients (below) in float trees, within
-// the suite's 1e-5 of the sum of |terms|.
+// reduce.cu: deterministic reductions. Sum is two passes (per-block double
+// partials, then one block adding the partials in a fixed order); the number
+// of blocks depends only on n (chosen in Go), never on the device, so a sum is
+// reproducible bit for bit. Sum accumulates in double; the bias gradients
+// (below) in float trees, within the suite's 1e-5 of the sum of |terms|.
 
-// Sum: block b sums its grid-stride share of x into partial[b], and the
-// last block to finish writes dst[0], the partials' sum (a single block
-// writes dst directly). A 16-byte aligned x is read as float4, four loads
-// in flight a thread (one float at a time left the sum latency bound: 78%
-// of the copy rate at ResNet's [512,64,28,28]); the last n % 4 elements go
-// to block 0's first threads. The order of the additions depends on n, the
-// grid and x's alignment only. counter is one of the backend's counters,
-// zero between launches.
-extern "C" __global__ void ember_sum(const float* x, long long n, double* partial, float* dst, int* counter) {
+// Pass 1 of Sum: block b sums its grid-stride share of x into partial[b];
+// with a single block it writes the float result to dst directly. A
+// 16-byte aligned x is read as float4, four loads in flight a thread (one
+// float at a time left the sum latency bound: 78% of the copy rate at
+// ResNet's [512,64,28,28]); the last n % 4 elements go to block 0's first
+// threads. The order of the additions depends on n, the grid and x's
+// alignment only.
+extern "C" __global__ void ember_sum_partial(const float* x, long long n, double* partial, float* dst) {
     double s = 0.0;
     if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {
         const ember_f4* x4 = reinterpret_cast<const ember_f4*>(x);
@@ -35,21 +33,17 @@ extern "C" __global__ void ember_sum(const float* x, long long n, double* partia
         EMBER_LOOP(long long, i, n) s += (double)x[i];
     }
     s = ember_block_sum_d(s);
-    if (gridDim.x == 1) {
-        if (threadIdx.x == 0) dst[0] = (float)s;
-        return;
+    if (threadIdx.x == 0) {
+        if (gridDim.x == 1) {
+            dst[0] = (float)s;
+        } else {
+            partial[blockIdx.x] = s;
+        }
     }
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-    if (!ember_last_block(counter, gridDim.x)) return;
-    // As ember_sum_final with div 1: the same order, the same bits.
-    double t = 0.0;
-    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) t += __ldcg(partial + i);
-    t = ember_block_sum_d(t);
-    if (threadIdx.x == 0) dst[0] = (float)t;
 }
 
-// dst[0] = (sum of partial[0..m)) / div, one block: the join of the cross
-// entropy's per-block losses (div the row count, for their mean).
+// Pass 2 (one block): dst[0] = (sum of partial[0..m)) / div. div is 1 for
+// Sum and the row count for the mean of CrossEntropy.
 extern "C" __global__ void ember_sum_final(float* dst, const double* partial, int m, long long div) {
     double s = 0.0;
     for (int i = threadIdx.x; i < m; i += blockDim.x) s += partial[i];

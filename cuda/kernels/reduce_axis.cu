@@ -373,11 +373,8 @@ extern "C" __global__ void ember_reduce_cols_join(float* dstfOrNull, int* dstiOr
 // as float4 (each group of 4 added in float32, then to the thread's
 // double); else one float at a time. Every thread keeps four loads in
 // flight. A block adds its threads in a fixed tree (ember_block_sum_d);
-// with several splits it writes partial[c*splits + s], and the channel's
-// last block to finish adds them in order (ember_chan_join), counting on
-// countersOrNull[c] (ember_last_block); without counters (more channels
-// than the backend keeps) ember_reduce_channels_join does in a second
-// launch what that block would. The partition depends on
+// with several splits it writes partial[c*splits + s] and
+// ember_reduce_channels_join adds them in order. The partition depends on
 // the shape alone (chunk is a multiple of 4 elements, so both paths split
 // alike), so results are the same bits run to run.
 
@@ -430,29 +427,15 @@ __device__ __forceinline__ void ember_chan_store(float* dst, long long c, double
     }
 }
 
-// ember_chan_join: dst[c] from the parts partial sums of channel c, by one
-// warp (lane l adds l, l+32, ... in order, then a xor tree). count is
-// outer*inner.
-__device__ __forceinline__ void ember_chan_join(float* dst, const double* partial, long long c, int parts, long long count,
-                                                int op, int acc) {
-    const int lane = threadIdx.x & 31;
-    const double* p = partial + c * parts;
-    double s = 0.0;
-    for (int j = lane; j < parts; j += 32) s += __ldcg(p + j);
-    s = ember_warp_sum_d(s);
-    if (lane == 0) ember_chan_store(dst, c, s, op, acc, count);
-}
-
 // ember_reduce_channels: grid (channels, splits), 1-D blocks of a multiple
 // of 32 threads; chunk is the elements of a channel per block (a multiple
 // of 4); op is EMBER_R_SUM or EMBER_R_MEAN. partialOrNull is read only
-// when gridDim.y > 1; countersOrNull (one per channel, zero between
-// launches) lets the channel's last block join its partials.
+// when gridDim.y > 1.
 // Cost: reads outer*channels*inner*4 bytes once (ResNet's [512,64,28,28]:
 // 103 MB, 24.5 us at the 4187 GB/s of the copy).
-extern "C" __global__ void ember_reduce_channels(float* dst, double* partialOrNull, int* countersOrNull, const float* x,
-                                                 long long outer, long long channels, long long inner, long long chunk,
-                                                 int op, int acc) {
+extern "C" __global__ void ember_reduce_channels(float* dst, double* partialOrNull, const float* x, long long outer,
+                                                 long long channels, long long inner, long long chunk, int op,
+                                                 int acc) {
     const long long c = blockIdx.x;
     const bool vec = (inner & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
     const long long innerV = vec ? inner >> 2 : inner, chunkV = vec ? chunk >> 2 : chunk;
@@ -478,22 +461,29 @@ extern "C" __global__ void ember_reduce_channels(float* dst, double* partialOrNu
         }
     }
     s = ember_block_sum_d(s);
-    if (gridDim.y == 1) {
-        if (threadIdx.x == 0) ember_chan_store(dst, c, s, op, acc, outer * inner);
-        return;
+    if (threadIdx.x == 0) {
+        if (gridDim.y > 1) {
+            partialOrNull[c * gridDim.y + blockIdx.y] = s;
+        } else {
+            ember_chan_store(dst, c, s, op, acc, outer * inner);
+        }
     }
-    if (threadIdx.x == 0) partialOrNull[c * gridDim.y + blockIdx.y] = s;
-    if (countersOrNull == nullptr || !ember_last_block(countersOrNull + c, gridDim.y)) return;
-    if (threadIdx.x < 32) ember_chan_join(dst, partialOrNull, c, gridDim.y, outer * inner, op, acc);
 }
 
-// ember_reduce_channels_join: ember_chan_join of every channel, one warp
-// each, 1-D blocks of a multiple of 32 threads (ember_reduce_channels
-// without counters). Cost: channels*parts*8 bytes: launch bound.
+// ember_reduce_channels_join: dst[c] from the parts partial sums of channel
+// c (lane l adds l, l+32, ... in order, then a xor tree): one warp per
+// channel, 1-D blocks of a multiple of 32 threads. count is outer*inner.
+// Cost: channels*parts*8 bytes (64 x 49 doubles for ResNet's row): launch
+// bound.
 extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* partial, long long channels, int parts,
                                                       long long count, int op, int acc) {
+    const int lane = threadIdx.x & 31;
     const long long wpb = blockDim.x >> 5;
     for (long long c = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); c < channels; c += gridDim.x * wpb) {
-        ember_chan_join(dst, partial, c, parts, count, op, acc);
+        const double* p = partial + c * parts;
+        double s = 0.0;
+        for (int j = lane; j < parts; j += 32) s += p[j];
+        s = ember_warp_sum_d(s);
+        if (lane == 0) ember_chan_store(dst, c, s, op, acc, count);
     }
 }

@@ -35,13 +35,6 @@ inline float atomicAdd(float* p, float v) {
     *p = o + v;
     return o;
 }
-// The blocks run one after another, so a counter's atomicAdd needs no more
-// than the threads of one block would (the compiler's atomic), and the
-// fences nothing.
-inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline void __threadfence() {}
-inline double __ldcg(const double* p) { return *p; }
-inline float __ldcg(const float* p) { return *p; }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     int t = threadIdx.x, w = t / 32, l = t % 32;
     g_shfl[t] = v;
