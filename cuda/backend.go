@@ -96,10 +96,6 @@ type BackendOptions struct {
 	// NoCuDNN runs convolutions through im2col + cuBLAS even where cuDNN
 	// is installed (conv_cudnn.go).
 	NoCuDNN bool
-	// NoProductSearch keeps cuBLASLt's heuristic pick for every product
-	// shape instead of timing its candidates at the shape's first call
-	// outside a capture (linear_lt.go).
-	NoProductSearch bool
 	// ConvSearchAll times every algorithm cuDNN has at a convolution
 	// geometry's first call (FindEx, as PyTorch's cudnn.benchmark does)
 	// instead of the first few that cuDNN's heuristics rank (conv_cudnn.go).
@@ -139,7 +135,6 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_LT_SEARCH=0,
 // EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
@@ -161,7 +156,6 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 		return opt, fmt.Errorf("cuda: EMBER_CUDNN_SEARCH=%q: want all (or unset)", v)
 	}
 	opt.NoLinearTiled = opt.NoLinearTiled || off("EMBER_LINEAR_TILED")
-	opt.NoProductSearch = opt.NoProductSearch || off("EMBER_LT_SEARCH")
 	switch v := os.Getenv("EMBER_LINEAR_LT"); v {
 	case "":
 	case "0":
@@ -231,7 +225,6 @@ type Backend struct {
 	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
 	ltWide        bool         // wide layers of at most 256 rows go to it
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
-	ltTunings     atomic.Int64 // product shapes whose algorithm was chosen by timing
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue

@@ -269,6 +269,48 @@ func (b *Backend) MaxPoolBackwardChannelsLast(dx, dy, idx tensor.Buffer, p tenso
 // form, with the bias and ReLU after it in one pass over y; where cuDNN
 // refuses, it is Conv2dLowp on float32 copies.
 func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvGeom) {
+	b.conv2dChannelsLast(y, x, w, tensor.Buffer{}, bias, g)
+}
+
+// Conv2dChannelsLastFilter implements tensor.ChannelsLastFilterBackend:
+// Conv2dChannelsLast with the filter's cast already made (wf, from
+// ToFilterForm).
+func (b *Backend) Conv2dChannelsLastFilter(y, x, w, wf, bias tensor.Buffer, g tensor.ConvGeom) {
+	b.conv2dChannelsLast(y, x, w, wf, bias, g)
+}
+
+// FilterFormLen implements tensor.ChannelsLastFilterBackend: a filter
+// read by cuDNN (not by the first layer's direct kernel) has a form, the
+// bfloat16 copy [K][R][S][C/groups] that each pass otherwise casts anew.
+func (b *Backend) FilterFormLen(g tensor.ConvGeom) int {
+	c := convShapeOf("filter_form", g)
+	if clSmallConv(c) || c.crs == 0 {
+		return 0
+	}
+	if dg, ok := b.lowpGeom(c); !ok || !dg.nhwc {
+		return 0
+	}
+	return c.wLen
+}
+
+// ToFilterForm implements tensor.ChannelsLastFilterBackend.
+func (b *Backend) ToFilterForm(wf, w tensor.Buffer, g tensor.ConvGeom) {
+	const op = "to_filter_form"
+	c := convShapeOf(op, g)
+	need(op, "w", w, c.wLen)
+	pf := b.clPtr(op, "wf", wf, c.wLen)
+	b.toLowp(op, pf, b.f32(op, w), 0, g.K, g.C/c.groups, g.R*g.S, true)
+}
+
+// filterForm is wf's address, checked against g's filter (0: none).
+func (b *Backend) filterForm(op string, wf tensor.Buffer, c convShape) uintptr {
+	if wf.Empty() {
+		return 0
+	}
+	return b.clPtr(op, "wf", wf, c.wLen)
+}
+
+func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.ConvGeom) {
 	const op = "conv2d_channels_last"
 	c := convShapeOf(op, g)
 	clChannels(op, g.K)
@@ -289,7 +331,7 @@ func (b *Backend) Conv2dChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvG
 		b.launch(op, b.kernel("ember_cl_conv_small"), n8, append(args, dividerArgs(g.K/8, c.ow, c.oh)...)...)
 		return
 	}
-	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, c) {
+	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, b.filterForm(op, wf, c), c) {
 		if pbias != 0 || g.ReLU {
 			var act tensor.UnaryOp
 			if g.ReLU {
@@ -325,7 +367,19 @@ func (b *Backend) mustAlloc(op string, n int) tensor.Buffer {
 	return buf
 }
 
-func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw uintptr, c convShape) bool {
+// filterCast is the bfloat16 filter a cuDNN pass reads: pwf, the form made
+// once for the step, or a cast of pw into a workspace, which done releases.
+func (b *Backend) filterCast(op string, pw, pwf uintptr, c convShape) (ph uintptr, done func()) {
+	if pwf != 0 {
+		return pwf, func() {}
+	}
+	g := c.g
+	wh := b.workspace(op, 2*c.wLen)
+	b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, true)
+	return wh.Ptr(), func() { b.release(wh) }
+}
+
+func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw, pwf uintptr, c convShape) bool {
 	s := b.dnn
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -334,15 +388,13 @@ func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw
 		return false
 	}
 	devCheck(op, b.x.settle())
-	g := c.g
-	wh := b.workspace(op, 2*c.wLen)
-	defer b.release(wh)
-	b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
-	a, ok := b.algoFor(op, p, dirForward, px, wh.Ptr(), py, 0)
+	wh, done := b.filterCast(op, pw, pwf, c)
+	defer done()
+	a, ok := b.algoFor(op, p, dirForward, px, wh, py, 0)
 	if !ok {
 		return false
 	}
-	b.runDNN(op, p, dirForward, a, px, wh.Ptr(), 0, py)
+	b.runDNN(op, p, dirForward, a, px, wh, 0, py)
 	return true
 }
 
@@ -351,6 +403,17 @@ func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw
 // ember_cl_channel_sums); where cuDNN refuses, it is Conv2dBackwardLowp on
 // float32 copies.
 func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+	b.conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, tensor.Buffer{}, g)
+}
+
+// Conv2dBackwardChannelsLastFilter implements
+// tensor.ChannelsLastFilterBackend: Conv2dBackwardChannelsLast with dx's
+// filter cast already made (wf).
+func (b *Backend) Conv2dBackwardChannelsLastFilter(dx, dw, db, dy, x, w, wf tensor.Buffer, g tensor.ConvGeom) {
+	b.conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, wf, g)
+}
+
+func (b *Backend) conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, wf tensor.Buffer, g tensor.ConvGeom) {
 	const op = "conv2d_backward_channels_last"
 	if g.ReLU {
 		panic("cuda: " + op + ": the caller masks dy by the ReLU")
@@ -390,7 +453,7 @@ func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer,
 	if !wantDX && !wantDW {
 		return
 	}
-	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dBackwardChannelsLastCuDNN(op, dg, pdx, pdw, pdy, px, pw, c) {
+	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dBackwardChannelsLastCuDNN(op, dg, pdx, pdw, pdy, px, pw, b.filterForm(op, wf, c), c) {
 		return
 	}
 	dyf := b.mustAlloc(op, c.yLen)
@@ -415,7 +478,7 @@ func (b *Backend) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer,
 // conv2dBackwardChannelsLastCuDNN queues the data and filter gradients on
 // cuDNN; false, with at most the weight's cast queued, where cuDNN
 // refuses a direction.
-func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pdx, pdw, pdy, px, pw uintptr, c convShape) bool {
+func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pdx, pdw, pdy, px, pw, pwf uintptr, c convShape) bool {
 	s := b.dnn
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -425,14 +488,14 @@ func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pd
 	}
 	devCheck(op, b.x.settle())
 	g := c.g
-	var wh Block
+	var wh uintptr
 	var da, fa convAlgo
 	ok := true
 	if pdx != 0 {
-		wh = b.workspace(op, 2*c.wLen)
-		defer b.release(wh)
-		b.toLowp(op, wh.Ptr(), pw, 0, g.K, g.C/c.groups, g.R*g.S, dg.nhwc)
-		da, ok = b.algoFor(op, p, dirBackwardData, wh.Ptr(), pdy, pdx, 0)
+		var done func()
+		wh, done = b.filterCast(op, pw, pwf, c)
+		defer done()
+		da, ok = b.algoFor(op, p, dirBackwardData, wh, pdy, pdx, 0)
 	}
 	if ok && pdw != 0 {
 		fa, ok = b.algoFor(op, p, dirBackwardFilter, px, pdy, 0, 2*c.wLen)
@@ -447,7 +510,7 @@ func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pd
 		b.release(dwh)
 	}
 	if pdx != 0 {
-		b.runDNN(op, p, dirBackwardData, da, wh.Ptr(), pdy, 0, pdx)
+		b.runDNN(op, p, dirBackwardData, da, wh, pdy, 0, pdx)
 	}
 	return true
 }

@@ -110,14 +110,6 @@ func (b *Backend) CuDNN() (version int, err error) {
 	return b.dnn.n.Version(), nil
 }
 
-// SearchesAlgorithms reports whether b times algorithms at a shape's first
-// call outside a capture: the convolutions' on cuDNN, the products' on
-// cuBLASLt (unless BackendOptions.NoProductSearch). A step captured after
-// one eager step then replays the measured choices.
-func (b *Backend) SearchesAlgorithms() bool {
-	return b.dnn != nil || b.lt != nil && !b.opt.NoProductSearch
-}
-
 // ConvSearches reports how many convolution algorithm searches the
 // backend has run (one per geometry and direction, at its first eager
 // call) and the time they took, which a first step pays on top of its

@@ -279,15 +279,14 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
-		lt := b.ltFirst(n, in, out)
-		if pdx != 0 && !(lt && b.productLt(op, pdx, pg, pw, n, in, out, false, accX)) {
+		if pdx != 0 {
 			b.product(op, pdx, pg, pw, n, in, out, false, accX)
 		}
 		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n, in, out) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
 			b.weightGradsLt(op, pdw, pdb, pg, px, n, in, out, accW) {
 			pdw, pdb = 0, 0
 		}
-		if pdw != 0 && !(lt && b.productLt(op, pdw, pg, px, out, in, n, true, accW)) {
+		if pdw != 0 {
 			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
 		if pdb != 0 {

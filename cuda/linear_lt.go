@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/ember-ml/ember/cuda/driver"
 	"github.com/ember-ml/ember/tensor"
@@ -25,29 +23,15 @@ import (
 // not been timed on cuBLASLt; LinearLtEverywhere (EMBER_LINEAR_LT=all)
 // every layer cuBLASLt takes, for comparisons.
 //
-// A shape's algorithm is chosen on its first call outside a stream
-// capture, as cuDNN's are for convolutions: cuBLASLt's heuristics rank up
-// to driver.LtCandidates algorithms (host-only work), each is timed on the
-// call's own operands (scratch for an output the product adds to), and the
-// fastest is kept (driver.Lt.Tune; BackendOptions.NoProductSearch keeps the
-// heuristics' first pick). A first call inside a capture, which cannot
-// wait for the GPU, takes the first pick for the time being. A shape
-// cuBLASLt refuses, or pointers not 16-byte aligned, take the cuBLAS path
-// instead.
+// cuBLASLt chooses an algorithm per shape from its heuristics on the
+// shape's first call (host-only work: nothing is queued or waited for,
+// so a first call inside a stream capture is safe), and the choice is kept
+// (driver.Lt). A shape it refuses, or pointers not 16-byte aligned, take
+// the cuBLAS path instead.
 
 // ltExec is an executor that queues cuBLASLt products.
 type ltExec interface {
 	ltMatmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) error
-	// ltTune times g's candidate algorithms (driver.Lt.Tune), waiting
-	// for the stream.
-	ltTune(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) (driver.LtTuning, error)
-}
-
-func (g *gpuExec) ltWorkspace() (uintptr, int) {
-	if g.ltWS.IsZero() {
-		return 0, 0
-	}
-	return g.ltWS.Ptr(), g.ltWS.Size()
 }
 
 func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) error {
@@ -57,19 +41,11 @@ func (g *gpuExec) ltMatmul(p LtGemm, alpha float32, a, b uintptr, beta float32, 
 	if err := g.settle(); err != nil {
 		return err
 	}
-	ws, size := g.ltWorkspace()
+	ws, size := uintptr(0), 0
+	if !g.ltWS.IsZero() {
+		ws, size = g.ltWS.Ptr(), g.ltWS.Size()
+	}
 	return g.lt.Matmul(p, alpha, a, b, beta, c, bias, aux, ws, size, g.stream)
-}
-
-func (g *gpuExec) ltTune(p LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux uintptr) (driver.LtTuning, error) {
-	if g.lt == nil {
-		return driver.LtTuning{}, errors.New("cuda: a cuBLASLt search on an executor without cuBLASLt")
-	}
-	if err := g.settle(); err != nil {
-		return driver.LtTuning{}, err
-	}
-	ws, size := g.ltWorkspace()
-	return g.lt.Tune(p, alpha, a, b, beta, c, bias, aux, ws, size, g.stream)
 }
 
 // openLt opens cuBLASLt, sharing cuBLAS's workspace (the two queue on the
@@ -145,34 +121,9 @@ func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta
 	if b.lt.Prepare(g) != nil {
 		return false
 	}
-	if !b.opt.NoProductSearch && !b.capturing.Load() && !b.lt.Tuned(g) {
-		b.ltSearch(op, x, g, alpha, pa, pb, beta, pc, pbias, paux)
-	}
 	devCheck(op, x.ltMatmul(g, alpha, pa, pb, beta, pc, pbias, paux))
 	b.ltCalls.Add(1)
 	return true
-}
-
-// ltSearch chooses g's algorithm by timing its candidates on the call's
-// operands; a product that adds to c (beta != 0) writes scratch of c's
-// size instead. A failed search leaves the heuristics' first pick, said
-// through KernelLog.
-func (b *Backend) ltSearch(op string, x ltExec, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pc, pbias, paux uintptr) {
-	t0 := time.Now()
-	c := pc
-	if beta != 0 {
-		scratch := b.workspace(op, 4*((g.M-1)*g.LDC+g.N))
-		defer b.release(scratch)
-		c = scratch.Ptr()
-	}
-	t, err := x.ltTune(g, alpha, pa, pb, beta, c, pbias, paux)
-	if err == nil {
-		b.ltTunings.Add(1)
-	}
-	if w := b.opt.KernelLog; w != nil {
-		fmt.Fprintf(w, "cuda: cuBLASLt algorithm of %+v chosen in %.1f ms: candidate %d of %v, err %v (split sums: %s)\n",
-			g, time.Since(t0).Seconds()*1e3, t.Pick, t.Times, err, b.lt.SplitNote(g))
-	}
 }
 
 // linearLt queues y [n, out] = x [n, in] · wᵀ (+ bias) (then the ReLU)
@@ -197,23 +148,6 @@ func (b *Backend) linearLt(op string, py, px, pw, pbias uintptr, n, in, out int,
 func (b *Backend) weightGradsLt(op string, pdw, pdb, pg, px uintptr, n, in, out int, accW bool) bool {
 	g := LtGemm{TransA: true, M: out, N: in, K: n, LDA: out, LDB: in, LDC: in, Epilogue: driver.LtBGradA}
 	return b.ltRun(op, g, 1, pg, px, beta32(accW), pdw, pdb, 0)
-}
-
-// productLt queues c [m, n] = A·B (+ c when acc), A [m, k] or its
-// transpose [k, m], B [k, n], through cuBLASLt without an epilogue, so
-// that the backward products of a layer on cuBLASLt get their algorithm
-// chosen by timing too; false,
-// having queued nothing, where cuBLASLt does not take it.
-func (b *Backend) productLt(op string, pc, pa, pb uintptr, m, n, k int, transA, acc bool) bool {
-	if m*n*k == 0 {
-		return false
-	}
-	lda := k
-	if transA {
-		lda = m
-	}
-	g := LtGemm{TransA: transA, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: n, Epilogue: driver.LtDefault}
-	return b.ltRun(op, g, 1, pa, pb, beta32(acc), pc, 0, 0)
 }
 
 // LinearLowp implements tensor.LowPrecisionBiasBackend: y [n, out] =

@@ -51,7 +51,7 @@ func TestStepLendGPU(t *testing.T) {
 			t.Errorf("%s: loss %v, want %v", what, got, want)
 		}
 	}
-	for i := range 3 { // an eager warm-up where algorithms are timed, then the capture
+	for i := range 3 { // an eager warm-up where cuDNN is, then the capture
 		run(fmt.Sprintf("step %d", i))
 	}
 	if !st.Captured(n) {

@@ -302,10 +302,10 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
-	if z.try && !z.warmed && z.gpu.SearchesAlgorithms() {
-		// cuDNN and cuBLASLt time their algorithms at a shape's first
-		// run, which cannot happen inside a capture (trainer.Step does
-		// the same).
+	if z.try && !z.warmed && z.usesCuDNN() {
+		// cuDNN times its convolution algorithms at their first run,
+		// which cannot happen inside a capture (trainer.Step does the
+		// same).
 		z.warmed = true
 		t0 := time.Now()
 		defer func() { z.warmS = time.Since(t0).Seconds() }()
@@ -368,6 +368,11 @@ func (z *zooStepper) startup() []any {
 		}
 	}
 	return append(kv, "conv_searches", n, "conv_search_s", round(took.Seconds(), 3), "kernel_units", units, "kernel_units_s", round(unitS, 3))
+}
+
+func (z *zooStepper) usesCuDNN() bool {
+	_, err := z.gpu.CuDNN()
+	return err == nil
 }
 
 func (z *zooStepper) close() {

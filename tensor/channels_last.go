@@ -178,6 +178,27 @@ func channelsLastInput(cl ChannelsLastBackend, s *Scope, x *Tensor) (buf Buffer,
 	return tmp.buffer(), tmp
 }
 
+// ChannelsLastFilterBackend is a ChannelsLastBackend whose channels-last
+// convolutions can read a filter cast once into the form they take, so
+// that a training step casts each filter once, in the forward pass, and
+// the backward pass's input gradient reads that copy (as torch's autocast
+// keeps a weight's cast for the step) instead of casting it again.
+type ChannelsLastFilterBackend interface {
+	ChannelsLastBackend
+	// FilterFormLen is the number of elements of g's filter in that form,
+	// or 0 where g's convolutions do not read one.
+	FilterFormLen(g ConvGeom) int
+	// ToFilterForm sets wf (FilterFormLen(g) elements) from the float32
+	// filter w.
+	ToFilterForm(wf, w Buffer, g ConvGeom)
+	// Conv2dChannelsLastFilter is Conv2dChannelsLast reading the filter
+	// from wf, ToFilterForm's copy of w (w where it falls back).
+	Conv2dChannelsLastFilter(y, x, w, wf, bias Buffer, g ConvGeom)
+	// Conv2dBackwardChannelsLastFilter is Conv2dBackwardChannelsLast
+	// reading the filter for dx from wf as above.
+	Conv2dBackwardChannelsLastFilter(dx, dw, db, dy, x, w, wf Buffer, g ConvGeom)
+}
+
 // releaseTemp releases t when it is not nil.
 func releaseTemp(t *Tensor) {
 	if t != nil {

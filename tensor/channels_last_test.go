@@ -279,3 +279,115 @@ func TestChannelsLastOperandSharesInput(t *testing.T) {
 		t.Errorf("relative error %.3g with the form against without (first values %v)", e, on[:3])
 	}
 }
+
+// clCPU is the CPU backend seen through the interfaces the form needs
+// alone, so that the wrappers below differ from each other only in
+// tensor.ChannelsLastFilterBackend.
+type clCPU interface {
+	tensor.Backend
+	tensor.LowPrecisionBackend
+	tensor.ChannelsLastBackend
+}
+
+// plainCL is the CPU backend without the filter's form.
+type plainCL struct{ clCPU }
+
+// filterFormCL is the CPU backend with the filter's form: a bfloat16 copy
+// of the filter that its convolutions check (it must equal a fresh cast of
+// w when read, forward and backward) and then ignore, computing what
+// plainCL computes. It counts the casts and the passes that read one.
+type filterFormCL struct {
+	clCPU
+	t                     *testing.T
+	casts, fwd, bwd, miss int
+}
+
+func (b *filterFormCL) FilterFormLen(g tensor.ConvGeom) int {
+	groups := max(g.Groups, 1)
+	return g.K * g.C / groups * g.R * g.S
+}
+
+func (b *filterFormCL) ToFilterForm(wf, w tensor.Buffer, g tensor.ConvGeom) {
+	b.casts++
+	b.Cast(wf, w)
+}
+
+// check fails the test unless wf holds bfloat16(w).
+func (b *filterFormCL) check(what string, w, wf tensor.Buffer) {
+	b.t.Helper()
+	h, err := b.Alloc(w.Len, tensor.BFloat16)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer b.Free(h)
+	b.Cast(h, w)
+	got, want := make([]float32, w.Len), make([]float32, w.Len)
+	gf, _ := b.Alloc(w.Len, tensor.Float32)
+	defer b.Free(gf)
+	b.Cast(gf, wf)
+	b.Download(got, gf)
+	b.Cast(gf, h)
+	b.Download(want, gf)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			b.t.Errorf("%s: the filter's form [%d] = %v, a fresh cast %v", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+func (b *filterFormCL) Conv2dChannelsLastFilter(y, x, w, wf, bias tensor.Buffer, g tensor.ConvGeom) {
+	b.fwd++
+	b.check("forward", w, wf)
+	b.Conv2dChannelsLast(y, x, w, bias, g)
+}
+
+func (b *filterFormCL) Conv2dBackwardChannelsLastFilter(dx, dw, db, dy, x, w, wf tensor.Buffer, g tensor.ConvGeom) {
+	b.bwd++
+	b.check("backward", w, wf)
+	b.clCPU.Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, g)
+}
+
+// Conv2dBackwardChannelsLast counts the backward passes that cast the
+// filter themselves where they want dx.
+func (b *filterFormCL) Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w tensor.Buffer, g tensor.ConvGeom) {
+	if !dx.Empty() {
+		b.miss++
+	}
+	b.clCPU.Conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, g)
+}
+
+// TestChannelsLastFilterCastOnce: on a backend with the filter's form, a
+// training step casts each filter once (ToFilterForm) and both of its
+// passes read that copy, which equals a fresh cast when the backward pass
+// reads it; the step's loss, gradients and statistics are the bits of the
+// same step without the form; and an evaluation casts but keeps nothing.
+func TestChannelsLastFilterCastOnce(t *testing.T) {
+	cpu := tensor.CPU.(clCPU)
+	ff := &filterFormCL{clCPU: cpu, t: t}
+	loss, eval, grads, stats, _ := clStep(t, ff, true, true)
+	wantLoss, wantEval, wantGrads, wantStats, _ := clStep(t, plainCL{cpu}, true, true)
+	// Three convolutions, in a training step and an evaluation; the
+	// first's input (the data) wants no gradient, so its backward pass
+	// reads no filter and its form goes at once.
+	if ff.casts != 6 || ff.fwd != 6 || ff.bwd != 2 || ff.miss != 0 {
+		t.Errorf("casts %d, forward passes on the form %d, backward %d, backward passes casting again %d; want 6, 6, 2, 0",
+			ff.casts, ff.fwd, ff.bwd, ff.miss)
+	}
+	if math.Float32bits(loss) != math.Float32bits(wantLoss) || math.Float32bits(eval) != math.Float32bits(wantEval) {
+		t.Errorf("loss %v and evaluation %v with the form, %v and %v without", loss, eval, wantLoss, wantEval)
+	}
+	for i := range wantGrads {
+		for j := range wantGrads[i] {
+			if math.Float32bits(grads[i][j]) != math.Float32bits(wantGrads[i][j]) {
+				t.Errorf("gradient %d [%d] = %v with the form, %v without", i, j, grads[i][j], wantGrads[i][j])
+				break
+			}
+		}
+	}
+	for i := range wantStats {
+		if relErr(stats[i], wantStats[i]) != 0 {
+			t.Errorf("running statistic %d differs with the form", i)
+		}
+	}
+}

@@ -17,7 +17,21 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 	// turns x plain, which would free a form's buffer already taken.
 	wb, bb := w.buffer(), optBuffer(b)
 	xb, tmp := channelsLastInput(cl, s, x)
-	cl.Conv2dChannelsLast(out.st.buf, xb, wb, bb, g)
+	// The filter in the form, cast once for both passes where the backend
+	// reads one (ChannelsLastFilterBackend).
+	fb, _ := cl.(ChannelsLastFilterBackend)
+	var wf *Tensor
+	if fb != nil {
+		if n := fb.FilterFormLen(g); n > 0 {
+			wf = newTensor(be, BFloat16, s, n)
+			fb.ToFilterForm(wf.buffer(), wb, g)
+		}
+	}
+	if wf != nil {
+		fb.Conv2dChannelsLastFilter(out.st.buf, xb, wb, wf.buffer(), bb, g)
+	} else {
+		cl.Conv2dChannelsLast(out.st.buf, xb, wb, bb, g)
+	}
 	// A plain x's copy in the form (a first layer's input) is kept for the
 	// filter gradient rather than made again there.
 	var xForm *Tensor
@@ -49,7 +63,11 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 			xb, xTmp = channelsLastInput(cl, ts, x)
 		}
 		dx, finish := e.sinkChannelsLast(cl, x)
-		cl.Conv2dBackwardChannelsLast(dx, dw, db, dyb, xb, wb, g)
+		if wf != nil {
+			fb.Conv2dBackwardChannelsLastFilter(dx, dw, db, dyb, xb, wb, wf.buffer(), g)
+		} else {
+			cl.Conv2dBackwardChannelsLast(dx, dw, db, dyb, xb, wb, g)
+		}
 		finish()
 		releaseTemp(dyTmp)
 		releaseTemp(xTmp)
@@ -59,6 +77,12 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 		saveFor(out, tmp)
 	} else {
 		releaseTemp(tmp)
+	}
+	if wf != nil && out.node != nil && x.requiresGrad {
+		saveFor(out, wf) // for dx
+	} else {
+		releaseTemp(wf)
+		wf = nil
 	}
 	if !relu {
 		readsNot(out, true) // x and w are what it reads

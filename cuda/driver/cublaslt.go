@@ -3,17 +3,13 @@ package driver
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"time"
 	"unsafe"
 )
 
 // cuBLASLt bindings (libcublasLt.so.N): matrix products with an epilogue
 // (bias, ReLU, GELU, their gradients and the bias gradient) in the same
-// kernel, the algorithm chosen once per shape: cuBLASLt's heuristics rank
-// a few, and Tune times them (as cuDNN's searches do for convolutions)
-// where the caller can wait for the GPU.
+// kernel, the algorithm chosen once per shape by cuBLASLt's heuristics.
 //
 // The arguments are ROW-MAJOR, as for Sgemm (cublas.go): the column-major
 // call computes C^T = op(B)^T op(A)^T, B first. So a bias added along the
@@ -43,9 +39,6 @@ var ltFn struct {
 	algoGetHeuristic uintptr // cublasLtMatmulAlgoGetHeuristic(h, op, A, B, C, D, pref, int requested, cublasLtMatmulHeuristicResult_t *, int *returned)
 	matmul           uintptr // cublasLtMatmul(h, op, alpha*, A, Adesc, B, Bdesc, beta*, C, Cdesc, D, Ddesc, const cublasLtMatmulAlgo_t *, void *ws, size_t wsBytes, cudaStream_t)
 	getVersion       uintptr // size_t cublasLtGetVersion(void)
-	configSet        uintptr // cublasLtMatmulAlgoConfigSetAttribute(cublasLtMatmulAlgo_t *, attr, const void *buf, size_t)
-	configGet        uintptr // cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *, attr, void *buf, size_t, size_t *written)
-	algoCheck        uintptr // cublasLtMatmulAlgoCheck(h, op, A, B, C, D, const cublasLtMatmulAlgo_t *, cublasLtMatmulHeuristicResult_t *)
 }
 
 // cublasLt.h enum values.
@@ -62,11 +55,6 @@ const (
 	ltPrefMinAlignA    = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
 
 	cublasCompute32FFastTF32 = 77 // CUBLAS_COMPUTE_32F_FAST_TF32
-
-	ltConfigSplitK    = 2 // CUBLASLT_ALGO_CONFIG_SPLITK_NUM (uint32)
-	ltConfigReduction = 3 // CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME (uint32)
-	ltReduceInPlace   = 1 // CUBLASLT_REDUCTION_SCHEME_INPLACE: the parts added into D in turn
-	ltReduceCompute   = 2 // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: the parts in the workspace, then added
 )
 
 // LtEpilogue is what a cuBLASLt product does to its result in the same
@@ -127,9 +115,6 @@ func loadCublasLt() error {
 			RequiredSymbol(&f.algoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic"),
 			RequiredSymbol(&f.matmul, "cublasLtMatmul"),
 			OptionalSymbol(&f.getVersion, "cublasLtGetVersion"),
-			OptionalSymbol(&f.configSet, "cublasLtMatmulAlgoConfigSetAttribute"),
-			OptionalSymbol(&f.configGet, "cublasLtMatmulAlgoConfigGetAttribute"),
-			OptionalSymbol(&f.algoCheck, "cublasLtMatmulAlgoCheck"),
 		})
 	})
 	return ltErr
@@ -174,20 +159,10 @@ func (g LtGemm) align() uintptr {
 	return 256
 }
 
-// LtCandidates is how many of the heuristics' algorithms a plan keeps for
-// Tune to time (split-sum variants of a few come after them: addSplitK).
-// The heuristics rank without running anything, so their first pick need
-// not be the fastest on this device.
-const LtCandidates = 8
-
-// ltPlan is an LtGemm's descriptors and the algorithms the heuristics
-// ranked for it, best first; pick is the one products use.
+// ltPlan is an LtGemm's descriptors and the algorithm chosen for it.
 type ltPlan struct {
 	desc, a, b, c uintptr // matmul descriptor; layouts of the first operand (row-major B), second (A), and C = D
-	cands         []ltHeuristicResult
-	pick          int
-	tuned         bool   // pick was chosen by timing (Tune)
-	splitNote     string // what addSplitK tried
+	algo          ltHeuristicResult
 }
 
 // Lt is a cuBLASLt handle on one device with its plans, one per product
@@ -376,91 +351,11 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 		return err
 	}
 	var n int32
-	res := make([]ltHeuristicResult, LtCandidates)
-	r := CCall(ltFn.algoGetHeuristic, l.h, p.desc, p.a, p.b, p.c, p.c, pref, LtCandidates, uintptr(unsafe.Pointer(&res[0])), uintptr(unsafe.Pointer(&n)))
-	if st := uint32(r); st != 0 && st != cublasStatusNotSupported {
-		return cublasCheck("cublasLtMatmulAlgoGetHeuristic", r)
+	r := CCall(ltFn.algoGetHeuristic, l.h, p.desc, p.a, p.b, p.c, p.c, pref, 1, uintptr(unsafe.Pointer(&p.algo)), uintptr(unsafe.Pointer(&n)))
+	if st := uint32(r); st == cublasStatusNotSupported || (st == 0 && (n == 0 || p.algo.state != 0)) {
+		return fmt.Errorf("%w (%+v: status %d, %d results)", ErrLtUnsupported, g, st, n)
 	}
-	for _, c := range res[:max(0, min(int(n), len(res)))] {
-		if c.state == 0 {
-			p.cands = append(p.cands, c)
-		}
-	}
-	if len(p.cands) == 0 {
-		return fmt.Errorf("%w (%+v: status %d, %d results)", ErrLtUnsupported, g, uint32(r), n)
-	}
-	l.addSplitK(p, g)
-	return nil
-}
-
-// Split sums (split-K) for products of few outputs and a long sum: their
-// candidates are the heuristics' first ltSplitBases algorithms with the sum
-// cut into each of ltSplits parts (where K leaves at least ltSplitMinK a
-// part), reduced in place or through the workspace, as cuBLASLt accepts
-// them (cublasLtMatmulAlgoCheck). At 64 rows the heuristics' own picks
-// leave most SMs idle: an MLP's 64 x 1024 output is 64 tiles of 32 x 32,
-// each summing 1024 terms in turn. Both reductions add the parts in a
-// fixed order, so a kept candidate gives the same bits every run.
-const (
-	ltSplitBases   = 4
-	ltSplitMaxOut  = 1 << 21 // M·N: about 128 tiles of 128 x 128, one per SM
-	ltSplitMinK    = 32
-	ltSplitMaxCand = 48
-)
-
-var ltSplits = [...]uint32{2, 4, 8, 16, 32}
-
-// addSplitK appends p's split-sum candidates (l.mu held, inside
-// l.d.enter), and notes in p.splitNote what cuBLASLt made of them. A
-// cuBLASLt without the algorithm-configuration calls gets none.
-func (l *Lt) addSplitK(p *ltPlan, g LtGemm) {
-	if ltFn.configSet == 0 || ltFn.configGet == 0 || ltFn.algoCheck == 0 || g.M*g.N > ltSplitMaxOut {
-		return
-	}
-	var note []string
-	bases := p.cands[:min(len(p.cands), ltSplitBases)]
-	for i, base := range bases {
-		var have uint32
-		var written uintptr
-		CCall(ltFn.configGet, uintptr(unsafe.Pointer(&base.algo)), ltConfigSplitK, uintptr(unsafe.Pointer(&have)), 4, uintptr(unsafe.Pointer(&written)))
-		for _, parts := range ltSplits {
-			if g.K < int(parts)*ltSplitMinK {
-				break
-			}
-			if parts == have {
-				continue // the heuristics' own split
-			}
-			for _, scheme := range []uint32{ltReduceInPlace, ltReduceCompute} {
-				if len(p.cands) >= ltSplitMaxCand {
-					break
-				}
-				c := base
-				st1 := CCall(ltFn.configSet, uintptr(unsafe.Pointer(&c.algo)), ltConfigSplitK, uintptr(unsafe.Pointer(&parts)), 4)
-				st2 := CCall(ltFn.configSet, uintptr(unsafe.Pointer(&c.algo)), ltConfigReduction, uintptr(unsafe.Pointer(&scheme)), 4)
-				var res ltHeuristicResult
-				st3 := CCall(ltFn.algoCheck, l.h, p.desc, p.a, p.b, p.c, p.c, uintptr(unsafe.Pointer(&c.algo)), uintptr(unsafe.Pointer(&res)))
-				ok := st1 == 0 && st2 == 0 && st3 == 0 && res.state == 0 && res.workspace <= uint64(l.wsMax)
-				note = append(note, fmt.Sprintf("%d(split %d)x%d/%d: %d %d %d %d %v", i, have, parts, scheme, st1, st2, st3, res.state, ok))
-				if ok {
-					c.workspace = res.workspace
-					p.cands = append(p.cands, c)
-				}
-			}
-		}
-	}
-	p.splitNote = strings.Join(note, "; ")
-}
-
-// SplitNote says, for tests and logs, which split-sum candidates g's plan
-// tried and what cuBLASLt answered: base(its own split)xparts/scheme, the
-// three calls' statuses, the check's state, and whether it was kept.
-func (l *Lt) SplitNote(g LtGemm) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if p := l.plans[g]; p != nil {
-		return p.splitNote
-	}
-	return ""
+	return cublasCheck("cublasLtMatmulAlgoGetHeuristic", r)
 }
 
 // ltLayout is a column-major matrix layout: rows, columns and leading
@@ -509,45 +404,6 @@ func (l *Lt) setPointers(p *ltPlan, g LtGemm, bias, aux uintptr) error {
 // scalars are read when the call is made (baked into a graph when
 // captured).
 func (l *Lt) Matmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux, ws uintptr, wsBytes int, s Stream) error {
-	return l.MatmulCandidate(g, -1, alpha, a, b, beta, c, bias, aux, ws, wsBytes, s)
-}
-
-// MatmulCandidate is Matmul with candidate i of g's algorithms (0 is the
-// heuristics' first pick; -1 the one kept), leaving the choice unchanged:
-// for tests and benchmarks that compare them.
-func (l *Lt) MatmulCandidate(g LtGemm, i int, alpha float32, a, b uintptr, beta float32, c, bias, aux, ws uintptr, wsBytes int, s Stream) error {
-	if err := l.check(g, a, b, c, bias, aux, ws, wsBytes); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, err := l.plan(g)
-	if err != nil {
-		return err
-	}
-	if i < 0 {
-		i = p.pick
-	}
-	if i >= len(p.cands) {
-		return fmt.Errorf("cuda: cuBLASLt product: candidate %d of %d", i, len(p.cands))
-	}
-	return l.queue(p, i, g, alpha, a, b, beta, c, bias, aux, ws, s)
-}
-
-// Candidates is the number of algorithms the heuristics ranked for g (at
-// most LtCandidates), making g's plan if it has none.
-func (l *Lt) Candidates(g LtGemm) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, err := l.plan(g)
-	if err != nil {
-		return 0, err
-	}
-	return len(p.cands), nil
-}
-
-// check validates Matmul's pointers and workspace.
-func (l *Lt) check(g LtGemm, a, b, c, bias, aux, ws uintptr, wsBytes int) error {
 	for _, v := range []uintptr{a, b, c, bias, aux, ws} {
 		if v%g.align() != 0 {
 			return fmt.Errorf("cuda: cuBLASLt product: pointer %#x is not %d-byte aligned", v, g.align())
@@ -556,11 +412,12 @@ func (l *Lt) check(g LtGemm, a, b, c, bias, aux, ws uintptr, wsBytes int) error 
 	if wsBytes < l.wsMax {
 		return fmt.Errorf("cuda: cuBLASLt product: workspace of %d bytes, want %d", wsBytes, l.wsMax)
 	}
-	return nil
-}
-
-// queue queues p's product with its candidate algorithm i; l.mu is held.
-func (l *Lt) queue(p *ltPlan, i int, g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux, ws uintptr, s Stream) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := l.plan(g)
+	if err != nil {
+		return err
+	}
 	if err := l.d.enter(); err != nil {
 		return err
 	}
@@ -575,99 +432,7 @@ func (l *Lt) queue(p *ltPlan, i int, g LtGemm, alpha float32, a, b uintptr, beta
 		a, p.b, // second operand: row-major A
 		uintptr(unsafe.Pointer(&l.scal[1])),
 		c, p.c, c, p.c,
-		uintptr(unsafe.Pointer(&p.cands[i].algo)), ws, uintptr(l.wsMax), uintptr(s)))
-}
-
-// LtTuning is what Tune measured: the time of one product with each
-// candidate the heuristics ranked (in their order; 0 where the candidate
-// failed to run), and the one kept.
-type LtTuning struct {
-	Times []time.Duration
-	Pick  int
-}
-
-// ltTuneRuns is how many products of each candidate Tune times, after
-// one untimed run that loads its kernel.
-const ltTuneRuns = 3
-
-// Tuned reports whether g's algorithm was chosen by Tune.
-func (l *Lt) Tuned(g LtGemm) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.plans[g]
-	return p != nil && p.tuned
-}
-
-// Tune times each candidate algorithm of g's plan on stream s with
-// Matmul's arguments and keeps the fastest for g's later products. Every
-// run writes c (and the bias gradient or aux its epilogue writes): a
-// caller whose product accumulates into c (beta != 0) passes scratch of
-// c's size. It waits for s, so it cannot run during a stream capture.
-// Where only one candidate exists it is kept untimed.
-func (l *Lt) Tune(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux, ws uintptr, wsBytes int, s Stream) (LtTuning, error) {
-	if err := l.check(g, a, b, c, bias, aux, ws, wsBytes); err != nil {
-		return LtTuning{}, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, err := l.plan(g)
-	if err != nil {
-		return LtTuning{}, err
-	}
-	t := LtTuning{Times: make([]time.Duration, len(p.cands))}
-	if len(p.cands) == 1 {
-		p.tuned = true
-		return t, nil
-	}
-	events := make([]Event, 2*len(p.cands))
-	defer func() {
-		for _, e := range events {
-			_ = l.d.EventDestroy(e)
-		}
-	}()
-	for i := range events {
-		if events[i], err = l.d.NewEvent(true); err != nil {
-			return t, err
-		}
-	}
-	ran := make([]bool, len(p.cands))
-	for i := range p.cands {
-		// A candidate that fails to queue (a kernel that does not launch
-		// on this device) is skipped; the others still compete.
-		if l.queue(p, i, g, alpha, a, b, beta, c, bias, aux, ws, s) != nil {
-			continue
-		}
-		if err := l.d.RecordEvent(events[2*i], s); err != nil {
-			return t, err
-		}
-		ok := true
-		for range ltTuneRuns {
-			ok = ok && l.queue(p, i, g, alpha, a, b, beta, c, bias, aux, ws, s) == nil
-		}
-		if err := l.d.RecordEvent(events[2*i+1], s); err != nil {
-			return t, err
-		}
-		ran[i] = ok
-	}
-	best := -1
-	for i := range p.cands {
-		if !ran[i] {
-			continue
-		}
-		d, err := l.d.EventElapsed(events[2*i], events[2*i+1])
-		if err != nil {
-			return t, err
-		}
-		t.Times[i] = d / ltTuneRuns
-		if best < 0 || t.Times[i] < t.Times[best] {
-			best = i
-		}
-	}
-	if best < 0 {
-		return t, fmt.Errorf("cuda: cuBLASLt: no candidate algorithm of %+v ran", g)
-	}
-	p.pick, p.tuned, t.Pick = best, true, best
-	return t, nil
+		uintptr(unsafe.Pointer(&p.algo.algo)), ws, uintptr(l.wsMax), uintptr(s)))
 }
 
 // Plans is the number of product shapes with a plan (for tests: that a

@@ -210,6 +210,22 @@ __device__ __forceinline__ void adaptive_backward_body(float* dx, const float* d
                                                        int OH, int OW, I total, int acc) {
     const I OP = (I)OH * OW;
     const I IP = (I)H * W;
+    if (OP == 1) {
+        // Global pooling (a classifier's head): one window, the plane; the
+        // same sums as below, without the window arithmetic, and the two
+        // loads issued together.
+        const float area = (float)IP;
+        EMBER_LOOP(I, idx, total) {
+            const I p = idx / IP;
+            const int hw = (int)(idx - p * IP);
+            const float g = dy[p];
+            const bool hit = argmax == 0 || argmax[p] == hw;
+            float sum = acc ? dx[idx] : 0.0f;
+            if (hit) sum += argmax != 0 ? g : g / area;
+            dx[idx] = sum;
+        }
+        return;
+    }
     EMBER_LOOP(I, idx, total) {
         const I p = idx / IP;
         const int hw = (int)(idx - p * IP);

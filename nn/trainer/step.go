@@ -163,11 +163,11 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 			// Not now; the optimiser's later steps may be.
 			return s.eager(st)
 		}
-		if !st.warmed && searchesAlgorithms(s.b) {
-			// cuDNN and cuBLASLt time the algorithms of each convolution
-			// and product the first time it runs, which they cannot do
-			// inside a capture: one eager step of this shape first, so
-			// that the graph gets the measured ones.
+		if !st.warmed && searchesConvolutions(s.b) {
+			// cuDNN times the algorithms of each convolution the first
+			// time it runs, which it cannot do inside a capture: one eager
+			// step of this shape first, so that the graph gets the
+			// measured ones.
 			st.warmed = true
 			return s.eager(st)
 		}
@@ -280,11 +280,15 @@ func (s *Step) warmedUp() bool {
 	return false
 }
 
-// searchesAlgorithms reports whether b chooses convolution or product
-// algorithms by timing them (a GPU backend with cuDNN or cuBLASLt).
-func searchesAlgorithms(b tensor.Backend) bool {
+// searchesConvolutions reports whether b chooses convolution algorithms by
+// timing them (a GPU backend with cuDNN).
+func searchesConvolutions(b tensor.Backend) bool {
 	g, ok := b.(*cuda.Backend)
-	return ok && g.SearchesAlgorithms()
+	if !ok {
+		return false
+	}
+	_, err := g.CuDNN()
+	return err == nil
 }
 
 func (s *Step) eager(st *shapeStep) (loss *tensor.Tensor, err error) {
