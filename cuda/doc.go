@@ -210,7 +210,8 @@
 // run there too, in NHWC, the casts fused with the change of layout; a
 // convolution whose activations are held channels-last
 // (tensor.ChannelsLastBackend, channels_last.go) reads and writes them
-// with no cast at all.
+// with no cast at all, and reads its filter from a bfloat16 copy made once
+// a step for both passes (tensor.ChannelsLastFilterBackend).
 // Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0 through
 // OptionsFromEnv), they run as im2col + cuBLAS (float32 under autocast);
 // Backend.CuDNN says which and why.

@@ -65,7 +65,10 @@
 //     Philox words, the same bits on every backend), LowPrecisionBackend,
 //     LowPrecisionConvBackend and LowPrecisionBiasBackend (casts, bfloat16
 //     products, convolutions, and products with the bias in their
-//     epilogue, backend_lowp.go), CausalSoftmaxBackend,
+//     epilogue, backend_lowp.go), ChannelsLastBackend and
+//     ChannelsLastFilterBackend (autocast's bfloat16 channels-last
+//     activations, and a filter cast once a step for both of a
+//     convolution's passes, channels_last.go), CausalSoftmaxBackend,
 //     AttentionBackend (fused scaled dot-product attention; without it,
 //     the composed products and softmax), FusedBackend, and the fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
