@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -16,14 +17,7 @@ import (
 // not installed; on a GPU the backend compiles the same source with NVRTC
 // and the conformance tests run it.
 func TestKernelsParseWithClang(t *testing.T) {
-	clang, err := exec.LookPath("clang++")
-	if err != nil {
-		t.Skip("clang++ not installed")
-	}
-	decls, err := filepath.Abs(filepath.Join("testdata", "cuda_decls.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	clang, decls := clangCUDA(t)
 	dir := t.TempDir()
 	for i, u := range kernelUnits {
 		src, err := u.source()
@@ -48,4 +42,45 @@ func TestKernelsParseWithClang(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBF16PairRoundingByArch: common.cu's ember_bf16x2_from_f32 issues
+// cvt.rn.bf16x2 for sm_80 and later only; before (sm_70, sm_75: V100,
+// T4) it keeps the integer rounding, since the instruction does not exist
+// there. Checked on clang's preprocessed source of common.cu per arch.
+func TestBF16PairRoundingByArch(t *testing.T) {
+	clang, decls := clangCUDA(t)
+	src, err := kernelFS.ReadFile("kernels/common.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "common.cu")
+	if err := os.WriteFile(file, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for arch, want := range map[string]bool{"sm_70": false, "sm_75": false, "sm_80": true} {
+		out, err := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
+			"--cuda-gpu-arch="+arch, "-include", decls, "-E", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("clang -E, %s: %v\n%s", arch, err, out)
+		}
+		if got := strings.Contains(string(out), "cvt.rn.bf16x2.f32"); got != want {
+			t.Errorf("%s: cvt.rn.bf16x2 in ember_bf16x2_from_f32: %v, want %v", arch, got, want)
+		}
+	}
+}
+
+// clangCUDA is clang++ and the absolute path of the CUDA built-ins'
+// declarations it is given; the test skips where clang++ is missing.
+func clangCUDA(t *testing.T) (clang, decls string) {
+	t.Helper()
+	clang, err := exec.LookPath("clang++")
+	if err != nil {
+		t.Skip("clang++ not installed")
+	}
+	decls, err = filepath.Abs(filepath.Join("testdata", "cuda_decls.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clang, decls
 }

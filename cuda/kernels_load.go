@@ -136,8 +136,7 @@ func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	major, _ := l.b.dev.ComputeCapability()
-	opts := deviceOptions(kernelUnits[i].options(), major)
+	opts := kernelUnits[i].options()
 	var m *Module
 	from := "compiled (or read from the kernel cache)"
 	target, ptx := "", false
@@ -181,20 +180,6 @@ func (l *kernelLoader) compileUnit(i int) (*Module, string, error) {
 		return nil, "", err
 	}
 	return m, from, nil
-}
-
-// deviceOptions is a unit's NVRTC options for a device of compute
-// capability major.x. Before sm_80 there is no cvt.rn.bf16x2, which
-// common.cu's ember_bf16x2_from_f32 issues unless EMBER_HOST_EMU is
-// defined, and then rounds on the integer bits instead (the same bits;
-// the only other user of the macro, attention_bf16.cu, compiles to
-// nothing before sm_80). The bundle holds sm_90 and later only, so its
-// units keep their options.
-func deviceOptions(opts []string, major int) []string {
-	if major < 8 {
-		return append(opts, "-DEMBER_HOST_EMU")
-	}
-	return opts
 }
 
 // isPTXTarget says whether a bundle target is PTX (compute_XY) rather than

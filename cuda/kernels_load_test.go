@@ -209,18 +209,3 @@ func TestKernelLoaderScheduling(t *testing.T) {
 	}
 	l.loadFor("x", "ember_not_a_kernel") // no unit: nothing to compile, the caller reports it
 }
-
-// TestDeviceOptions: a device before sm_80 compiles the units with the
-// integer bfloat16 rounding (no cvt.rn.bf16x2), and sm_80 on keep the
-// bundle's options, so that its entries stay fresh.
-func TestDeviceOptions(t *testing.T) {
-	base := kernelUnits[0].options()
-	for _, major := range []int{8, 9, 10} {
-		if got := deviceOptions(kernelUnits[0].options(), major); !slices.Equal(got, base) {
-			t.Errorf("sm_%d0 options %q, want the bundle's %q", major, got, base)
-		}
-	}
-	if got := deviceOptions(kernelUnits[0].options(), 7); !slices.Contains(got, "-DEMBER_HOST_EMU") {
-		t.Errorf("sm_75 options %q, want -DEMBER_HOST_EMU (no cvt.rn.bf16x2 before sm_80)", got)
-	}
-}
