@@ -23,17 +23,7 @@ type clNet struct {
 
 func newCLNet(b tensor.Backend, seed uint64) *clNet {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	p := func(scale float64, shape ...int) *tensor.Tensor {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * scale)
-		}
-		return tensor.FromFloat32(b, nil, v, shape...).SetRequiresGrad(true)
-	}
+	p := func(scale float64, shape ...int) *tensor.Tensor { return randParam(b, rng, scale, shape...) }
 	st := func(v float32) *tensor.Tensor { return tensor.Full(b, nil, v, 16) }
 	return &clNet{
 		w1: p(0.5, 16, 3, 2, 2), b1: p(0.1, 16), w2: p(0.15, 16, 16, 3, 3), w3: p(0.15, 16, 16, 3, 3),
@@ -198,17 +188,7 @@ func TestChannelsLastHalvesMemory(t *testing.T) {
 	peak := func(on bool) int {
 		b := tensor.NewCountingCPU()
 		rng := rand.New(rand.NewPCG(2, 2))
-		param := func(shape ...int) *tensor.Tensor {
-			n := 1
-			for _, d := range shape {
-				n *= d
-			}
-			v := make([]float32, n)
-			for i := range v {
-				v[i] = float32(rng.NormFloat64() * 0.1)
-			}
-			return tensor.FromFloat32(b, nil, v, shape...).SetRequiresGrad(true)
-		}
+		param := func(shape ...int) *tensor.Tensor { return randParam(b, rng, 0.1, shape...) }
 		ws := []*tensor.Tensor{param(32, 32, 3, 3), param(32, 32, 3, 3), param(32, 32, 3, 3)}
 		s := tensor.NewScope()
 		defer s.Release()
@@ -388,6 +368,59 @@ func TestChannelsLastFilterCastOnce(t *testing.T) {
 	for i := range wantStats {
 		if relErr(stats[i], wantStats[i]) != 0 {
 			t.Errorf("running statistic %d differs with the form", i)
+		}
+	}
+}
+
+// TestChannelsLastFilterFormSeparable: a net the form was not written
+// around (a depthwise-separable block: a strided convolution, a depthwise
+// one of 8 groups, a pointwise one, global average pooling) on the
+// backend with the filter's form: every convolution casts its filter
+// once, the backward passes that want dx read the copies, and the loss
+// and gradients are the bits of the same step without the form.
+func TestChannelsLastFilterFormSeparable(t *testing.T) {
+	cpu := tensor.CPU.(clCPU)
+	step := func(b tensor.Backend) (float32, [][]float32) {
+		rng := rand.New(rand.NewPCG(11, 13))
+		p := func(shape ...int) *tensor.Tensor { return randParam(b, rng, 0.3, shape...) }
+		w1, dw, pw, lw := p(8, 3, 3, 3), p(8, 1, 3, 3), p(16, 8, 1, 1), p(4, 16)
+		in := make([]float32, 2*3*10*10)
+		for i := range in {
+			in[i] = float32(rng.NormFloat64())
+		}
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		s.SetChannelsLast(true)
+		x := tensor.FromFloat32(b, s, in, 2, 3, 10, 10)
+		h := tensor.GELU(tensor.Conv2dWith(x, w1, nil, tensor.ConvOptions{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}), false)
+		h = tensor.Conv2dWithReLU(h, dw, nil, tensor.ConvOptions{Padding: [2]int{1, 1}, Groups: 8})
+		h = tensor.Conv2dWith(h, pw, nil, tensor.ConvOptions{})
+		h = tensor.AdaptiveAvgPool2d(h, 1, 1).Reshape(2, 16)
+		l := tensor.CrossEntropy(tensor.Linear(h, lw, nil), tensor.FromInt32(b, s, []int32{3, 0}, 2))
+		l.Backward()
+		var grads [][]float32
+		for _, w := range []*tensor.Tensor{w1, dw, pw, lw} {
+			grads = append(grads, w.Grad().Float32s())
+		}
+		return l.Float32s()[0], grads
+	}
+	ff := &filterFormCL{clCPU: cpu, t: t}
+	loss, grads := step(ff)
+	wantLoss, wantGrads := step(plainCL{cpu})
+	if ff.casts != 3 || ff.fwd != 3 || ff.bwd != 2 || ff.miss != 0 {
+		t.Errorf("casts %d, forward passes on the form %d, backward %d, backward passes casting again %d; want 3, 3, 2, 0",
+			ff.casts, ff.fwd, ff.bwd, ff.miss)
+	}
+	if math.Float32bits(loss) != math.Float32bits(wantLoss) {
+		t.Errorf("loss %v with the form, %v without", loss, wantLoss)
+	}
+	for i := range wantGrads {
+		for j := range wantGrads[i] {
+			if math.Float32bits(grads[i][j]) != math.Float32bits(wantGrads[i][j]) {
+				t.Errorf("gradient %d [%d] = %v with the form, %v without", i, j, grads[i][j], wantGrads[i][j])
+				break
+			}
 		}
 	}
 }

@@ -100,7 +100,9 @@ func compareRuns(t *testing.T, late, early memRun) {
 	}
 }
 
-func randParam(c *tensor.CountingCPU, rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
+// randParam is a parameter of the shape on b, normal with standard
+// deviation scale, requiring its gradient.
+func randParam(b tensor.Backend, rng *rand.Rand, scale float64, shape ...int) *tensor.Tensor {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -109,7 +111,7 @@ func randParam(c *tensor.CountingCPU, rng *rand.Rand, scale float64, shape ...in
 	for i := range v {
 		v[i] = float32(rng.NormFloat64() * scale)
 	}
-	return tensor.FromFloat32(c, nil, v, shape...).SetRequiresGrad(true)
+	return tensor.FromFloat32(b, nil, v, shape...).SetRequiresGrad(true)
 }
 
 // scopedLeafBytes counts the bytes of the inputs and labels that
