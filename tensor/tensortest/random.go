@@ -179,9 +179,7 @@ func testRandomAt(e *env) {
 		seed := e.rng.Uint64()
 		offset := uint64(1<<32 - 5) // the second draw carries into the high word
 		e.tcase("dist=%d seed=%d", dist, seed)(func() {
-			words := func(off uint64) []int32 {
-				return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
-			}
+			words := func(off uint64) []int32 { return stateWords(seed, off) }
 			state := e.i32("state", words(offset), false)
 			a, b := float32(-1), float32(2)
 			if dist == tensor.Bernoulli {
@@ -211,6 +209,12 @@ func testRandomAt(e *env) {
 	}
 }
 
+// stateWords is a generator's device state: the seed's and the offset's
+// low and high words.
+func stateWords(seed, off uint64) []int32 {
+	return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
+}
+
 // Dropout and DropoutAt against refRandom's Bernoulli draws: the mask is
 // exactly scale where the draw is 1 and 0 elsewhere, y is exactly x·mask
 // (one float32 product), and DropoutAt advances the state as RandomAt.
@@ -228,9 +232,7 @@ func testDropout(e *env) {
 			seed := e.rng.Uint64()
 			offset := uint64(1<<32 - 3) // the second draw carries into the high word
 			e.tcase("aligned=%v state=%v seed=%d", aligned, atState, seed)(func() {
-				words := func(off uint64) []int32 {
-					return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
-				}
+				words := func(off uint64) []int32 { return stateWords(seed, off) }
 				state := e.i32("state", words(offset), false)
 				for _, n := range []int{4099, 1, 4, 7, 1024} {
 					pre := func() int {
@@ -284,9 +286,7 @@ func testDropoutRedraw(e *env) {
 			seed := e.rng.Uint64()
 			offset := uint64(1<<32 - 2)
 			e.tcase("aligned=%v saved=%v seed=%d", aligned, atState, seed)(func() {
-				words := func(off uint64) []int32 {
-					return []int32{int32(uint32(seed)), int32(uint32(seed >> 32)), int32(uint32(off)), int32(uint32(off >> 32))}
-				}
+				words := func(off uint64) []int32 { return stateWords(seed, off) }
 				state := e.i32("state", words(offset), false)
 				saved := e.i32("saved", []int32{-1, -1, -1, -1}, false)
 				for _, n := range []int{4099, 1, 4, 7, 1024} {
