@@ -1329,10 +1329,10 @@ func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
 	}
 	pp, pg := b.f32(op, p), b.f32(op, g)
 	f, count := b.kernel("ember_sgd"), n
-	if n%4 == 0 && (pp|pg|pv)%16 == 0 { // four at a time
+	if n >= 4 && (pp|pg|pv)%16 == 0 { // four at a time, and the last n % 4 one each
 		f, count = b.kernel("ember_sgd4"), n/4
 	}
-	b.launch(op, f, count, pp, pg, pv, int64(count),
+	b.launch(op, f, count, pp, pg, pv, int64(n),
 		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 

@@ -294,6 +294,9 @@ func TestGPULinearPathsBench(t *testing.T) {
 	}
 	b := newGPUBackend(t, BackendOptions{LinearLt: true})
 	requireLt(t, b)
+	// EMBER_LINEAR_BENCH_CLUSTERS=0: the tiled kernels' split sums through
+	// the workspace and counters, to compare with the clusters.
+	b.noClusters = os.Getenv("EMBER_LINEAR_BENCH_CLUSTERS") == "0"
 	for _, c := range []struct {
 		n, in, out int
 		relu       bool

@@ -280,11 +280,23 @@ extern "C" __global__ void ember_sgd(float* p, float* g, float* v, long long n, 
 }
 
 // ember_sgd4 is ember_sgd on four elements at a time, each array 16-byte
-// aligned and n4 = n/4: the same operations, a quarter of the loads and
-// stores (431,080 parameters: 4.0 us as single elements).
-extern "C" __global__ void ember_sgd4(float* p, float* g, float* v, long long n4, float lr, float momentum,
+// aligned: the same operations, a quarter of the loads and stores (431,080
+// parameters: 4.0 us as single elements); the last n % 4 elements go to
+// the grid's first threads, one each (an MLP's 1,863,690 parameters took
+// 9.6 us as single elements).
+extern "C" __global__ void ember_sgd4(float* p, float* g, float* v, long long n, float lr, float momentum,
                                       float dampening, float wd, int nesterov, int first, int zeroGrad) {
     const float keep = 1.0f - dampening;
+    const long long n4 = n >> 2;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < (n & 3)) {
+        const long long i = 4 * n4 + t;
+        float pi = p[i], gi = g[i], vi = momentum != 0.0f ? v[i] : 0.0f;
+        sgd_one(pi, gi, &vi, lr, momentum, keep, wd, nesterov, first, zeroGrad);
+        p[i] = pi;
+        if (zeroGrad) g[i] = gi;
+        if (momentum != 0.0f) v[i] = vi;
+    }
     EMBER_LOOP(long long, i, n4) {
         ember_f4 pq = reinterpret_cast<ember_f4*>(p)[i], gq = reinterpret_cast<ember_f4*>(g)[i], vq = {0, 0, 0, 0};
         if (momentum != 0.0f) vq = reinterpret_cast<ember_f4*>(v)[i];
