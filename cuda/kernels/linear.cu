@@ -13,9 +13,7 @@
 // A block computes a 64x64 tile of C over a range of k (its split) with 512
 // threads, each holding a 2x4 sub-tile in registers; 16-deep slices of A and
 // B go through shared memory, loaded (coalesced along whichever index is
-// contiguous) while the previous slice is multiplied: on sm_80 and later
-// by asynchronous copies, LT_STAGES - 1 slices ahead, elsewhere through
-// registers, one slice ahead. When a tile's k range
+// contiguous) while the previous slice is multiplied. When a tile's k range
 // is split over several blocks, each writes its partial tile to a
 // workspace and counts itself in; the last block of the tile adds the
 // partials in split order (so results do not depend on which block finishes
@@ -129,50 +127,6 @@ __device__ __forceinline__ void lt_store(float (*sh)[LT_LD], const float v[LT_LO
     }
 }
 
-// Asynchronous copies (sm_80): a slice's elements go from global to shared
-// memory without passing through registers, so that LT_STAGES - 1 slices
-// are in flight while one is multiplied, and no thread waits for its own
-// loads before the barrier. Elements past the product's edge are filled
-// with zeros (source size 0).
-#if __CUDA_ARCH__ >= 800
-#define LT_STAGES 3
-__device__ __forceinline__ unsigned lt_smem(const float* p) {
-    unsigned long long generic = (unsigned long long)p, shared;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
-    return (unsigned)shared;
-}
-__device__ __forceinline__ void lt_cp4(float* dst, const float* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(lt_smem(dst)), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void lt_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void lt_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// lt_issue starts the copies of the thread's elements of the slice at k0
-// into sh [k][row] (and of the mask's into msk, when s has one) and moves
-// s to the next slice. The ones column is written directly: its
-// elements are the same threads' in every slice, never copied.
-__device__ __forceinline__ void lt_issue(float (*sh)[LT_LD], float (*msk)[LT_LD], lt_src& s, int k0, int K) {
-#pragma unroll
-    for (int q = 0; q < LT_LOADS; q++) {
-        const int e = threadIdx.x + q * LT_THREADS;
-        const int kl = s.kContiguous ? e & 15 : e >> 6, rl = s.kContiguous ? e >> 4 : e & 63;
-        const bool in = k0 + kl < K;
-        if (s.state[q] == 2) {
-            sh[kl][rl] = in ? 1.0f : 0.0f;
-            continue;
-        }
-        const bool ok = s.state[q] != 0 && in;
-        lt_cp4(&sh[kl][rl], ok ? s.base + s.off[q] : s.base, ok);
-        if (s.mask != 0) lt_cp4(&msk[kl][rl], ok ? s.mask + s.off[q] : s.mask, ok);
-    }
-    s.base += s.adv;
-    if (s.mask != 0) s.mask += s.adv;
-}
-#endif
-
 // lt_put writes one finished element of C (or of d, for the ones column).
 __device__ __forceinline__ void lt_put(const lt_problem p, int i, int j, float v) {
     if (j == p.onesCol) {
@@ -232,19 +186,11 @@ __device__ __forceinline__ float lt_cluster_load(const float* local, unsigned ra
 // reloads its strides and pointers from there).
 template <int CS>
 __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
-    // The slices of A and of B (two, or LT_STAGES with A's mask); after
-    // the products, a cluster's partial tile.
-#if __CUDA_ARCH__ >= 800
-    // LT_STAGES slices of A, B and A's mask.
-    __shared__ __attribute__((aligned(16))) float sh[3 * LT_STAGES * LT_BK * LT_LD];
-    float(*As)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh);
-    float(*Bs)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh + LT_STAGES * LT_BK * LT_LD);
-    float(*Ms)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh + 2 * LT_STAGES * LT_BK * LT_LD);
-#else
+    // The two slices of A and of B; after the products, a cluster's
+    // partial tile.
     __shared__ __attribute__((aligned(16))) float sh[2 * 2 * LT_BK * LT_LD];
     float(*As)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh);
     float(*Bs)[LT_BK][LT_LD] = reinterpret_cast<float(*)[LT_BK][LT_LD]>(sh + 2 * LT_BK * LT_LD);
-#endif
     __shared__ int last;
     const int tilesN = (p.N + LT_BN - 1) / LT_BN;
     const int tiles = ((p.M + LT_BM - 1) / LT_BM) * tilesN;
@@ -261,51 +207,9 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 
+    float va[LT_LOADS], vb[LT_LOADS];
     lt_src sa = lt_src_at(p.a, p.sai, p.sak, p.mask, -1, p.M, i0, s0 * LT_BK);
     lt_src sb = lt_src_at(p.b, p.sbj, p.sbk, 0, p.onesCol, p.N, j0, s0 * LT_BK);
-#if __CUDA_ARCH__ >= 800
-    // Slice i of the block's range in stage i % LT_STAGES; one commit
-    // group per slice (empty past the range), so that waiting for all but
-    // the newest LT_STAGES - 2 groups means slice i has landed.
-    const int count = s1 > s0 ? s1 - s0 : 0;
-#pragma unroll
-    for (int i = 0; i < LT_STAGES - 1; i++) {
-        if (i < count) {
-            lt_issue(As[i], Ms[i], sa, (s0 + i) * LT_BK, p.K);
-            lt_issue(Bs[i], 0, sb, (s0 + i) * LT_BK, p.K);
-        }
-        lt_cp_commit();
-    }
-    for (int i = 0; i < count; i++) {
-        lt_cp_wait<LT_STAGES - 2>();
-        __syncthreads();  // slice i is in; every thread is done with slice i - 1
-        const int next = i + LT_STAGES - 1, cur = i % LT_STAGES;
-        if (next < count) {  // into slice i - 1's stage
-            lt_issue(As[next % LT_STAGES], Ms[next % LT_STAGES], sa, (s0 + next) * LT_BK, p.K);
-            lt_issue(Bs[next % LT_STAGES], 0, sb, (s0 + next) * LT_BK, p.K);
-        }
-        lt_cp_commit();
-        const bool masked = p.mask != 0;
-#pragma unroll
-        for (int k = 0; k < LT_BK; k++) {
-            ember_f2 a = *reinterpret_cast<const ember_f2*>(&As[cur][k][ty * 2]);
-            if (masked) {  // the ReLU's backward: no gradient where the output was not positive
-                const ember_f2 m = *reinterpret_cast<const ember_f2*>(&Ms[cur][k][ty * 2]);
-                if (!(m.x > 0.0f)) a.x = 0.0f;
-                if (!(m.y > 0.0f)) a.y = 0.0f;
-            }
-            const ember_f4 b = *reinterpret_cast<const ember_f4*>(&Bs[cur][k][tx * 4]);
-            const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
-        }
-    }
-    lt_cp_wait<0>();
-    __syncthreads();  // the stages are free for the epilogue
-#else
-    float va[LT_LOADS], vb[LT_LOADS];
     int cur = 0;
     if (s0 < s1) {
         lt_fetch(va, sa, s0 * LT_BK, p.K);
@@ -337,7 +241,6 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
         __syncthreads();
         cur ^= 1;
     }
-#endif
 
     const int ti = i0 + ty * 2, tj = j0 + tx * 4;  // the thread's sub-tile in C
     if (p.splits == 1) {
