@@ -112,8 +112,17 @@ func (m *GPT) Forward(ids *tensor.Tensor) *tensor.Tensor {
 	if t := ids.Dim(1); t < m.Config.Context {
 		positions = positions.Narrow(0, 0, t)
 	}
-	x := tensor.Add(m.Tok.Forward(ids), m.Pos.Forward(positions))
-	return m.Head.Forward(m.LN.Forward(m.Blocks.Forward(x)))
+	tok, pos := m.Tok.Forward(ids), m.Pos.Forward(positions)
+	x := tensor.Add(tok, pos)
+	// The embeddings' outputs and the last layer norm's go as soon as the
+	// next operation has run where no backward pass reads them (the
+	// addition does not; under autocast the head keeps its bfloat16 copy).
+	tensor.ReleaseInput(tok, x)
+	tensor.ReleaseInput(pos, x)
+	h := m.LN.Forward(m.Blocks.Forward(x))
+	logits := m.Head.Forward(h)
+	tensor.ReleaseInput(h, logits)
+	return logits
 }
 
 // Loss is the mean cross entropy of the next-token logits of ids [B, T]

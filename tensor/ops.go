@@ -135,13 +135,21 @@ func Linear(x, w, b *Tensor) *Tensor {
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
 	p := productsFor(be, out.scope)
-	// Under autocast the bfloat16 x and w are kept for the backward pass.
+	// Under autocast the bfloat16 x and w are kept for the backward pass,
+	// but not x's copy when the operation that made x keeps x for its own
+	// backward pass (an attention's output): the backward pass casts it
+	// again rather than hold both.
 	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
+	recastX := p.lowp() && recastHeld && heldByMaker(x)
 	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
 		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
 		if b != nil {
 			Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
 		}
+	}
+	if recastX {
+		hx.release()
+		hx = operand{f: x.buffer()} // the products cast it again
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
 		defer hx.release()
@@ -156,12 +164,29 @@ func Linear(x, w, b *Tensor) *Tensor {
 		}
 	}, x, w, b)
 	saveFor(out, hx.h, hw.h) // freed at once when no backward pass will read them
-	if p.lowp() {
+	if p.lowp() && !recastX {
 		readsNot(out, true, x) // the bfloat16 copy is what it reads
 	} else {
 		readsNot(out, true)
 	}
 	return out
+}
+
+// recastHeld lets Linear cast again, in its backward pass, an input that
+// its maker keeps (heldByMaker) instead of keeping a bfloat16 copy; off
+// only in tests that compare the two.
+var recastHeld = true
+
+// heldByMaker reports whether the operation that made x's memory (seen
+// through reshapes) reads that memory in its backward pass. That pass
+// runs after those of the operations that took x, so the memory outlives
+// theirs unchanged.
+func heldByMaker(x *Tensor) bool {
+	t := x
+	for t.node != nil && t.node.op == "reshape" && len(t.node.inputs) == 1 && t.node.inputs[0].st == t.st {
+		t = t.node.inputs[0]
+	}
+	return t.node != nil && !t.node.outputUnread
 }
 
 // LinearReLU is ReLU(Linear(x, w, b)). On a backend that implements

@@ -45,6 +45,7 @@ func gatherRows(op string, x, idx *Tensor, shape []int, outer, n, inner int) *Te
 		}
 	}, x)
 	alsoReads(out, idx)
+	readsNot(out, true, x) // the indices are what it reads
 	return out
 }
 

@@ -1,0 +1,70 @@
+package tensor
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestLinearRecastsHeldInput: under autocast, a linear layer whose input
+// is kept by the operation that made it (a softmax reads its output in
+// its backward pass; through a reshape) keeps no bfloat16 copy of that
+// input and casts it again in its backward pass. The loss and every
+// gradient are the same bits as with the copy kept, the forward pass
+// ends holding the copy's bytes less, and an input whose maker does not
+// keep it (an absolute value reads its input) still has its copy kept.
+func TestLinearRecastsHeldInput(t *testing.T) {
+	const batch, rows, in, out = 3, 5, 16, 7
+	type result struct {
+		held   int
+		values [][]float32
+	}
+	run := func(recast bool, maker func(*Tensor) *Tensor) result {
+		defer func(v bool) { recastHeld = v }(recastHeld)
+		recastHeld = recast
+		b := NewCountingCPU()
+		rng := rand.New(rand.NewPCG(9, 1))
+		s := NewScope()
+		defer s.Release()
+		s.SetAutocast(BFloat16)
+		param := func(s *Scope, shape ...int) *Tensor {
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+			}
+			return FromFloat32(b, s, v, shape...).SetRequiresGrad(true)
+		}
+		w, bias := param(nil, out, in), param(nil, out) // long-lived parameters
+		defer w.Release()
+		defer bias.Release()
+		x0 := param(s, batch*rows*in)
+		x := x0.Reshape(batch, rows, in)
+		before := b.Live()
+		h := maker(x)
+		y := Linear(h.Reshape(batch*rows, in), w, bias)
+		loss := Sum(Mul(y, y))
+		held := b.Live() - before
+		loss.Backward()
+		return result{held, [][]float32{loss.Float32s(), x0.Grad().Float32s(), w.Grad().Float32s(), bias.Grad().Float32s()}}
+	}
+	softmax := func(x *Tensor) *Tensor { return Softmax(x, -1) }
+	copyBytes := batch * rows * in * 2
+	on, off := run(true, softmax), run(false, softmax)
+	for i, name := range []string{"loss", "dx", "dw", "db"} {
+		for j := range off.values[i] {
+			if on.values[i][j] != off.values[i][j] {
+				t.Fatalf("%s[%d]: %g cast again, %g with the copy kept: want the same bits", name, j, on.values[i][j], off.values[i][j])
+			}
+		}
+	}
+	if off.held-on.held != copyBytes {
+		t.Errorf("after the forward pass: %d bytes held casting again, %d keeping the copy: want %d less", on.held, off.held, copyBytes)
+	}
+	abs, absKept := run(true, Abs), run(false, Abs)
+	if abs.held != absKept.held {
+		t.Errorf("after an absolute value: %d bytes held, %d with the copy kept: want the copy kept either way", abs.held, absKept.held)
+	}
+}
