@@ -91,3 +91,20 @@ func (b *Backend) MatMulBatchedLowp(c, x, y tensor.Buffer, batch, m, n, k int, s
 }
 
 var _ tensor.LowPrecisionBackend = (*Backend)(nil)
+
+// UnaryCast implements tensor.UnaryCastBackend: one pass of
+// ember_unary_cast_bf16 (strided.cu), four elements a thread where x is
+// 16-byte and dst 8-byte aligned.
+func (b *Backend) UnaryCast(op tensor.UnaryOp, dst, x tensor.Buffer, n int, a, c float32) {
+	const name = "unary_cast"
+	if op >= tensor.NumUnaryOps {
+		panic(fmt.Sprintf("cuda: %s: unknown op %d", name, op))
+	}
+	if n < 0 {
+		panic(fmt.Sprintf("cuda: %s of %d elements", name, n))
+	}
+	need(name, "x", x, n)
+	need(name, "dst", dst, n)
+	pd, px := b.ptr(name, dst, tensor.BFloat16), b.f32(name, x)
+	b.launch4(name, b.kernel("ember_unary_cast_bf16"), n, px%16 == 0 && pd%8 == 0, pd, px, int64(n), int32(op), a, c)
+}

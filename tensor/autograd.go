@@ -15,6 +15,9 @@ type node struct {
 	// unread are the inputs whose memory backward does not read
 	// (readsNot).
 	unread []*Tensor
+	// unary, for a unary function's node, is how to make its output again
+	// from its input (which backward reads, so it is kept).
+	unary *unaryRecipe
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.

@@ -32,6 +32,18 @@ type LowPrecisionBiasBackend interface {
 	LinearLowp(y, x, w, bias Buffer, n, in, out int) bool
 }
 
+// UnaryCastBackend is implemented by backends that round a unary
+// function's float32 result to bfloat16 in the same pass (the GPU).
+// Autocast's Linear uses it to make again, in its backward pass, the
+// bfloat16 copy of an input that a unary function (a GELU) made, from that
+// function's input, which the function keeps anyway, instead of keeping
+// the copy. Without it the copy is made by Unary and then Cast.
+type UnaryCastBackend interface {
+	// UnaryCast sets dst (BFloat16, n elements) to op(x) for x Float32 and
+	// dense (n elements), rounded: Cast of Unary's result, bit for bit.
+	UnaryCast(op UnaryOp, dst, x Buffer, n int, a, b float32)
+}
+
 // LowPrecisionConvBackend is implemented by backends that run convolutions
 // with BFloat16 operands, float32 sums and float32 results: autocast's
 // convolutions (autocast.go). Its operands and results are float32

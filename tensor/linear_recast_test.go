@@ -8,10 +8,13 @@ import (
 // TestLinearRecastsHeldInput: under autocast, a linear layer whose input
 // is kept by the operation that made it (a softmax reads its output in
 // its backward pass; through a reshape) keeps no bfloat16 copy of that
-// input and casts it again in its backward pass. The loss and every
-// gradient are the same bits as with the copy kept, the forward pass
-// ends holding the copy's bytes less, and an input whose maker does not
-// keep it (an absolute value reads its input) still has its copy kept.
+// input and casts it again in its backward pass; one whose input is a
+// GELU's output makes the copy again from the GELU's input (on the CPU by
+// Unary and Cast). The loss and every gradient are the same bits as with
+// the copy kept, and the forward pass ends holding the copy's bytes less
+// (the GELU's float32 output given back as a Sequential does). An input
+// whose maker keeps neither (a sum reads nothing) still has its copy
+// kept.
 func TestLinearRecastsHeldInput(t *testing.T) {
 	const batch, rows, in, out = 3, 5, 16, 7
 	type result struct {
@@ -45,26 +48,33 @@ func TestLinearRecastsHeldInput(t *testing.T) {
 		before := b.Live()
 		h := maker(x)
 		y := Linear(h.Reshape(batch*rows, in), w, bias)
+		ReleaseInput(h, y)
 		loss := Sum(Mul(y, y))
 		held := b.Live() - before
 		loss.Backward()
 		return result{held, [][]float32{loss.Float32s(), x0.Grad().Float32s(), w.Grad().Float32s(), bias.Grad().Float32s()}}
 	}
-	softmax := func(x *Tensor) *Tensor { return Softmax(x, -1) }
 	copyBytes := batch * rows * in * 2
-	on, off := run(true, softmax), run(false, softmax)
-	for i, name := range []string{"loss", "dx", "dw", "db"} {
-		for j := range off.values[i] {
-			if on.values[i][j] != off.values[i][j] {
-				t.Fatalf("%s[%d]: %g cast again, %g with the copy kept: want the same bits", name, j, on.values[i][j], off.values[i][j])
+	for _, c := range []struct {
+		name  string
+		maker func(*Tensor) *Tensor
+		saved int
+	}{
+		{"softmax", func(x *Tensor) *Tensor { return Softmax(x, -1) }, copyBytes},
+		{"gelu", func(x *Tensor) *Tensor { return GELU(x, false) }, copyBytes},
+		{"gelu tanh", func(x *Tensor) *Tensor { return GELU(x, true) }, copyBytes},
+		{"sum", func(x *Tensor) *Tensor { return Add(x, x) }, 0},
+	} {
+		on, off := run(true, c.maker), run(false, c.maker)
+		for i, name := range []string{"loss", "dx", "dw", "db"} {
+			for j := range off.values[i] {
+				if on.values[i][j] != off.values[i][j] {
+					t.Fatalf("%s: %s[%d]: %g made again, %g with the copy kept: want the same bits", c.name, name, j, on.values[i][j], off.values[i][j])
+				}
 			}
 		}
-	}
-	if off.held-on.held != copyBytes {
-		t.Errorf("after the forward pass: %d bytes held casting again, %d keeping the copy: want %d less", on.held, off.held, copyBytes)
-	}
-	abs, absKept := run(true, Abs), run(false, Abs)
-	if abs.held != absKept.held {
-		t.Errorf("after an absolute value: %d bytes held, %d with the copy kept: want the copy kept either way", abs.held, absKept.held)
+		if off.held-on.held != c.saved {
+			t.Errorf("%s: after the forward pass %d bytes held making the copy again, %d keeping it: want %d less", c.name, on.held, off.held, c.saved)
+		}
 	}
 }

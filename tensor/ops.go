@@ -136,11 +136,17 @@ func Linear(x, w, b *Tensor) *Tensor {
 	out := Empty(be, scopeOf(x, w, b), n, outF)
 	p := productsFor(be, out.scope)
 	// Under autocast the bfloat16 x and w are kept for the backward pass,
-	// but not x's copy when the operation that made x keeps x for its own
-	// backward pass (an attention's output): the backward pass casts it
-	// again rather than hold both.
+	// but not x's copy when the backward pass can make it again at the
+	// cost of one pass: when the operation that made x keeps x for its own
+	// backward pass (an attention's output), by casting x again; when x is
+	// a unary function's output (a GELU), from that function's input,
+	// which it keeps.
 	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
-	recastX := p.lowp() && recastHeld && heldByMaker(x)
+	var remake *unaryRecipe
+	if p.lowp() && recastHeld {
+		remake = unaryMaker(x)
+	}
+	recastX := p.lowp() && recastHeld && (remake != nil || heldByMaker(x))
 	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
 		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
 		if b != nil {
@@ -152,11 +158,16 @@ func Linear(x, w, b *Tensor) *Tensor {
 		hx = operand{f: x.buffer()} // the products cast it again
 	}
 	record(out, "linear", func(g *Tensor, e *engine) {
-		defer hx.release()
+		pb := p.inScope(e.scopeFor(x))
+		hxb := hx
+		if remake != nil {
+			hxb = operand{h: remake.half(pb)}
+		}
+		defer hxb.release()
 		defer hw.release()
 		dx, accX := e.sink(x)
 		dw, accW := e.sink(w)
-		linearGradsOf(p.inScope(e.scopeFor(x)), g, x, w, hx, hw, dx, dw, accX, accW)
+		linearGradsOf(pb, g, x, w, hxb, hw, dx, dw, accX, accW)
 		if b != nil {
 			if db, accB := e.sink(b); !db.Empty() {
 				Complete(be).BiasGrad(db, g.buffer(), n, outF, 1, accB)
@@ -164,7 +175,7 @@ func Linear(x, w, b *Tensor) *Tensor {
 		}
 	}, x, w, b)
 	saveFor(out, hx.h, hw.h) // freed at once when no backward pass will read them
-	if p.lowp() && !recastX {
+	if p.lowp() && (!recastX || remake != nil) {
 		readsNot(out, true, x) // the bfloat16 copy is what it reads
 	} else {
 		readsNot(out, true)
@@ -182,11 +193,28 @@ var recastHeld = true
 // runs after those of the operations that took x, so the memory outlives
 // theirs unchanged.
 func heldByMaker(x *Tensor) bool {
+	m := makerOf(x)
+	return m.node != nil && !m.node.outputUnread
+}
+
+// unaryMaker is the recipe of the unary function that made x's memory
+// (seen through reshapes), or nil. Its input is read by the function's
+// backward pass, which runs after those of the operations that took x.
+func unaryMaker(x *Tensor) *unaryRecipe {
+	if m := makerOf(x); m.node != nil && m.node.unary != nil && m.Len() == x.Len() {
+		return m.node.unary
+	}
+	return nil
+}
+
+// makerOf is x seen through reshapes: the tensor whose node made x's
+// memory.
+func makerOf(x *Tensor) *Tensor {
 	t := x
 	for t.node != nil && t.node.op == "reshape" && len(t.node.inputs) == 1 && t.node.inputs[0].st == t.st {
 		t = t.node.inputs[0]
 	}
-	return t.node != nil && !t.node.outputUnread
+	return t
 }
 
 // LinearReLU is ReLU(Linear(x, w, b)). On a backend that implements

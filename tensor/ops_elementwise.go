@@ -387,7 +387,34 @@ func unary(name string, op UnaryOp, x *Tensor, a, b float32) *Tensor {
 		be.UnaryBackward(op, dst, g.buffer(), xd.buffer(), x.Len(), a, b, acc)
 	}, x)
 	readsNot(out, true) // x is what it reads
+	if out.node != nil && x.IsContiguous() {
+		out.node.unary = &unaryRecipe{op: op, in: x, a: a, b: b}
+	}
 	return out
+}
+
+// unaryRecipe makes a unary function's output again from its input.
+type unaryRecipe struct {
+	op   UnaryOp
+	in   *Tensor // dense
+	a, b float32
+}
+
+// half is the function's output made again, rounded to bfloat16, in p's
+// scope: one pass on a UnaryCastBackend, else Unary and then Cast, which
+// give the same bits.
+func (r *unaryRecipe) half(p products) *Tensor {
+	n := r.in.Len()
+	h := newTensor(p.be, BFloat16, p.s, n)
+	if ub, ok := p.be.(UnaryCastBackend); ok {
+		ub.UnaryCast(r.op, h.buffer(), r.in.buffer(), n, r.a, r.b)
+		return h
+	}
+	f := Empty(p.be, p.s, n)
+	defer f.Release()
+	p.be.Unary(r.op, f.buffer(), denseView(r.in), r.in.shape, r.a, r.b)
+	p.lp.Cast(h.buffer(), f.buffer())
+	return h
 }
 
 // Neg returns -x.

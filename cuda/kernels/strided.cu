@@ -226,6 +226,38 @@ ember_unary_dense(float* dst, const float* x, long long n, int op, float a, floa
     }
 }
 
+// Dense unary into bfloat16: dst[i] = f(x[i]) as ember_unary_dense gives
+// it, rounded as ember_cast_f32_bf16 rounds, in one pass: the bfloat16
+// copy an autocast product reads of a unary function's output, made again
+// in the backward pass from the function's input (tensor's
+// UnaryCastBackend) instead of being kept.
+template <int OP>
+__device__ __forceinline__ void unary_cast_body(unsigned short* dst, const float* x, long long n, float a, float b) {
+    if (ember_aligned4(x) && ((unsigned long long)dst & 7ull) == 0) {
+        const long long n4 = n >> 2;
+        ember_stream<ember_f4>(
+            n4, [&](long long q) { return reinterpret_cast<const ember_f4*>(x)[q]; },
+            [&](long long q, ember_f4 v) {
+                unsigned int* d = reinterpret_cast<unsigned int*>(dst + 4 * q);
+                d[0] = ember_bf16x2_from_f32(ember_unary(OP, v.x, a, b), ember_unary(OP, v.y, a, b));
+                d[1] = ember_bf16x2_from_f32(ember_unary(OP, v.z, a, b), ember_unary(OP, v.w, a, b));
+            });
+        EMBER_LOOP(long long, i, n - 4 * n4) dst[4 * n4 + i] = ember_bf16_from_f32(ember_unary(OP, x[4 * n4 + i], a, b));
+        return;
+    }
+    EMBER_LOOP(long long, i, n) dst[i] = ember_bf16_from_f32(ember_unary(OP, x[i], a, b));
+}
+
+extern "C" __global__ void __launch_bounds__(256, 6)
+ember_unary_cast_bf16(unsigned short* dst, const float* x, long long n, int op, float a, float b) {
+    switch (op) {
+#define EMBER_UNARY_CASE(K) \
+    case K: unary_cast_body<K>(dst, x, n, a, b); break;
+        EMBER_UNARY_OPS(EMBER_UNARY_CASE)
+#undef EMBER_UNARY_CASE
+    }
+}
+
 template <int OP>
 __device__ __forceinline__ void unary_backward_body(float* dx, const float* dy, const float* x, long long n, float a, float b,
                                                     int acc) {

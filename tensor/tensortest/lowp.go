@@ -120,6 +120,36 @@ func testCast(e *env) {
 	}
 }
 
+// testUnaryCast: UnaryCast (on backends with tensor.UnaryCastBackend) is
+// Unary's float32 result rounded by Cast, bit for bit, for every unary op
+// of the suite (NaN included), on lengths of every remainder mod 4 and an
+// output at an offset of one element (two bytes: the one-at-a-time path).
+func testUnaryCast(e *env) {
+	lb := lowPrecision(e)
+	ub, ok := e.b.(tensor.UnaryCastBackend)
+	if !ok {
+		e.t.Skipf("backend %s has no UnaryCastBackend", e.b.Name())
+	}
+	for _, c := range unaryCases {
+		for _, n := range []int{1, 7, 64, 1030} {
+			for _, off := range []int{0, 1} {
+				e.tcase("%s n=%d dst+%d", c.name, n, off)(func() {
+					src := e.domain(c.dom, n)
+					src[n/2] = float32(math.NaN())
+					x := e.f32("x", src, true)
+					f := e.nanOut("f", n)
+					e.b.Unary(c.op, f.win, tensor.View{Buf: x.win, Strides: []int{1}}, []int{n}, c.a, c.b)
+					want := e.bf16("want", make([]uint16, n), false)
+					lb.Cast(want.win, f.win)
+					got := e.bf16("got", make([]uint16, n+off), false)
+					ub.UnaryCast(c.op, got.win.Slice(off, n), x.win, n, c.a, c.b)
+					exactI(e, c.name, dims(n), e.getH(got)[off:], e.getH(want))
+				})
+			}
+		}
+	}
+}
+
 // testMatMulLowp checks the bfloat16 products with float32 results against
 // float64 products of the same bfloat16 values. A product of two bfloat16
 // values (8-bit significands) is exact in float32, so only float32
