@@ -14,13 +14,15 @@ import (
 // the copy kept, and the forward pass ends holding the copy's bytes less
 // (the GELU's float32 output given back as a Sequential does). An input
 // whose maker keeps neither (a sum reads nothing) still has its copy
-// kept.
+// kept, and so does one below recastMin elements.
 func TestLinearRecastsHeldInput(t *testing.T) {
 	const batch, rows, in, out = 3, 5, 16, 7
 	type result struct {
 		held   int
 		values [][]float32
 	}
+	defer func(n int) { recastMin = n }(recastMin)
+	recastMin = 0 // these copies are far below the size it takes
 	run := func(recast bool, maker func(*Tensor) *Tensor) result {
 		defer func(v bool) { recastHeld = v }(recastHeld)
 		recastHeld = recast
@@ -76,5 +78,11 @@ func TestLinearRecastsHeldInput(t *testing.T) {
 		if off.held-on.held != c.saved {
 			t.Errorf("%s: after the forward pass %d bytes held making the copy again, %d keeping it: want %d less", c.name, on.held, off.held, c.saved)
 		}
+	}
+	// A copy below recastMin is kept.
+	recastMin = batch*rows*in + 1
+	small, smallKept := run(true, func(x *Tensor) *Tensor { return GELU(x, false) }), run(false, func(x *Tensor) *Tensor { return GELU(x, false) })
+	if small.held != smallKept.held {
+		t.Errorf("an input of %d elements, below %d: %d bytes held, %d keeping the copy: want it kept", batch*rows*in, recastMin, small.held, smallKept.held)
 	}
 }

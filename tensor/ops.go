@@ -143,10 +143,11 @@ func Linear(x, w, b *Tensor) *Tensor {
 	// which it keeps.
 	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
 	var remake *unaryRecipe
-	if p.lowp() && recastHeld {
+	again := p.lowp() && recastHeld && x.Len() >= recastMin
+	if again {
 		remake = unaryMaker(x)
 	}
-	recastX := p.lowp() && recastHeld && (remake != nil || heldByMaker(x))
+	recastX := again && (remake != nil || heldByMaker(x))
 	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
 		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
 		if b != nil {
@@ -183,10 +184,17 @@ func Linear(x, w, b *Tensor) *Tensor {
 	return out
 }
 
-// recastHeld lets Linear cast again, in its backward pass, an input that
-// its maker keeps (heldByMaker) instead of keeping a bfloat16 copy; off
-// only in tests that compare the two.
+// recastHeld lets Linear make again, in its backward pass, the bfloat16
+// copy of an input that its maker keeps (heldByMaker) or that a unary
+// function made (unaryMaker), instead of keeping it; off only in tests
+// that compare the two.
 var recastHeld = true
+
+// recastMin is the fewest elements of an input whose copy Linear makes
+// again rather than keeps (1 MiB of bfloat16): below it the extra launch
+// costs a step more than the memory is worth (an MLP at batch 64 took 4%
+// longer an epoch making its 128 KiB copies again). A variable for tests.
+var recastMin = 1 << 19
 
 // heldByMaker reports whether the operation that made x's memory (seen
 // through reshapes) reads that memory in its backward pass. That pass
