@@ -351,22 +351,23 @@ func attention64(q, k, v, g, mask []float64, bh, T, S, D int, causal bool, scale
 // TestRecordedAttentionStrided runs the packed attention and the attention
 // of permuted views forward and backward on the recorder (which checks
 // every launch against its kernel's C signature): the fused kernels run,
-// float32 and under autocast the bfloat16 ones for D = 64, and the packed
-// attention launches no strided copy either way.
+// float32 and under autocast the bfloat16 ones for D = 64 (the packed
+// attention's from one bfloat16 copy of its input, the bf16h kernels), and
+// the packed attention launches no strided copy either way.
 func TestRecordedAttentionStrided(t *testing.T) {
 	b, rec := newRecordingBackend(t)
 	for _, c := range []struct {
-		dt     tensor.DType
-		d      int
-		prefix string
-	}{{tensor.Float32, 16, "ember_attention_"}, {tensor.BFloat16, 64, "ember_attention_bf16_"}} {
+		dt             tensor.DType
+		d              int
+		packed, prefix string
+	}{{tensor.Float32, 16, "ember_attention_", "ember_attention_"}, {tensor.BFloat16, 64, "ember_attention_bf16h_", "ember_attention_bf16_"}} {
 		s := tensor.NewScope()
 		s.SetAutocast(c.dt)
 		qkv := tensor.Zeros(b, s, 2, 5, 3, 3, c.d).SetRequiresGrad(true)
 		rec.reset()
 		tensor.Sum(tensor.ScaledDotProductAttentionPacked(qkv, true, 0, 0, nil).Reshape(2, 5, 3*c.d)).Backward()
 		for _, k := range []string{"fwd", "dq", "dkv"} {
-			name := fmt.Sprintf("%s%s_d%d", c.prefix, k, c.d)
+			name := fmt.Sprintf("%s%s_d%d", c.packed, k, c.d)
 			if rec.launches[name] != 1 {
 				t.Errorf("%v packed: %d launches of %s, want 1 (launches %v)", c.dt, rec.launches[name], name, rec.launches)
 			}
@@ -387,5 +388,69 @@ func TestRecordedAttentionStrided(t *testing.T) {
 			t.Errorf("Synchronize: %v", err)
 		}
 		s.Release()
+	}
+}
+
+// withoutBF16Inputs is the backend with its attention taking float32 q, k
+// and v only.
+type withoutBF16Inputs struct{ *Backend }
+
+func (withoutBF16Inputs) AttentionTakesBF16(tensor.AttentionShape) bool { return false }
+
+// TestGPUAttentionBF16InputsSameBits: under autocast the packed attention
+// reads q, k and v from one bfloat16 copy of its input (the bf16h kernels)
+// and gives the same bits, output and gradients, as the kernels that round
+// the float32 input as they load it: the GPT's layout (T no multiple of
+// the 64-row tiles), causal, with dropout from a Generator and a
+// DeviceGenerator and without.
+func TestGPUAttentionBF16InputsSameBits(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	if !b.AttentionTakesBF16(tensor.AttentionShape{D: 64, BFloat16: true}) {
+		t.Skip("no bfloat16-input attention kernels on this device")
+	}
+	const bsz, T, H, D = 2, 130, 3, 64
+	rng := rand.New(rand.NewPCG(41, uint64(time.Now().UnixNano())))
+	host := make([]float32, bsz*T*3*H*D)
+	for i := range host {
+		host[i] = float32(rng.NormFloat64())
+	}
+	weights := make([]float32, bsz*T*H*D)
+	for i := range weights {
+		weights[i] = float32(rng.NormFloat64())
+	}
+	for _, c := range []struct {
+		p      float32
+		device bool
+	}{{0, false}, {0.2, false}, {0.2, true}} {
+		run := func(be tensor.Backend) (out, grad []float32) {
+			s := tensor.NewScope()
+			defer s.Release()
+			s.SetAutocast(tensor.BFloat16)
+			x := tensor.FromFloat32(be, s, host, bsz, T, 3, H, D).SetRequiresGrad(true)
+			var src tensor.RandomSource
+			switch {
+			case c.p == 0:
+			case c.device:
+				gen := tensor.NewDeviceGenerator(be, 7)
+				defer gen.Release()
+				src = gen
+			default:
+				src = tensor.NewGenerator(7)
+			}
+			y := tensor.ScaledDotProductAttentionPacked(x, true, 0, c.p, src)
+			tensor.Sum(tensor.Mul(y, tensor.FromFloat32(be, s, weights, bsz, T, H, D))).Backward()
+			return y.Float32s(), x.Grad().Float32s()
+		}
+		gotOut, gotGrad := run(b)
+		wantOut, wantGrad := run(withoutBF16Inputs{b})
+		for _, r := range []struct {
+			name      string
+			got, want []float32
+		}{{"output", gotOut, wantOut}, {"gradient", gotGrad, wantGrad}} {
+			if !sameBits(r.got, r.want) {
+				i := firstDiff(r.got, r.want)
+				t.Errorf("p %g device %v: %s[%d] %g from the bfloat16 copy, %g from float32: want the same bits", c.p, c.device, r.name, i, r.got[i], r.want[i])
+			}
+		}
 	}
 }

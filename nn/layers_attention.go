@@ -62,7 +62,8 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 	// and v in place and writes [B, T, H, D], whose merge of the heads is
 	// a free reshape (and the backward pass one gradient of the
 	// projection), where the backend has a fused attention.
-	qkv := a.QKV.Forward(x).Reshape(bsz, t, 3, h, c/h)
+	lin := a.QKV.Forward(x)
+	qkv := lin.Reshape(bsz, t, 3, h, c/h)
 	var p float32
 	var src tensor.RandomSource
 	if d := a.AttnDrop; d != nil && d.Training() && d.P > 0 {
@@ -72,6 +73,9 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 		}
 	}
 	y := tensor.ScaledDotProductAttentionPacked(qkv, a.Causal, 0, p, src)
+	// Under autocast the fused attention may keep a bfloat16 copy of qkv
+	// instead of qkv itself, which then goes back now.
+	tensor.ReleaseInputs(y, lin, qkv)
 	return a.Proj.Forward(y.Reshape(bsz, t, c))
 }
 

@@ -76,7 +76,8 @@ type AttentionDropout struct {
 // ScaledDotProductAttention[Dropout] uses where AttentionSupported allows
 // and composes from BatchMatMul, Softmax and Dropout elsewhere. q, out,
 // dout and dq are [Heads, T, D], k, v, dk and dv [Heads, S, D], all
-// float32, laid out as AttentionShape's layouts say (dense by default);
+// float32 (q, k and v may be BFloat16 where AttentionBF16InputsBackend
+// says so), laid out as AttentionShape's layouts say (dense by default);
 // each buffer starts at its tensor's first element.
 type AttentionBackend interface {
 	// AttentionSupported reports whether the fused kernels take heads of
@@ -95,4 +96,16 @@ type AttentionBackend interface {
 	// state into saved and then advances state's offset by blocks: saved
 	// holds the draw of one fused call for its forward and backward pass.
 	AttentionTakeState(saved, state Buffer, blocks uint64)
+}
+
+// AttentionBF16InputsBackend is implemented by backends whose fused
+// attention under autocast (AttentionShape.BFloat16) also takes q, k and v
+// as BFloat16 buffers, giving what it gives for their float32 values
+// (which it rounds to bfloat16 as a cast does). The packed attention then
+// keeps one bfloat16 copy of its input for the backward pass instead of the
+// float32 input, half the bytes.
+type AttentionBF16InputsBackend interface {
+	// AttentionTakesBF16 reports whether AttentionForward and
+	// AttentionBackward take BFloat16 q, k and v for calls of sh.
+	AttentionTakesBF16(sh AttentionShape) bool
 }

@@ -397,20 +397,41 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 		return attention(head(0), head(1), head(2), causal, scale, p, gen).Permute(0, 2, 1, 3)
 	}
 	x := qkv
-	// q, k or v as [B, H, T, D] (views that are not recorded).
-	view := func(i int) *Tensor {
-		st := x.strides
-		return x.view(x.off+i*st[2], []int{b, h, t, d}, []int{st[0], st[3], st[1], st[4]})
+	// q, k or v of src as [B, H, T, D] (views that are not recorded; the
+	// checks' are not counted as holders).
+	viewOf := func(src *Tensor, i int, counted bool) *Tensor {
+		st := src.strides
+		off, shape, strides := src.off+i*st[2], []int{b, h, t, d}, []int{st[0], st[3], st[1], st[4]}
+		if counted {
+			return src.view(off, shape, strides)
+		}
+		return src.rawView(off, shape, strides)
 	}
-	if !attentionStrides(view(0)) || !attentionStrides(view(1)) || !attentionStrides(view(2)) {
+	if !attentionStrides(viewOf(x, 0, false)) || !attentionStrides(viewOf(x, 1, false)) || !attentionStrides(viewOf(x, 2, false)) {
 		x = x.Contiguous()
 	}
 	a := AttentionShape{Heads: b * h, T: t, S: t, D: d, Causal: causal, Scale: scale, Inner: h}
-	var q, k, v *Tensor
-	q, a.Q = attentionOperand(view(0), h)
-	k, a.K = attentionOperand(view(1), h)
-	v, a.V = attentionOperand(view(2), h)
 	be := x.st.b
+	// Under autocast, where the backend takes bfloat16 q, k and v, they are
+	// read from one bfloat16 copy of x, which the backward pass keeps
+	// instead of x: the same results (the kernels round x as the cast
+	// does), half the bytes, and x may go back once the caller is done
+	// with it (ReleaseInputs).
+	src := x
+	var xh *Tensor
+	if bb, ok := ab.(AttentionBF16InputsBackend); ok && x.scope.Autocast() == BFloat16 && x.IsContiguous() {
+		probe := a
+		probe.BFloat16 = true
+		if lp, ok := be.(LowPrecisionBackend); ok && bb.AttentionTakesBF16(probe) {
+			xh = newTensor(be, BFloat16, x.scope, x.shape...)
+			lp.Cast(xh.buffer(), x.buffer())
+			src = xh
+		}
+	}
+	var q, k, v *Tensor
+	q, a.Q = attentionOperand(viewOf(src, 0, xh == nil), h)
+	k, a.K = attentionOperand(viewOf(src, 1, xh == nil), h)
+	v, a.V = attentionOperand(viewOf(src, 2, xh == nil), h)
 	out := Empty(be, x.scope, b, t, h, d)
 	a.O = AttentionLayout{Group: t * h * d, Head: d, Row: h * d}
 	run := attentionRun(ab, q, k, v, out, a, p, gen)
@@ -422,7 +443,10 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 		run.backward(gv, buf, buf.Slice(hd, buf.Len-hd), buf.Slice(2*hd, buf.Len-2*hd), l, l, l)
 		e.give(x, dx)
 	}, x)
-	saveFor(out, run.lse, run.saved)
+	saveFor(out, run.lse, run.saved, xh)
+	if xh != nil {
+		readsNot(out, false, x) // its bfloat16 copy is what it reads
+	}
 	return out
 }
 

@@ -295,12 +295,29 @@ func heldInternally(t *Tensor) *Tensor {
 // input): a float32 activation that only autocast products, additions and
 // dropouts took, each keeping what its backward pass needs, as PyTorch
 // frees one whose last reference goes. It reports whether it freed in.
-func ReleaseInput(in, out *Tensor) bool {
-	if in == nil || in == out || (out != nil && out.st == in.st) || (in.node == nil && in.requiresGrad) {
+func ReleaseInput(in, out *Tensor) bool { return ReleaseInputs(out, in) }
+
+// ReleaseInputs is ReleaseInput for memory the caller holds through several
+// tensors, ins: an input and the views of it that the caller made (a
+// reshape) and hands to no one, none of which it will read again. The
+// memory goes when those are all its holders and ReleaseInput's other
+// conditions hold.
+func ReleaseInputs(out *Tensor, ins ...*Tensor) bool {
+	var st *storage
+	var holders []*Tensor
+	for _, in := range ins {
+		if in == nil || in == out || (st != nil && in.st != st) || (in.node == nil && in.requiresGrad) {
+			return false
+		}
+		st = in.st
+		if !slices.Contains(holders, in) {
+			holders = append(holders, in)
+		}
+	}
+	if st == nil || (out != nil && out.st == st) {
 		return false
 	}
-	st := in.st
-	if st.refs-int(st.internal.Load()) != 1 || !releasing(st) {
+	if st.refs-int(st.internal.Load()) != len(holders) || !releasing(st) {
 		return false
 	}
 	if st.readers.Load() > 0 { // an operation recorded in any scope may read it

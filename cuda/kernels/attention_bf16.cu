@@ -79,44 +79,54 @@ __device__ __forceinline__ unsigned int ember_attb_pack(float lo, float hi) {
 __device__ __forceinline__ float ember_attb_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float ember_attb_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
-// A fragments of rows row0..row0+15 of src [n, D] (float32, rows ld apart), rounded to
-// bfloat16: a[kk] covers columns 16kk..16kk+15. Rows past n are 0.
-template <int D>
-__device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], const float* src, long long ld, int row0,
+// Two and four consecutive operand values as bfloat16 pairs: float32 ones
+// rounded as they are loaded, or bfloat16 ones (q, k and v already cast,
+// which rounds the same way) as they are. p is 8- or 16-byte aligned.
+__device__ __forceinline__ unsigned int ember_attb_pair(const float* p) {
+    const ember_f2 x = *reinterpret_cast<const ember_f2*>(p);
+    return ember_attb_pack(x.x, x.y);
+}
+__device__ __forceinline__ unsigned int ember_attb_pair(const unsigned short* p) {
+    return *reinterpret_cast<const unsigned int*>(p);
+}
+__device__ __forceinline__ ember_attb_u2 ember_attb_quad(const float* p) {
+    const ember_f4 x = *reinterpret_cast<const ember_f4*>(p);
+    ember_attb_u2 w;
+    w.x = ember_attb_pack(x.x, x.y);
+    w.y = ember_attb_pack(x.z, x.w);
+    return w;
+}
+__device__ __forceinline__ ember_attb_u2 ember_attb_quad(const unsigned short* p) {
+    return *reinterpret_cast<const ember_attb_u2*>(p);
+}
+
+// A fragments of rows row0..row0+15 of src [n, D] (float32, rounded to
+// bfloat16, or bfloat16; rows ld apart): a[kk] covers columns
+// 16kk..16kk+15. Rows past n are 0.
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_load_a(unsigned int a[D / 16][4], const In* src, long long ld, int row0,
                                                   int n) {
     const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int ra = row0 + g, rb = row0 + g + 8;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const int c = 16 * kk + 2 * t;
-        ember_f2 x0 = {0.f, 0.f}, x1 = x0, x2 = x0, x3 = x0;
-        if (ra < n) {
-            x0 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * ld + c);
-            x2 = *reinterpret_cast<const ember_f2*>(src + (long long)ra * ld + c + 8);
-        }
-        if (rb < n) {
-            x1 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * ld + c);
-            x3 = *reinterpret_cast<const ember_f2*>(src + (long long)rb * ld + c + 8);
-        }
-        a[kk][0] = ember_attb_pack(x0.x, x0.y);
-        a[kk][1] = ember_attb_pack(x1.x, x1.y);
-        a[kk][2] = ember_attb_pack(x2.x, x2.y);
-        a[kk][3] = ember_attb_pack(x3.x, x3.y);
+        a[kk][0] = ra < n ? ember_attb_pair(src + (long long)ra * ld + c) : 0u;
+        a[kk][1] = rb < n ? ember_attb_pair(src + (long long)rb * ld + c) : 0u;
+        a[kk][2] = ra < n ? ember_attb_pair(src + (long long)ra * ld + c + 8) : 0u;
+        a[kk][3] = rb < n ? ember_attb_pair(src + (long long)rb * ld + c + 8) : 0u;
     }
 }
 
 // dst[r][c] (row stride D + 8) = bfloat16(src[(row0 + r)·ld + c]) for the BN
-// rows of a tile, 0 past row n (ld a multiple of 4: 16-byte loads).
-template <int D>
-__device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const float* src, long long ld, int row0, int n) {
+// rows of a tile, 0 past row n (ld a multiple of 4: 16- or 8-byte loads).
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const In* src, long long ld, int row0, int n) {
     constexpr int LD = D + 8, BN = EMBER_ATTB_BN;
     for (int idx = threadIdx.x; idx < BN * D / 4; idx += EMBER_ATTB_NT) {
         const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-        ember_f4 x = {0.f, 0.f, 0.f, 0.f};
-        if (row0 + r < n) x = *reinterpret_cast<const ember_f4*>(src + (long long)(row0 + r) * ld + c);
-        ember_attb_u2 w;
-        w.x = ember_attb_pack(x.x, x.y);
-        w.y = ember_attb_pack(x.z, x.w);
+        ember_attb_u2 w = {0u, 0u};
+        if (row0 + r < n) w = ember_attb_quad(src + (long long)(row0 + r) * ld + c);
         *reinterpret_cast<ember_attb_u2*>(dst + r * LD + c) = w;
     }
 }
@@ -235,8 +245,8 @@ __device__ __forceinline__ unsigned int ember_attb_keep_kq(long long bh, int T, 
 
 // Forward: out [BH, T, D] and lse [BH, T] (natural log-sum-exp of each
 // row's scaled, masked scores, before dropout), as ember_att_fwd.
-template <int D>
-__device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In* q, const In* k, const In* v,
                                                int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset, int H,
                                                ember_att_lay lo, ember_att_lay lq, ember_att_lay lk, ember_att_lay lv) {
@@ -362,8 +372,8 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const flo
 // dQ: a block per 64 queries. It first sets delta[t] = Σ_c bf16(dO[t][c])·
 // O[t][c] for its rows (read by the dK/dV kernel, launched after it).
 // dq = scale·Σ_s bf16(dS)·k with dS = P·(M·dO·vᵀ - delta).
-template <int D>
-__device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const float* q, const float* k, const float* v,
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In* q, const In* k, const In* v,
                                               const float* o, const float* lse, const float* dout, int BH, int T, int S,
                                               int causal, float scale, float keep, float dscale, const int* stateOrNull,
                                               long long seed, long long offset, int H, ember_att_lay ldq,
@@ -486,8 +496,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const flo
 // dK and dV: a block per 64 keys, over the tiles of queries that see them.
 // dv = Σ_t bf16(M·P)·dO, dk = scale·Σ_t bf16(dS)·q, computed transposed
 // (keys as the rows of every product).
-template <int D>
-__device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q, const In* k, const In* v,
                                                const float* lse, const float* delta, const float* dout, int BH, int T,
                                                int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset, int H,
@@ -620,6 +630,37 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dkv_d64(
     float* dk, float* dv, const float* q, const float* k, const float* v, const float* lse, const float* delta,
+    const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
+    long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
+    long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
+    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow) {
+    ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
+                       offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
+                       {vg, vh, vrow}, {dog, doh, dorow});
+}
+
+// The same with q, k and v bfloat16 (cast by the caller, which rounds them
+// as the float32 kernels do as they load them: the same bits).
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_fwd_d64(
+    float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int BH, int T, int S, int causal,
+    float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset, int H, long long og,
+    long long oh, long long orow, long long qg, long long qh, long long qrow, long long kg, long long kh, long long krow,
+    long long vg, long long vh, long long vrow) {
+    ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
+                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
+}
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_dq_d64(
+    float* dq, float* delta, const unsigned short* q, const unsigned short* k, const unsigned short* v, const float* o, const float* lse,
+    const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
+    long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
+    long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
+    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow) {
+    ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
+                      offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
+                      {dog, doh, dorow});
+}
+extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_dkv_d64(
+    float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v, const float* lse, const float* delta,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
     long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
     long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,

@@ -113,7 +113,8 @@ struct Layouts {
     }
     long long at(Lay l, int bh, int r, int c) const { return bh / H * l.group + bh % H * l.head + (long long)r * l.row + c; }
     // to writes dense x [BH, rows, D] into buf at off through l.
-    void to(std::vector<float>& buf, long long off, Lay l, int rows, const std::vector<float>& x) const {
+    template <class E>
+    void to(std::vector<E>& buf, long long off, Lay l, int rows, const std::vector<E>& x) const {
         for (int bh = 0; bh < BH; bh++)
             for (int r = 0; r < rows; r++)
                 for (int c = 0; c < D; c++) buf[off + at(l, bh, r, c)] = x[((long long)bh * rows + r) * D + c];
@@ -129,16 +130,30 @@ struct Layouts {
 
 static const float kSentinel = 1234.5f;
 
+// sentinelOf is kSentinel as an element of a buffer of E (a float, or
+// the bfloat16 bits of the packed inputs of the bf16h kernels).
+template <class E> static E sentinelOf();
+template <> float sentinelOf<float>() { return kSentinel; }
+template <> unsigned short sentinelOf<unsigned short>() { return (unsigned short)ember_host_bf16(kSentinel); }
+
+// bf16Of is x rounded to bfloat16 bits (ties to even), as a cast does.
+static std::vector<unsigned short> bf16Of(const std::vector<float>& x) {
+    std::vector<unsigned short> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = (unsigned short)ember_host_bf16(x[i]);
+    return r;
+}
+
 // untouched counts the sentinels of buf that the kernels overwrote: the
 // elements of no tensor at the offsets offs of the layouts ls.
-static int untouched(const Layouts& L, const std::vector<float>& buf, std::vector<std::pair<long long, Lay>> views, int rows) {
+template <class E>
+static int untouched(const Layouts& L, const std::vector<E>& buf, std::vector<std::pair<long long, Lay>> views, int rows) {
     std::vector<bool> mine(buf.size());
     for (auto& [off, l] : views)
         for (int bh = 0; bh < L.BH; bh++)
             for (int r = 0; r < rows; r++)
                 for (int c = 0; c < L.D; c++) mine[off + L.at(l, bh, r, c)] = true;
     int bad = 0;
-    for (size_t i = 0; i < buf.size(); i++) bad += !mine[i] && buf[i] != kSentinel;
+    for (size_t i = 0; i < buf.size(); i++) bad += !mine[i] && buf[i] != sentinelOf<E>();
     return bad;
 }
 
@@ -147,9 +162,9 @@ static int untouched(const Layouts& L, const std::vector<float>& buf, std::vecto
 // they wrote.
 struct Run { std::vector<float> out, dq, dk, dv; int stray; };
 
-template <class F, class Q, class KV>
+template <class E, class F, class Q, class KV>
 static Run runLaid(const Layouts& L, int fwdRows, int fwdNT, int bwdRows, int bwdNT, F fwd, Q dqk, KV dkv,
-                   const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                   const std::vector<E>& q, const std::vector<E>& k, const std::vector<E>& v,
                    const std::vector<float>& g, bool causal, float scale, float keep, float dscale, const int* st,
                    long long sd, long long of) {
     const int BH = L.BH, T = L.T, S = L.S, D = L.D;
@@ -163,9 +178,10 @@ static Run runLaid(const Layouts& L, int fwdRows, int fwdNT, int bwdRows, int bw
         res.stray = 0;
         return res;
     }
-    std::vector<float> qkv(L.qkvLen, kSentinel), gb(L.oLen), ob(L.oLen, kSentinel), dqkv(L.qkvLen, kSentinel);
+    std::vector<E> qkv(L.qkvLen, sentinelOf<E>());
+    std::vector<float> gb(L.oLen), ob(L.oLen, kSentinel), dqkv(L.qkvLen, kSentinel);
     L.to(qkv, 0, L.q, T, q), L.to(qkv, L.koff, L.k, S, k), L.to(qkv, L.voff, L.v, S, v), L.to(gb, 0, L.o, T, g);
-    const float *pq = qkv.data(), *pk = qkv.data() + L.koff, *pv = qkv.data() + L.voff;
+    const E *pq = qkv.data(), *pk = qkv.data() + L.koff, *pv = qkv.data() + L.voff;
     launch((T + fwdRows - 1) / fwdRows * BH, fwdNT, [&] { fwd(ob.data(), lse.data(), pq, pk, pv, BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.o), LA(L.q), LA(L.k), LA(L.v)); });
     launch((T + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dqk(dqkv.data(), delta.data(), pq, pk, pv, ob.data(), lse.data(), gb.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.q), LA(L.q), LA(L.k), LA(L.v), LA(L.o), LA(L.o)); });
     launch((S + bwdRows - 1) / bwdRows * BH, bwdNT, [&] { dkv(dqkv.data() + L.koff, dqkv.data() + L.voff, pq, pk, pv, lse.data(), delta.data(), gb.data(), BH, T, S, causal, scale, keep, dscale, st, sd, of, L.H, LA(L.k), LA(L.v), LA(L.q), LA(L.k), LA(L.v), LA(L.o)); });
@@ -210,17 +226,22 @@ static int bf16Cases() {
         Layouts L(c.BH, c.T, c.S, D, c.H);
         Run run = runLaid(L, 64, 128, 64, 128, ember_attention_bf16_fwd_d64, ember_attention_bf16_dq_d64, ember_attention_bf16_dkv_d64,
                           q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
+        // The same with q, k and v cast to bfloat16 first (the bf16h
+        // kernels): the same bits.
+        Run runh = runLaid(L, 64, 128, 64, 128, ember_attention_bf16h_fwd_d64, ember_attention_bf16h_dq_d64,
+                           ember_attention_bf16h_dkv_d64, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep, dscale, st, sd, of);
+        const bool same = runh.out == run.out && runh.dq == run.dq && runh.dk == run.dk && runh.dv == run.dv && runh.stray == 0;
         auto &out = run.out, &dq = run.dq, &dk = run.dk, &dv = run.dv;
         std::vector<double> ro, rq, rk, rv, fo, fq, fk, fv;
         ref(c.BH, c.T, c.S, D, c.causal, scale, keep, dscale, seed, off, rounded(q), rounded(k), rounded(v), rounded(g), ro, rq, rk, rv, true);
         ref(c.BH, c.T, c.S, D, c.causal, scale, keep, dscale, seed, off, q, k, v, g, fo, fq, fk, fv);
         double e[4] = {err(out, ro), err(dq, rq), err(dk, rk), err(dv, rv)};
         double f[4] = {err(out, fo), err(dq, fq), err(dk, fk), err(dv, fv)};
-        bool ok = e[3] < 1e-4 && run.stray == 0;
+        bool ok = e[3] < 1e-4 && run.stray == 0 && same;
         for (int i = 0; i < 4; i++) ok = ok && e[i] < 1e-2 && f[i] < 3e-2;
         fails += !ok;
-        printf("%s bf16 BH %d T %d S %d D %d causal %d p %.1f state %d packed H %d (stray writes %d): rounded out %.2e dq %.2e dk %.2e dv %.2e; float64 out %.2e dq %.2e dk %.2e dv %.2e\n",
-               ok ? "ok  " : "FAIL", c.BH, c.T, c.S, D, c.causal, c.p, c.state, c.H, run.stray, e[0], e[1], e[2], e[3], f[0], f[1], f[2], f[3]);
+        printf("%s bf16 BH %d T %d S %d D %d causal %d p %.1f state %d packed H %d (stray writes %d, bfloat16 inputs: %s): rounded out %.2e dq %.2e dk %.2e dv %.2e; float64 out %.2e dq %.2e dk %.2e dv %.2e\n",
+               ok ? "ok  " : "FAIL", c.BH, c.T, c.S, D, c.causal, c.p, c.state, c.H, run.stray, same ? "the same bits" : "DIFFER", e[0], e[1], e[2], e[3], f[0], f[1], f[2], f[3]);
     }
     return fails;
 }
