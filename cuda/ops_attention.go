@@ -23,27 +23,34 @@ const attnBF16Rows, attnBF16Threads = 64, 128
 // attnBF16 reports whether a call takes the bfloat16 tensor-core kernels
 // (compiled for sm_80 and later only).
 func (b *Backend) attnBF16(sh tensor.AttentionShape) bool {
-	return sh.BFloat16 && sh.D == 64 && b.hasKernel("ember_attention_bf16_fwd_d64")
+	return sh.BFloat16 && sh.D == 64 && b.hasKernel(attnBF16Kernels[0][0])
 }
 
 // AttentionTakesBF16 implements tensor.AttentionBF16InputsBackend: the
 // tensor-core kernels take q, k and v as bfloat16 (ember_attention_bf16h_*,
 // which read what the float32 ones round as they load: the same bits).
 func (b *Backend) AttentionTakesBF16(sh tensor.AttentionShape) bool {
-	return b.attnBF16(sh) && b.hasKernel("ember_attention_bf16h_fwd_d64")
+	return b.attnBF16(sh) && b.hasKernel(attnBF16Kernels[1][0])
 }
 
-// attnInputs are the pointers of q, k and v and the prefix of the
-// tensor-core kernels' names for their element type: float32 ones, or
-// bfloat16 ones where AttentionTakesBF16 allows.
-func (b *Backend) attnInputs(op string, sh tensor.AttentionShape, q, k, v tensor.Buffer) (pq, pk, pv uintptr, prefix string) {
+// attnBF16Kernels are the tensor-core kernels (forward, dQ, dK/dV) for
+// float32 q, k and v, and for bfloat16 ones.
+var attnBF16Kernels = [2][3]string{
+	{"ember_attention_bf16_fwd_d64", "ember_attention_bf16_dq_d64", "ember_attention_bf16_dkv_d64"},
+	{"ember_attention_bf16h_fwd_d64", "ember_attention_bf16h_dq_d64", "ember_attention_bf16h_dkv_d64"},
+}
+
+// attnInputs are the pointers of q, k and v and the tensor-core kernels for
+// their element type: float32 ones, or bfloat16 ones where
+// AttentionTakesBF16 allows.
+func (b *Backend) attnInputs(op string, sh tensor.AttentionShape, q, k, v tensor.Buffer) (pq, pk, pv uintptr, kernels [3]string) {
 	if q.DType != tensor.BFloat16 {
-		return b.f32(op, q), b.f32(op, k), b.f32(op, v), "ember_attention_bf16_"
+		return b.f32(op, q), b.f32(op, k), b.f32(op, v), attnBF16Kernels[0]
 	}
 	if !b.AttentionTakesBF16(sh) {
 		panic(fmt.Sprintf("cuda: %s: bfloat16 q, k and v for heads of %d (bfloat16 %v): only the tensor-core kernels take them", op, sh.D, sh.BFloat16))
 	}
-	return b.ptr(op, q, tensor.BFloat16), b.ptr(op, k, tensor.BFloat16), b.ptr(op, v, tensor.BFloat16), "ember_attention_bf16h_"
+	return b.ptr(op, q, tensor.BFloat16), b.ptr(op, k, tensor.BFloat16), b.ptr(op, v, tensor.BFloat16), attnBF16Kernels[1]
 }
 
 // AttentionSupported reports the head dimensions of the fused kernels
@@ -134,12 +141,12 @@ func attnLayoutArgs(sh tensor.AttentionShape, names ...string) []any {
 func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.AttentionShape, drop tensor.AttentionDropout) {
 	const op = "attention"
 	tail := b.attnArgs(op, sh, drop, map[string]tensor.Buffer{"out": out, "lse": lse, "q": q, "k": k, "v": v})
-	pq, pk, pv, prefix := b.attnInputs(op, sh, q, k, v)
+	pq, pk, pv, kernels := b.attnInputs(op, sh, q, k, v)
 	args := append([]any{b.f32(op, out), b.f32(op, lse), pq, pk, pv}, tail...)
 	args = append(args, attnLayoutArgs(sh, "out", "q", "k", "v")...)
 	if b.attnBF16(sh) {
 		grid := (sh.T + attnBF16Rows - 1) / attnBF16Rows * sh.Heads
-		b.launchGrid(op, b.kernel(prefix+"fwd_d64"), grid, attnBF16Threads, args...)
+		b.launchGrid(op, b.kernel(kernels[0]), grid, attnBF16Threads, args...)
 		return
 	}
 	grid := (sh.T + attnFwdRows - 1) / attnFwdRows * sh.Heads
@@ -156,7 +163,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 	ws := b.workspace(op, 4*sh.Heads*sh.T)
 	defer b.release(ws)
 	delta := uintptr(ws.Ptr())
-	pq, pk, pv, prefix := b.attnInputs(op, sh, q, k, v)
+	pq, pk, pv, kernels := b.attnInputs(op, sh, q, k, v)
 	pl, pg := b.f32(op, lse), b.f32(op, dout)
 	dqArgs := append(append([]any{b.f32(op, dq), delta, pq, pk, pv, b.f32(op, out), pl, pg}, tail...),
 		attnLayoutArgs(sh, "dq", "q", "k", "v", "out", "dout")...)
@@ -164,8 +171,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 		attnLayoutArgs(sh, "dk", "dv", "q", "k", "v", "dout")...)
 	if b.attnBF16(sh) {
 		rows := attnBF16Rows
-		b.launchGrid(op, b.kernel(prefix+"dq_d64"), (sh.T+rows-1)/rows*sh.Heads, attnBF16Threads, dqArgs...)
-		b.launchGrid(op, b.kernel(prefix+"dkv_d64"), (sh.S+rows-1)/rows*sh.Heads, attnBF16Threads, dkvArgs...)
+		b.launchGrid(op, b.kernel(kernels[1]), (sh.T+rows-1)/rows*sh.Heads, attnBF16Threads, dqArgs...)
+		b.launchGrid(op, b.kernel(kernels[2]), (sh.S+rows-1)/rows*sh.Heads, attnBF16Threads, dkvArgs...)
 		return
 	}
 	grid := (sh.T + attnBwdRows - 1) / attnBwdRows * sh.Heads
