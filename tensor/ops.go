@@ -143,7 +143,9 @@ func Linear(x, w, b *Tensor) *Tensor {
 	// which it keeps.
 	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
 	var remake *unaryRecipe
-	again := p.lowp() && recastHeld && x.Len() >= recastMin
+	// Not inside a Recompute's runs: the first keeps nothing but its
+	// result, and the second's copies are read as soon as they are made.
+	again := p.lowp() && recastHeld && x.Len() >= recastMin && out.scope.run == nil
 	if again {
 		remake = unaryMaker(x)
 	}
