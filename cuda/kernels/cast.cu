@@ -204,22 +204,10 @@ extern "C" __global__ void ember_to_nhwc_slab_bf16(unsigned short* h, const floa
     const int cp = C * P, ld = C + 1;
     for (int s = blockIdx.x; s < n; s += gridDim.x) {
         const float* x = src + (long long)s * cp;
-        for (int i0 = threadIdx.x; i0 < cp; i0 += EMBER_NHWC_SLAB_U * blockDim.x) {
-            float v[EMBER_NHWC_SLAB_U];
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int i = i0 + u * blockDim.x;
-                v[u] = i < cp ? x[i] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int i = i0 + u * blockDim.x;
-                if (i < cp) {
-                    const int c = (int)ember_divide((unsigned)i, (unsigned)pMul, (unsigned)pShift), p = i - c * P;
-                    tile[p * ld + c] = ember_bf16_from_f32(v[u]);
-                }
-            }
-        }
+        ember_block_each<EMBER_NHWC_SLAB_U, float>(cp, [&](int i) { return x[i]; }, [&](int i, float v) {
+            const int c = (int)ember_divide((unsigned)i, (unsigned)pMul, (unsigned)pShift), p = i - c * P;
+            tile[p * ld + c] = ember_bf16_from_f32(v);
+        });
         __syncthreads();
         unsigned short* o = h + (long long)s * cp;
         for (int j = threadIdx.x; j < cp; j += blockDim.x) {
@@ -238,41 +226,17 @@ extern "C" __global__ void ember_from_nhwc_slab_bf16(float* y, const unsigned sh
     const int cp = C * P, ld = C + 1;
     for (int s = blockIdx.x; s < n; s += gridDim.x) {
         const unsigned short* in = h + (long long)s * cp;
-        for (int j0 = threadIdx.x; j0 < cp; j0 += EMBER_NHWC_SLAB_U * blockDim.x) {
-            unsigned short v[EMBER_NHWC_SLAB_U];
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int j = j0 + u * blockDim.x;
-                v[u] = j < cp ? in[j] : 0;
-            }
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int j = j0 + u * blockDim.x;
-                if (j < cp) {
-                    const int p = (int)ember_divide((unsigned)j, (unsigned)cMul, (unsigned)cShift), c = j - p * C;
-                    tile[p * ld + c] = v[u];
-                }
-            }
-        }
+        ember_block_each<EMBER_NHWC_SLAB_U, unsigned short>(cp, [&](int j) { return in[j]; }, [&](int j, unsigned short v) {
+            const int p = (int)ember_divide((unsigned)j, (unsigned)cMul, (unsigned)cShift), c = j - p * C;
+            tile[p * ld + c] = v;
+        });
         __syncthreads();
         float* o = y + (long long)s * cp;
-        for (int i0 = threadIdx.x; i0 < cp; i0 += EMBER_NHWC_SLAB_U * blockDim.x) {
-            float old[EMBER_NHWC_SLAB_U];
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int i = i0 + u * blockDim.x;
-                old[u] = accumulate && i < cp ? o[i] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < EMBER_NHWC_SLAB_U; u++) {
-                const int i = i0 + u * blockDim.x;
-                if (i < cp) {
-                    const int c = (int)ember_divide((unsigned)i, (unsigned)pMul, (unsigned)pShift), p = i - c * P;
-                    const float v = ember_f32_from_bf16(tile[p * ld + c]);
-                    o[i] = accumulate ? old[u] + v : v;
-                }
-            }
-        }
+        ember_block_each<EMBER_NHWC_SLAB_U, float>(cp, [&](int i) { return accumulate ? o[i] : 0.0f; }, [&](int i, float old) {
+            const int c = (int)ember_divide((unsigned)i, (unsigned)pMul, (unsigned)pShift), p = i - c * P;
+            const float v = ember_f32_from_bf16(tile[p * ld + c]);
+            o[i] = accumulate ? old + v : v;
+        });
         __syncthreads();
     }
 }

@@ -169,21 +169,30 @@ __device__ __forceinline__ void ember_zero(float* dst, int n) {
     for (int t = threadIdx.x; t < n; t += blockDim.x) dst[t] = 0.0f;
 }
 
-// ember_copy copies n contiguous floats.
-__device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) {
-    for (int t0 = threadIdx.x; t0 < n; t0 += EMBER_RT_LOADS * blockDim.x) {
-        float v[EMBER_RT_LOADS];
+// ember_block_each runs use(i, ld(i)) for every i < n, the block's threads
+// striding by blockDim.x, U loads of a thread issued before it uses the
+// first (a block's share of a copy or a transposition, latency hidden by
+// the loads in flight rather than by more threads).
+template <int U, typename V, typename Ld, typename Use>
+__device__ __forceinline__ void ember_block_each(int n, Ld ld, Use use) {
+    for (int i0 = threadIdx.x; i0 < n; i0 += U * blockDim.x) {
+        V v[U];
 #pragma unroll
-        for (int j = 0; j < EMBER_RT_LOADS; j++) {
-            const int t = t0 + j * blockDim.x;
-            v[j] = t < n ? src[t] : 0.0f;
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + u * blockDim.x;
+            if (i < n) v[u] = ld(i);
         }
 #pragma unroll
-        for (int j = 0; j < EMBER_RT_LOADS; j++) {
-            const int t = t0 + j * blockDim.x;
-            if (t < n) dst[t] = v[j];
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + u * blockDim.x;
+            if (i < n) use(i, v[u]);
         }
     }
+}
+
+// ember_copy copies n contiguous floats.
+__device__ __forceinline__ void ember_copy(float* dst, const float* src, int n) {
+    ember_block_each<EMBER_RT_LOADS, float>(n, [&](int t) { return src[t]; }, [&](int t, float v) { dst[t] = v; });
 }
 
 // ember_copy_run copies the first min(n, EMBER_RT_LOADS) floats of s to d,
