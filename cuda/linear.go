@@ -60,14 +60,19 @@ func (b *Backend) tiledLinear(n, in, out int) bool {
 
 // The backend's counters (tileCounters), in this order: ltCounters for
 // split sums without clusters, linear_xent's count of blocks (narrow.go),
-// then the register-tiled input gradient's queue of images (conv_rt.go).
+// the register-tiled input gradient's queue of images (conv_rt.go), then
+// the reductions' counts of blocks done (ops_reduce.go): Sum's, and one
+// per channel of the per-channel sums. The reductions run on the main
+// stream only, so no two kernels in flight share a counter.
 const (
 	xentDone = ltCounters
 	// rtQueue: one counter per group of 4 input channels, up to
 	// rtQueueGroups, then the count of blocks done (ember_image_queue).
 	rtQueue       = xentDone + 1
 	rtQueueGroups = 64
-	counterSlots  = rtQueue + rtQueueGroups + 1
+	sumDone       = rtQueue + rtQueueGroups + 1
+	chanDone      = sumDone + 1
+	counterSlots  = chanDone + chanWave
 )
 
 // allocTileCounters gives the backend its counters: zeroed once here, and

@@ -114,6 +114,10 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 	case inner == 1 && n >= rowBlockMin:
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		b.launchGrid(name, b.kernel("ember_reduce_rows_block"), min(outer, maxGrid), blockSize, args...)
+	case inner == 1 && (op == tensor.ReduceSum || op == tensor.ReduceMean) && n%4 == 0 && aligned16(px):
+		warps := blockSize / 32
+		b.launchGrid(name, b.kernel("ember_reduce_rows_sum4"), min((outer+warps-1)/warps, maxGrid), blockSize,
+			pf, px, int64(outer), int64(n), int32(op), flag(accumulate))
 	case inner == 1:
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		warps := blockSize / 32
@@ -154,9 +158,37 @@ func chanSplits(channels, per int) (splits, chunk int) {
 	return (per + chunk - 1) / chunk, chunk
 }
 
+// Rows of at least chanRowsMin floats (a multiple of 4, 16-byte aligned)
+// go to ember_reduce_channel_rows instead: a warp a row, a channel's rows
+// split over blocks so that there are about chanWave blocks, which fits
+// the 1,056 places of 256-thread blocks on 132 SMs in one wave (each
+// block's arrival at its channel's join costs it an L2 round trip). A
+// channel over several blocks takes a counter (chanDone), so a split is
+// chosen only for fewer than chanWave channels. Shorter rows would leave
+// lanes of each warp idle.
+const (
+	chanWave    = 1024
+	chanRowsMin = 128
+)
+
+// chanRowSplits is the grid's blocks per channel, and the rows each takes,
+// for channels of outer rows.
+func chanRowSplits(channels, outer int) (splits, rowsPer int) {
+	return rowSplits(channels, outer, chanWave)
+}
+
+// rowSplits is chanRowSplits for about wave blocks (the host test's waves
+// are smaller).
+func rowSplits(channels, outer, wave int) (splits, rowsPer int) {
+	splits = min(max(wave/channels, 1), outer)
+	rowsPer = (outer + splits - 1) / splits
+	return (outer + rowsPer - 1) / rowsPer, rowsPer
+}
+
 // ReduceChannels implements tensor.ChannelReduceBackend: one pass of
-// ember_reduce_channels (and its join when a channel spans several
-// blocks) where rows are long enough, else the Reduce stages.
+// ember_reduce_channel_rows, or of ember_reduce_channels (and its join
+// when a channel spans several blocks), where rows are long enough, else
+// the Reduce stages.
 func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer, channels, inner int, accumulate bool) {
 	const name = "reduce_channels"
 	if op != tensor.ReduceSum && op != tensor.ReduceMean {
@@ -198,10 +230,23 @@ func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer
 	}
 }
 
-// reduceChannels queues ember_reduce_channels over x [outer, channels,
-// inner] into dst [channels] (all positive), and its join over a
+// reduceChannels queues the per-channel sums over x [outer, channels,
+// inner] into dst [channels] (all positive): ember_reduce_channel_rows for
+// long aligned float4 rows, else ember_reduce_channels, and its join over a
 // workspace of partial sums when a channel spans several blocks.
 func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintptr, outer, channels, inner int, accumulate bool) {
+	if inner >= chanRowsMin && inner%4 == 0 && aligned16(px) {
+		splits, rowsPer := chanRowSplits(channels, outer)
+		var part, counters uintptr
+		if splits > 1 {
+			ws := b.workspace(name, 8*channels*splits)
+			defer b.release(ws)
+			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
+		}
+		devCheck(name, b.x.launch(b.kernel("ember_reduce_channel_rows"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), int32(op), flag(accumulate)}))
+		return
+	}
 	splits, chunk := chanSplits(channels, outer*inner)
 	var part uintptr
 	if splits > 1 {

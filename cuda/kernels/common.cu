@@ -117,7 +117,27 @@ __device__ __forceinline__ double ember_warp_sum_d(double v) {
 // it for the whole GPU, as a release and acquire (a block publishing a
 // partial result, and the last block reading them all). __threadfence is
 // a sequentially consistent fence, stronger than that and slower.
+#ifdef EMBER_HOST_EMU
+__device__ __forceinline__ void ember_fence_acq_rel() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+#else
 __device__ __forceinline__ void ember_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+#endif
+
+// ember_ld_once loads 16 bytes that the kernel reads once and never writes:
+// through the read-only path, without a line in L1
+// (ld.global.nc.L1::no_allocate). In the reductions' sweeps on the H200 it
+// beat a plain load by 2-6% (docs/performance.md, round 20).
+__device__ __forceinline__ ember_f4 ember_ld_once(const ember_f4* p) {
+#ifdef EMBER_HOST_EMU
+    return *p;
+#else
+    ember_f4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(p));
+    return v;
+#endif
+}
 
 // ember_block_sum_d sums one double per thread over the block; the result is
 // valid in thread 0 only. blockDim.x must be a multiple of 32 (at most 1024)
@@ -137,6 +157,27 @@ __device__ double ember_block_sum_d(double v) {
     }
     __syncthreads();
     return s;
+}
+
+// ember_last_arrival counts this block in at *counter once thread 0 has
+// stored the block's partial result, and tells every thread of the block
+// whether it is the last of the count blocks to arrive; the last one
+// resets the counter to 0 for the next launch and may then read every
+// block's partial. One launch instead of a second kernel for the join:
+// the fence and the atomic cost each block an L2 round trip, so the
+// kernels that use it run a grid that fits the GPU in one wave (more
+// waves pay it once a wave). Every thread must call it.
+__device__ bool ember_last_arrival(unsigned* counter, unsigned count) {
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        ember_fence_acq_rel();  // the partial before the count
+        last = atomicAdd(counter, 1u) == count - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    const bool l = last;
+    if (l) ember_fence_acq_rel();  // every partial before what follows
+    return l;
 }
 
 // ember_block_sum_f sums one float per thread over a block of any shape

@@ -1,49 +1,65 @@
-// reduce.cu: deterministic reductions. Sum is two passes (per-block double
-// partials, then one block adding the partials in a fixed order); the number
-// of blocks depends only on n (chosen in Go), never on the device, so a sum is
-// reproducible bit for bit. Sum accumulates in double; the bias gradients
-// (below) in float trees, within the suite's 1e-5 of the sum of |terms|.
+// reduce.cu: deterministic reductions. Sum is one launch (per-block double
+// partials, which the last block to finish adds in a fixed order); the
+// number of blocks depends only on n (chosen in Go), never on the device, so
+// a sum is reproducible bit for bit. Sum accumulates in double (each group
+// of four floats added in float first); the bias gradients (below) in float
+// trees, within the suite's 1e-5 of the sum of |terms|.
 
-// Pass 1 of Sum: block b sums its grid-stride share of x into partial[b];
-// with a single block it writes the float result to dst directly. A
-// 16-byte aligned x is read as float4, four loads in flight a thread (one
-// float at a time left the sum latency bound: 78% of the copy rate at
-// ResNet's [512,64,28,28]); the last n % 4 elements go to block 0's first
-// threads. The order of the additions depends on n, the grid and x's
-// alignment only.
-extern "C" __global__ void ember_sum_partial(const float* x, long long n, double* partial, float* dst) {
+// Sum, one launch: block b sums its share of x, stores it in partial[b],
+// and the last block to finish (ember_last_arrival on *counter) adds the
+// partials in order into dst[0]; a single block writes dst directly. A
+// 16-byte aligned x is read in segments of 128 float4, a warp's at a
+// time, grid-stride over the segments: each lane issues its four loads
+// before it adds them (ember_ld_once), each float4 added in float and the
+// four sums in double. Other x are read one float at a time, and the last
+// n % 4 elements go to block 0's first threads. The order of the
+// additions depends on n, the grid (a function of n, sumBlocks) and x's
+// alignment only, so a sum is reproducible bit for bit. Measured on the
+// H200 (102.8 MB): 26.6-26.9 us against 29.7 for the two launches before
+// (docs/performance.md, round 20). At most 256 threads a block.
+extern "C" __global__ void __launch_bounds__(256, 8) ember_sum(float* dst, double* partial, unsigned* counter, const float* x,
+                                                                long long n) {
     double s = 0.0;
     if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {
         const ember_f4* x4 = reinterpret_cast<const ember_f4*>(x);
-        const long long n4 = n >> 2, step = (long long)gridDim.x * blockDim.x;
-        long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-        for (; k + 3 * step < n4; k += 4 * step) {
-            const ember_f4 a = x4[k], b = x4[k + step], c = x4[k + 2 * step], d = x4[k + 3 * step];
-            s += ((double)a.x + (double)a.y) + ((double)a.z + (double)a.w);
-            s += ((double)b.x + (double)b.y) + ((double)b.z + (double)b.w);
-            s += ((double)c.x + (double)c.y) + ((double)c.z + (double)c.w);
-            s += ((double)d.x + (double)d.y) + ((double)d.z + (double)d.w);
-        }
-        for (; k < n4; k += step) {
-            const ember_f4 a = x4[k];
-            s += ((double)a.x + (double)a.y) + ((double)a.z + (double)a.w);
+        const long long n4 = n >> 2;
+        const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+        const int lane = threadIdx.x & 31;
+        for (long long q0 = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 128 + lane; q0 < n4;
+             q0 += warps * 128) {
+            ember_f4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_once(x4 + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }
         if (blockIdx.x == 0 && threadIdx.x < (n & 3)) s += (double)x[4 * n4 + threadIdx.x];
     } else {
         EMBER_LOOP(long long, i, n) s += (double)x[i];
     }
     s = ember_block_sum_d(s);
-    if (threadIdx.x == 0) {
-        if (gridDim.x == 1) {
-            dst[0] = (float)s;
-        } else {
-            partial[blockIdx.x] = s;
-        }
+    if (gridDim.x == 1) {
+        if (threadIdx.x == 0) dst[0] = (float)s;
+        return;
     }
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+    if (!ember_last_arrival(counter, gridDim.x)) return;
+    // The partials, every load in flight before the adds (a loop of
+    // dependent L2 round trips would be the kernel's tail).
+    double p[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const unsigned b = threadIdx.x + j * blockDim.x;
+        p[j] = b < gridDim.x ? __ldcg(partial + b) : 0.0;
+    }
+    double t = (p[0] + p[1]) + (p[2] + p[3]);
+    for (unsigned b = threadIdx.x + 4 * blockDim.x; b < gridDim.x; b += blockDim.x) t += __ldcg(partial + b);
+    t = ember_block_sum_d(t);
+    if (threadIdx.x == 0) dst[0] = (float)t;
 }
 
-// Pass 2 (one block): dst[0] = (sum of partial[0..m)) / div. div is 1 for
-// Sum and the row count for the mean of CrossEntropy.
+// The join of per-block partials (one block): dst[0] = (sum of
+// partial[0..m)) / div, div the row count for the mean of CrossEntropy.
 extern "C" __global__ void ember_sum_final(float* dst, const double* partial, int m, long long div) {
     double s = 0.0;
     for (int i = threadIdx.x; i < m; i += blockDim.x) s += partial[i];

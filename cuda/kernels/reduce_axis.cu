@@ -69,51 +69,52 @@ __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long 
     }
 }
 
-// ember_row_sum4 is this lane's double sum of the n4 float4 of a row that
-// lanes share by striding (lane l takes l, l+32, ...): four loads are issued
-// before they are added, so that a lane has 64 bytes in flight (one float
-// at a time left a 784-long row latency bound: 75% of the copy rate).
-__device__ __forceinline__ double ember_row_sum4(const ember_f4* row, long long n4, int lane) {
-    double s = 0.0;
-    long long k = lane;
-    for (; k + 96 < n4; k += 128) {
-        const ember_f4 a = row[k], b = row[k + 32], c = row[k + 64], d = row[k + 96];
-        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
-        s += (double)b.x + (double)b.y + (double)b.z + (double)b.w;
-        s += (double)c.x + (double)c.y + (double)c.z + (double)c.w;
-        s += (double)d.x + (double)d.y + (double)d.z + (double)d.w;
+// Sums and means of rows of n floats, n a multiple of 4, from a 16-byte
+// aligned x: a warp per row (warps stride over the rows), each lane
+// issuing its four float4 loads of the row's next 128 (lane, lane + 32,
+// ...) before it adds them. A kernel of sums alone: ember_reduce_rows_warp
+// serves every op and holds more registers. Measured on the H200: rows of
+// 784 ([32768,784]) 26.2-26.6 us against its 30.1, rows of 384 5.5-5.9
+// against 6.6 (docs/performance.md, round 20). At most 256 threads a block.
+extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(float* dst, const float* x, long long rows,
+                                                                             long long n, int op, int acc) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long n4 = n >> 2;
+    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+        const ember_f4* row = reinterpret_cast<const ember_f4*>(x) + r * n4;
+        double s = 0.0;
+        for (long long q0 = lane; q0 < n4; q0 += 128) {
+            ember_f4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_once(row + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 4; j++) s += ((double)v[j].x + (double)v[j].y) + ((double)v[j].z + (double)v[j].w);
+        }
+        s = ember_warp_sum_d(s);
+        if (lane == 0) ember_reduce_store(dst, nullptr, r, op, acc, s, ember_best{0.0f, -1}, n);
     }
-    for (; k < n4; k += 32) {
-        const ember_f4 a = row[k];
-        s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
-    }
-    return s;
 }
 
 // Rows of length n, a warp each (blockDim.x a multiple of 32; warps stride
-// over the rows). Sums of rows of a multiple of 4 elements from a 16-byte
-// aligned x load float4 (ember_row_sum4).
+// over the rows), for every op (sums of float4 rows go to
+// ember_reduce_rows_sum4).
 extern "C" __global__ void ember_reduce_rows_warp(float* dstfOrNull, int* dstiOrNull, const float* x, long long rows, long long n,
                                                   int op, int acc) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
-    const bool vec = ember_r_sum(op) && (n & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
         const float* row = x + r * n;
         double sum = 0.0;
         ember_best best = {0.0f, -1};
-        if (vec) { // sums of 16-byte aligned rows: four float4 loads in flight per lane
-            sum = ember_row_sum4(reinterpret_cast<const ember_f4*>(row), n >> 2, lane);
-        } else {
-            for (long long k = lane; k < n; k += 32) {
-                const float v = row[k];
-                if (ember_r_sum(op)) {
-                    sum += (double)v;
-                } else {
-                    const ember_best c = {sign * v, k};
-                    if (ember_better(c, best)) best = c;
-                }
+        for (long long k = lane; k < n; k += 32) {
+            const float v = row[k];
+            if (ember_r_sum(op)) {
+                sum += (double)v;
+            } else {
+                const ember_best c = {sign * v, k};
+                if (ember_better(c, best)) best = c;
             }
         }
         if (ember_r_sum(op)) {
@@ -486,4 +487,50 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
         s = ember_warp_sum_d(s);
         if (lane == 0) ember_chan_store(dst, c, s, op, acc, count);
     }
+}
+
+// ember_reduce_channel_rows: the sums (op EMBER_R_SUM, added to dst when
+// acc) or means of each channel of x [outer, channels, inner], for inner a
+// multiple of 4 from a 16-byte aligned x. Grid (channels, splits): block
+// (c, s) takes rows [s * rowsPer, s * rowsPer + rowsPer) of channel c, a
+// warp a row at a time, each lane issuing its four float4 loads of the
+// row's next 128 before it adds them (in float within a float4, in double
+// across). A channel split over several blocks is joined by the last of
+// them to finish (ember_last_arrival on countersOrNull[c]), in a fixed
+// order. One launch instead of ember_reduce_channels and its join, whose
+// chunks cut across rows at a division per load: on the H200
+// [512,64,28,28] over (0, 2, 3) in 27.4-28.0 us against 29.2-29.8
+// (docs/performance.md, round 20). At most 256 threads a block.
+extern "C" __global__ void __launch_bounds__(256, 8)
+    ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
+                              long long channels, long long inner, long long rowsPer, int op, int acc) {
+    const long long c = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const long long innerV = inner >> 2, rowStride = channels * innerV;
+    const ember_f4* base = reinterpret_cast<const ember_f4*>(x) + c * innerV;
+    const long long o0 = (long long)blockIdx.y * rowsPer;
+    const long long o1 = o0 + rowsPer < outer ? o0 + rowsPer : outer;
+    double s = 0.0;
+    for (long long o = o0 + warp; o < o1; o += nw) {
+        const ember_f4* row = base + o * rowStride;
+        for (long long q0 = lane; q0 < innerV; q0 += 128) {
+            ember_f4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_once(row + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
+        }
+    }
+    s = ember_block_sum_d(s);
+    if (gridDim.y == 1) {
+        if (threadIdx.x == 0) ember_chan_store(dst, c, s, op, acc, outer * inner);
+        return;
+    }
+    const double* part = partialOrNull + c * gridDim.y;
+    if (threadIdx.x == 0) partialOrNull[c * gridDim.y + blockIdx.y] = s;
+    if (!ember_last_arrival(countersOrNull + c, gridDim.y) || threadIdx.x >= 32) return;
+    double t = 0.0;
+    for (unsigned j = threadIdx.x; j < gridDim.y; j += 32) t += __ldcg(part + j);
+    t = ember_warp_sum_d(t);
+    if (threadIdx.x == 0) ember_chan_store(dst, c, t, op, acc, outer * inner);
 }

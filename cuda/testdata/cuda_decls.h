@@ -35,6 +35,7 @@ __device__ double sqrt(double);
 __device__ void __threadfence();
 __device__ int atomicAdd(int*, int);
 __device__ float atomicAdd(float*, float);
+__device__ unsigned atomicAdd(unsigned*, unsigned);
 __device__ void __trap();
 __device__ float __ldcg(const float*);
 __device__ double __ldcg(const double*);

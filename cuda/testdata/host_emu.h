@@ -1,6 +1,6 @@
 // Host emulation of the CUDA built-ins that the attention and reduction
 // kernels use, for TestAttentionKernelsOnHost and
-// TestReduceChannelsKernelsOnHost: one pthread per CUDA thread, the blocks of a
+// TestReduceKernelsOnHost: one pthread per CUDA thread, the blocks of a
 // grid one after another, __shared__ variables static (one block's at a
 // time), __syncthreads a barrier of the block and a warp shuffle a barrier
 // of the warp around an exchange array. It checks the kernels' logic
@@ -35,6 +35,14 @@ inline float atomicAdd(float* p, float v) {
     *p = o + v;
     return o;
 }
+// The blocks run one after another, so a counter of arrivals needs no
+// atomicity here, and the last block to arrive is the grid's last.
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    unsigned o = *p;
+    *p = o + v;
+    return o;
+}
+inline double __ldcg(const double* p) { return *p; }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     int t = threadIdx.x, w = t / 32, l = t % 32;
     g_shfl[t] = v;

@@ -560,7 +560,10 @@ func testBiasGrad(e *env) {
 // 28×28 rows), and few channels of long rows.
 func testReduceChannels(e *env) {
 	shapes := [][3]int{{1, 1, 1}, {1, 7, 13}, {5, 3, 8}, {3, 33, 7}, {64, 10, 1}, {9, 4, 3}, {2, 5, 1000},
-		{40000, 3, 9}, {256, 3, 784}, {3, 2, 70001}, {2, 1, 65536}}
+		{40000, 3, 9}, {256, 3, 784}, {3, 2, 70001}, {2, 1, 65536},
+		// float4 rows of a channel: several a warp, and more channels
+		// than the GPU's per-channel join splits
+		{1000, 4, 132}, {3, 700, 256}}
 	for _, sh := range shapes {
 		outer, ch, inner := sh[0], sh[1], sh[2]
 		for _, v := range []struct {
