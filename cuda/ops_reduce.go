@@ -117,7 +117,7 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 	case inner == 1 && (op == tensor.ReduceSum || op == tensor.ReduceMean) && n%4 == 0 && aligned16(px):
 		warps := blockSize / 32
 		b.launchGrid(name, b.kernel("ember_reduce_rows_sum4"), min((outer+warps-1)/warps, maxGrid), blockSize,
-			pf, px, int64(outer), int64(n), int32(op), flag(accumulate))
+			pf, px, int64(outer), int64(n), meanScale(op, n), flag(accumulate))
 	case inner == 1:
 		args = append(args, int64(outer), int64(n), int32(op), flag(accumulate))
 		warps := blockSize / 32
@@ -170,6 +170,15 @@ const (
 	chanWave    = 1024
 	chanRowsMin = 128
 )
+
+// meanScale is the factor of a sum's kernels that take one (a mean of n is
+// the sum times 1/n, in double, rounded once).
+func meanScale(op tensor.ReduceOp, n int) float64 {
+	if op == tensor.ReduceMean {
+		return 1 / float64(n)
+	}
+	return 1
+}
 
 // chanRowSplits is the grid's blocks per channel, and the rows each takes,
 // for channels of outer rows.
@@ -244,7 +253,7 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
 		}
 		devCheck(name, b.x.launch(b.kernel("ember_reduce_channel_rows"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), int32(op), flag(accumulate)}))
+			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate)}))
 		return
 	}
 	splits, chunk := chanSplits(channels, outer*inner)

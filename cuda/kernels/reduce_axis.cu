@@ -69,6 +69,20 @@ __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long 
     }
 }
 
+// ember_scaled_store writes output r of a sum or a mean: the double sum
+// times scale (1 for a sum, 1/n computed by the host for a mean of n),
+// rounded once, added to dst[r] when acc. A division here (a call of the
+// double division's subroutine) cost the rows' kernel 9% of its speed on
+// the H200, even for sums, which never take it.
+__device__ __forceinline__ void ember_scaled_store(float* dst, long long r, double sum, double scale, int acc) {
+    const float v = (float)(sum * scale);
+    if (acc) {
+        dst[r] = dst[r] + v;
+    } else {
+        dst[r] = v;
+    }
+}
+
 // Sums and means of rows of n floats, n a multiple of 4, from a 16-byte
 // aligned x: a warp per row (warps stride over the rows), each lane
 // issuing its four float4 loads of the row's next 128 (lane, lane + 32,
@@ -77,7 +91,7 @@ __device__ __forceinline__ void ember_reduce_store(float* dstf, int* dsti, long 
 // 784 ([32768,784]) 26.2-26.6 us against its 30.1, rows of 384 5.5-5.9
 // against 6.6 (docs/performance.md, round 20). At most 256 threads a block.
 extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(float* dst, const float* x, long long rows,
-                                                                             long long n, int op, int acc) {
+                                                                             long long n, double scale, int acc) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long n4 = n >> 2;
@@ -92,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(floa
             for (int j = 0; j < 4; j++) s += ((double)v[j].x + (double)v[j].y) + ((double)v[j].z + (double)v[j].w);
         }
         s = ember_warp_sum_d(s);
-        if (lane == 0) ember_reduce_store(dst, nullptr, r, op, acc, s, ember_best{0.0f, -1}, n);
+        if (lane == 0) ember_scaled_store(dst, r, s, scale, acc);
     }
 }
 
@@ -489,9 +503,10 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
     }
 }
 
-// ember_reduce_channel_rows: the sums (op EMBER_R_SUM, added to dst when
-// acc) or means of each channel of x [outer, channels, inner], for inner a
-// multiple of 4 from a 16-byte aligned x. Grid (channels, splits): block
+// ember_reduce_channel_rows: the sums (scale 1, added to dst when acc) or
+// means (scale 1/(outer*inner)) of each channel of x [outer, channels,
+// inner], for inner a multiple of 4 from a 16-byte aligned x
+// (ember_scaled_store). Grid (channels, splits): block
 // (c, s) takes rows [s * rowsPer, s * rowsPer + rowsPer) of channel c, a
 // warp a row at a time, each lane issuing its four float4 loads of the
 // row's next 128 before it adds them (in float within a float4, in double
@@ -503,7 +518,7 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // (docs/performance.md, round 20). At most 256 threads a block.
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
-                              long long channels, long long inner, long long rowsPer, int op, int acc) {
+                              long long channels, long long inner, long long rowsPer, double scale, int acc) {
     const long long c = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const long long innerV = inner >> 2, rowStride = channels * innerV;
@@ -523,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(256, 8)
     }
     s = ember_block_sum_d(s);
     if (gridDim.y == 1) {
-        if (threadIdx.x == 0) ember_chan_store(dst, c, s, op, acc, outer * inner);
+        if (threadIdx.x == 0) ember_scaled_store(dst, c, s, scale, acc);
         return;
     }
     const double* part = partialOrNull + c * gridDim.y;
@@ -532,5 +547,5 @@ extern "C" __global__ void __launch_bounds__(256, 8)
     double t = 0.0;
     for (unsigned j = threadIdx.x; j < gridDim.y; j += 32) t += __ldcg(part + j);
     t = ember_warp_sum_d(t);
-    if (threadIdx.x == 0) ember_chan_store(dst, c, t, op, acc, outer * inner);
+    if (threadIdx.x == 0) ember_scaled_store(dst, c, t, scale, acc);
 }

@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
                 printf("%s outer=%lld channels=%lld inner=%lld %s: %s\n", kernel, outer, ch, inner, v.name, bad ? "FAIL" : "ok");
                 failed += bad;
             };
+            // The host's factor of a sum (1) or a mean of k (1/k).
+            auto scale = [&](long long k) { return v.op == EMBER_R_MEAN ? 1.0 / (double)k : 1.0; };
             auto chanIdx = [=](long long c, long long e) { return (e / inner * ch + c) * inner + e % inner; };
             run("reduce_channels", ch, (int)ch * splits, 0, [&](float* pd, double* pp, unsigned*) {
                 launch((unsigned)ch, (unsigned)splits, nt, [=] { ember_reduce_channels(pd, pp, x, outer, ch, inner, chunk, v.op, v.acc); });
@@ -119,11 +121,11 @@ int main(int argc, char** argv) {
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
                 run("reduce_channel_rows", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
                     launch((unsigned)ch, (unsigned)rsplits, nt,
-                           [=] { ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, v.op, v.acc); });
+                           [=] { ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc); });
                 }, chanIdx, outer * inner);
                 if (rowGrid > 0)
                     run("reduce_rows_sum4", outer * ch, 0, 0, [&](float* pd, double*, unsigned*) {
-                        launch((unsigned)rowGrid, 1, nt, [=] { ember_reduce_rows_sum4(pd, x, outer * ch, inner, v.op, v.acc); });
+                        launch((unsigned)rowGrid, 1, nt, [=] { ember_reduce_rows_sum4(pd, x, outer * ch, inner, scale(inner), v.acc); });
                     }, [=](long long r, long long e) { return r * inner + e; }, inner);
             }
             if (v.op == EMBER_R_SUM && v.acc == 0) {
