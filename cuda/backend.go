@@ -227,7 +227,8 @@ type Backend struct {
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
-	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue
+	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue, reductions' joins
+	streamAll     bool         // every reduction's input read as streamed, whatever its size (tests)
 	side          *sideLane    // nil with EMBER_SIDE_STREAM=0
 	dnn           *dnnConvs    // cuDNN's convolutions; nil without cuDNN (conv_cudnn.go)
 	dnnErr        error        // why dnn is nil
@@ -988,7 +989,18 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, pd, part, b.tileCounters.Ptr()+4*sumDone, px, int64(n))
+	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, pd, part, b.tileCounters.Ptr()+4*sumDone, px, int64(n), b.streamed(4*n))
+}
+
+// streamed is the once flag of the kernels that read their input through
+// ember_ld_read: set for inputs of more than half the L2 cache, which a
+// plain load would only push through it; smaller ones are left in L2 for
+// their next reader.
+func (b *Backend) streamed(bytes int) int32 {
+	if b.dev == nil || b.streamAll { // the tests' recording backend, or a test's choice
+		return 1
+	}
+	return flag(2*bytes > b.dev.L2CacheBytes())
 }
 
 // Broadcast sets dst[i] = s[0] (+ dst).

@@ -43,6 +43,16 @@ func TestGPUBackendConformance(t *testing.T) {
 	tensortest.RunBackend(t, b)
 }
 
+// TestGPUBackendConformanceStreamed runs the suite with every reduction
+// reading its input as one larger than half the L2 cache would be read
+// (ember_ld_once, ember_reduce_rows_sum4), a path the suite's small inputs
+// would otherwise not take.
+func TestGPUBackendConformanceStreamed(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	b.streamAll = true
+	tensortest.RunBackend(t, b)
+}
+
 func TestGPUBackendAutograd(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	tensortest.RunAutograd(t, b)

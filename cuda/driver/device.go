@@ -62,6 +62,7 @@ type Device struct {
 	major    int
 	minor    int
 	smCount  int
+	l2Bytes  int
 	totalMem int
 	closed   atomic.Bool
 	vmm      bool // virtual memory management supported (and its calls found)
@@ -184,6 +185,9 @@ func Open(ordinal int) (*Device, error) {
 	if d.smCount, err = attr(cuDevAttrMultiprocessorCount); err != nil {
 		return nil, err
 	}
+	if d.l2Bytes, err = attr(cuDevAttrL2CacheSize); err != nil {
+		return nil, err
+	}
 	if v, err := attr(cuDevAttrVirtualMemoryMgmt); err == nil && v != 0 && cuDrv.cuMemMap != 0 &&
 		cuDrv.cuMemAddressReserve != 0 && cuDrv.cuMemCreate != 0 && cuDrv.cuMemSetAccess != 0 &&
 		cuDrv.cuMemUnmap != 0 && cuDrv.cuMemRelease != 0 && cuDrv.cuMemAddressFree != 0 &&
@@ -276,6 +280,9 @@ func (d *Device) MultiprocessorCount() int { return d.smCount }
 
 // TotalMemory is the device memory size in bytes.
 func (d *Device) TotalMemory() int { return d.totalMem }
+
+// L2CacheBytes is the size of the device's L2 cache.
+func (d *Device) L2CacheBytes() int { return d.l2Bytes }
 
 func (d *Device) String() string {
 	return fmt.Sprintf("cuda:%d (%s, sm_%d%d, %.1f GiB)", d.ordinal, d.name, d.major, d.minor, float64(d.totalMem)/(1<<30))

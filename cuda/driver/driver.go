@@ -99,6 +99,7 @@ var cuDrv struct {
 // Driver enum values (cuda.h).
 const (
 	cuDevAttrMultiprocessorCount   = 16  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	cuDevAttrL2CacheSize           = 38  // CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
 	cuDevAttrComputeCapabilityMajr = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 	cuDevAttrComputeCapabilityMinr = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 	cuDevAttrVirtualMemoryMgmt     = 102 // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED

@@ -139,6 +139,15 @@ __device__ __forceinline__ ember_f4 ember_ld_once(const ember_f4* p) {
 #endif
 }
 
+// ember_ld_read loads 16 bytes that a kernel only reads: through
+// ember_ld_once when once (the host sets it for inputs that do not fit half
+// the L2 cache, which it streams past), else a plain load, whose lines stay
+// in L2 for the next reader. On the H200 the rows' sums of a 25 MB input
+// read call after call took 5.5 us with plain loads and 8.4 with
+// ember_ld_once, which left nothing in L2 for the next call; of a 103 MB
+// input 29.5 and 26.3 (docs/performance.md, round 20).
+__device__ __forceinline__ ember_f4 ember_ld_read(const ember_f4* p, int once) { return once ? ember_ld_once(p) : *p; }
+
 // ember_block_sum_d sums one double per thread over the block; the result is
 // valid in thread 0 only. blockDim.x must be a multiple of 32 (at most 1024)
 // and every thread of the block must call it (it synchronizes). Warps are

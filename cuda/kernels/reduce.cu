@@ -10,7 +10,7 @@
 // partials in order into dst[0]; a single block writes dst directly. A
 // 16-byte aligned x is read in segments of 128 float4, a warp's at a
 // time, grid-stride over the segments: each lane issues its four loads
-// before it adds them (ember_ld_once), each float4 added in float and the
+// before it adds them (ember_ld_read), each float4 added in float and the
 // four sums in double. Other x are read one float at a time, and the last
 // n % 4 elements go to block 0's first threads. The order of the
 // additions depends on n, the grid (a function of n, sumBlocks) and x's
@@ -18,7 +18,7 @@
 // H200 (102.8 MB): 26.6-26.9 us against 29.7 for the two launches before
 // (docs/performance.md, round 20). At most 256 threads a block.
 extern "C" __global__ void __launch_bounds__(256, 8) ember_sum(float* dst, double* partial, unsigned* counter, const float* x,
-                                                                long long n) {
+                                                                long long n, int once) {
     double s = 0.0;
     if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {
         const ember_f4* x4 = reinterpret_cast<const ember_f4*>(x);
@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(256, 8) ember_sum(float* dst, doubl
              q0 += warps * 128) {
             ember_f4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_once(x4 + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_read(x4 + q0 + 32 * j, once) : ember_f4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }

@@ -86,12 +86,14 @@ __device__ __forceinline__ void ember_scaled_store(float* dst, long long r, doub
 // Sums and means of rows of n floats, n a multiple of 4, from a 16-byte
 // aligned x: a warp per row (warps stride over the rows), each lane
 // issuing its four float4 loads of the row's next 128 (lane, lane + 32,
-// ...) before it adds them. A kernel of sums alone: ember_reduce_rows_warp
+// ...) before it adds them (ember_ld_read). A kernel of sums alone: ember_reduce_rows_warp
 // serves every op and holds more registers. Measured on the H200: rows of
 // 784 ([32768,784]) 26.2-26.6 us against its 30.1, rows of 384 5.5-5.9
 // against 6.6 (docs/performance.md, round 20). At most 256 threads a block.
-extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(float* dst, const float* x, long long rows,
-                                                                             long long n, double scale, int acc) {
+// ember_reduce_rows_sum4 reads through ember_ld_once (inputs larger than
+// half the L2 cache), ember_reduce_rows_sum4_l2 with plain loads.
+template <bool Once>
+__device__ __forceinline__ void ember_rows_sum4(float* dst, const float* x, long long rows, long long n, double scale, int acc) {
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long n4 = n >> 2;
@@ -101,13 +103,25 @@ extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(floa
         for (long long q0 = lane; q0 < n4; q0 += 128) {
             ember_f4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_once(row + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < n4 ? ember_ld_read(row + q0 + 32 * j, Once) : ember_f4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < 4; j++) s += ((double)v[j].x + (double)v[j].y) + ((double)v[j].z + (double)v[j].w);
         }
         s = ember_warp_sum_d(s);
         if (lane == 0) ember_scaled_store(dst, r, s, scale, acc);
     }
+}
+
+// Two entry points, the load chosen when compiled: a flag read at run
+// time, as the other reductions take it, cost the rows of a 103 MB input
+// 8% on the H200 (28.6 us against 26.5).
+extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4(float* dst, const float* x, long long rows,
+                                                                             long long n, double scale, int acc) {
+    ember_rows_sum4<true>(dst, x, rows, n, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4_l2(float* dst, const float* x, long long rows,
+                                                                                long long n, double scale, int acc) {
+    ember_rows_sum4<false>(dst, x, rows, n, scale, acc);
 }
 
 // Rows of length n, a warp each (blockDim.x a multiple of 32; warps stride
@@ -518,7 +532,8 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // (docs/performance.md, round 20). At most 256 threads a block.
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
-                              long long channels, long long inner, long long rowsPer, double scale, int acc) {
+                              long long channels, long long inner, long long rowsPer, double scale, int acc,
+                              int once) {
     const long long c = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const long long innerV = inner >> 2, rowStride = channels * innerV;
@@ -531,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(256, 8)
         for (long long q0 = lane; q0 < innerV; q0 += 128) {
             ember_f4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_once(row + q0 + 32 * j) : ember_f4{0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_read(row + q0 + 32 * j, once) : ember_f4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }

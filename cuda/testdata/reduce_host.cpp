@@ -121,16 +121,21 @@ int main(int argc, char** argv) {
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
                 run("reduce_channel_rows", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
                     launch((unsigned)ch, (unsigned)rsplits, nt,
-                           [=] { ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc); });
+                           [=] { ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc, v.op == EMBER_R_MEAN); });
                 }, chanIdx, outer * inner);
                 if (rowGrid > 0)
                     run("reduce_rows_sum4", outer * ch, 0, 0, [&](float* pd, double*, unsigned*) {
-                        launch((unsigned)rowGrid, 1, nt, [=] { ember_reduce_rows_sum4(pd, x, outer * ch, inner, scale(inner), v.acc); });
+                        launch((unsigned)rowGrid, 1, nt, [=] {
+                            if (v.op == EMBER_R_MEAN)
+                                ember_reduce_rows_sum4_l2(pd, x, outer * ch, inner, scale(inner), v.acc);
+                            else
+                                ember_reduce_rows_sum4(pd, x, outer * ch, inner, scale(inner), v.acc);
+                        });
                     }, [=](long long r, long long e) { return r * inner + e; }, inner);
             }
             if (v.op == EMBER_R_SUM && v.acc == 0) {
                 run("sum", 1, sumBlocks, 1, [&](float* pd, double* pp, unsigned* pc) {
-                    launch((unsigned)sumBlocks, 1, nt, [=] { ember_sum(pd, pp, pc, x, n); });
+                    launch((unsigned)sumBlocks, 1, nt, [=] { ember_sum(pd, pp, pc, x, n, 1); });
                 }, [](long long, long long e) { return e; }, n);
                 // The same from one float off alignment (the one-float path).
                 float* x1 = x + 1;
@@ -138,7 +143,7 @@ int main(int argc, char** argv) {
                 std::vector<float> dst(3, guard);
                 std::vector<double> part((size_t)sumBlocks + 1, (double)guard);
                 unsigned counter = 0;
-                launch((unsigned)sumBlocks, 1, nt, [&, x1, n1] { ember_sum(dst.data() + 1, part.data(), &counter, x1, n1); });
+                launch((unsigned)sumBlocks, 1, nt, [&, x1, n1] { ember_sum(dst.data() + 1, part.data(), &counter, x1, n1, 0); });
                 double want = 0, bound = 0;
                 for (long long e = 0; e < n1; e++) {
                     want += x1[e];
