@@ -989,18 +989,19 @@ func (b *Backend) sum(op string, pd, px uintptr, n int) {
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, pd, part, b.tileCounters.Ptr()+4*sumDone, px, int64(n), b.streamed(4*n))
+	b.launchGrid(op, b.kernel("ember_sum"), nb, blockSize, pd, part, b.tileCounters.Ptr()+4*sumDone, px, int64(n), flag(b.streamed(4*n)))
 }
 
-// streamed is the once flag of the kernels that read their input through
-// ember_ld_read: set for inputs of more than half the L2 cache, which a
-// plain load would only push through it; smaller ones are left in L2 for
-// their next reader.
-func (b *Backend) streamed(bytes int) int32 {
+// streamed says whether a reduction reads an input of that many bytes
+// through ember_ld_once (the once flag of ember_ld_read, or the entry point
+// without _l2): inputs of more than half the L2 cache, which a plain load
+// would only push through it; smaller ones are left in L2 for their next
+// reader.
+func (b *Backend) streamed(bytes int) bool {
 	if b.dev == nil || b.streamAll { // the tests' recording backend, or a test's choice
-		return 1
+		return true
 	}
-	return flag(2*bytes > b.dev.L2CacheBytes())
+	return 2*bytes > b.dev.L2CacheBytes()
 }
 
 // Broadcast sets dst[i] = s[0] (+ dst).

@@ -117,7 +117,7 @@ func (b *Backend) Reduce(op tensor.ReduceOp, dst, x tensor.Buffer, outer, n, inn
 	case inner == 1 && (op == tensor.ReduceSum || op == tensor.ReduceMean) && n%4 == 0 && aligned16(px):
 		warps := blockSize / 32
 		kernel := "ember_reduce_rows_sum4"
-		if b.streamed(4*outer*n) == 0 {
+		if !b.streamed(4 * outer * n) {
 			kernel = "ember_reduce_rows_sum4_l2"
 		}
 		b.launchGrid(name, b.kernel(kernel), min((outer+warps-1)/warps, maxGrid), blockSize,
@@ -257,7 +257,7 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
 		}
 		devCheck(name, b.x.launch(b.kernel("ember_reduce_channel_rows"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate), b.streamed(4 * outer * channels * inner)}))
+			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate), flag(b.streamed(4 * outer * channels * inner))}))
 		return
 	}
 	splits, chunk := chanSplits(channels, outer*inner)
