@@ -256,8 +256,12 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 			defer b.release(ws)
 			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
 		}
-		devCheck(name, b.x.launch(b.kernel("ember_reduce_channel_rows"), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate), flag(b.streamed(4 * outer * channels * inner))}))
+		kernel := "ember_reduce_channel_rows"
+		if !b.streamed(4 * outer * channels * inner) {
+			kernel = "ember_reduce_channel_rows_l2"
+		}
+		devCheck(name, b.x.launch(b.kernel(kernel), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate)}))
 		return
 	}
 	splits, chunk := chanSplits(channels, outer*inner)

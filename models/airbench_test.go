@@ -93,3 +93,45 @@ func TestAirbenchTrains(t *testing.T) {
 	defer wrong.Release()
 	mustPanic(t, "[N, 3, 32, 32]", func() { m.Logits(wrong) })
 }
+
+// Under autocast the first convolution reads its input rounded to
+// bfloat16, so images kept in bfloat16 and widened into the float32 batch
+// (the zoo's benchmark keeps them so) give the loss and every gradient of
+// the float32 images, bit for bit.
+func TestAirbenchAutocastSameBitsFromBFloat16Images(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 2))
+	const n = 2
+	xv, yv := normals(rng, n*3*32*32), randomLabels(rng, n, 10)
+	m := models.NewAirbench(tensor.CPU, 1, models.DefaultAirbenchConfig())
+	defer m.Release()
+	run := func(half bool) (float32, [][]float32) {
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		x := tensor.FromFloat32(tensor.CPU, s, xv, n, 3, 32, 32)
+		if half {
+			h := tensor.EmptyOf(tensor.CPU, s, tensor.BFloat16, x.Shape()...)
+			tensor.CopyTensor(h, x)
+			x = tensor.Zeros(tensor.CPU, s, x.Shape()...)
+			tensor.CopyTensor(x, h)
+		}
+		nn.ZeroGrad(m)
+		loss := m.Loss(x, tensor.FromInt32(tensor.CPU, s, yv, n))
+		loss.Backward()
+		var grads [][]float32
+		for _, p := range nn.Parameters(m) {
+			grads = append(grads, p.Tensor.Grad().Float32s())
+		}
+		return loss.Item(), grads
+	}
+	l32, g32 := run(false)
+	l16, g16 := run(true)
+	if l32 != l16 {
+		t.Errorf("loss %v from float32 images, %v from bfloat16 ones", l32, l16)
+	}
+	for i := range g32 {
+		if !slices.Equal(g32[i], g16[i]) {
+			t.Errorf("gradient %d differs (max %g)", i, maxAbsDiff(g32[i], g16[i]))
+		}
+	}
+}

@@ -126,6 +126,47 @@ func TestCastMisuse(t *testing.T) {
 	}
 }
 
+// TestCopyTensorConverts copies between float32 and bfloat16: into
+// bfloat16 the bits are Cast's (rounded to nearest, ties to even, from a
+// strided float32 view too), back into float32 exact; other pairs panic
+// with both types named.
+func TestCopyTensorConverts(t *testing.T) {
+	s := tensor.NewScope()
+	defer s.Release()
+	rng := rand.New(rand.NewPCG(7, 8))
+	vals := make([]float32, 6*5)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64()) * 100
+	}
+	x := tensor.FromFloat32(tensor.CPU, s, vals, 6, 5)
+	for _, src := range []*tensor.Tensor{x, x.Transpose(0, 1)} {
+		h := tensor.EmptyOf(tensor.CPU, s, tensor.BFloat16, src.Shape()...)
+		tensor.CopyTensor(h, src)
+		want := tensor.Cast(src.Contiguous(), tensor.BFloat16).BFloat16s()
+		got := h.BFloat16s()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("into bfloat16, element %d: %#04x, want %#04x", i, got[i], want[i])
+			}
+		}
+		back := tensor.Zeros(tensor.CPU, s, src.Shape()...)
+		tensor.CopyTensor(back, h)
+		for i, v := range back.Float32s() {
+			if v != tensor.BFloat16Float32(want[i]) {
+				t.Fatalf("back into float32, element %d: %g, want %g", i, v, tensor.BFloat16Float32(want[i]))
+			}
+		}
+	}
+	msg := func() (msg string) {
+		defer func() { msg = fmt.Sprint(recover()) }()
+		tensor.CopyTensor(tensor.Zeros(tensor.CPU, s, 2), tensor.FromInt32(tensor.CPU, s, []int32{1, 2}, 2))
+		return ""
+	}()
+	if want := "CopyTensor of int32 into float32"; !strings.Contains(msg, want) {
+		t.Errorf("int32 into float32: panic %q, want one containing %q", msg, want)
+	}
+}
+
 // Rounding to bfloat16, whose 7 mantissa bits space the numbers in [1, 2)
 // 2⁻⁷ apart: 1 + 2⁻⁸ is halfway between 1 and 1 + 2⁻⁷ and goes to the even
 // one, 1; 1 + 3·2⁻⁸ is halfway between 1 + 2⁻⁷ and 1 + 2⁻⁶ and goes to

@@ -347,11 +347,27 @@ func (t *Tensor) CopyFrom(data []float32) {
 }
 
 // CopyTensor overwrites dst with the values of src (same shape); both on the
-// same backend.
+// same backend. Between float32 and bfloat16 it converts as Cast does (as
+// torch's copy_ does), on a backend with low-precision support; a data set
+// kept in bfloat16 fills a float32 batch this way without a temporary.
 func CopyTensor(dst, src *Tensor) {
 	mustSameShape("CopyTensor", dst, src)
 	sameBackend(dst, src)
-	dst.st.b.Copy(dst.buffer(), src.Contiguous().buffer())
+	from, to := src.DType(), dst.DType()
+	if from == to {
+		dst.st.b.Copy(dst.buffer(), src.Contiguous().buffer())
+		return
+	}
+	lb, ok := dst.st.b.(LowPrecisionBackend)
+	switch {
+	case !(from == Float32 && to == BFloat16) && !(from == BFloat16 && to == Float32):
+		panic(fmt.Sprintf("tensor: CopyTensor of %v into %v: only float32 and bfloat16 convert", from, to))
+	case !ok:
+		panic(fmt.Sprintf("tensor: CopyTensor of %v into %v: backend %s has no low-precision support", from, to, dst.st.b.Name()))
+	case !src.IsContiguous() && from != Float32:
+		panic("tensor: CopyTensor from a strided bfloat16 view; copy from a contiguous tensor")
+	}
+	lb.Cast(dst.buffer(), src.Contiguous().buffer())
 }
 
 func (t *Tensor) String() string {

@@ -124,6 +124,30 @@ extern "C" __global__ void __launch_bounds__(256, 8) ember_reduce_rows_sum4_l2(f
     ember_rows_sum4<false>(dst, x, rows, n, scale, acc);
 }
 
+// ember_lanes_reduce combines row[k] for k = k0, k0 + step, ... below hi
+// over a warp (every lane calling it): the double sum of a sum or mean op,
+// else the extreme (ember_better) with its index. Both are valid in every
+// lane.
+__device__ __forceinline__ void ember_lanes_reduce(const float* row, long long k0, long long hi, long long step, int op,
+                                                   float sign, double& sumOut, ember_best& bestOut) {
+    double sum = 0.0;
+    ember_best best = {0.0f, -1};
+    for (long long k = k0; k < hi; k += step) {
+        const float v = row[k];
+        if (ember_r_sum(op)) {
+            sum += (double)v;
+        } else {
+            const ember_best c = {sign * v, k};
+            if (ember_better(c, best)) best = c;
+        }
+    }
+    if (ember_r_sum(op)) {
+        sumOut = ember_warp_sum_d(sum);
+    } else {
+        bestOut = ember_warp_best(best);
+    }
+}
+
 // Rows of length n, a warp each (blockDim.x a multiple of 32; warps stride
 // over the rows), for every op (sums of float4 rows go to
 // ember_reduce_rows_sum4).
@@ -133,23 +157,9 @@ extern "C" __global__ void ember_reduce_rows_warp(float* dstfOrNull, int* dstiOr
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const float sign = (op == EMBER_R_MIN || op == EMBER_R_ARGMIN) ? -1.0f : 1.0f;
     for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
-        const float* row = x + r * n;
         double sum = 0.0;
         ember_best best = {0.0f, -1};
-        for (long long k = lane; k < n; k += 32) {
-            const float v = row[k];
-            if (ember_r_sum(op)) {
-                sum += (double)v;
-            } else {
-                const ember_best c = {sign * v, k};
-                if (ember_better(c, best)) best = c;
-            }
-        }
-        if (ember_r_sum(op)) {
-            sum = ember_warp_sum_d(sum);
-        } else {
-            best = ember_warp_best(best);
-        }
+        ember_lanes_reduce(x + r * n, lane, n, 32, op, sign, sum, best);
         if (lane == 0) ember_reduce_store(dstfOrNull, dstiOrNull, r, op, acc, sum, best, n);
     }
 }
@@ -166,20 +176,7 @@ __device__ __forceinline__ void ember_block_reduce(const float* row, long long l
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     double sum = 0.0;
     ember_best best = {0.0f, -1};
-    for (long long k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-        const float v = row[k];
-        if (ember_r_sum(op)) {
-            sum += (double)v;
-        } else {
-            const ember_best c = {sign * v, k};
-            if (ember_better(c, best)) best = c;
-        }
-    }
-    if (ember_r_sum(op)) {
-        sum = ember_warp_sum_d(sum);
-    } else {
-        best = ember_warp_best(best);
-    }
+    ember_lanes_reduce(row, lo + threadIdx.x, hi, blockDim.x, op, sign, sum, best);
     if (lane == 0) {
         bsum[warp] = sum;
         bv[warp] = best.v;
@@ -517,9 +514,9 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
     }
 }
 
-// ember_reduce_channel_rows: the sums (scale 1, added to dst when acc) or
-// means (scale 1/(outer*inner)) of each channel of x [outer, channels,
-// inner], for inner a multiple of 4 from a 16-byte aligned x
+// ember_reduce_channel_rows / _l2: the sums (scale 1, added to dst when
+// acc) or means (scale 1/(outer*inner)) of each channel of x [outer,
+// channels, inner], for inner a multiple of 4 from a 16-byte aligned x
 // (ember_scaled_store). Grid (channels, splits): block
 // (c, s) takes rows [s * rowsPer, s * rowsPer + rowsPer) of channel c, a
 // warp a row at a time, each lane issuing its four float4 loads of the
@@ -527,13 +524,14 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // across). A channel split over several blocks is joined by the last of
 // them to finish (ember_last_arrival on countersOrNull[c]), in a fixed
 // order. One launch instead of ember_reduce_channels and its join, whose
-// chunks cut across rows at a division per load: on the H200
-// [512,64,28,28] over (0, 2, 3) in 27.4-28.0 us against 29.2-29.8
-// (docs/performance.md, round 20). At most 256 threads a block.
-extern "C" __global__ void __launch_bounds__(256, 8)
-    ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
-                              long long channels, long long inner, long long rowsPer, double scale, int acc,
-                              int once) {
+// chunks cut across rows at a division per load (docs/performance.md,
+// rounds 20 and 21). As the rows' sums, two entry points: the load is
+// chosen when compiled (ember_ld_once without _l2). At most 256 threads a
+// block.
+template <bool Once>
+__device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x,
+                                                   long long outer, long long channels, long long inner, long long rowsPer,
+                                                   double scale, int acc) {
     const long long c = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const long long innerV = inner >> 2, rowStride = channels * innerV;
@@ -546,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(256, 8)
         for (long long q0 = lane; q0 < innerV; q0 += 128) {
             ember_f4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_read(row + q0 + 32 * j, once) : ember_f4{0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_read(row + q0 + 32 * j, Once) : ember_f4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }
@@ -563,4 +561,15 @@ extern "C" __global__ void __launch_bounds__(256, 8)
     for (unsigned j = threadIdx.x; j < gridDim.y; j += 32) t += __ldcg(part + j);
     t = ember_warp_sum_d(t);
     if (threadIdx.x == 0) ember_scaled_store(dst, c, t, scale, acc);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 8)
+    ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
+                              long long channels, long long inner, long long rowsPer, double scale, int acc) {
+    ember_channel_rows<true>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(256, 8)
+    ember_reduce_channel_rows_l2(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
+                                 long long channels, long long inner, long long rowsPer, double scale, int acc) {
+    ember_channel_rows<false>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
 }

@@ -9,7 +9,9 @@
 // (the one-float paths), and a mean, NaN around x, and runs
 //   - ember_reduce_channels (and its join when splits > 1): every variant;
 //   - ember_reduce_channel_rows, ember_reduce_rows_sum4 (the rows of
-//     inner): the aligned variants with inner a multiple of 4;
+//     inner): the aligned variants with inner a multiple of 4, the means
+//     through the entry points with plain loads (_l2), the sums through
+//     the streaming ones;
 //   - ember_sum of all of x: the sums, aligned or not;
 // and checks every result against a double sum within 1e-5 of the sum of
 // |terms| (the conformance suite's tolAcc), the guards around dst and the
@@ -120,8 +122,12 @@ int main(int argc, char** argv) {
             }, chanIdx, outer * inner);
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
                 run("reduce_channel_rows", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
-                    launch((unsigned)ch, (unsigned)rsplits, nt,
-                           [=] { ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc, v.op == EMBER_R_MEAN); });
+                    launch((unsigned)ch, (unsigned)rsplits, nt, [=] {
+                        if (v.op == EMBER_R_MEAN)
+                            ember_reduce_channel_rows_l2(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
+                        else
+                            ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
+                    });
                 }, chanIdx, outer * inner);
                 if (rowGrid > 0)
                     run("reduce_rows_sum4", outer * ch, 0, 0, [&](float* pd, double*, unsigned*) {
