@@ -31,7 +31,14 @@ func requireGPU(t *testing.T) {
 // either way. The caller closes it.
 func newGPUWithoutCuDNN(t *testing.T) *cuda.Backend {
 	t.Helper()
-	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{NoCuDNN: true})
+	return newGPU(t, cuda.BackendOptions{NoCuDNN: true})
+}
+
+// newGPU is a fresh backend on device 0 with opt and the EMBER_* variables'
+// settings (cuda.OptionsFromEnv). The caller closes it.
+func newGPU(t *testing.T, opt cuda.BackendOptions) *cuda.Backend {
+	t.Helper()
+	opt, err := cuda.OptionsFromEnv(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,14 +70,7 @@ func TestUnseenConvNetGPU(t *testing.T) {
 	want := mc.CrossEntropyLoss(tensor.FromFloat32(cpu, s, x0, bs, 3, side, side), tensor.FromInt32(cpu, s, y0, bs)).Item()
 	s.Release()
 
-	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cuda.NewBackend(0, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newGPU(t, cuda.BackendOptions{})
 	defer b.Close()
 	if _, err := b.CuDNN(); err != nil {
 		t.Skipf("cuDNN: %v", err)
@@ -190,14 +183,7 @@ func TestUnseenSENetGPU(t *testing.T) {
 	}
 	wantLoss, want := run(tensor.CPU, newSENet(tensor.CPU))
 
-	opt, err := cuda.OptionsFromEnv(cuda.BackendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cuda.NewBackend(0, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newGPU(t, cuda.BackendOptions{})
 	defer b.Close()
 	m := newSENet(b)
 	loss, got := run(b, m)
