@@ -531,7 +531,7 @@ type executor interface {
 	// parallel queues side with an executor that may run concurrently
 	// with this one (another stream, while a graph is captured) and main on
 	// this one; work queued after it returns waits for both. side may only
-	// launch kernels.
+	// launch kernels and queue cuBLASLt products planned with NoWorkspace.
 	parallel(side func(x executor), main func()) error
 	// detach queues side like parallel but returns without joining it, so
 	// that the operations after it can overlap it (see sideLane); uses is
@@ -554,7 +554,7 @@ type gpuExec struct {
 	blas   *BLAS // nil on the side lane's executor
 	stream Stream
 	side   *sideLane
-	lt     *Lt // cuBLASLt, nil without it and on the side lane's executor
+	lt     *Lt // cuBLASLt, nil without it; without a workspace on the side lane's executor of parallel
 	ltWS   Block
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ember-ml/ember/models"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/optim"
 	"github.com/ember-ml/ember/tensor"
 )
@@ -148,18 +149,51 @@ func geomName(g tensor.ConvGeom) string {
 // weight gradients, and at batch 512 the finish of fc1's bias gradient, run
 // on the side stream, parallel branches of the graph),
 // and wants the same parameters bit for bit, at batch 64 and at 512 (where
-// fc1 goes through cuBLAS).
+// fc1 goes through cuBLAS). The same for the MLP 784-1024-1024-10 at batch
+// 64, where fc3's gradients and fc2's weight gradient (beside its input
+// gradient, weightGradsBeside) run on the side stream.
 func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	if b.side == nil {
 		t.Log("EMBER_SIDE_STREAM=0: the captured step has no parallel branch")
 	}
+	lenet := stepNet{name: "LeNet", make: func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter) {
+		m := models.NewLeNet(b, 1)
+		return m.Loss, m.Parameters()
+	}}
 	for _, batch := range []int{64, 512} {
-		capturedStepMatchesEager(t, b, batch)
+		// fc2's weight gradient, and conv2's backward pass; above 128
+		// rows also the finish of fc1's bias gradient.
+		lenet.forks = 2
+		if batch > 128 {
+			lenet.forks = 3
+		}
+		capturedStepMatchesEager(t, b, batch, lenet)
+	}
+	mlp := stepNet{name: "MLP", forks: 2, make: func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter) {
+		m := models.NewMLP(b, 1, 28*28, 10)
+		return func(x, lab *tensor.Tensor) *tensor.Tensor {
+			h := m.FC2.ForwardReLU(m.FC1.ForwardReLU(x.Reshape(x.Dim(0), 28*28)))
+			return tensor.LinearCrossEntropy(h, m.FC3.Weight, m.FC3.Bias, lab)
+		}, m.Parameters()
+	}}
+	calls := b.ltCalls.Load()
+	capturedStepMatchesEager(t, b, 64, mlp)
+	if b.lt != nil && b.ltCalls.Load() == calls {
+		t.Error("MLP: no cuBLASLt product in its steps")
 	}
 }
 
-func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
+// stepNet is a model for capturedStepMatchesEager: make builds it on a
+// backend (its loss and parameters); forks is the number of branches its
+// captured step forks to the side stream.
+type stepNet struct {
+	name  string
+	make  func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter)
+	forks int64
+}
+
+func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) {
 	const steps, m = 5, 512
 	rng := rand.New(rand.NewPCG(5, 6))
 	pix := make([]uint8, m*28*28)
@@ -176,8 +210,8 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 		}
 	}
 	run := func(captured bool) [][]float32 {
-		model := models.NewLeNet(b, 1)
-		opt, err := optim.NewSGD(model.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9})
+		loss, params := net.make(b)
+		opt, err := optim.NewSGD(params, optim.SGDConfig{LR: 0.05, Momentum: 0.9})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,9 +224,9 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 		step := func() {
 			scope.Reset()
 			x := tensor.GatherNormalize(scope, images, idx, 1/(255*0.3081), -0.1307/0.3081)
-			loss := model.Loss(x, lab)
+			l := loss(x, lab)
 			opt.ZeroGrad()
-			loss.Backward()
+			l.Backward()
 			opt.Step()
 		}
 		var g *StepGraph
@@ -212,14 +246,8 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 					t.Fatalf("Capture: %v", err)
 				}
 				defer g.Close()
-				// fc2's weight gradient, and conv2's backward pass; above
-				// 128 rows also the finish of fc1's bias gradient.
-				want := int64(2)
-				if batch > 128 {
-					want = 3
-				}
-				if b.side != nil && b.side.forks.Load()-forks != want {
-					t.Errorf("batch %d: the captured step forked %d branches to the side stream, want %d", batch, b.side.forks.Load()-forks, want)
+				if b.side != nil && b.side.forks.Load()-forks != net.forks {
+					t.Errorf("%s batch %d: the captured step forked %d branches to the side stream, want %d", net.name, batch, b.side.forks.Load()-forks, net.forks)
 				}
 			}
 			if err := g.Replay(); err != nil {
@@ -228,7 +256,7 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 			opt.Replayed()
 		}
 		var out [][]float32
-		for _, p := range model.Parameters() {
+		for _, p := range params {
 			out = append(out, downloadF(b, p.Tensor.Buffer()))
 		}
 		return out
@@ -237,7 +265,7 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int) {
 	for i := range eager {
 		if !sameBits(eager[i], replayed[i]) {
 			j := firstDiff(eager[i], replayed[i])
-			t.Errorf("batch %d: parameter %d after %d steps: replayed [%d] %g, eager %g", batch, i, steps, j, replayed[i][j], eager[i][j])
+			t.Errorf("%s batch %d: parameter %d after %d steps: replayed [%d] %g, eager %g", net.name, batch, i, steps, j, replayed[i][j], eager[i][j])
 		}
 	}
 }

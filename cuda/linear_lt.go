@@ -101,13 +101,28 @@ func (b *Backend) ltLinear(n, in, out int) bool {
 // pointers' alignment, no algorithm for the shape).
 func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pc, pbias, paux uintptr) bool {
 	x, ok := b.x.(ltExec)
-	if !ok || b.lt == nil {
+	if !ok {
 		return false
+	}
+	g, ok = b.ltPlan(g, pa, pb, pc, pbias, paux)
+	if !ok {
+		return false
+	}
+	devCheck(op, x.ltMatmul(g, alpha, pa, pb, beta, pc, pbias, paux))
+	b.ltCalls.Add(1)
+	return true
+}
+
+// ltPlan completes g for its pointers and this backend's precision and
+// makes its plan; false when cuBLASLt cannot take it.
+func (b *Backend) ltPlan(g LtGemm, ptrs ...uintptr) (LtGemm, bool) {
+	if b.lt == nil {
+		return g, false
 	}
 	// The algorithms are chosen for an alignment of the base pointers
 	// (cuBLASLt sees the leading dimensions in the layouts).
 	var or uintptr
-	for _, p := range []uintptr{pa, pb, pc, pbias, paux} {
+	for _, p := range ptrs {
 		or |= p
 	}
 	switch {
@@ -115,15 +130,10 @@ func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta
 	case or%16 == 0:
 		g.Align16 = true
 	default:
-		return false
+		return g, false
 	}
 	g.TF32 = !g.BF16 && b.blas.TF32()
-	if b.lt.Prepare(g) != nil {
-		return false
-	}
-	devCheck(op, x.ltMatmul(g, alpha, pa, pb, beta, pc, pbias, paux))
-	b.ltCalls.Add(1)
-	return true
+	return g, b.lt.Prepare(g) == nil
 }
 
 // linearLt queues y [n, out] = x [n, in] · wᵀ (+ bias) (then the ReLU)

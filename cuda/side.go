@@ -11,7 +11,9 @@ import (
 // there its work becomes a parallel branch of the graph. Launched eagerly,
 // the event calls of a fork and a join cost the host more than the overlap
 // saves on the device, so outside a capture everything runs in order on the
-// main stream. Only the backend's own kernels run there (no cuBLAS).
+// main stream. The backend's own kernels run there, and cuBLASLt products
+// whose algorithms need no workspace (the workspace is the main stream's);
+// no cuBLAS.
 //
 // Two forms, both joined by events, so the host never blocks:
 //
@@ -163,7 +165,7 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 			err = e
 		}
 	}()
-	side(&gpuExec{dev: g.dev, stream: l.stream})
+	side(&gpuExec{dev: g.dev, stream: l.stream, lt: g.lt})
 	main()
 	return nil
 }

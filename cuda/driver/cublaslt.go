@@ -149,6 +149,19 @@ type LtGemm struct {
 	// 16 bytes only (views into a larger buffer); otherwise every pointer
 	// must be 256-byte aligned, as the allocator's blocks are.
 	Align16 bool
+	// NoWorkspace chooses among the algorithms that need no workspace, for
+	// a stream that has none of its own (a second stream beside the one
+	// the workspace belongs to).
+	NoWorkspace bool
+}
+
+// workspace is the workspace g's algorithms may ask for, of at most
+// wsMax bytes.
+func (g LtGemm) workspace(wsMax int) int {
+	if g.NoWorkspace {
+		return 0
+	}
+	return wsMax
 }
 
 // align is the pointer alignment g's algorithm needs.
@@ -334,7 +347,7 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 		return err
 	}
 	defer CCall(ltFn.prefDestroy, pref)
-	ws := uint64(l.wsMax)
+	ws := uint64(g.workspace(l.wsMax))
 	if err := ltSet("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", ltFn.prefSetAttribute, pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8); err != nil {
 		return err
 	}
@@ -399,7 +412,7 @@ func (l *Lt) setPointers(p *ltPlan, g LtGemm, bias, aux uintptr) error {
 // Matmul queues g on stream s: C = epilogue(alpha·op(A)·op(B) + beta·C),
 // bias (the bias, or the bias gradient written) and aux (the epilogue's
 // extra matrix) where g.Epilogue uses them, ws the workspace of at least
-// the bytes NewLt was given. Every pointer must be 256-byte aligned (16
+// the bytes NewLt was given (none with g.NoWorkspace). Every pointer must be 256-byte aligned (16
 // with g.Align16). The
 // scalars are read when the call is made (baked into a graph when
 // captured).
@@ -409,8 +422,9 @@ func (l *Lt) Matmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias
 			return fmt.Errorf("cuda: cuBLASLt product: pointer %#x is not %d-byte aligned", v, g.align())
 		}
 	}
-	if wsBytes < l.wsMax {
-		return fmt.Errorf("cuda: cuBLASLt product: workspace of %d bytes, want %d", wsBytes, l.wsMax)
+	need := g.workspace(l.wsMax)
+	if wsBytes < need {
+		return fmt.Errorf("cuda: cuBLASLt product: workspace of %d bytes, want %d", wsBytes, need)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -432,7 +446,7 @@ func (l *Lt) Matmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias
 		a, p.b, // second operand: row-major A
 		uintptr(unsafe.Pointer(&l.scal[1])),
 		c, p.c, c, p.c,
-		uintptr(unsafe.Pointer(&p.algo.algo)), ws, uintptr(l.wsMax), uintptr(s)))
+		uintptr(unsafe.Pointer(&p.algo.algo)), ws, uintptr(need), uintptr(s)))
 }
 
 // Plans is the number of product shapes with a plan (for tests: that a
