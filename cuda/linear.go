@@ -324,7 +324,9 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 	if pdb != 0 {
 		epi = driver.LtBGradA
 	}
-	g, ok := b.ltPlan(LtGemm{TransA: true, M: out, N: in, K: n, LDA: out, LDB: in, LDC: in, Epilogue: epi, NoWorkspace: true}, pg, px, pdw, pdb)
+	g := weightGradGemm(n, in, out, epi)
+	g.NoWorkspace = true
+	g, ok := b.ltPlan(g, pg, px, pdw, pdb)
 	if !ok {
 		return false
 	}

@@ -156,8 +156,13 @@ func (b *Backend) linearLt(op string, py, px, pw, pbias uintptr, n, in, out int,
 // sums of g [n, out] in one cuBLASLt product; false when it cannot take it.
 // db is written, never added to.
 func (b *Backend) weightGradsLt(op string, pdw, pdb, pg, px uintptr, n, in, out int, accW bool) bool {
-	g := LtGemm{TransA: true, M: out, N: in, K: n, LDA: out, LDB: in, LDC: in, Epilogue: driver.LtBGradA}
-	return b.ltRun(op, g, 1, pg, px, beta32(accW), pdw, pdb, 0)
+	return b.ltRun(op, weightGradGemm(n, in, out, driver.LtBGradA), 1, pg, px, beta32(accW), pdw, pdb, 0)
+}
+
+// weightGradGemm is the product dw [out, in] = gᵀ · x of a layer of n rows,
+// with epi (LtBGradA: db, the column sums of g, in the same pass).
+func weightGradGemm(n, in, out int, epi driver.LtEpilogue) LtGemm {
+	return LtGemm{TransA: true, M: out, N: in, K: n, LDA: out, LDB: in, LDC: in, Epilogue: epi}
 }
 
 // LinearLowp implements tensor.LowPrecisionBiasBackend: y [n, out] =

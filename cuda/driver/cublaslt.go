@@ -412,10 +412,9 @@ func (l *Lt) setPointers(p *ltPlan, g LtGemm, bias, aux uintptr) error {
 // Matmul queues g on stream s: C = epilogue(alpha·op(A)·op(B) + beta·C),
 // bias (the bias, or the bias gradient written) and aux (the epilogue's
 // extra matrix) where g.Epilogue uses them, ws the workspace of at least
-// the bytes NewLt was given (none with g.NoWorkspace). Every pointer must be 256-byte aligned (16
-// with g.Align16). The
-// scalars are read when the call is made (baked into a graph when
-// captured).
+// the bytes NewLt was given (none with g.NoWorkspace). Every pointer must
+// be 256-byte aligned (16 with g.Align16). The scalars are read when the
+// call is made (baked into a graph when captured).
 func (l *Lt) Matmul(g LtGemm, alpha float32, a, b uintptr, beta float32, c, bias, aux, ws uintptr, wsBytes int, s Stream) error {
 	for _, v := range []uintptr{a, b, c, bias, aux, ws} {
 		if v%g.align() != 0 {
