@@ -482,6 +482,7 @@ func opCases() []opCase {
 		reduceCase("MeanAxes", rows, []int{-1}, tensor.MeanAxes),
 		reduceCase("SumAxes", resnetAct, []int{0, 2, 3}, tensor.SumAxes),
 		reduceCase("MeanAxes", resnetAct, []int{0, 2, 3}, tensor.MeanAxes),
+		reduceCase("SumAxes", []int{512, 128, 14, 14}, []int{0, 2, 3}, tensor.SumAxes), // ResNet-9's second stage
 		// The two stages of the sum over 0, 2, 3 alone: rows of 784, then
 		// the 512-long columns of [512, 64].
 		reduceCase("SumAxes", []int{resnetAct[0] * resnetAct[1], resnetAct[2] * resnetAct[3]}, []int{-1}, tensor.SumAxes),

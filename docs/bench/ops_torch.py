@@ -184,6 +184,7 @@ CASES = [
     reduce("MeanAxes", [ROWS, C], [-1], lambda x, a: x.mean(a)),
     reduce("SumAxes", RESNET_ACT, [0, 2, 3], lambda x, a: x.sum(a)),
     reduce("MeanAxes", RESNET_ACT, [0, 2, 3], lambda x, a: x.mean(a)),
+    reduce("SumAxes", [512, 128, 14, 14], [0, 2, 3], lambda x, a: x.sum(a)),
     *softmax(GPT_SCORES),
     *softmax([ROWS, VOCAB]),
     norm("LayerNorm", shape_name(GPT_ACT) + f" over {C}", GPT_ACT, [C], lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5), False),
