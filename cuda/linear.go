@@ -74,7 +74,7 @@ const (
 	rtQueueGroups = 64
 	sumDone       = rtQueue + rtQueueGroups + 1
 	chanDone      = sumDone + 1
-	counterSlots  = chanDone + chanWarps/2
+	counterSlots  = chanDone + chanWave
 )
 
 // allocTileCounters gives the backend its counters: zeroed once here, and

@@ -163,15 +163,15 @@ func chanSplits(channels, per int) (splits, chunk int) {
 }
 
 // Rows of at least chanRowsMin floats (a multiple of 4, 16-byte aligned)
-// go to ember_reduce_channel_rows instead: a warp a row, about chanWarps
-// warps over all channels, each on rows of one channel (which fits the
-// 1,056 places of 256-thread blocks on 132 SMs in one wave: each warp's
-// arrival at its channel's join costs it an L2 round trip). A channel over
-// several warps takes a counter (chanDone), so several are given only to
-// at most chanWarps/2 channels. Shorter rows would leave lanes of each warp
-// idle.
+// go to ember_reduce_channel_rows instead: a warp a row, a channel's rows
+// split over blocks so that there are about chanWave blocks, which fits
+// the 1,056 places of 256-thread blocks on 132 SMs in one wave (each
+// block's arrival at its channel's join costs it an L2 round trip). A
+// channel over several blocks takes a counter (chanDone), so a split is
+// chosen only for fewer than chanWave channels. Shorter rows would leave
+// lanes of each warp idle.
 const (
-	chanWarps   = 8192
+	chanWave    = 1024
 	chanRowsMin = 128
 )
 
@@ -184,14 +184,18 @@ func meanScale(op tensor.ReduceOp, n int) float64 {
 	return 1
 }
 
-// chanRowWarps is the number of warps that share a channel of outer rows
-// among channels, for a grid of about wave warps (the host test's are
-// fewer).
-func chanRowWarps(channels, outer, wave int) int {
-	if 2*channels > wave {
-		return 1
-	}
-	return min(wave/channels, outer)
+// chanRowSplits is the grid's blocks per channel, and the rows each takes,
+// for channels of outer rows.
+func chanRowSplits(channels, outer int) (splits, rowsPer int) {
+	return rowSplits(channels, outer, chanWave)
+}
+
+// rowSplits is chanRowSplits for about wave blocks (the host test's waves
+// are smaller).
+func rowSplits(channels, outer, wave int) (splits, rowsPer int) {
+	splits = min(max(wave/channels, 1), outer)
+	rowsPer = (outer + splits - 1) / splits
+	return (outer + rowsPer - 1) / rowsPer, rowsPer
 }
 
 // ReduceChannels implements tensor.ChannelReduceBackend: one pass of
@@ -245,10 +249,10 @@ func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer
 // workspace of partial sums when a channel spans several blocks.
 func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintptr, outer, channels, inner int, accumulate bool) {
 	if inner >= chanRowsMin && inner%4 == 0 && aligned16(px) {
-		per := chanRowWarps(channels, outer, chanWarps)
+		splits, rowsPer := chanRowSplits(channels, outer)
 		var part, counters uintptr
-		if per > 1 {
-			ws := b.workspace(name, 8*channels*per)
+		if splits > 1 {
+			ws := b.workspace(name, 8*channels*splits)
 			defer b.release(ws)
 			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
 		}
@@ -256,10 +260,8 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 		if !b.streamed(4 * outer * channels * inner) {
 			kernel = "ember_reduce_channel_rows_l2"
 		}
-		const warpsPerBlock = blockSize / 32
-		blocks := (channels*per + warpsPerBlock - 1) / warpsPerBlock
-		devCheck(name, b.x.launch(b.kernel(kernel), Dim3{X: int(i32arg(name, blocks)), Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
-			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(per), meanScale(op, outer*inner), flag(accumulate)}))
+		devCheck(name, b.x.launch(b.kernel(kernel), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+			[]any{pdst, part, counters, px, int64(outer), int64(channels), int64(inner), int64(rowsPer), meanScale(op, outer*inner), flag(accumulate)}))
 		return
 	}
 	splits, chunk := chanSplits(channels, outer*inner)

@@ -13,9 +13,9 @@ import (
 // over odd channel counts, rows no multiple of 4, one outer row, a huge
 // outer axis, channels split over dozens of blocks, aligned and unaligned
 // x, sums, accumulated sums and means. The plans are the backend's
-// (chanSplits, chanRowWarps, sumBlocks) with fewer blocks where the GPU's
+// (chanSplits, rowSplits, sumBlocks) with fewer blocks where the GPU's
 // would make the emulation slow (every CUDA thread is a pthread): a wave
-// of 64 warps for the channels' rows, at most 40 blocks for the sums but
+// of 64 blocks for the channels' rows, at most 40 blocks for the sums but
 // for one case of 300 (more partials than the join's first loads), 16 for
 // the rows, and the rows' kernel only on up to 2048 rows (each costs the
 // emulation a warp's shuffles); the kernels take any grid. So the indices, the partition and
@@ -37,13 +37,13 @@ func TestReduceKernelsOnHost(t *testing.T) {
 		{2, 2, 70001},      // few outer rows, long odd rows
 		{100003, 1, 12},    // huge odd outer, one channel
 		{37, 5, 1028},      // rows of 257 float4: a second round of loads
-		{2, 70, 128},       // more channels than half a wave: a warp each
+		{2, 70, 128},       // more channels than a wave: one block each
 		{1, 1, 300 * 4096}, // a sum over 300 blocks
 	} {
 		outer, channels, inner := s[0], s[1], s[2]
 		n := outer * channels * inner
 		splits, chunk := chanSplits(channels, outer*inner)
-		per := chanRowWarps(channels, outer, 64)
+		rsplits, rowsPer := rowSplits(channels, outer, 64)
 		sb := sumBlocks(n)
 		if sb != 300 {
 			sb = min(sb, 40)
@@ -56,7 +56,7 @@ func TestReduceKernelsOnHost(t *testing.T) {
 		if outer*channels > 2048 {
 			rowGrid = 0
 		}
-		for _, v := range []int{outer, channels, inner, splits, chunk, per, sb, rowGrid} {
+		for _, v := range []int{outer, channels, inner, splits, chunk, rsplits, rowsPer, sb, rowGrid} {
 			run = append(run, strconv.Itoa(v))
 		}
 	}

@@ -189,22 +189,6 @@ __device__ bool ember_last_arrival(unsigned* counter, unsigned count) {
     return l;
 }
 
-// ember_warp_last_arrival is ember_last_arrival for a warp: lane 0 counts
-// the warp in at *counter once it has stored the warp's partial, and every
-// lane learns whether its warp is the last of count to arrive (which
-// resets the counter). Every lane of the warp must call it.
-__device__ bool ember_warp_last_arrival(unsigned* counter, unsigned count) {
-    unsigned last = 0;
-    if ((threadIdx.x & 31) == 0) {
-        ember_fence_acq_rel();  // the partial before the count
-        last = atomicAdd(counter, 1u) == count - 1;
-        if (last) *counter = 0;
-    }
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (last) ember_fence_acq_rel();  // every partial before what follows
-    return last != 0;
-}
-
 // ember_block_sum_f sums one float per thread over a block of any shape
 // (blockDim.x*blockDim.y a multiple of 32, at most 1024): a xor butterfly
 // within each warp, then warp 0 adds the warp sums the same way. The tree

@@ -517,33 +517,30 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // ember_reduce_channel_rows / _l2: the sums (scale 1, added to dst when
 // acc) or means (scale 1/(outer*inner)) of each channel of x [outer,
 // channels, inner], for inner a multiple of 4 from a 16-byte aligned x
-// (ember_scaled_store). The grid holds channels*per warps (the last block's
-// extra warps idle). Warp w takes channel w % channels and every row
-// (n, channel) for n = w / channels, + per, ...: the rows of x are read as
-// the rows' sums read them (warp w row w, then w + the grid's warps, ...),
-// so the grid streams through memory in order, and yet each warp holds one
-// channel's sum. Each lane issues its four float4 loads of a row's next
-// 128 before it adds them (in float within a float4, in double across). A
-// channel's per warps store their partials in partialOrNull[channel*per
-// ...], and the last of them to finish (ember_warp_last_arrival on
-// countersOrNull[channel]) adds them in a fixed order. A block of one
-// channel's rows read 8 pieces 200 KB apart and reached 88-89% of the copy
-// rate on [512,64,784] (docs/performance.md, rounds 20-22). As the rows'
-// sums, two entry points: the load is chosen when compiled (ember_ld_once
-// without _l2). At most 256 threads a block.
+// (ember_scaled_store). Grid (channels, splits): block
+// (c, s) takes rows [s * rowsPer, s * rowsPer + rowsPer) of channel c, a
+// warp a row at a time, each lane issuing its four float4 loads of the
+// row's next 128 before it adds them (in float within a float4, in double
+// across). A channel split over several blocks is joined by the last of
+// them to finish (ember_last_arrival on countersOrNull[c]), in a fixed
+// order. One launch instead of ember_reduce_channels and its join, whose
+// chunks cut across rows at a division per load (docs/performance.md,
+// rounds 20 and 21). As the rows' sums, two entry points: the load is
+// chosen when compiled (ember_ld_once without _l2). At most 256 threads a
+// block.
 template <bool Once>
 __device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x,
-                                                   long long outer, long long channels, long long inner, long long per,
+                                                   long long outer, long long channels, long long inner, long long rowsPer,
                                                    double scale, int acc) {
-    const int lane = threadIdx.x & 31;
-    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (w >= channels * per) return;  // a whole warp
-    const long long c = w % channels, i = w / channels;
-    const long long innerV = inner >> 2;
-    const ember_f4* x4 = reinterpret_cast<const ember_f4*>(x);
+    const long long c = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const long long innerV = inner >> 2, rowStride = channels * innerV;
+    const ember_f4* base = reinterpret_cast<const ember_f4*>(x) + c * innerV;
+    const long long o0 = (long long)blockIdx.y * rowsPer;
+    const long long o1 = o0 + rowsPer < outer ? o0 + rowsPer : outer;
     double s = 0.0;
-    for (long long o = i; o < outer; o += per) {
-        const ember_f4* row = x4 + (o * channels + c) * innerV;
+    for (long long o = o0 + warp; o < o1; o += nw) {
+        const ember_f4* row = base + o * rowStride;
         for (long long q0 = lane; q0 < innerV; q0 += 128) {
             ember_f4 v[4];
 #pragma unroll
@@ -552,27 +549,27 @@ __device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOr
             for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }
     }
-    s = ember_warp_sum_d(s);
-    if (per == 1) {
-        if (lane == 0) ember_scaled_store(dst, c, s, scale, acc);
+    s = ember_block_sum_d(s);
+    if (gridDim.y == 1) {
+        if (threadIdx.x == 0) ember_scaled_store(dst, c, s, scale, acc);
         return;
     }
-    const double* part = partialOrNull + c * per;
-    if (lane == 0) partialOrNull[c * per + i] = s;
-    if (!ember_warp_last_arrival(countersOrNull + c, (unsigned)per)) return;
+    const double* part = partialOrNull + c * gridDim.y;
+    if (threadIdx.x == 0) partialOrNull[c * gridDim.y + blockIdx.y] = s;
+    if (!ember_last_arrival(countersOrNull + c, gridDim.y) || threadIdx.x >= 32) return;
     double t = 0.0;
-    for (long long j = lane; j < per; j += 32) t += __ldcg(part + j);
+    for (unsigned j = threadIdx.x; j < gridDim.y; j += 32) t += __ldcg(part + j);
     t = ember_warp_sum_d(t);
-    if (lane == 0) ember_scaled_store(dst, c, t, scale, acc);
+    if (threadIdx.x == 0) ember_scaled_store(dst, c, t, scale, acc);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
-                              long long channels, long long inner, long long per, double scale, int acc) {
-    ember_channel_rows<true>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, per, scale, acc);
+                              long long channels, long long inner, long long rowsPer, double scale, int acc) {
+    ember_channel_rows<true>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
 }
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows_l2(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
-                                 long long channels, long long inner, long long per, double scale, int acc) {
-    ember_channel_rows<false>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, per, scale, acc);
+                                 long long channels, long long inner, long long rowsPer, double scale, int acc) {
+    ember_channel_rows<false>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
 }

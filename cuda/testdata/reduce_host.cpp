@@ -1,9 +1,9 @@
 // The driver of TestReduceKernelsOnHost: kernels/reduce_axis.cu and
 // kernels/reduce.cu (common.cu before them, host_emu.h included first)
 // compiled for the host with this file. Arguments: the threads per block,
-// then cases of eight numbers, outer channels inner splits chunk
-// rowWarps sumBlocks rowGrid (the Go side's plans: chanSplits,
-// chanRowWarps, sumBlocks and the rows' grid, 0 to skip the rows' kernel). Each case views fresh
+// then cases of nine numbers, outer channels inner splits chunk rowSplits
+// rowsPer sumBlocks rowGrid (the Go side's plans: chanSplits,
+// rowSplits, sumBlocks and the rows' grid, 0 to skip the rows' kernel). Each case views fresh
 // random inputs as x [outer, channels, inner], as a sum into a 16-byte
 // aligned x, a sum accumulated into dst from an x one float off alignment
 // (the one-float paths), and a mean, NaN around x, and runs
@@ -26,20 +26,21 @@ struct sums {
 };
 
 int main(int argc, char** argv) {
-    if (argc < 2 || (argc - 2) % 8 != 0) {
-        fprintf(stderr, "usage: %s threads [outer channels inner splits chunk rowWarps sumBlocks rowGrid]...\n", argv[0]);
+    if (argc < 2 || (argc - 2) % 9 != 0) {
+        fprintf(stderr, "usage: %s threads [outer channels inner splits chunk rowSplits rowsPer sumBlocks rowGrid]...\n", argv[0]);
         return 100;
     }
     const int nt = atoi(argv[1]);
     std::mt19937_64 rng(std::random_device{}());
     std::normal_distribution<float> normal(0.0f, 1.0f);
     int failed = 0;
-    for (int a = 2; a < argc; a += 8) {
+    for (int a = 2; a < argc; a += 9) {
         const long long outer = atoll(argv[a]), ch = atoll(argv[a + 1]), inner = atoll(argv[a + 2]);
         const int splits = atoi(argv[a + 3]);
         const long long chunk = atoll(argv[a + 4]);
-        const long long per = atoll(argv[a + 5]);
-        const int sumBlocks = atoi(argv[a + 6]), rowGrid = atoi(argv[a + 7]);
+        const int rsplits = atoi(argv[a + 5]);
+        const long long rowsPer = atoll(argv[a + 6]);
+        const int sumBlocks = atoi(argv[a + 7]), rowGrid = atoi(argv[a + 8]);
         struct variant { int op, acc, off; const char* name; };
         const variant vs[] = {{EMBER_R_SUM, 0, 0, "sum"}, {EMBER_R_SUM, 1, 1, "sum+acc unaligned"}, {EMBER_R_MEAN, 0, 0, "mean"}};
         for (const variant& v : vs) {
@@ -120,13 +121,12 @@ int main(int argc, char** argv) {
                 }
             }, chanIdx, outer * inner);
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
-                const unsigned rowBlocks = (unsigned)((ch * per + nt / 32 - 1) / (nt / 32));
-                run("reduce_channel_rows", ch, (int)(ch * per), (int)ch, [&](float* pd, double* pp, unsigned* pc) {
-                    launch(rowBlocks, 1, nt, [=] {
+                run("reduce_channel_rows", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
+                    launch((unsigned)ch, (unsigned)rsplits, nt, [=] {
                         if (v.op == EMBER_R_MEAN)
-                            ember_reduce_channel_rows_l2(pd, pp, pc, x, outer, ch, inner, per, scale(outer * inner), v.acc);
+                            ember_reduce_channel_rows_l2(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
                         else
-                            ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, per, scale(outer * inner), v.acc);
+                            ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
                     });
                 }, chanIdx, outer * inner);
                 if (rowGrid > 0)
