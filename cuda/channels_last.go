@@ -77,23 +77,33 @@ func (b *Backend) FromChannelsLast(dst, src tensor.Buffer, n, c, inner int, accu
 	b.fromLowp(op, b.f32(op, dst), b.ptr(op, src, tensor.BFloat16), 0, n, c, inner, false, accumulate, true)
 }
 
-// clApply queues a pass of kernels/channels_last.cu's ember_cl_apply over
-// n elements of rows of c channels: batch norm's two passes have a kernel
-// each, the others share ember_cl_pointwise.
+// clApply queues a pass of kernels/channels_last.cu over n elements of
+// rows of c channels: batch norm's two passes have a kernel each
+// (ember_cl_bn_rows: a thread's eight channels fixed, two rows at a time,
+// about clRowBlocksPerSM blocks an SM), the others share
+// ember_cl_pointwise.
 func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
 	if n == 0 {
 		return
 	}
 	n8 := n / 8
+	rows := n / c
+	r := blockSize / (c / 8)
+	grid := Dim3{X: max(1, min((rows+2*r-1)/(2*r), clRowBlocksPerSM*b.dev.MultiprocessorCount())), Y: 1, Z: 1}
+	block := Dim3{X: blockSize, Y: 1, Z: 1}
 	switch mode {
 	case clBN:
-		b.launch(op, b.kernel("ember_cl_bn_apply"), n8, y, x, tab, int32(act), int64(n8), i32arg(op, c))
+		devCheck(op, b.x.launch(b.kernel("ember_cl_bn_apply"), grid, block, []any{y, x, tab, int32(act), int64(rows), i32arg(op, c)}))
 	case clBNDX:
-		b.launch(op, b.kernel("ember_cl_bn_dx"), n8, y, x, dy, tab, int32(act), flag(training), int64(n8), i32arg(op, c))
+		devCheck(op, b.x.launch(b.kernel("ember_cl_bn_dx"), grid, block, []any{y, x, dy, tab, int32(act), flag(training), int64(rows), i32arg(op, c)}))
 	default:
 		b.launch(op, b.kernel("ember_cl_pointwise"), n8, y, x, dy, bias, int32(act), int32(mode), int64(n8), i32arg(op, c))
 	}
 }
+
+// clRowBlocksPerSM bounds batch norm's passes' grids: a wave of 256-thread
+// blocks at eight an SM, each thread then taking rows in pairs.
+const clRowBlocksPerSM = 8
 
 // clSums queues kernels/channels_last.cu's sums of the mode (a kernel
 // each) over rows of c channels into a new workspace of partial sums,

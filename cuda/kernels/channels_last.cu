@@ -23,6 +23,17 @@ __device__ __forceinline__ void ember_cl_load8(const unsigned short* p, float v[
     }
 }
 
+// The eight values of u as float32 (ember_cl_load8 in two steps, so that
+// loads of several rows are in flight in four registers each).
+__device__ __forceinline__ void ember_cl_unpack8(const ember_cl8 u, float v[8]) {
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
 // Eight float32 values rounded to bfloat16 at p.
 __device__ __forceinline__ void ember_cl_store8(unsigned short* p, const float v[8]) {
     unsigned int w[4];
@@ -76,10 +87,16 @@ __device__ __forceinline__ float ember_cl_act_grad(int act, float x, float dy) {
     return dy * (cdf + x * pdf);
 }
 
-// ember_cl_bn_grad is ember_bn_grad with ember_cl_act_grad.
-__device__ __forceinline__ float ember_cl_bn_grad(int act, float dy, float x, float mean, float inv, float w, float b) {
-    if (act == 0) return dy;
-    return ember_cl_act_grad(act, ember_normalized(x, mean, inv, w, b), dy);
+// Batch norm's z = (x - mean)·inv·w + b as z = x·a + c, a = inv·w and c
+// = b - mean·a per channel (one multiply-add an element; a channel's
+// constants in two registers). Every pass of the form computes z so,
+// forward and backward, so the activation's gradient sees the forward
+// pass's z; it differs from the planar kernels' ember_normalized by the
+// rounding of a and c, a few float32 steps where |mean| is many standard
+// deviations, far inside bfloat16's.
+__device__ __forceinline__ void ember_cl_fold(float mean, float inv, float w, float b, float& a, float& c) {
+    a = inv * w;
+    c = __fmaf_rn(-mean, a, b);
 }
 
 // The sums of ember_cl_channel_sums.
@@ -92,7 +109,7 @@ __device__ __forceinline__ float ember_cl_bn_grad(int act, float dy, float x, fl
 // of the mode.
 __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const float xv[8], const float gv[8],
                                                     const float sub[8], const float k[8], const float wv[8],
-                                                    const float bv[8], float s1[8], float s2[8]) {
+                                                    float s1[8], float s2[8]) {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         if (mode == EMBER_CL_STATS) {
@@ -100,7 +117,8 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
             s1[j] += u;
             s2[j] += u * u;
         } else if (mode == EMBER_CL_BN_GRAD) {
-            const float gj = ember_cl_bn_grad(act, gv[j], xv[j], sub[j], k[j], wv[j], bv[j]);
+            // k, wv: the folded a and c (ember_cl_fold).
+            const float gj = act ? ember_cl_act_grad(act, __fmaf_rn(xv[j], k[j], wv[j]), gv[j]) : gv[j];
             s1[j] += gj;
             s2[j] += gj * (xv[j] - sub[j]);
         } else {
@@ -129,15 +147,14 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
     const int r = threadIdx.x / G;
     const int c0 = g * 8;
     const int readX = mode != EMBER_CL_SUM, readDY = mode != EMBER_CL_STATS;
-    float s1[8], s2[8], sub[8], k[8], wv[8], bv[8];
+    float s1[8], s2[8], sub[8], k[8], wv[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         s1[j] = 0.f;
         s2[j] = 0.f;
         sub[j] = 0.f;
         k[j] = 1.f;
-        wv[j] = 1.f;
-        bv[j] = 0.f;
+        wv[j] = 0.f;
     }
     if (r < R) {
         if (mode == EMBER_CL_STATS) {
@@ -146,9 +163,7 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 sub[j] = mean[c0 + j];
-                k[j] = inv[c0 + j];
-                if (w) wv[j] = w[c0 + j];
-                if (b) bv[j] = b[c0 + j];
+                ember_cl_fold(mean[c0 + j], inv[c0 + j], w ? w[c0 + j] : 1.f, b ? b[c0 + j] : 0.f, k[j], wv[j]);
             }
         }
         const long long stride = (long long)gridDim.x * R;
@@ -156,22 +171,27 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
         // Rows in flight at once: two where both operands are read.
         const int U = mode == EMBER_CL_BN_GRAD ? 2 : 4;
         for (; row + (U - 1) * stride < rows; row += U * stride) {
-            float xv[U][8], gv[U][8];
+            ember_cl8 xr[U], gr[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const long long at = (row + u * stride) * C + c0;
-                if (readX) ember_cl_load8(x + at, xv[u]);
-                if (readDY) ember_cl_load8(dy + at, gv[u]);
+                if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+                if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
             }
 #pragma unroll
-            for (int u = 0; u < U; u++) ember_cl_accumulate(mode, act, xv[u], gv[u], sub, k, wv, bv, s1, s2);
+            for (int u = 0; u < U; u++) {
+                float xv[8], gv[8];
+                if (readX) ember_cl_unpack8(xr[u], xv);
+                if (readDY) ember_cl_unpack8(gr[u], gv);
+                ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, s1, s2);
+            }
         }
         for (; row < rows; row += stride) {
             float xv[8], gv[8];
             const long long at = row * C + c0;
             if (readX) ember_cl_load8(x + at, xv);
             if (readDY) ember_cl_load8(dy + at, gv);
-            ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, bv, s1, s2);
+            ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, s1, s2);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -292,17 +312,83 @@ __device__ __forceinline__ void ember_cl_tab8(const float* p, float v[8]) {
     v[7] = b.w;
 }
 
-// ember_cl_apply runs one of those passes (batch norm's two fixed at
-// compile time, the others by kind) over n8 groups of eight
-// elements of [rows, C] (a thread per group, grid-stride; the channel of
-// a thread's group advances by the grid's stride, without a division),
-// rounding y to bfloat16. Batch norm's passes read each channel's mean,
-// 1/std, weight, bias and means from tab (ember_cl_bn_finalize's);
-// EMBER_CL_BIAS reads its bias from bias.
+// ember_cl_bn_rows runs batch norm's pass of the mode (EMBER_CL_BN: y =
+// act(z); EMBER_CL_BN_DX: y = dx, training's with the means of g and
+// g·x̂ from tab) over [rows, C]: thread (g, r) of a block of R =
+// blockDim.x / (C/8) rows takes channels 8g..8g+7 of every
+// (gridDim.x·R)-th row from row blockIdx.x·R + r, two rows' loads in
+// flight. A thread's channels never change, so it folds its channels'
+// constants from tab once: z = x·a + c (ember_cl_fold) and dx = a·g +
+// (e - d·x), d = a·inv·m2 and e = d·mean - a·m1 (0 out of training). A
+// thread a group of eight elements, reloading its channels' twelve
+// tab values each time, kept three tenths of the SMs' warps busy on the
+// H200 (docs/performance.md, round 22). (C/8) <= blockDim.x.
 template <int mode>
+__device__ __forceinline__ void ember_cl_bn_rows(unsigned short* y, const unsigned short* x, const unsigned short* dy,
+                                                 const float* tab, int act, int training, long long rows, int C) {
+    const int G = C >> 3, R = blockDim.x / G;
+    const int r = threadIdx.x / G, c0 = (threadIdx.x % G) * 8;
+    if (r >= R) return;
+    float a[8], c[8], d[8], e[8];
+    {
+        float mean[8], inv[8], wv[8], bv[8];
+        ember_cl_tab8(tab + c0, mean);
+        ember_cl_tab8(tab + C + c0, inv);
+        ember_cl_tab8(tab + 2 * C + c0, wv);
+        ember_cl_tab8(tab + 3 * C + c0, bv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ember_cl_fold(mean[j], inv[j], wv[j], bv[j], a[j], c[j]);
+        if (mode == EMBER_CL_BN_DX) {
+            float m1[8], m2[8];
+            ember_cl_tab8(tab + 4 * C + c0, m1);
+            ember_cl_tab8(tab + 5 * C + c0, m2);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                d[j] = training ? a[j] * inv[j] * m2[j] : 0.f;
+                e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
+            }
+        }
+    }
+    const long long stride = (long long)gridDim.x * R;
+    for (long long row = (long long)blockIdx.x * R + r; row < rows; row += 2 * stride) {
+        const bool two = row + stride < rows;
+        ember_cl8 xr[2], gr[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (u == 0 || two) {
+                const long long at = (row + u * stride) * C + c0;
+                xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+                if (mode == EMBER_CL_BN_DX) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (u == 1 && !two) break;
+            float xv[8], gv[8], out[8];
+            ember_cl_unpack8(xr[u], xv);
+            if (mode == EMBER_CL_BN_DX) ember_cl_unpack8(gr[u], gv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float z = __fmaf_rn(xv[j], a[j], c[j]);
+                if (mode == EMBER_CL_BN) {
+                    out[j] = act ? ember_cl_act(act, z) : z;
+                } else {
+                    const float g = act ? ember_cl_act_grad(act, z, gv[j]) : gv[j];
+                    out[j] = __fmaf_rn(a[j], g, __fmaf_rn(-d[j], xv[j], e[j]));
+                }
+            }
+            ember_cl_store8(y + (row + u * stride) * C + c0, out);
+        }
+    }
+}
+
+// ember_cl_apply runs one of the other passes (by kind) over n8 groups of
+// eight elements of [rows, C] (a thread per group, grid-stride; the
+// channel of a thread's group advances by the grid's stride, without a
+// division), rounding y to bfloat16. EMBER_CL_BIAS reads its bias from
+// bias.
 __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned short* x, const unsigned short* dy,
-                                               const float* tab, const float* bias, int act, int kind, int training,
-                                               long long n8, int C) {
+                                               const float* bias, int act, int kind, long long n8, int C) {
     const long long step = (long long)blockDim.x * gridDim.x;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
@@ -310,54 +396,27 @@ __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned
     const int adv = (int)((step * 8) % C);
     for (; i < n8; i += step) {
         const long long at = i * 8;
-        float xv[8], gv[8], out[8], mean[8], inv[8], wv[8], bv[8];
+        float xv[8], gv[8], out[8];
         ember_cl_load8(x + at, xv);
-        if (mode == EMBER_CL_BN_DX || (mode == EMBER_CL_ACT && kind >= EMBER_CL_ACT_GRAD)) ember_cl_load8(dy + at, gv);
-        if (mode == EMBER_CL_BN || mode == EMBER_CL_BN_DX) {
-            ember_cl_tab8(tab + c0, mean);
-            ember_cl_tab8(tab + C + c0, inv);
-            ember_cl_tab8(tab + 2 * C + c0, wv);
-            ember_cl_tab8(tab + 3 * C + c0, bv);
-        }
-        if (mode == EMBER_CL_BN) {
+        if (kind >= EMBER_CL_ACT_GRAD) ember_cl_load8(dy + at, gv);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float v = ember_normalized(xv[j], mean[j], inv[j], wv[j], bv[j]);
-                out[j] = act ? ember_cl_act(act, v) : v;
+        for (int j = 0; j < 8; j++) {
+            float v;
+            switch (kind) {
+            case EMBER_CL_ACT:
+                v = ember_cl_act(act, xv[j]);
+                break;
+            case EMBER_CL_BIAS:
+                v = xv[j] + (bias ? bias[c0 + j] : 0.f);
+                if (act) v = ember_cl_act(act, v);
+                break;
+            case EMBER_CL_ACT_GRAD:
+                v = ember_cl_act_grad(act, xv[j], gv[j]);
+                break;
+            default:
+                v = xv[j] + gv[j];
             }
-        } else if (mode == EMBER_CL_BN_DX) {
-            float m1[8], m2[8];
-            ember_cl_tab8(tab + 4 * C + c0, m1);
-            ember_cl_tab8(tab + 5 * C + c0, m2);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float g = ember_cl_bn_grad(act, gv[j], xv[j], mean[j], inv[j], wv[j], bv[j]);
-                if (training) {
-                    const float xh = (xv[j] - mean[j]) * inv[j];
-                    g = g - m1[j] - xh * m2[j];
-                }
-                out[j] = (inv[j] * wv[j]) * g;
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float v;
-                switch (kind) {
-                case EMBER_CL_ACT:
-                    v = ember_cl_act(act, xv[j]);
-                    break;
-                case EMBER_CL_BIAS:
-                    v = xv[j] + (bias ? bias[c0 + j] : 0.f);
-                    if (act) v = ember_cl_act(act, v);
-                    break;
-                case EMBER_CL_ACT_GRAD:
-                    v = ember_cl_act_grad(act, xv[j], gv[j]);
-                    break;
-                default:
-                    v = xv[j] + gv[j];
-                }
-                out[j] = v;
-            }
+            out[j] = v;
         }
         ember_cl_store8(y + at, out);
         c0 += adv;
@@ -367,18 +426,18 @@ __device__ __forceinline__ void ember_cl_apply(unsigned short* y, const unsigned
 
 // Batch norm's passes and the others (by kind), a kernel each.
 extern "C" __global__ void ember_cl_bn_apply(unsigned short* y, const unsigned short* x, const float* tab, int act,
-                                             long long n8, int C) {
-    ember_cl_apply<EMBER_CL_BN>(y, x, 0, tab, 0, act, EMBER_CL_BN, 0, n8, C);
+                                             long long rows, int C) {
+    ember_cl_bn_rows<EMBER_CL_BN>(y, x, 0, tab, act, 0, rows, C);
 }
 
 extern "C" __global__ void ember_cl_bn_dx(unsigned short* dx, const unsigned short* x, const unsigned short* dy,
-                                          const float* tab, int act, int training, long long n8, int C) {
-    ember_cl_apply<EMBER_CL_BN_DX>(dx, x, dy, tab, 0, act, EMBER_CL_BN_DX, training, n8, C);
+                                          const float* tab, int act, int training, long long rows, int C) {
+    ember_cl_bn_rows<EMBER_CL_BN_DX>(dx, x, dy, tab, act, training, rows, C);
 }
 
 extern "C" __global__ void ember_cl_pointwise(unsigned short* y, const unsigned short* x, const unsigned short* dy,
                                               const float* bias, int act, int kind, long long n8, int C) {
-    ember_cl_apply<EMBER_CL_ACT>(y, x, dy, 0, bias, act, kind, 0, n8, C);
+    ember_cl_apply(y, x, dy, bias, act, kind, n8, C);
 }
 
 // Eight bytes as one 8-byte access.

@@ -106,10 +106,10 @@ static void batchnorm(int rows, int C, int act, bool affine) {
     const long long n8 = (long long)rows * C / 8;
     launch(nb, nt, [=] { ember_cl_stats(pp, px, rows, C); });
     launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 0, px, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
-    launch(2, 64, [=] { ember_cl_bn_apply(py, px, pt, act, n8, C); });
+    launch(2, nt, [=] { ember_cl_bn_apply(py, px, pt, act, rows, C); });
     launch(nb, nt, [=] { ember_cl_grad_sums(pp, px, pdy, pm, pinv, pw, pb, act, rows, C); });
     launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 1, nullptr, pm, pinv, nullptr, nullptr, 0, 0, pw, pb, pdw, pdb, 1, 1, pt); });
-    launch(3, 64, [=] { ember_cl_bn_dx(pdx, px, pdy, pt, act, 1, n8, C); });
+    launch(3, nt, [=] { ember_cl_bn_dx(pdx, px, pdy, pt, act, 1, rows, C); });
     int bad = 0;
     for (int c = 0; c < C; c++) {
         double s = 0, q = 0;
@@ -252,6 +252,8 @@ int main() {
     batchnorm(200, 16, 0, true);
     batchnorm(150, 24, 11, false);
     batchnorm(97, 8, 13, true);
+    batchnorm(2001, 16, 13, true);  // threads take rows in pairs and one last row
+    batchnorm(1500, 24, 11, true);
     convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
     convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
     convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
