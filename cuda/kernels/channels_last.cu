@@ -2,10 +2,11 @@
 // (tensor/channels_last.go, cuda/channels_last.go): batch norm with its
 // activation, the activations alone, sums and max pooling, each reading
 // and writing the form directly. It is compiled in norm.cu's unit and
-// computes batch norm's normalised value and activations with norm.cu's
-// functions, as the CPU does, so that the two differ in the order of the
-// statistics' sums only. C is a multiple of 8: a thread moves eight
-// channels of one row (16 bytes) at a time.
+// computes the activations with norm.cu's functions (GELU's with a
+// cheaper erfc), batch norm's normalised value with its constants folded
+// per channel (ember_cl_fold): it differs from the CPU in the order of
+// the statistics' sums and a few float32 roundings. C is a multiple of 8:
+// a thread moves eight channels of one row (16 bytes) at a time.
 
 // Eight bfloat16 values as one 16-byte access (as common.cu's ember_f4).
 struct __attribute__((aligned(16))) ember_cl8 {
