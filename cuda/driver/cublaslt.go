@@ -176,6 +176,7 @@ func (g LtGemm) align() uintptr {
 type ltPlan struct {
 	desc, a, b, c uintptr // matmul descriptor; layouts of the first operand (row-major B), second (A), and C = D
 	algo          ltHeuristicResult
+	cands         []ltHeuristicResult // the heuristics' ranked algorithms, once Candidates asked for them
 }
 
 // Lt is a cuBLASLt handle on one device with its plans, one per product
@@ -342,23 +343,11 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 			return err
 		}
 	}
-	var pref uintptr
-	if err := cublasCheck("cublasLtMatmulPreferenceCreate", CCall(ltFn.prefCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
+	pref, err := l.preference(g)
+	if err != nil {
 		return err
 	}
 	defer CCall(ltFn.prefDestroy, pref)
-	ws := uint64(g.workspace(l.wsMax))
-	if err := ltSet("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", ltFn.prefSetAttribute, pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8); err != nil {
-		return err
-	}
-	if g.Align16 {
-		a16 := uint32(16)
-		for attr := ltPrefMinAlignA; attr <= ltPrefMinAlignA+3; attr++ {
-			if err := ltSet("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", ltFn.prefSetAttribute, pref, attr, unsafe.Pointer(&a16), 4); err != nil {
-				return err
-			}
-		}
-	}
 	// The heuristics look at the bias and aux pointers' alignment.
 	if err := l.setPointers(p, g, g.align(), g.align()); err != nil {
 		return err
@@ -369,6 +358,87 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 		return fmt.Errorf("%w (%+v: status %d, %d results)", ErrLtUnsupported, g, st, n)
 	}
 	return cublasCheck("cublasLtMatmulAlgoGetHeuristic", r)
+}
+
+// LtCandidate describes one of the algorithms cuBLASLt's heuristics rank
+// for a product: the workspace it asks for and how many waves of the
+// device's SMs its grid fills.
+type LtCandidate struct {
+	Workspace int
+	Waves     float32
+}
+
+// Candidates returns the algorithms cuBLASLt's heuristics rank for g, best
+// first, at most max of them (the first is the one a plan takes by
+// default), for a caller that times them and keeps the fastest (Use).
+func (l *Lt) Candidates(g LtGemm, max int) ([]LtCandidate, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("cuda: Lt.Candidates: max %d; want at least 1", max)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := l.plan(g)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.d.enter(); err != nil {
+		return nil, err
+	}
+	defer l.d.leave()
+	pref, err := l.preference(g)
+	if err != nil {
+		return nil, err
+	}
+	defer CCall(ltFn.prefDestroy, pref)
+	res := make([]ltHeuristicResult, max)
+	var n int32
+	r := CCall(ltFn.algoGetHeuristic, l.h, p.desc, p.a, p.b, p.c, p.c, pref, uintptr(max), uintptr(unsafe.Pointer(&res[0])), uintptr(unsafe.Pointer(&n)))
+	if err := cublasCheck("cublasLtMatmulAlgoGetHeuristic", r); err != nil {
+		return nil, err
+	}
+	p.cands = p.cands[:0]
+	var out []LtCandidate
+	for _, c := range res[:n] {
+		if c.state == 0 {
+			p.cands = append(p.cands, c)
+			out = append(out, LtCandidate{Workspace: int(c.workspace), Waves: c.waves})
+		}
+	}
+	return out, nil
+}
+
+// Use makes g's plan run candidate i of the last Candidates call for g.
+func (l *Lt) Use(g LtGemm, i int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.plans[g]
+	if p == nil || i < 0 || i >= len(p.cands) {
+		return fmt.Errorf("cuda: Lt.Use: no candidate %d for %+v", i, g)
+	}
+	p.algo = p.cands[i]
+	return nil
+}
+
+// preference makes the search preference of g (its workspace and
+// alignment); the caller destroys it. l.d is entered.
+func (l *Lt) preference(g LtGemm) (uintptr, error) {
+	var pref uintptr
+	if err := cublasCheck("cublasLtMatmulPreferenceCreate", CCall(ltFn.prefCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
+		return 0, err
+	}
+	ws := uint64(g.workspace(l.wsMax))
+	err := ltSet("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", ltFn.prefSetAttribute, pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8)
+	if g.Align16 && err == nil {
+		a16 := uint32(16)
+		for attr := ltPrefMinAlignA; attr <= ltPrefMinAlignA+3 && err == nil; attr++ {
+			err = ltSet("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", ltFn.prefSetAttribute, pref, attr, unsafe.Pointer(&a16), 4)
+		}
+	}
+	if err != nil {
+		CCall(ltFn.prefDestroy, pref)
+		return 0, err
+	}
+	return pref, nil
 }
 
 // ltLayout is a column-major matrix layout: rows, columns and leading

@@ -1,0 +1,134 @@
+package cuda
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ember-ml/ember/cuda/driver"
+	"github.com/ember-ml/ember/tensor"
+)
+
+// TestGPULtCandidatesBench times every algorithm cuBLASLt's heuristics
+// rank (driver.Lt.Candidates, up to 16) for the products of the MLP
+// 784-1024-1024-10 at batch 64, and the cuBLAS products those layers take
+// today where they do not go to cuBLASLt: does timing the candidates, as
+// cuDNN's searches do for convolutions, find faster ones than the
+// heuristics' first? Each time is per product, from a captured graph of
+// ltBenchCalls products replayed (the gaps between them are a captured
+// step's), the median of 11 samples. It runs only with
+// EMBER_LT_CANDIDATES=1 and prints one line per algorithm.
+func TestGPULtCandidatesBench(t *testing.T) {
+	if os.Getenv("EMBER_LT_CANDIDATES") != "1" {
+		t.Skip("EMBER_LT_CANDIDATES=1 times cuBLASLt's candidate algorithms")
+	}
+	b := newGPUBackend(t, BackendOptions{})
+	requireLt(t, b)
+	lx, ok := b.x.(ltExec)
+	if !ok {
+		t.Skip("the backend's executor queues no cuBLASLt products")
+	}
+	buf := func(n int, seed uint32) uintptr {
+		v, err := b.Alloc(n, tensor.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Upload(v, pseudoRandom(n, seed))
+		t.Cleanup(func() { b.Free(v) })
+		return b.f32("bench", v)
+	}
+	const n = 64
+	x1, w1, b1, h1 := buf(n*784, 1), buf(1024*784, 2), buf(1024, 3), buf(n*1024, 4)
+	w2, b2, h2 := buf(1024*1024, 5), buf(1024, 6), buf(n*1024, 7)
+	g2, d1, dw1, dw2, db := buf(n*1024, 8), buf(n*1024, 9), buf(1024*784, 10), buf(1024*1024, 11), buf(1024, 12)
+	type product struct {
+		name           string
+		g              LtGemm
+		a, bb, c, bias uintptr
+		cublas         func() // the path the layer takes today, when not cuBLASLt
+	}
+	dwGemm := func(in int, epi driver.LtEpilogue, noWS bool) LtGemm {
+		g := weightGradGemm(n, in, 1024, epi)
+		g.NoWorkspace = noWS
+		return g
+	}
+	products := []product{
+		{name: "fc1 forward 64x784->1024 relu+bias", g: LtGemm{TransB: true, M: n, N: 1024, K: 784, LDA: 784, LDB: 784, LDC: 1024, Epilogue: driver.LtReLUBias},
+			a: x1, bb: w1, c: h1, bias: b1},
+		{name: "fc2 forward 64x1024->1024 relu+bias", g: LtGemm{TransB: true, M: n, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtReLUBias},
+			a: h1, bb: w2, c: h2, bias: b2},
+		{name: "fc2 dx 64x1024 = g·w", g: LtGemm{M: n, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024},
+			a: g2, bb: w2, c: d1, cublas: func() { b.product("bench", d1, g2, w2, n, 1024, 1024, false, false) }},
+		{name: "fc2 dw 1024x1024 = gᵀ·h1 (side lane, no workspace)", g: dwGemm(1024, driver.LtDefault, true),
+			a: g2, bb: h1, c: dw2},
+		{name: "fc2 dw+db (side lane, no workspace)", g: dwGemm(1024, driver.LtBGradA, true),
+			a: g2, bb: h1, c: dw2, bias: db},
+		{name: "fc1 dw 1024x784 = gᵀ·x", g: dwGemm(784, driver.LtDefault, false),
+			a: d1, bb: x1, c: dw1, cublas: func() { b.product("bench", dw1, d1, x1, 1024, 784, n, true, false) }},
+		{name: "fc1 dw+db", g: dwGemm(784, driver.LtBGradA, false), a: d1, bb: x1, c: dw1, bias: db},
+	}
+	for _, p := range products {
+		g, ok := b.ltPlan(p.g, p.a, p.bb, p.c, p.bias)
+		if !ok {
+			t.Logf("%s: cuBLASLt has no plan", p.name)
+			continue
+		}
+		cands, err := b.lt.Candidates(g, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.cublas != nil {
+			t.Logf("%-52s cuBLAS today      %7.2f µs", p.name, us(graphTime(t, b, p.cublas)))
+		}
+		for i, c := range cands {
+			if err := b.lt.Use(g, i); err != nil {
+				t.Fatal(err)
+			}
+			d := graphTime(t, b, func() { devCheck("bench", lx.ltMatmul(g, 1, p.a, p.bb, 0, p.c, p.bias, 0)) })
+			t.Logf("%-52s candidate %2d     %7.2f µs (workspace %d, waves %.2f)", p.name, i, us(d), c.Workspace, c.Waves)
+		}
+		if err := b.lt.Use(g, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ltBenchCalls is the products in one graph of TestGPULtCandidatesBench.
+const ltBenchCalls = 20
+
+// graphTime is the time per call of f from a captured graph of
+// ltBenchCalls calls, the median of 11 samples of 5 replays.
+func graphTime(t *testing.T, b *Backend, f func()) time.Duration {
+	t.Helper()
+	g, err := b.Capture(func() {
+		for range ltBenchCalls {
+			f()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	run := func(k int) time.Duration {
+		start := time.Now()
+		for range k {
+			if err := g.Replay(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	run(3)
+	samples := make([]time.Duration, 11)
+	for i := range samples {
+		samples[i] = run(5) / (5 * ltBenchCalls)
+	}
+	slices.Sort(samples)
+	return samples[len(samples)/2]
+}
+
+func us(d time.Duration) float64 { return d.Seconds() * 1e6 }
