@@ -90,6 +90,10 @@ type BackendOptions struct {
 	// By default they go to cuBLASLt, with their backward pass through
 	// cuBLAS, which measured faster there (linear_lt.go).
 	NoLinearLtWide bool
+	// NoTuneProducts keeps the algorithm cuBLASLt's heuristics rank first
+	// for each product shape instead of timing the first few on the
+	// shape's first call (linear_lt_tune.go).
+	NoTuneProducts bool
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
@@ -135,7 +139,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0 turn the matching
+// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
@@ -169,6 +173,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	}
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
+	opt.NoTuneProducts = opt.NoTuneProducts || off("EMBER_LT_TUNE")
 	opt.NoBatchNormOnePass = opt.NoBatchNormOnePass || off("EMBER_BN_ONEPASS")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
@@ -225,6 +230,7 @@ type Backend struct {
 	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
 	ltWide        bool         // wide layers of at most 256 rows go to it
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
+	ltTune        ltTuner      // the shapes whose algorithm was chosen (linear_lt_tune.go)
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue, reductions' joins

@@ -108,8 +108,9 @@ const clRowBlocksPerSM = 8
 // clSums queues kernels/channels_last.cu's sums of the mode (a kernel
 // each) over rows of c channels into a new workspace of partial sums,
 // and returns it with its block count: four blocks an SM at most, so that
-// ember_cl_bn_finalize adds few partials.
-func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
+// ember_cl_bn_finalize adds few partials. Batch norm's gradient sums also
+// write g = dy·act'(z) to gout where it is not 0.
+func (b *Backend) clSums(op string, gout, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
 	g := c / 8
 	r := blockSize / g
 	nb := max(1, min((rows+r-1)/r, 4*b.dev.MultiprocessorCount()))
@@ -121,7 +122,7 @@ func (b *Backend) clSums(op string, x, dy, mean, inv, w, bias uintptr, act tenso
 		err = b.x.launch(b.kernel("ember_cl_stats"), grid, block, []any{part.Ptr(), x, int64(rows), i32arg(op, c)})
 	case clBNGrad:
 		err = b.x.launch(b.kernel("ember_cl_grad_sums"), grid, block,
-			[]any{part.Ptr(), x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c)})
+			[]any{part.Ptr(), gout, x, dy, mean, inv, w, bias, int32(act), int64(rows), i32arg(op, c)})
 	default:
 		err = b.x.launch(b.kernel("ember_cl_dy_sums"), grid, block, []any{part.Ptr(), dy, int64(rows), i32arg(op, c)})
 	}
@@ -160,7 +161,7 @@ func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar
 		if rows < 2 {
 			panic(fmt.Sprintf("cuda: %s: %d rows in training", op, rows))
 		}
-		part, nb := b.clSums(op, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
+		part, nb := b.clSums(op, 0, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
 		b.clFinalize(op, part.Ptr(), nb, c, rows, clStats, px, pm, pi, prm, prv, momentum, eps, pw, pb, 0, 0, false, false, tab.Ptr())
 		b.release(part)
 	} else {
@@ -189,12 +190,26 @@ func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weigh
 	if rows == 0 {
 		return
 	}
-	part, nb := b.clSums(op, px, pdy, pm, pi, pw, pb, act, rows, c, clBNGrad)
+	// The sums pass leaves g = dy·act'(z) in dx's memory (rounded to
+	// bfloat16, as a separate activation's backward pass would write it),
+	// and the dx pass reads it there: the activation's derivative is
+	// computed once, not in both passes. Not where dx shares memory with x
+	// or dy, which the sums pass is still reading.
+	var gout uintptr
+	dxAct := act
+	if pdx != 0 && act != tensor.OpIdentity && !overlaps(pdx, 2*n, px, 2*n) && !overlaps(pdx, 2*n, pdy, 2*n) {
+		gout, dxAct = pdx, 0
+	}
+	part, nb := b.clSums(op, gout, px, pdy, pm, pi, pw, pb, act, rows, c, clBNGrad)
 	tab := b.clTab(op, c)
 	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, pm, pi, 0, 0, 0, 0, pw, pb, pdw, pdb, accW, accB, tab.Ptr())
 	b.release(part)
 	if pdx != 0 {
-		b.clApply(op, pdx, px, pdy, tab.Ptr(), 0, act, clBNDX, training, n, c)
+		gin := pdy
+		if gout != 0 {
+			gin = gout
+		}
+		b.clApply(op, pdx, px, gin, tab.Ptr(), 0, dxAct, clBNDX, training, n, c)
 	}
 	b.release(tab)
 }
@@ -450,7 +465,7 @@ func (b *Backend) conv2dBackwardChannelsLast(dx, dw, db, dy, x, w, wf tensor.Buf
 	}
 	if pdb != 0 {
 		rows := g.N * c.p
-		part, nb := b.clSums(op, 0, pdy, 0, 0, 0, 0, 0, rows, g.K, clSum)
+		part, nb := b.clSums(op, 0, 0, pdy, 0, 0, 0, 0, 0, rows, g.K, clSum)
 		b.clFinalize(op, part.Ptr(), nb, g.K, rows, clSum, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, pdb, false, true, 0)
 		b.release(part)
 	}

@@ -330,6 +330,7 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 	if !ok {
 		return false
 	}
+	b.tuneLt(op, g, 1, pg, px, beta32(accW), pdb)
 	devCheck(op, b.x.parallel(func(ex executor) {
 		lx, ok := ex.(ltExec)
 		if !ok {

@@ -108,6 +108,7 @@ func (b *Backend) ltRun(op string, g LtGemm, alpha float32, pa, pb uintptr, beta
 	if !ok {
 		return false
 	}
+	b.tuneLt(op, g, alpha, pa, pb, beta, pbias)
 	devCheck(op, x.ltMatmul(g, alpha, pa, pb, beta, pc, pbias, paux))
 	b.ltCalls.Add(1)
 	return true

@@ -13,18 +13,7 @@ struct __attribute__((aligned(16))) ember_cl8 {
     unsigned int x, y, z, w;
 };
 
-// Eight bfloat16 values at p (16-byte aligned) as float32.
-__device__ __forceinline__ void ember_cl_load8(const unsigned short* p, float v[8]) {
-    const ember_cl8 u = *reinterpret_cast<const ember_cl8*>(p);
-    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
-// The eight values of u as float32 (ember_cl_load8 in two steps, so that
+// The eight bfloat16 values of u as float32 (a load kept packed, so that
 // loads of several rows are in flight in four registers each).
 __device__ __forceinline__ void ember_cl_unpack8(const ember_cl8 u, float v[8]) {
     const unsigned int w[4] = {u.x, u.y, u.z, u.w};
@@ -33,6 +22,11 @@ __device__ __forceinline__ void ember_cl_unpack8(const ember_cl8 u, float v[8]) 
         v[2 * k] = __uint_as_float(w[k] << 16);
         v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
     }
+}
+
+// Eight bfloat16 values at p (16-byte aligned) as float32.
+__device__ __forceinline__ void ember_cl_load8(const unsigned short* p, float v[8]) {
+    ember_cl_unpack8(*reinterpret_cast<const ember_cl8*>(p), v);
 }
 
 // Eight float32 values rounded to bfloat16 at p.
@@ -107,10 +101,10 @@ __device__ __forceinline__ void ember_cl_fold(float mean, float inv, float w, fl
 #define EMBER_CL_EVAL 3     // none: ember_cl_bn_finalize's evaluation statistics
 
 // ember_cl_accumulate adds row values xv (and gv) into the sums s1, s2
-// of the mode.
+// of the mode; batch norm's gradient sums leave g in go.
 __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const float xv[8], const float gv[8],
-                                                    const float sub[8], const float k[8], const float wv[8],
-                                                    float s1[8], float s2[8]) {
+                                                    const float sub[8], const float a[8], const float c[8],
+                                                    float s1[8], float s2[8], float go[8]) {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         if (mode == EMBER_CL_STATS) {
@@ -118,8 +112,8 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
             s1[j] += u;
             s2[j] += u * u;
         } else if (mode == EMBER_CL_BN_GRAD) {
-            // k, wv: the folded a and c (ember_cl_fold).
-            const float gj = act ? ember_cl_act_grad(act, __fmaf_rn(xv[j], k[j], wv[j]), gv[j]) : gv[j];
+            const float gj = act ? ember_cl_act_grad(act, __fmaf_rn(xv[j], a[j], c[j]), gv[j]) : gv[j];
+            go[j] = gj;
             s1[j] += gj;
             s2[j] += gj * (xv[j] - sub[j]);
         } else {
@@ -131,16 +125,19 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
 // ember_cl_channel_sums writes two partial sums per channel of [rows, C]
 // (the mode's, fixed at compile time so that each kernel keeps only its
 // own registers)
-// for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]: a thread
+// for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]; batch
+// norm's gradient sums also write g = dy·act'(z) to gout (bfloat16,
+// [rows, C]) when it is not null, so that the dx pass reads g instead of
+// computing the activation's derivative again. A thread
 // takes eight channels of every (gridDim.x·R)-th row, R = blockDim.x /
 // (C/8) rows at a time per block (four rows' loads in flight at once, two
 // for the gradient's sums),
 // and the block adds its rows' sums in shared memory. C/8 <= blockDim.x,
 // (C/8)·R·8 <= 2048.
 template <int mode>
-__device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigned short* x, const unsigned short* dy,
-                                                      const float* mean, const float* inv, const float* w,
-                                                      const float* b, int act, long long rows, int C) {
+__device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned short* gout, const unsigned short* x,
+                                                      const unsigned short* dy, const float* mean, const float* inv,
+                                                      const float* w, const float* b, int act, long long rows, int C) {
     __shared__ float sh[2][2048];
     const int G = C >> 3;
     const int R = blockDim.x / G;
@@ -148,14 +145,14 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
     const int r = threadIdx.x / G;
     const int c0 = g * 8;
     const int readX = mode != EMBER_CL_SUM, readDY = mode != EMBER_CL_STATS;
-    float s1[8], s2[8], sub[8], k[8], wv[8];
+    float s1[8], s2[8], sub[8], a[8], c[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         s1[j] = 0.f;
         s2[j] = 0.f;
         sub[j] = 0.f;
-        k[j] = 1.f;
-        wv[j] = 0.f;
+        a[j] = 1.f;
+        c[j] = 0.f;
     }
     if (r < R) {
         if (mode == EMBER_CL_STATS) {
@@ -164,7 +161,7 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 sub[j] = mean[c0 + j];
-                ember_cl_fold(mean[c0 + j], inv[c0 + j], w ? w[c0 + j] : 1.f, b ? b[c0 + j] : 0.f, k[j], wv[j]);
+                ember_cl_fold(mean[c0 + j], inv[c0 + j], w ? w[c0 + j] : 1.f, b ? b[c0 + j] : 0.f, a[j], c[j]);
             }
         }
         const long long stride = (long long)gridDim.x * R;
@@ -181,18 +178,20 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float xv[8], gv[8];
+                float xv[8], gv[8], go[8];
                 if (readX) ember_cl_unpack8(xr[u], xv);
                 if (readDY) ember_cl_unpack8(gr[u], gv);
-                ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, s1, s2);
+                ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
+                if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
             }
         }
         for (; row < rows; row += stride) {
-            float xv[8], gv[8];
+            float xv[8], gv[8], go[8];
             const long long at = row * C + c0;
             if (readX) ember_cl_load8(x + at, xv);
             if (readDY) ember_cl_load8(dy + at, gv);
-            ember_cl_accumulate(mode, act, xv, gv, sub, k, wv, s1, s2);
+            ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
+            if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + at, go);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -214,17 +213,17 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, const unsigne
 
 // The three sums of ember_cl_channel_sums, a kernel each.
 extern "C" __global__ void ember_cl_stats(float* part, const unsigned short* x, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_STATS>(part, x, 0, 0, 0, 0, 0, 0, rows, C);
+    ember_cl_channel_sums<EMBER_CL_STATS>(part, 0, x, 0, 0, 0, 0, 0, 0, rows, C);
 }
 
-extern "C" __global__ void ember_cl_grad_sums(float* part, const unsigned short* x, const unsigned short* dy,
-                                              const float* mean, const float* inv, const float* w, const float* b,
-                                              int act, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_BN_GRAD>(part, x, dy, mean, inv, w, b, act, rows, C);
+extern "C" __global__ void ember_cl_grad_sums(float* part, unsigned short* gout, const unsigned short* x,
+                                              const unsigned short* dy, const float* mean, const float* inv,
+                                              const float* w, const float* b, int act, long long rows, int C) {
+    ember_cl_channel_sums<EMBER_CL_BN_GRAD>(part, gout, x, dy, mean, inv, w, b, act, rows, C);
 }
 
 extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* dy, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_SUM>(part, 0, dy, 0, 0, 0, 0, 0, rows, C);
+    ember_cl_channel_sums<EMBER_CL_SUM>(part, 0, 0, dy, 0, 0, 0, 0, 0, rows, C);
 }
 
 // ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a

@@ -91,7 +91,11 @@ static void maxpool(int N, int C, int H, int W, int K, bool ceil) {
     printf("maxpool N=%d C=%d %dx%d window %d ceil=%d: %s\n", N, C, H, W, K, ceil, bad ? "FAIL" : "ok");
 }
 
-static void batchnorm(int rows, int C, int act, bool affine) {
+// batchnorm runs the passes of batch norm over [rows, C]; with gInDx, as
+// cuda/channels_last.go queues them for an activation: the sums pass
+// leaves g = dy·act'(z) in dx's memory and the dx pass reads it there
+// without the activation.
+static void batchnorm(int rows, int C, int act, bool affine, bool gInDx = false) {
     const int nt = 256, G = C / 8, R = nt / G, nb = std::min((rows + R - 1) / R, 3);
     std::vector<unsigned short> x = randomBits((size_t)rows * C, 2, 3), dy = randomBits((size_t)rows * C, 1, 0);
     std::vector<float> w(C, 1), b(C, 0), mean(C), inv(C), rm(C, 0.5f), rv(C, 2), part(2 * nb * C), tab(6 * C), dw(C, 0.25f), db(C, -1);
@@ -107,9 +111,13 @@ static void batchnorm(int rows, int C, int act, bool affine) {
     launch(nb, nt, [=] { ember_cl_stats(pp, px, rows, C); });
     launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 0, px, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
     launch(2, nt, [=] { ember_cl_bn_apply(py, px, pt, act, rows, C); });
-    launch(nb, nt, [=] { ember_cl_grad_sums(pp, px, pdy, pm, pinv, pw, pb, act, rows, C); });
+    launch(nb, nt, [=] { ember_cl_grad_sums(pp, gInDx ? pdx : nullptr, px, pdy, pm, pinv, pw, pb, act, rows, C); });
     launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 1, nullptr, pm, pinv, nullptr, nullptr, 0, 0, pw, pb, pdw, pdb, 1, 1, pt); });
-    launch(3, nt, [=] { ember_cl_bn_dx(pdx, px, pdy, pt, act, 1, rows, C); });
+    if (gInDx) {
+        launch(3, nt, [=] { ember_cl_bn_dx(pdx, px, pdx, pt, 0, 1, rows, C); });
+    } else {
+        launch(3, nt, [=] { ember_cl_bn_dx(pdx, px, pdy, pt, act, 1, rows, C); });
+    }
     int bad = 0;
     for (int c = 0; c < C; c++) {
         double s = 0, q = 0;
@@ -146,7 +154,7 @@ static void batchnorm(int rows, int C, int act, bool affine) {
             bad += !check(close(widen(dx[i]), want[r], 1e-3 * biggest), "dx", i, widen(dx[i]), want[r]);
         }
     }
-    printf("batch norm rows=%d C=%d act=%d affine=%d: %s\n", rows, C, act, affine, bad ? "FAIL" : "ok");
+    printf("batch norm rows=%d C=%d act=%d affine=%d g in dx=%d: %s\n", rows, C, act, affine, gInDx, bad ? "FAIL" : "ok");
 }
 
 // divider is cuda/divider.go's newDivider: ember_divide's multiplier and
@@ -254,6 +262,8 @@ int main() {
     batchnorm(97, 8, 13, true);
     batchnorm(2001, 16, 13, true);  // threads take rows in pairs and one last row
     batchnorm(1500, 24, 11, true);
+    batchnorm(2001, 16, 13, true, true); // g through dx's memory
+    batchnorm(150, 24, 11, false, true);
     convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
     convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
     convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation

@@ -3,6 +3,7 @@ package cuda
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,3 +133,33 @@ func graphTime(t *testing.T, b *Backend, f func()) time.Duration {
 }
 
 func us(d time.Duration) float64 { return d.Seconds() * 1e6 }
+
+// TestGPULtTuneKeepsOutputs runs ltCases with every layer on cuBLASLt,
+// once on a backend that times each shape's candidate algorithms on its
+// first call (linear_lt_tune.go) and once on one that keeps the
+// heuristics' picks, on inputs whose sums are exact in any order
+// (gridRandom): the same bits, so the timing runs (into scratch outputs,
+// ten products a candidate, some of them adding into dw) left the
+// caller's outputs alone. It checks that the timing ran.
+func TestGPULtTuneKeepsOutputs(t *testing.T) {
+	var log strings.Builder
+	tuned := newGPUBackend(t, BackendOptions{LinearLtEverywhere: true, KernelLog: &syncWriter{w: &log}})
+	plain := newGPUBackend(t, BackendOptions{LinearLtEverywhere: true, NoTuneProducts: true})
+	requireLt(t, tuned)
+	for _, c := range ltCases {
+		x, w, bias, g := gridRandom(c.n*c.in, 1), gridRandom(c.out*c.in, 2), gridRandom(c.out, 3), gridRandom(c.n*c.out, 4)
+		want := runLinear(t, plain, c, x, w, bias, g, gridRandom)
+		got := runLinear(t, tuned, c, x, w, bias, g, gridRandom)
+		for i := range want {
+			if !sameBits(got[i], want[i]) {
+				j := firstDiff(got[i], want[i])
+				t.Errorf("%v: result %d (y, then the gradients wanted) differs with the algorithms timed: [%d] %g, want %g", c, i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	if n := strings.Count(log.String(), "cuBLASLt algorithm of"); n == 0 {
+		t.Errorf("no product shape was timed; kernel log:\n%s", log.String())
+	} else {
+		t.Logf("%d shapes timed:\n%s", n, log.String())
+	}
+}
