@@ -128,13 +128,14 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
 // for block b to part[b·C + c] and part[(gridDim.x + b)·C + c]; batch
 // norm's gradient sums also write g = dy·act'(z) to gout (bfloat16,
 // [rows, C]) when it is not null, so that the dx pass reads g instead of
-// computing the activation's derivative again. A thread
-// takes eight channels of every (gridDim.x·R)-th row, R = blockDim.x /
-// (C/8) rows at a time per block (four rows' loads in flight at once, two
-// for the gradient's sums),
-// and the block adds its rows' sums in shared memory. C/8 <= blockDim.x,
+// computing the activation's derivative again. A thread takes eight
+// channels of every (gridDim.x·R)-th row, R = blockDim.x / (C/8) rows at
+// a time per block, U rows' loads in flight at once (with P, the next U
+// rows' loads issued before these U are summed: the gradient's sums,
+// whose activation derivative left the loads' latency exposed), and the
+// block adds its rows' sums in shared memory. C/8 <= blockDim.x,
 // (C/8)·R·8 <= 2048.
-template <int mode>
+template <int mode, int U, bool P>
 __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned short* gout, const unsigned short* x,
                                                       const unsigned short* dy, const float* mean, const float* inv,
                                                       const float* w, const float* b, int act, long long rows, int C) {
@@ -166,23 +167,63 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned shor
         }
         const long long stride = (long long)gridDim.x * R;
         long long row = (long long)blockIdx.x * R + r;
-        // Rows in flight at once: two where both operands are read.
-        const int U = mode == EMBER_CL_BN_GRAD ? 2 : 4;
-        for (; row + (U - 1) * stride < rows; row += U * stride) {
+        if (P) {
+            // The next U rows' loads in flight while these U are summed.
             ember_cl8 xr[U], gr[U];
+            bool have = row + (U - 1) * stride < rows;
+            if (have) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const long long at = (row + u * stride) * C + c0;
-                if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
-                if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+                for (int u = 0; u < U; u++) {
+                    const long long at = (row + u * stride) * C + c0;
+                    if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+                    if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+                }
             }
+            while (have) {
+                const long long next = row + U * stride;
+                const bool more = next + (U - 1) * stride < rows;
+                ember_cl8 xn[U], gn[U];
+                if (more) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                float xv[8], gv[8], go[8];
-                if (readX) ember_cl_unpack8(xr[u], xv);
-                if (readDY) ember_cl_unpack8(gr[u], gv);
-                ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
-                if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
+                    for (int u = 0; u < U; u++) {
+                        const long long at = (next + u * stride) * C + c0;
+                        if (readX) xn[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+                        if (readDY) gn[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    float xv[8], gv[8], go[8];
+                    if (readX) ember_cl_unpack8(xr[u], xv);
+                    if (readDY) ember_cl_unpack8(gr[u], gv);
+                    ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
+                    if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    xr[u] = xn[u];
+                    gr[u] = gn[u];
+                }
+                row = next;
+                have = more;
+            }
+        } else {
+            for (; row + (U - 1) * stride < rows; row += U * stride) {
+                ember_cl8 xr[U], gr[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const long long at = (row + u * stride) * C + c0;
+                    if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+                    if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    float xv[8], gv[8], go[8];
+                    if (readX) ember_cl_unpack8(xr[u], xv);
+                    if (readDY) ember_cl_unpack8(gr[u], gv);
+                    ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
+                    if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
+                }
             }
         }
         for (; row < rows; row += stride) {
@@ -213,17 +254,17 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned shor
 
 // The three sums of ember_cl_channel_sums, a kernel each.
 extern "C" __global__ void ember_cl_stats(float* part, const unsigned short* x, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_STATS>(part, 0, x, 0, 0, 0, 0, 0, 0, rows, C);
+    ember_cl_channel_sums<EMBER_CL_STATS, 4, false>(part, 0, x, 0, 0, 0, 0, 0, 0, rows, C);
 }
 
 extern "C" __global__ void ember_cl_grad_sums(float* part, unsigned short* gout, const unsigned short* x,
                                               const unsigned short* dy, const float* mean, const float* inv,
                                               const float* w, const float* b, int act, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_BN_GRAD>(part, gout, x, dy, mean, inv, w, b, act, rows, C);
+    ember_cl_channel_sums<EMBER_CL_BN_GRAD, 2, true>(part, gout, x, dy, mean, inv, w, b, act, rows, C);
 }
 
 extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* dy, long long rows, int C) {
-    ember_cl_channel_sums<EMBER_CL_SUM>(part, 0, 0, dy, 0, 0, 0, 0, 0, rows, C);
+    ember_cl_channel_sums<EMBER_CL_SUM, 4, false>(part, 0, 0, dy, 0, 0, 0, 0, 0, rows, C);
 }
 
 // ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a
