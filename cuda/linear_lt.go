@@ -23,11 +23,12 @@ import (
 // not been timed on cuBLASLt; LinearLtEverywhere (EMBER_LINEAR_LT=all)
 // every layer cuBLASLt takes, for comparisons.
 //
-// cuBLASLt chooses an algorithm per shape from its heuristics on the
-// shape's first call (host-only work: nothing is queued or waited for,
-// so a first call inside a stream capture is safe), and the choice is kept
-// (driver.Lt). A shape it refuses, or pointers not 16-byte aligned, take
-// the cuBLAS path instead.
+// cuBLASLt ranks algorithms per shape from its heuristics on the shape's
+// first call (host-only work: nothing is queued or waited for, so a first
+// call inside a stream capture is safe); outside a capture the first few
+// are timed and the fastest is kept (linear_lt_tune.go), inside one the
+// first is (driver.Lt). A shape it refuses, or pointers not 16-byte
+// aligned, take the cuBLAS path instead.
 
 // ltExec is an executor that queues cuBLASLt products.
 type ltExec interface {

@@ -9,7 +9,8 @@ import (
 
 // cuBLASLt bindings (libcublasLt.so.N): matrix products with an epilogue
 // (bias, ReLU, GELU, their gradients and the bias gradient) in the same
-// kernel, the algorithm chosen once per shape by cuBLASLt's heuristics.
+// kernel, the algorithm chosen once per shape by cuBLASLt's heuristics (or
+// by the caller among their ranked candidates: Lt.Candidates, Lt.Use).
 //
 // The arguments are ROW-MAJOR, as for Sgemm (cublas.go): the column-major
 // call computes C^T = op(B)^T op(A)^T, B first. So a bias added along the
