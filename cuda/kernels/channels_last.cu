@@ -122,6 +122,37 @@ __device__ __forceinline__ void ember_cl_accumulate(int mode, int act, const flo
     }
 }
 
+// ember_cl_rows_load loads U rows of x and dy (those the mode reads),
+// row, row + stride, ..., at channels c0..c0+7, kept packed.
+template <int mode, int U>
+__device__ __forceinline__ void ember_cl_rows_load(const unsigned short* x, const unsigned short* dy, long long row,
+                                                   long long stride, int C, int c0, ember_cl8 xr[U], ember_cl8 gr[U]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const long long at = (row + u * stride) * C + c0;
+        if (mode != EMBER_CL_SUM) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
+        if (mode != EMBER_CL_STATS) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
+    }
+}
+
+// ember_cl_rows_sum adds the U rows ember_cl_rows_load loaded into the
+// mode's sums, and writes their g to gout (batch norm's gradient sums,
+// where gout is not null).
+template <int mode, int U>
+__device__ __forceinline__ void ember_cl_rows_sum(int act, const ember_cl8 xr[U], const ember_cl8 gr[U],
+                                                  const float sub[8], const float a[8], const float c[8], float s1[8],
+                                                  float s2[8], unsigned short* gout, long long row, long long stride,
+                                                  int C, int c0) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float xv[8], gv[8], go[8];
+        if (mode != EMBER_CL_SUM) ember_cl_unpack8(xr[u], xv);
+        if (mode != EMBER_CL_STATS) ember_cl_unpack8(gr[u], gv);
+        ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
+        if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
+    }
+}
+
 // ember_cl_channel_sums writes two partial sums per channel of [rows, C]
 // (the mode's, fixed at compile time so that each kernel keeps only its
 // own registers)
@@ -171,34 +202,13 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned shor
             // The next U rows' loads in flight while these U are summed.
             ember_cl8 xr[U], gr[U];
             bool have = row + (U - 1) * stride < rows;
-            if (have) {
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const long long at = (row + u * stride) * C + c0;
-                    if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
-                    if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
-                }
-            }
+            if (have) ember_cl_rows_load<mode, U>(x, dy, row, stride, C, c0, xr, gr);
             while (have) {
                 const long long next = row + U * stride;
                 const bool more = next + (U - 1) * stride < rows;
                 ember_cl8 xn[U], gn[U];
-                if (more) {
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const long long at = (next + u * stride) * C + c0;
-                        if (readX) xn[u] = *reinterpret_cast<const ember_cl8*>(x + at);
-                        if (readDY) gn[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    float xv[8], gv[8], go[8];
-                    if (readX) ember_cl_unpack8(xr[u], xv);
-                    if (readDY) ember_cl_unpack8(gr[u], gv);
-                    ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
-                    if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
-                }
+                if (more) ember_cl_rows_load<mode, U>(x, dy, next, stride, C, c0, xn, gn);
+                ember_cl_rows_sum<mode, U>(act, xr, gr, sub, a, c, s1, s2, gout, row, stride, C, c0);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     xr[u] = xn[u];
@@ -210,20 +220,8 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned shor
         } else {
             for (; row + (U - 1) * stride < rows; row += U * stride) {
                 ember_cl8 xr[U], gr[U];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const long long at = (row + u * stride) * C + c0;
-                    if (readX) xr[u] = *reinterpret_cast<const ember_cl8*>(x + at);
-                    if (readDY) gr[u] = *reinterpret_cast<const ember_cl8*>(dy + at);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    float xv[8], gv[8], go[8];
-                    if (readX) ember_cl_unpack8(xr[u], xv);
-                    if (readDY) ember_cl_unpack8(gr[u], gv);
-                    ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
-                    if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + (row + u * stride) * C + c0, go);
-                }
+                ember_cl_rows_load<mode, U>(x, dy, row, stride, C, c0, xr, gr);
+                ember_cl_rows_sum<mode, U>(act, xr, gr, sub, a, c, s1, s2, gout, row, stride, C, c0);
             }
         }
         for (; row < rows; row += stride) {
