@@ -189,8 +189,8 @@
 //
 // Device.NewLt returns a cuBLASLt handle (cublaslt.go): row-major products
 // with an epilogue (bias, ReLU, GELU, their gradients, the bias gradient)
-// in the same kernel. A shape's algorithm is chosen on its first call
-// outside a capture by timing the first eight that cuBLASLt's heuristics
+// in the same kernel. A small shape's algorithm (up to 2^20 outputs) is
+// chosen on its first call outside a capture by timing the first eight that cuBLASLt's heuristics
 // rank, each in a captured graph of ten products, as convolutions' are
 // (linear_lt_tune.go; BackendOptions.NoTuneProducts, EMBER_LT_TUNE=0,
 // keeps the heuristics' first). Wide layers of at most 256 rows (in·out from 2^19: an MLP's

@@ -10,8 +10,8 @@ import (
 )
 
 // cuBLASLt's algorithm chosen by timing, as cuDNN's are for convolutions
-// (conv_cudnn.go): on a product shape's first call outside a capture, the
-// algorithms its heuristics rank first (up to ltTuneCandidates) each run
+// (conv_cudnn.go): on a small product shape's first call outside a
+// capture (ltTuneMaxOutputs), the algorithms its heuristics rank first (up to ltTuneCandidates) each run
 // ltTuneCalls times in a captured graph, so that the gaps between them
 // are a captured step's, and the fastest is kept for the shape. The
 // heuristics' first pick is a split over k and a second kernel that adds
@@ -29,6 +29,13 @@ const ltTuneCandidates = 8
 
 // ltTuneCalls is the products in each candidate's graph.
 const ltTuneCalls = 10
+
+// ltTuneMaxOutputs is the largest product (elements of its output) that is
+// timed: the small ones, where a step's time is the products' fixed costs
+// and the heuristics' ranking measured off (the MLP's at batch 64). A
+// larger one would need a scratch output as large as its own for the
+// timing, on top of the step's peak memory, and was not measured to gain.
+const ltTuneMaxOutputs = 1 << 20
 
 // ltTuner remembers which shapes have been seen.
 type ltTuner struct {
@@ -56,7 +63,7 @@ func (t *ltTuner) first(g LtGemm) bool {
 // with an epilogue matrix (aux) keep the heuristics' pick. A failure
 // leaves the heuristics' pick and is said in the kernel log.
 func (b *Backend) tuneLt(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pbias uintptr) {
-	if b.opt.NoTuneProducts || !b.ltTune.first(g) || b.capturing.Load() || g.Epilogue&128 != 0 {
+	if b.opt.NoTuneProducts || g.M*g.N > ltTuneMaxOutputs || !b.ltTune.first(g) || b.capturing.Load() || g.Epilogue&128 != 0 {
 		return
 	}
 	if _, ok := b.x.(*gpuExec); !ok {
@@ -76,7 +83,11 @@ func (b *Backend) tuneLt(op string, g LtGemm, alpha float32, pa, pb uintptr, bet
 }
 
 // searchLt times g's candidates (tuneLt) and keeps the fastest; it returns
-// its index and each candidate's time per product.
+// its index and each candidate's time per product. The timing runs on a
+// stream of its own, once the backend's stream is idle, with its own
+// scratch output and workspace: work another goroutine queues meanwhile
+// on the backend's stream is neither captured into the timing graphs nor
+// given their memory.
 func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pbias uintptr) (int, []time.Duration, error) {
 	cands, err := b.lt.Candidates(g, ltTuneCandidates)
 	if err != nil || len(cands) < 2 {
@@ -85,6 +96,11 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 	if err := b.Synchronize(); err != nil {
 		return 0, nil, err
 	}
+	stream, err := b.dev.NewStream()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer b.dev.DestroyStream(stream)
 	c := b.workspace(op, 4*g.M*g.N)
 	defer b.release(c)
 	bias := pbias
@@ -93,9 +109,13 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		defer b.release(s)
 		bias = s.Ptr()
 	}
+	// Matmul wants the workspace the plans were made for; the candidates
+	// ask for at most that.
 	ws, wsBytes := uintptr(0), 0
 	if !g.NoWorkspace && !b.blasWorkspace.IsZero() {
-		ws, wsBytes = b.blasWorkspace.Ptr(), b.blasWorkspace.Size()
+		w := b.workspace(op, b.blasWorkspace.Size())
+		defer b.release(w)
+		ws, wsBytes = w.Ptr(), w.Size()
 	}
 	times := make([]time.Duration, len(cands))
 	best := 0
@@ -103,9 +123,9 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		if err := b.lt.Use(g, i); err != nil {
 			return 0, times, err
 		}
-		t, err := b.timeGraph(func() error {
+		t, err := b.timeGraph(stream, func() error {
 			for range ltTuneCalls {
-				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, 0, ws, wsBytes, b.stream); err != nil {
+				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, 0, ws, wsBytes, stream); err != nil {
 					return err
 				}
 			}
@@ -122,14 +142,14 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 	return best, times, b.lt.Use(g, best)
 }
 
-// timeGraph captures what queue puts on the backend's stream into a graph
-// and returns the time of one replay: the least of three, after a first.
-func (b *Backend) timeGraph(queue func() error) (time.Duration, error) {
-	if err := b.dev.BeginCapture(b.stream); err != nil {
+// timeGraph captures what queue puts on stream into a graph and returns
+// the time of one replay: the least of three, after a first.
+func (b *Backend) timeGraph(stream Stream, queue func() error) (time.Duration, error) {
+	if err := b.dev.BeginCapture(stream); err != nil {
 		return 0, err
 	}
 	qerr := queue()
-	graph, err := b.dev.EndCapture(b.stream)
+	graph, err := b.dev.EndCapture(stream)
 	if qerr != nil || err != nil {
 		graph.Destroy()
 		return 0, fmt.Errorf("cuda: timing a product: %w", errors.Join(qerr, err))
@@ -143,10 +163,10 @@ func (b *Backend) timeGraph(queue func() error) (time.Duration, error) {
 	best := time.Duration(-1)
 	for i := range 4 {
 		start := time.Now()
-		if err := exec.Launch(b.stream); err != nil {
+		if err := exec.Launch(stream); err != nil {
 			return 0, err
 		}
-		if err := b.dev.Synchronize(b.stream); err != nil {
+		if err := b.dev.Synchronize(stream); err != nil {
 			return 0, err
 		}
 		if d := time.Since(start); i > 0 && (best < 0 || d < best) {
