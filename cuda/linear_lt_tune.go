@@ -11,18 +11,19 @@ import (
 
 // cuBLASLt's algorithm chosen by timing, as cuDNN's are for convolutions
 // (conv_cudnn.go): on a small product shape's first call outside a
-// capture (ltTuneMaxOutputs), the algorithms its heuristics rank first (up to ltTuneCandidates) each run
-// ltTuneCalls times in a captured graph, so that the gaps between them
-// are a captured step's, and the fastest is kept for the shape. The
-// heuristics' first pick is a split over k and a second kernel that adds
-// the parts for the MLP's 64-row products; whether another candidate
-// does better is a question of the shape and the device, which only a
-// measurement answers. A shape whose first call is inside a capture keeps
-// the heuristics' pick for good: its graph holds that algorithm, and
-// eager calls must give the same bits. The trainer's first step of a
-// shape runs eagerly before it is captured (nn/trainer), so a training
-// step's products are timed. BackendOptions.NoTuneProducts (EMBER_LT_TUNE=0)
-// keeps the heuristics' picks.
+// capture (ltTuneMaxOutputs), the algorithms its heuristics rank first
+// (up to ltTuneCandidates) each run ltTuneCalls times in a captured graph,
+// so that the gaps between them are a captured step's, and the fastest is
+// kept for the shape. The heuristics' first pick is a split over k and a
+// second kernel that adds the parts for the MLP's 64-row products;
+// whether another candidate does better is a question of the shape and
+// the device, which only a measurement answers. A shape whose first call
+// is inside a capture keeps the heuristics' pick for good: its graph
+// holds that algorithm, and eager calls must give the same bits. The
+// trainer's first step of a shape runs eagerly before it is captured
+// (nn/trainer), so a training step's products are timed.
+// BackendOptions.NoTuneProducts (EMBER_LT_TUNE=0) keeps the heuristics'
+// picks.
 
 // ltTuneCandidates is the most algorithms timed for one shape.
 const ltTuneCandidates = 8
@@ -83,11 +84,9 @@ func (b *Backend) tuneLt(op string, g LtGemm, alpha float32, pa, pb uintptr, bet
 }
 
 // searchLt times g's candidates (tuneLt) and keeps the fastest; it returns
-// its index and each candidate's time per product. The timing runs on a
-// stream of its own, once the backend's stream is idle, with its own
-// scratch output and workspace: work another goroutine queues meanwhile
-// on the backend's stream is neither captured into the timing graphs nor
-// given their memory.
+// its index and each candidate's time per product. Like Capture, it
+// captures the backend's stream, so no other goroutine may queue work on
+// the backend meanwhile.
 func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pbias uintptr) (int, []time.Duration, error) {
 	cands, err := b.lt.Candidates(g, ltTuneCandidates)
 	if err != nil || len(cands) < 2 {
@@ -96,11 +95,6 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 	if err := b.Synchronize(); err != nil {
 		return 0, nil, err
 	}
-	stream, err := b.dev.NewStream()
-	if err != nil {
-		return 0, nil, err
-	}
-	defer b.dev.DestroyStream(stream)
 	c := b.workspace(op, 4*g.M*g.N)
 	defer b.release(c)
 	bias := pbias
@@ -109,13 +103,9 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		defer b.release(s)
 		bias = s.Ptr()
 	}
-	// Matmul wants the workspace the plans were made for; the candidates
-	// ask for at most that.
 	ws, wsBytes := uintptr(0), 0
 	if !g.NoWorkspace && !b.blasWorkspace.IsZero() {
-		w := b.workspace(op, b.blasWorkspace.Size())
-		defer b.release(w)
-		ws, wsBytes = w.Ptr(), w.Size()
+		ws, wsBytes = b.blasWorkspace.Ptr(), b.blasWorkspace.Size()
 	}
 	times := make([]time.Duration, len(cands))
 	best := 0
@@ -123,9 +113,9 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		if err := b.lt.Use(g, i); err != nil {
 			return 0, times, err
 		}
-		t, err := b.timeGraph(stream, func() error {
+		t, err := b.timeGraph(func() error {
 			for range ltTuneCalls {
-				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, 0, ws, wsBytes, stream); err != nil {
+				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, 0, ws, wsBytes, b.stream); err != nil {
 					return err
 				}
 			}
@@ -142,14 +132,14 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 	return best, times, b.lt.Use(g, best)
 }
 
-// timeGraph captures what queue puts on stream into a graph and returns
-// the time of one replay: the least of three, after a first.
-func (b *Backend) timeGraph(stream Stream, queue func() error) (time.Duration, error) {
-	if err := b.dev.BeginCapture(stream); err != nil {
+// timeGraph captures what queue puts on the backend's stream into a graph
+// and returns the time of one replay: the least of three, after a first.
+func (b *Backend) timeGraph(queue func() error) (time.Duration, error) {
+	if err := b.dev.BeginCapture(b.stream); err != nil {
 		return 0, err
 	}
 	qerr := queue()
-	graph, err := b.dev.EndCapture(stream)
+	graph, err := b.dev.EndCapture(b.stream)
 	if qerr != nil || err != nil {
 		graph.Destroy()
 		return 0, fmt.Errorf("cuda: timing a product: %w", errors.Join(qerr, err))
@@ -163,10 +153,10 @@ func (b *Backend) timeGraph(stream Stream, queue func() error) (time.Duration, e
 	best := time.Duration(-1)
 	for i := range 4 {
 		start := time.Now()
-		if err := exec.Launch(stream); err != nil {
+		if err := exec.Launch(b.stream); err != nil {
 			return 0, err
 		}
-		if err := b.dev.Synchronize(stream); err != nil {
+		if err := b.dev.Synchronize(b.stream); err != nil {
 			return 0, err
 		}
 		if d := time.Since(start); i > 0 && (best < 0 || d < best) {
