@@ -198,7 +198,7 @@ func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weigh
 	var gout uintptr
 	dxAct := act
 	if pdx != 0 && act != tensor.OpIdentity && !overlaps(pdx, 2*n, px, 2*n) && !overlaps(pdx, 2*n, pdy, 2*n) {
-		gout, dxAct = pdx, 0
+		gout, dxAct = pdx, tensor.OpIdentity
 	}
 	part, nb := b.clSums(op, gout, px, pdy, pm, pi, pw, pb, act, rows, c, clBNGrad)
 	tab := b.clTab(op, c)
