@@ -77,7 +77,7 @@ func (b *Backend) tuneLt(op string, g LtGemm, alpha float32, pa, pb uintptr, bet
 			err = fmt.Errorf("%w; %w", err, e)
 		}
 	}
-	if w := b.opt.KernelLog; w != nil {
+	if w := b.opt.KernelLog; w != nil && (times != nil || err != nil) { // nothing to say of a shape with one candidate
 		fmt.Fprintf(w, "cuda: cuBLASLt algorithm of %dx%dx%d (trans %v,%v, epilogue %d) chosen in %.1f ms: candidate %d of %v, err %v\n",
 			g.M, g.N, g.K, g.TransA, g.TransB, g.Epilogue, time.Since(start).Seconds()*1e3, best, times, err)
 	}
