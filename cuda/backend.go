@@ -1340,68 +1340,21 @@ func (b *Backend) Argmax(dst, x tensor.Buffer, rows, cols int) {
 
 // SGD applies one torch.optim.SGD update; v is used only with momentum.
 func (b *Backend) SGD(p, g, v tensor.Buffer, h tensor.SGDStep) {
-	u := b.sgdUpdate(p, g, v, tensor.Buffer{}, h)
-	b.launch(u.op, u.f, u.count, u.args...)
-}
-
-// sgdLaunch is one SGD update's kernel, its arguments and the memory it
-// touches.
-type sgdLaunch struct {
-	op    string
-	f     *Function
-	count int
-	args  []any
-	uses  []span
-}
-
-// sgdUpdate is SGD's launch (s empty) or SGDDevice's (s the device
-// scalars).
-func (b *Backend) sgdUpdate(p, g, v, s tensor.Buffer, h tensor.SGDStep) sgdLaunch {
-	op := "sgd"
-	if !s.Empty() {
-		op = "sgd_device"
-		need(op, "s", s, tensor.NumSGDScalars)
-	}
+	const op = "sgd"
 	n := p.Len
 	need(op, "g", g, n)
-	pp, pg := b.f32(op, p), b.f32(op, g)
-	uses := []span{{pp, 4 * n, true}, {pg, 4 * n, h.ZeroGrad}}
 	var pv uintptr
-	// The host's scalars say whether there is momentum; the device's may
-	// only be without it when v is empty (package optim keeps it so).
-	if s.Empty() && h.Momentum != 0 || !s.Empty() && !v.Empty() {
+	if h.Momentum != 0 {
 		need(op, "v", v, n)
 		pv = b.f32(op, v)
-		uses = append(uses, span{pv, 4 * n, true})
 	}
-	if !s.Empty() {
-		ps := b.f32(op, s)
-		uses = append(uses, span{ps, 4 * tensor.NumSGDScalars, false})
-		return sgdLaunch{op, b.kernel("ember_sgd_device"), n,
-			[]any{pp, pg, pv, ps, int64(n), flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad)}, uses}
-	}
+	pp, pg := b.f32(op, p), b.f32(op, g)
 	f, count := b.kernel("ember_sgd"), n
 	if n >= 4 && (pp|pg|pv)%16 == 0 { // four at a time, and the last n % 4 one each
 		f, count = b.kernel("ember_sgd4"), n/4
 	}
-	return sgdLaunch{op, f, count, []any{pp, pg, pv, int64(n),
-		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad)}, uses}
-}
-
-var _ tensor.BesideOptimBackend = (*Backend)(nil)
-
-// SGDBeside implements tensor.BesideOptimBackend: the update is a detached
-// side task (side.go), which in a captured graph runs beside the
-// operations after it that share no memory with it (the backward pass of
-// the layers below the updated ones), and outside a capture at once.
-func (b *Backend) SGDBeside(p, g, v, s tensor.Buffer, h tensor.SGDStep) {
-	u := b.sgdUpdate(p, g, v, s, h)
-	if u.count <= 0 {
-		return
-	}
-	devCheck(u.op, b.x.detach(u.uses, func(ex executor) {
-		devCheck(u.op, ex.launch(u.f, gridFor(u.count), Dim3{X: blockSize, Y: 1, Z: 1}, u.args))
-	}))
+	b.launch(op, f, count, pp, pg, pv, int64(n),
+		h.LR, h.Momentum, h.Dampening, h.WeightDecay, flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 
 // GatherNormalize sets row i of dst to src row idx[i] (uint8) * scale +

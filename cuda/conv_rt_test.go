@@ -182,12 +182,6 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	if b.lt != nil && b.ltCalls.Load() == calls {
 		t.Error("MLP: no cuBLASLt product in its steps")
 	}
-	// The updates queued by the backward pass as detached side tasks,
-	// against eager steps without them: fc2's and fc3's parameters at
-	// once (1.06M elements, past optim.DefaultInBackwardMin), then fc1's
-	// weight (with its bias when that is ready first).
-	mlp.name, mlp.inBackward, mlp.forks = "MLP updated in the backward pass", true, 2+2
-	capturedStepMatchesEager(t, b, 64, mlp)
 }
 
 // stepNet is a model for capturedStepMatchesEager: make builds it on a
@@ -197,10 +191,6 @@ type stepNet struct {
 	name  string
 	make  func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter)
 	forks int64
-	// inBackward: the captured steps update each parameter from the
-	// backward pass (optim.SGD.UpdateInBackward), the eager ones after it;
-	// both zero the gradients in the update.
-	inBackward bool
 }
 
 func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) {
@@ -231,22 +221,10 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 		defer lab.Release()
 		scope := tensor.NewScope()
 		defer scope.Release()
-		if net.inBackward {
-			opt.ZeroGrad() // once: each update zeroes them
-			if captured {
-				opt.UpdateInBackward(true)
-			}
-		}
 		step := func() {
 			scope.Reset()
 			x := tensor.GatherNormalize(scope, images, idx, 1/(255*0.3081), -0.1307/0.3081)
 			l := loss(x, lab)
-			if net.inBackward {
-				opt.BeginGradients()
-				l.Backward()
-				opt.StepAndZeroGrad()
-				return
-			}
 			opt.ZeroGrad()
 			l.Backward()
 			opt.Step()

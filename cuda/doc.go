@@ -93,10 +93,9 @@
 // cross entropy in one launch each way (narrow.go). While a graph is
 // captured, independent work goes to a second stream as parallel branches
 // of the graph (side.go): a convolution's weight gradient beside its input
-// gradient, and detached tasks such as a last layer's weight gradient or
-// the SGD update of layers whose gradients are done (SGDBeside, from
-// optim.SGD.UpdateInBackward), which the main stream joins only before an
-// operation that touches their memory. Every kernel is checked
+// gradient, and detached tasks such as a last layer's weight gradient,
+// which the main stream joins only before an operation that touches their
+// memory. Every kernel is checked
 // against the CPU backend by the conformance suite (package tensortest) on
 // the GPU, and every launch against the kernel's C signature by a recorder
 // in the tests that run without one.

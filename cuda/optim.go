@@ -29,8 +29,17 @@ func (b *Backend) Adam(p, g, m, v, vmax, s tensor.Buffer, h tensor.AdamStep) {
 // buffer v the kernel gets a null pointer: the momentum in s must then be
 // 0, which the kernel cannot check (package optim keeps it so).
 func (b *Backend) SGDDevice(p, g, v, s tensor.Buffer, h tensor.SGDStep) {
-	u := b.sgdUpdate(p, g, v, s, h)
-	b.launch(u.op, u.f, u.count, u.args...)
+	const op = "sgd_device"
+	n := p.Len
+	need(op, "g", g, n)
+	need(op, "s", s, tensor.NumSGDScalars)
+	var pv uintptr
+	if !v.Empty() {
+		need(op, "v", v, n)
+		pv = b.f32(op, v)
+	}
+	b.launch(op, b.kernel("ember_sgd_device"), n, b.f32(op, p), b.f32(op, g), pv, b.f32(op, s), int64(n),
+		flag(h.Nesterov), flag(h.FirstStep), flag(h.ZeroGrad))
 }
 
 // ClipCoef sets norm[0] = ‖g‖ and coef[0] = min(maxNorm/(norm+1e-6), 1) in

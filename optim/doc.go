@@ -12,10 +12,7 @@
 // backend call each (one kernel launch on a GPU, per parameter group)
 // whatever the number of parameters, and StepAndZeroGrad is both in one
 // call: a training loop that uses it needs no fill of the gradients per
-// step. SGD.UpdateInBackward starts the update of the last layers from
-// the backward pass, as soon as their gradients are complete: on the GPU
-// it runs beside the backward pass of the first layers (nn/trainer turns
-// it on for its steps), with the same bits.
+// step.
 //
 // Per-step values on the device. A CUDA graph replays the launches it
 // captured with their arguments frozen, so anything that changes from step

@@ -31,23 +31,12 @@ type SGDConfig struct {
 // launch on the GPU) whatever the number of parameters.
 type SGD struct {
 	SGDConfig
-	// InBackwardMin is the fewest packed elements one update queued from
-	// the backward pass covers (UpdateInBackward); 0 means
-	// DefaultInBackwardMin.
-	InBackwardMin int
-
 	params   []nn.Parameter
 	flatP    *tensor.Tensor
 	flatG    *tensor.Tensor
 	momentum *tensor.Tensor
 	steps    int
 	dev      *deviceSGD // nil: the hyper-parameters go with each launch (sgd_device.go)
-	// early says, per parameter, whether this step's update was queued by
-	// the backward pass (UpdateInBackward; nil when off), ready whether
-	// its gradient is complete and its update not yet queued; offs are
-	// the parameters' offsets in the packed buffers (and their end).
-	early, ready []bool
-	offs         []int
 }
 
 // NewSGD prepares an optimiser for the parameters (all on one device). A
@@ -105,7 +94,6 @@ func NewSGD(params []nn.Parameter, cfg SGDConfig) (*SGD, error) {
 // them with the model. The optimiser must not be used afterwards. Release
 // may be called more than once.
 func (s *SGD) Release() {
-	s.UpdateInBackward(false)
 	if s.flatG == nil {
 		return
 	}
@@ -139,41 +127,20 @@ func (s *SGD) Step() { s.step(false) }
 func (s *SGD) StepAndZeroGrad() { s.step(true) }
 
 func (s *SGD) step(zeroGrad bool) {
-	if s.early != nil {
-		s.finishInBackward(zeroGrad)
-		s.steps++
-		return
+	var v tensor.Buffer
+	if s.momentum != nil {
+		v = s.momentum.Buffer()
 	}
-	s.update(0, s.flatP.Len(), s.hyper(zeroGrad))
-	s.steps++
-}
-
-// hyper is the step's hyper-parameters for the update kernels.
-func (s *SGD) hyper(zeroGrad bool) tensor.SGDStep {
-	return tensor.SGDStep{
+	h := tensor.SGDStep{
 		LR: float32(s.LR), Momentum: float32(s.Momentum), Dampening: float32(s.Dampening),
 		WeightDecay: float32(s.WeightDecay), Nesterov: s.Nesterov, FirstStep: s.firstStepDiffers(), ZeroGrad: zeroGrad,
 	}
-}
-
-// update queues the update of the packed elements [off, off+n).
-func (s *SGD) update(off, n int, h tensor.SGDStep) {
-	p, g, v := s.window(off, n)
 	if s.dev != nil {
-		s.stepDevice(p, g, v, h)
+		s.stepDevice(v, h)
 	} else {
-		tensor.Complete(s.flatP.Backend()).SGD(p, g, v, h)
+		tensor.Complete(s.flatP.Backend()).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 	}
-}
-
-// window is the packed parameters, gradients and momentum buffers (empty
-// without momentum) of the elements [off, off+n).
-func (s *SGD) window(off, n int) (p, g, v tensor.Buffer) {
-	p, g = s.flatP.Buffer().Slice(off, n), s.flatG.Buffer().Slice(off, n)
-	if s.momentum != nil {
-		v = s.momentum.Buffer().Slice(off, n)
-	}
-	return p, g, v
+	s.steps++
 }
 
 // firstStepDiffers reports whether this step needs PyTorch's special first

@@ -118,15 +118,15 @@ func (s *SGD) Prepare() {
 
 // stepDevice queues the update with the hyper-parameters from the device
 // buffer; a backend without tensor.OptimBackend takes the host path.
-func (s *SGD) stepDevice(p, g, v tensor.Buffer, h tensor.SGDStep) {
+func (s *SGD) stepDevice(v tensor.Buffer, h tensor.SGDStep) {
 	b := s.flatP.Backend()
 	ob, ok := b.(tensor.OptimBackend)
 	if !ok {
-		tensor.Complete(b).SGD(p, g, v, h)
+		tensor.Complete(b).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
 		return
 	}
 	s.Prepare()
-	ob.SGDDevice(p, g, v, s.dev.buf.Buffer(), h)
+	ob.SGDDevice(s.flatP.Buffer(), s.flatG.Buffer(), v, s.dev.buf.Buffer(), h)
 }
 
 // Gradients is the packed gradient buffer (what ClipGradNorm scales).

@@ -104,15 +104,3 @@ type OptimBackend interface {
 
 // ClipEps is the term clip_grad_norm_ adds to the norm before dividing.
 const ClipEps = 1e-6
-
-// BesideOptimBackend is implemented by backends that can queue an update
-// beside the operations queued after it (the CUDA backend: on its second
-// stream, as a parallel branch of a captured graph), so that the update
-// of layers whose gradients are done runs while the backward pass of the
-// layers below goes on (package optim's UpdateInBackward).
-type BesideOptimBackend interface {
-	// SGDBeside is SGDBackend.SGD (s empty) or OptimBackend.SGDDevice (s
-	// the device scalars), queued so that the operations after it wait
-	// for it only where they touch p, g, v or s.
-	SGDBeside(p, g, v, s Buffer, h SGDStep)
-}

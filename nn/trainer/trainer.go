@@ -40,13 +40,6 @@ type Optimizer interface {
 	Replayer
 }
 
-// inBackwardUpdater is an optimiser that can update each parameter from
-// the backward pass (optim.SGD).
-type inBackwardUpdater interface {
-	UpdateInBackward(on bool)
-	BeginGradients()
-}
-
 // Config is one training run.
 type Config struct {
 	Model     nn.Module
@@ -104,15 +97,6 @@ type Config struct {
 	// weights, gradients and optimiser state staying float32. The zero
 	// value and Float32 keep float32. Evaluation runs in float32.
 	Autocast tensor.DType
-
-	// UpdateInBackward starts each parameter's update as soon as the
-	// backward pass has finished its gradient, where the optimiser can
-	// (optim.SGD.UpdateInBackward; not in a data-parallel run, whose
-	// all-reduce comes between): on the GPU the update of the last layers
-	// then runs beside the backward pass of the first ones. The model's
-	// backward pass must not read a parameter after its gradient is
-	// complete, which holds for the nn layers. Same bits either way.
-	UpdateInBackward bool
 
 	// Eager turns off the capture of the step as a CUDA graph; on a
 	// backend that cannot capture, the step runs eagerly anyway and says
@@ -331,21 +315,12 @@ func (r *run) loop(ctx context.Context) error {
 	lossSum := tensor.Zeros(r.b, nil, 1)
 	defer lossSum.Release()
 	opt.ZeroGrad() // once: each step's update zeroes them after reading them
-	var early inBackwardUpdater
-	if u, ok := opt.(inBackwardUpdater); ok && c.UpdateInBackward && r.par.dp == nil {
-		u.UpdateInBackward(true)
-		defer u.UpdateInBackward(false)
-		early = u
-	}
 	step, err := CaptureStep(r.b, func(s *tensor.Scope) *tensor.Tensor {
 		loss := r.lossOf(src.Batch(s), lossSum)
-		// Afresh: a capture that failed mid-backward, retried eagerly,
-		// left the counts of its pass (the overlap's, the updates').
 		if r.par.dp != nil {
+			// Afresh: a capture that failed mid-backward, retried
+			// eagerly, left the overlap's counts of its pass.
 			r.par.dp.BeginGradients()
-		}
-		if early != nil {
-			early.BeginGradients()
 		}
 		loss.Backward()
 		r.reduceGradients()
