@@ -755,6 +755,175 @@ extern "C" __global__ void ember_layer_norm_backward_dx_warp(float* dx, const fl
     }
 }
 
+// Layer norm of rows of at most 32·NPL columns held in registers: a warp per
+// row, its NPL values a lane loaded once (the kernels above read a row three
+// times). The lanes' shares and the butterflies are those of the kernels
+// above, so the results are the same bits.
+template <int NPL>
+__device__ __forceinline__ void ember_ln_rows(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                              const float* weightOrNull, const float* biasOrNull, long long rows,
+                                              int cols, float eps) {
+    const long long perBlock = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    for (long long r = blockIdx.x * perBlock + warp; r < rows; r += gridDim.x * perBlock) {
+        const float* xr = x + r * cols;
+        float v[NPL];
+#pragma unroll
+        for (int i = 0; i < NPL; i++) v[i] = lane + 32 * i < cols ? xr[lane + 32 * i] : 0.0f;
+        double s = 0.0;
+#pragma unroll
+        for (int i = 0; i < NPL; i++)
+            if (lane + 32 * i < cols) s += (double)v[i];
+        const double mean = ember_warp_sum_d(s) / (double)cols;
+        double q = 0.0;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            if (lane + 32 * i < cols) {
+                const double d = (double)v[i] - mean;
+                q += d * d;
+            }
+        }
+        const double var = ember_warp_sum_d(q) / (double)cols;
+        const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
+        if (lane == 0) {
+            saveMean[r] = mean32;
+            saveInvStd[r] = inv32;
+        }
+        float* yr = y + r * cols;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const int j = lane + 32 * i;
+            if (j < cols) {
+                const float w = weightOrNull != 0 ? weightOrNull[j] : 1.0f;
+                const float b = biasOrNull != 0 ? biasOrNull[j] : 0.0f;
+                yr[j] = ember_normalized(v[i], mean32, inv32, w, b);
+            }
+        }
+    }
+}
+
+// Layer norm's backward pass over rows held in registers, as ember_ln_rows:
+// dx as ember_layer_norm_backward_dx_warp (the same bits), and, when
+// partialOrNull is set, the parameters' gradient sums of the block's rows in
+// the same pass: each lane sums its columns over its warp's rows, the
+// block's warps are added in warp order, and block b writes
+// partial[2b·cols + j] = Σ dy·x̂ and partial[(2b+1)·cols + j] = Σ dy, which
+// ember_layer_norm_params_finish adds in block order. Rows go to warps by a
+// fixed rule (warp w of block b: rows (b·warps + w) + k·grid·warps), so the
+// sums depend only on the grid, which norm.go derives from the shape.
+template <int NPL>
+__device__ __forceinline__ void ember_ln_backward_rows(float* dxOrNull, double* partialOrNull, const float* dy,
+                                                       const float* x, const float* weightOrNull,
+                                                       const float* saveMean, const float* saveInvStd,
+                                                       long long rows, int cols, int acc) {
+    __shared__ double part[2 * 32 * NPL];  // [2][32·NPL]: the block's sums
+    const long long perBlock = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    double sw[NPL], sb[NPL];
+#pragma unroll
+    for (int i = 0; i < NPL; i++) sw[i] = sb[i] = 0.0;
+    const double nc = (double)cols;
+    for (long long r = blockIdx.x * perBlock + warp; r < rows; r += gridDim.x * perBlock) {
+        const float *xr = x + r * cols, *gr = dy + r * cols;
+        float xv[NPL], gv[NPL];
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const bool in = lane + 32 * i < cols;
+            xv[i] = in ? xr[lane + 32 * i] : 0.0f;
+            gv[i] = in ? gr[lane + 32 * i] : 0.0f;
+        }
+        const double mean = (double)saveMean[r], inv = (double)saveInvStd[r];
+        double sg = 0.0, sgx = 0.0;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const int j = lane + 32 * i;
+            if (j < cols) {
+                const double xh = ((double)xv[i] - mean) * inv, g = (double)gv[i];
+                const double d = weightOrNull != 0 ? g * (double)weightOrNull[j] : g;
+                sg += d;
+                sgx += d * xh;
+                sw[i] += g * xh;
+                sb[i] += g;
+            }
+        }
+        if (dxOrNull == 0) continue;
+        const double meanG = ember_warp_sum_d(sg) / nc, meanGX = ember_warp_sum_d(sgx) / nc;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            const int j = lane + 32 * i;
+            if (j < cols) {
+                const double xh = ((double)xv[i] - mean) * inv;
+                const double d = weightOrNull != 0 ? (double)gv[i] * (double)weightOrNull[j] : (double)gv[i];
+                ember_store(&dxOrNull[r * cols + j], inv * (d - meanG - xh * meanGX), acc);
+            }
+        }
+    }
+    if (partialOrNull == 0) return;
+    for (int w = 0; w < (int)perBlock; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < NPL; i++) {
+                const int j = lane + 32 * i;
+                if (j < cols) {
+                    part[j] = w == 0 ? sw[i] : part[j] + sw[i];
+                    part[32 * NPL + j] = w == 0 ? sb[i] : part[32 * NPL + j] + sb[i];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        partialOrNull[2 * blockIdx.x * cols + j] = part[j];
+        partialOrNull[(2 * blockIdx.x + 1) * cols + j] = part[32 * NPL + j];
+    }
+}
+
+// The instantiations: rows of up to 128, 256, 384 and 512 columns.
+extern "C" __global__ void ember_layer_norm_rows4(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 int cols, float eps) {
+    ember_ln_rows<4>(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+extern "C" __global__ void ember_layer_norm_backward_rows4(float* dxOrNull, double* partialOrNull, const float* dy,
+                                                          const float* x, const float* weightOrNull,
+                                                          const float* saveMean, const float* saveInvStd,
+                                                          long long rows, int cols, int acc) {
+    ember_ln_backward_rows<4>(dxOrNull, partialOrNull, dy, x, weightOrNull, saveMean, saveInvStd, rows, cols, acc);
+}
+extern "C" __global__ void ember_layer_norm_rows8(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 int cols, float eps) {
+    ember_ln_rows<8>(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+extern "C" __global__ void ember_layer_norm_backward_rows8(float* dxOrNull, double* partialOrNull, const float* dy,
+                                                          const float* x, const float* weightOrNull,
+                                                          const float* saveMean, const float* saveInvStd,
+                                                          long long rows, int cols, int acc) {
+    ember_ln_backward_rows<8>(dxOrNull, partialOrNull, dy, x, weightOrNull, saveMean, saveInvStd, rows, cols, acc);
+}
+extern "C" __global__ void ember_layer_norm_rows12(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 int cols, float eps) {
+    ember_ln_rows<12>(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+extern "C" __global__ void ember_layer_norm_backward_rows12(float* dxOrNull, double* partialOrNull, const float* dy,
+                                                          const float* x, const float* weightOrNull,
+                                                          const float* saveMean, const float* saveInvStd,
+                                                          long long rows, int cols, int acc) {
+    ember_ln_backward_rows<12>(dxOrNull, partialOrNull, dy, x, weightOrNull, saveMean, saveInvStd, rows, cols, acc);
+}
+extern "C" __global__ void ember_layer_norm_rows16(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 int cols, float eps) {
+    ember_ln_rows<16>(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+extern "C" __global__ void ember_layer_norm_backward_rows16(float* dxOrNull, double* partialOrNull, const float* dy,
+                                                          const float* x, const float* weightOrNull,
+                                                          const float* saveMean, const float* saveInvStd,
+                                                          long long rows, int cols, int acc) {
+    ember_ln_backward_rows<16>(dxOrNull, partialOrNull, dy, x, weightOrNull, saveMean, saveInvStd, rows, cols, acc);
+}
+
 // The parameters' gradients dweight[j] = Σ_rows dy·x̂ and dbias[j] = Σ_rows
 // dy in two stages: blocks of 32 columns by blockDim.x/32 row lanes, over
 // tiles of 32 columns and chunks of rowsPerChunk rows (block b: tile b %
@@ -816,9 +985,22 @@ extern "C" __global__ void ember_layer_norm_params_finish(float* dweightOrNull, 
         const long long j = t * 32 + (threadIdx.x & 31);
         double sw = 0.0, sb = 0.0;
         if (j < cols) {
-            for (long long q = lane; q < chunks; q += lanes) {
-                sw += partial[2 * q * cols + j];
-                sb += partial[(2 * q + 1) * cols + j];
+            // Four chunks' loads in flight, added in chunk order.
+            for (long long q0 = lane; q0 < chunks; q0 += 4 * lanes) {
+                double w[4], b[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const long long q = q0 + u * lanes;
+                    w[u] = q < chunks ? partial[2 * q * cols + j] : 0.0;
+                    b[u] = q < chunks ? partial[(2 * q + 1) * cols + j] : 0.0;
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    if (q0 + u * lanes < chunks) {
+                        sw += w[u];
+                        sb += b[u];
+                    }
+                }
             }
         }
         sw = ember_lane_combine(sh, sw);
