@@ -53,6 +53,32 @@ func (b *Backend) attnInputs(op string, sh tensor.AttentionShape, q, k, v tensor
 	return b.ptr(op, q, tensor.BFloat16), b.ptr(op, k, tensor.BFloat16), b.ptr(op, v, tensor.BFloat16), attnBF16Kernels[1]
 }
 
+// AttentionMaskWords implements tensor.AttentionMaskBackend: the
+// tensor-core kernels' forward pass stores the dropout's kept bits, a word
+// a lane for each (head, query tile, key tile, warp) (attention_bf16.cu's
+// ember_attb_mask_word: a bit a weight, 3 MiB for the GPT's [384, 256,
+// 256]), and the dQ and dK/dV kernels read them instead of a Philox draw
+// for every four weights each. The float32 kernels draw them again.
+func (b *Backend) AttentionMaskWords(sh tensor.AttentionShape) int {
+	if !b.attnBF16(sh) {
+		return 0
+	}
+	return sh.Heads * attnBF16Tiles(sh.T) * attnBF16Tiles(sh.S) * attnBF16Threads
+}
+
+// attnBF16Tiles is the tiles of 64 rows that cover n.
+func attnBF16Tiles(n int) int { return (n + attnBF16Rows - 1) / attnBF16Rows }
+
+// attnMask is the mask argument of the tensor-core kernels: the words of
+// drop.Mask, or 0 (no dropout, or none kept: the bits are drawn again).
+func (b *Backend) attnMask(op string, sh tensor.AttentionShape, drop tensor.AttentionDropout) uintptr {
+	if drop.Keep >= 1 || drop.Mask.Empty() {
+		return 0
+	}
+	need(op, "dropout mask", drop.Mask, b.AttentionMaskWords(sh))
+	return b.i32(op, drop.Mask)
+}
+
 // AttentionSupported reports the head dimensions of the fused kernels
 // (tensor.AttentionBackend): D = Dv in {16, 32, 64}. Other heads take the
 // composed attention.
@@ -145,8 +171,8 @@ func (b *Backend) AttentionForward(out, lse, q, k, v tensor.Buffer, sh tensor.At
 	args := append([]any{b.f32(op, out), b.f32(op, lse), pq, pk, pv}, tail...)
 	args = append(args, attnLayoutArgs(sh, "out", "q", "k", "v")...)
 	if b.attnBF16(sh) {
-		grid := (sh.T + attnBF16Rows - 1) / attnBF16Rows * sh.Heads
-		b.launchGrid(op, b.kernel(kernels[0]), grid, attnBF16Threads, args...)
+		args = append(args, b.attnMask(op, sh, drop))
+		b.launchGrid(op, b.kernel(kernels[0]), attnBF16Tiles(sh.T)*sh.Heads, attnBF16Threads, args...)
 		return
 	}
 	grid := (sh.T + attnFwdRows - 1) / attnFwdRows * sh.Heads
@@ -170,9 +196,9 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 	dkvArgs := append(append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...),
 		attnLayoutArgs(sh, "dk", "dv", "q", "k", "v", "dout")...)
 	if b.attnBF16(sh) {
-		rows := attnBF16Rows
-		b.launchGrid(op, b.kernel(kernels[1]), (sh.T+rows-1)/rows*sh.Heads, attnBF16Threads, dqArgs...)
-		b.launchGrid(op, b.kernel(kernels[2]), (sh.S+rows-1)/rows*sh.Heads, attnBF16Threads, dkvArgs...)
+		mask := b.attnMask(op, sh, drop)
+		b.launchGrid(op, b.kernel(kernels[1]), attnBF16Tiles(sh.T)*sh.Heads, attnBF16Threads, append(dqArgs, mask)...)
+		b.launchGrid(op, b.kernel(kernels[2]), attnBF16Tiles(sh.S)*sh.Heads, attnBF16Threads, append(dkvArgs, mask)...)
 		return
 	}
 	grid := (sh.T + attnBwdRows - 1) / attnBwdRows * sh.Heads
@@ -192,4 +218,5 @@ func (b *Backend) AttentionTakeState(saved, state tensor.Buffer, blocks uint64) 
 var (
 	_ tensor.AttentionBackend           = (*Backend)(nil)
 	_ tensor.AttentionBF16InputsBackend = (*Backend)(nil)
+	_ tensor.AttentionMaskBackend       = (*Backend)(nil)
 )

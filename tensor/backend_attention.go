@@ -69,6 +69,21 @@ type AttentionDropout struct {
 	Keep, Scale  float32
 	Seed, Offset uint64
 	State        Buffer
+	// Mask, when not empty, holds AttentionMaskWords Int32 words in which
+	// the forward pass stores the kept bits it drew, in the backend's own
+	// layout, and from which the backward pass reads them instead of
+	// drawing them again.
+	Mask Buffer
+}
+
+// AttentionMaskBackend is implemented by backends whose fused attention can
+// keep the dropout's kept bits from its forward pass for its backward pass
+// (AttentionDropout.Mask): one bit a weight, where drawing them again
+// costs each backward kernel a Philox draw for every four weights.
+type AttentionMaskBackend interface {
+	// AttentionMaskWords is the number of Int32 words the mask of a call
+	// of sh takes, 0 where the backend draws the bits again instead.
+	AttentionMaskWords(sh AttentionShape) int
 }
 
 // AttentionBackend is implemented by backends with a fused attention

@@ -358,7 +358,7 @@ func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p f
 		e.give(k, dk)
 		e.give(v, dv)
 	}, q, k, v)
-	saveFor(out, a.lse, a.saved)
+	saveFor(out, a.lse, a.saved, a.mask)
 	return out
 }
 
@@ -443,7 +443,7 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 		run.backward(gv, buf, buf.Slice(hd, buf.Len-hd), buf.Slice(2*hd, buf.Len-2*hd), l, l, l)
 		e.give(x, dx)
 	}, x)
-	saveFor(out, run.lse, run.saved, xh)
+	saveFor(out, run.lse, run.saved, run.mask, xh)
 	if xh != nil {
 		readsNot(out, false, x) // its bfloat16 copy is what it reads
 	}
@@ -457,6 +457,7 @@ type attentionCall struct {
 	q, k, v  *Tensor
 	out, lse *Tensor
 	saved    *Tensor // a DeviceGenerator's state at the draw, or nil
+	mask     *Tensor // the dropout's kept bits (AttentionMaskBackend), or nil
 	drop     AttentionDropout
 	sh       AttentionShape // as the forward ran (BFloat16 set)
 }
@@ -472,6 +473,13 @@ func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, 
 		noteDraw(s, gen)
 		a.drop, a.saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
 		a.drop.Keep, a.drop.Scale = 1-p, 1/(1-p)
+		// The kept bits stored for the backward pass, where there is one.
+		if mb, ok := ab.(AttentionMaskBackend); ok && s.GradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad) {
+			if n := mb.AttentionMaskWords(sh); n > 0 {
+				a.mask = newTensor(be, Int32, s, n)
+				a.drop.Mask = a.mask.buffer()
+			}
+		}
 	}
 	a.lse = Empty(be, s, sh.Heads, sh.T)
 	ab.AttentionForward(out.buffer(), a.lse.buffer(), q.window(sh.Q.Extent(sh, sh.T)), k.window(sh.K.Extent(sh, sh.S)),

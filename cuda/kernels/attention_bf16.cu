@@ -243,13 +243,26 @@ __device__ __forceinline__ unsigned int ember_attb_keep_kq(long long bh, int T, 
     return bits;
 }
 
+// The dropout's kept bits, as the forward pass drew them, for the backward
+// passes to read instead of drawing again: one 32-bit word a lane for each
+// (head, query tile, key tile, warp), bit 4j + e for element e of the
+// lane's C fragment of column block j (the layout of ember_attb_keep_qk's
+// bits, which the dQ kernel's fragments share). Words of tiles wholly
+// above a causal diagonal are never written or read.
+__device__ __forceinline__ unsigned int* ember_attb_mask_word(unsigned int* mask, long long bh, int qtile, int ktile,
+                                                              int T, int S) {
+    const long long qtiles = (T + EMBER_ATTB_ROWS - 1) / EMBER_ATTB_ROWS, ktiles = (S + EMBER_ATTB_BN - 1) / EMBER_ATTB_BN;
+    return mask + ((((bh * qtiles + qtile) * ktiles + ktile) * (EMBER_ATTB_NT / 32)) * 32 + threadIdx.x);
+}
+
 // Forward: out [BH, T, D] and lse [BH, T] (natural log-sum-exp of each
 // row's scaled, masked scores, before dropout), as ember_att_fwd.
 template <int D, typename In>
 __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In* q, const In* k, const In* v,
                                                int BH, int T, int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset, int H,
-                                               ember_att_lay lo, ember_att_lay lq, ember_att_lay lk, ember_att_lay lv) {
+                                               ember_att_lay lo, ember_att_lay lq, ember_att_lay lk, ember_att_lay lv,
+                                               unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
@@ -283,7 +296,11 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
         __syncthreads();
         // Column blocks with a key at or before the warp's last row.
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
-        if (jn <= 0) continue;
+        unsigned int* word = drop && maskOrNull != 0 ? ember_attb_mask_word(maskOrNull, bh, tile, k0 / BN, T, S) : 0;
+        if (jn <= 0) {
+            if (word != 0) *word = 0u;
+            continue;
+        }
         float s[NB][4];
 #pragma unroll
         for (int j = 0; j < NB; j++) {
@@ -298,16 +315,24 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
             }
         }
         float mx[2] = {ember_neg_inf(), ember_neg_inf()};
+        // Only a tile that reaches past S or the warp's diagonal masks.
+        const bool edge = k0 + BN > S || (causal && k0 + BN - 1 > r0);
+        auto scaled = [&](bool masking) {
 #pragma unroll
-        for (int j = 0; j < NB; j++) {
+            for (int j = 0; j < NB; j++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = r0 + g + 8 * (e >> 1), col = k0 + 8 * j + 2 * t + (e & 1);
-                const bool ok = col < S && (!causal || col <= row);
-                s[j][e] = ok ? s[j][e] * sc : ember_neg_inf();
-                mx[e >> 1] = ember_nan_max(mx[e >> 1], s[j][e]);
+                for (int e = 0; e < 4; e++) {
+                    const int row = r0 + g + 8 * (e >> 1), col = k0 + 8 * j + 2 * t + (e & 1);
+                    const bool ok = !masking || (col < S && (!causal || col <= row));
+                    s[j][e] = ok ? s[j][e] * sc : ember_neg_inf();
+                    mx[e >> 1] = ember_nan_max(mx[e >> 1], s[j][e]);
+                }
             }
-        }
+        };
+        if (edge)
+            scaled(true);
+        else
+            scaled(false);
         float alpha[2], mnew[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -328,10 +353,14 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
             o[j][2] *= alpha[1];
             o[j][3] *= alpha[1];
         }
+        unsigned int kept = 0;  // bit 4j + e: element e of column block j kept
 #pragma unroll
         for (int j = 0; j < NB; j++) {
             unsigned int bits = 0xfu;
-            if (drop && j < jn) bits = ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+            if (drop && j < jn) {
+                bits = ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+                kept |= bits << (4 * j);
+            }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const float p = exp2f(s[j][e] - mnew[e >> 1]);
@@ -339,6 +368,7 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
                 s[j][e] = drop ? ((bits >> e) & 1u ? p * dscale : 0.0f) : p;
             }
         }
+        if (word != 0) *word = kept;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             if (2 * kk < jn) {
@@ -378,7 +408,7 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                                               int causal, float scale, float keep, float dscale, const int* stateOrNull,
                                               long long seed, long long offset, int H, ember_att_lay ldq,
                                               ember_att_lay lq, ember_att_lay lk, ember_att_lay lv, ember_att_lay lo,
-                                              ember_att_lay ldo) {
+                                              ember_att_lay ldo, const unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
@@ -437,6 +467,12 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
         __syncthreads();
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
         if (jn <= 0) continue;
+        // The forward pass's kept bits of this tile, loaded ahead of the
+        // products.
+        const unsigned int kept =
+            drop && maskOrNull != 0
+                ? *ember_attb_mask_word(const_cast<unsigned int*>(maskOrNull), bh, tile, k0 / BN, T, S)
+                : 0u;
         float s[NB][4], dp[NB][4];
 #pragma unroll
         for (int j = 0; j < NB; j++) {
@@ -453,20 +489,31 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                 }
             }
         }
+        // Only a tile that reaches past T, S or the warp's diagonal masks.
+        const bool edge = r0 + 16 > T || k0 + BN > S || (causal && k0 + BN - 1 > r0);
+        auto grads = [&](bool masking) {
 #pragma unroll
-        for (int j = 0; j < NB; j++) {
-            unsigned int bits = 0xfu;
-            if (drop && j < jn) bits = ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+            for (int j = 0; j < NB; j++) {
+                unsigned int bits = 0xfu;
+                if (drop && j < jn)
+                    bits = maskOrNull != 0 ? (kept >> (4 * j)) & 0xfu
+                                           : ember_attb_keep_qk(bh, T, S, r0 + g, k0 + 8 * j + 2 * t, dseed, doff,
+                                                                keep, aligned);
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, row = r0 + g + 8 * h, col = k0 + 8 * j + 2 * t + (e & 1);
-                const bool ok = row < T && col < S && (!causal || col <= row);
-                const float p = ok ? exp2f(s[j][e] * sc - ls[h]) : 0.0f;
-                float gd = dp[j][e];
-                if (drop) gd = (bits >> e) & 1u ? gd * dscale : 0.0f;
-                s[j][e] = p * (gd - dl[h]);  // dS
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, row = r0 + g + 8 * h, col = k0 + 8 * j + 2 * t + (e & 1);
+                    const bool ok = !masking || (row < T && col < S && (!causal || col <= row));
+                    const float p = ok ? exp2f(s[j][e] * sc - ls[h]) : 0.0f;
+                    float gd = dp[j][e];
+                    if (drop) gd = (bits >> e) & 1u ? gd * dscale : 0.0f;
+                    s[j][e] = p * (gd - dl[h]);  // dS
+                }
             }
-        }
+        };
+        if (edge)
+            grads(true);
+        else
+            grads(false);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             if (2 * kk < jn) {
@@ -502,12 +549,13 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                                                int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset, int H,
                                                ember_att_lay ldk, ember_att_lay ldv, ember_att_lay lq, ember_att_lay lk,
-                                               ember_att_lay lv, ember_att_lay ldo) {
+                                               ember_att_lay lv, ember_att_lay ldo, const unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sq[BQ * LDS];
     __shared__ __attribute__((aligned(16))) unsigned short sg[BQ * LDS];
     __shared__ float slse[BQ], sdelta[BQ];
+    __shared__ unsigned int smask[EMBER_ATTB_NT];  // the forward's kept bits of (query tile, this key tile)
     const int tile = (int)(blockIdx.x / BH);  // under a causal mask the first keys see the most queries
     const long long bh = blockIdx.x % BH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -544,6 +592,9 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
             slse[threadIdx.x] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;
             sdelta[threadIdx.x] = qi < T ? delta[qi] : 0.0f;
         }
+        const bool fromMask = drop && maskOrNull != 0;
+        if (fromMask)  // a tile the forward pass drew: under a causal mask q0 >= k0 here
+            smask[threadIdx.x] = *ember_attb_mask_word(const_cast<unsigned int*>(maskOrNull), bh, q0 / BQ, tile, T, S);
         __syncthreads();
         // Column (query) blocks with a query at or after the warp's first key.
         const int jlo = causal ? (r0 > q0 ? (r0 - q0) / 8 : 0) : 0;
@@ -564,20 +615,41 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                 }
             }
         }
+        // Only a tile that reaches past T, S or the warp's diagonal masks.
+        const bool edge = q0 + BQ > T || r0 + 16 > S || (causal && r0 + 15 > q0);
+        auto grads = [&](bool masking) {
 #pragma unroll
-        for (int j = 0; j < NB; j++) {
-            unsigned int bits = 0xfu;
-            if (drop && j >= jlo) bits = ember_attb_keep_kq(bh, T, S, r0 + g, q0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+            for (int j = 0; j < NB; j++) {
+                unsigned int bits = 0xfu;
+                if (drop && j >= jlo) {
+                    if (fromMask) {
+                        // Element e is the forward's (query 8j + 2t + (e&1), key
+                        // 16·warp + g + 8(e>>1)) of the tiles: warp j/2's lane
+                        // 4(2t + (e&1)) + g/2, bit 4(2·warp + (e>>1)) + 2(j&1) + (g&1).
+                        const unsigned int w0 = smask[(j >> 1) * 32 + 8 * t + (g >> 1)];
+                        const unsigned int w1 = smask[(j >> 1) * 32 + 8 * t + 4 + (g >> 1)];
+                        const int b = 8 * warp + 2 * (j & 1) + (g & 1);
+                        bits = ((w0 >> b) & 1u) | (((w1 >> b) & 1u) << 1) | (((w0 >> (b + 4)) & 1u) << 2) |
+                               (((w1 >> (b + 4)) & 1u) << 3);
+                    } else {
+                        bits = ember_attb_keep_kq(bh, T, S, r0 + g, q0 + 8 * j + 2 * t, dseed, doff, keep, aligned);
+                    }
+                }
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = r0 + g + 8 * (e >> 1), cq = 8 * j + 2 * t + (e & 1), qi = q0 + cq;
-                const bool ok = qi < T && key < S && (!causal || key <= qi);
-                const float p = ok ? exp2f(s[j][e] * sc - slse[cq]) : 0.0f;
-                const float mk = drop ? ((bits >> e) & 1u ? dscale : 0.0f) : 1.0f;
-                s[j][e] = p * mk;                          // the dropped weight, for dV
-                dp[j][e] = p * (dp[j][e] * mk - sdelta[cq]);  // dS, for dK
+                for (int e = 0; e < 4; e++) {
+                    const int key = r0 + g + 8 * (e >> 1), cq = 8 * j + 2 * t + (e & 1), qi = q0 + cq;
+                    const bool ok = !masking || (qi < T && key < S && (!causal || key <= qi));
+                    const float p = ok ? exp2f(s[j][e] * sc - slse[cq]) : 0.0f;
+                    const float mk = drop ? ((bits >> e) & 1u ? dscale : 0.0f) : 1.0f;
+                    s[j][e] = p * mk;                             // the dropped weight, for dV
+                    dp[j][e] = p * (dp[j][e] * mk - sdelta[cq]);  // dS, for dK
+                }
             }
-        }
+        };
+        if (edge)
+            grads(true);
+        else
+            grads(false);
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
             if (2 * kk + 1 >= jlo) {
@@ -614,29 +686,31 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     float* out, float* lse, const float* q, const float* k, const float* v, int BH, int T, int S, int causal,
     float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset, int H, long long og,
     long long oh, long long orow, long long qg, long long qh, long long qrow, long long kg, long long kh, long long krow,
-    long long vg, long long vh, long long vrow) {
+    long long vg, long long vh, long long vrow, unsigned int* maskOrNull) {
     ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
-                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
+                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, maskOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dq_d64(
     float* dq, float* delta, const float* q, const float* k, const float* v, const float* o, const float* lse,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
     long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
     long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
-    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow) {
+    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow,
+    const unsigned int* maskOrNull) {
     ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                       offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
-                      {dog, doh, dorow});
+                      {dog, doh, dorow}, maskOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dkv_d64(
     float* dk, float* dv, const float* q, const float* k, const float* v, const float* lse, const float* delta,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
     long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
     long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
-    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow) {
+    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow,
+    const unsigned int* maskOrNull) {
     ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                        offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
-                       {vg, vh, vrow}, {dog, doh, dorow});
+                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull);
 }
 
 // The same with q, k and v bfloat16 (cast by the caller, which rounds them
@@ -645,29 +719,31 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int BH, int T, int S, int causal,
     float scale, float keep, float dscale, const int* stateOrNull, long long seed, long long offset, int H, long long og,
     long long oh, long long orow, long long qg, long long qh, long long qrow, long long kg, long long kh, long long krow,
-    long long vg, long long vh, long long vrow) {
+    long long vg, long long vh, long long vrow, unsigned int* maskOrNull) {
     ember_attb_fwd<64>(out, lse, q, k, v, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed, offset, H,
-                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow});
+                       {og, oh, orow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, maskOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_dq_d64(
     float* dq, float* delta, const unsigned short* q, const unsigned short* k, const unsigned short* v, const float* o, const float* lse,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
     long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
     long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
-    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow) {
+    long long og, long long oh, long long orow, long long dog, long long doh, long long dorow,
+    const unsigned int* maskOrNull) {
     ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                       offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
-                      {dog, doh, dorow});
+                      {dog, doh, dorow}, maskOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_dkv_d64(
     float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v, const float* lse, const float* delta,
     const float* dout, int BH, int T, int S, int causal, float scale, float keep, float dscale, const int* stateOrNull,
     long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
     long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
-    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow) {
+    long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow,
+    const unsigned int* maskOrNull) {
     ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                        offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
-                       {vg, vh, vrow}, {dog, doh, dorow});
+                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull);
 }
 
 #endif  // sm_80

@@ -224,13 +224,29 @@ static int bf16Cases() {
         const int* st = c.state ? state : nullptr;
         long long sd = c.state ? 0 : (long long)seed, of = c.state ? 0 : (long long)off;
         Layouts L(c.BH, c.T, c.S, D, c.H);
-        Run run = runLaid(L, 64, 128, 64, 128, ember_attention_bf16_fwd_d64, ember_attention_bf16_dq_d64, ember_attention_bf16_dkv_d64,
-                          q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
+        // Without the mask words (nullptr): the backward passes draw the
+        // dropout's bits again.
+        auto fwd0 = [&](auto... a) { ember_attention_bf16_fwd_d64(a..., nullptr); };
+        auto dq0 = [&](auto... a) { ember_attention_bf16_dq_d64(a..., nullptr); };
+        auto dkv0 = [&](auto... a) { ember_attention_bf16_dkv_d64(a..., nullptr); };
+        Run run = runLaid(L, 64, 128, 64, 128, fwd0, dq0, dkv0, q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
         // The same with q, k and v cast to bfloat16 first (the bf16h
         // kernels): the same bits.
-        Run runh = runLaid(L, 64, 128, 64, 128, ember_attention_bf16h_fwd_d64, ember_attention_bf16h_dq_d64,
-                           ember_attention_bf16h_dkv_d64, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep, dscale, st, sd, of);
-        const bool same = runh.out == run.out && runh.dq == run.dq && runh.dk == run.dk && runh.dv == run.dv && runh.stray == 0;
+        auto fwdh = [&](auto... a) { ember_attention_bf16h_fwd_d64(a..., nullptr); };
+        auto dqh = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., nullptr); };
+        auto dkvh = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., nullptr); };
+        Run runh = runLaid(L, 64, 128, 64, 128, fwdh, dqh, dkvh, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep, dscale, st, sd, of);
+        // And with the forward pass's kept bits stored for the backward
+        // passes (the mask words, filled with a pattern first): the same
+        // bits again.
+        std::vector<unsigned> mask((size_t)c.BH * ((c.T + 63) / 64) * ((c.S + 63) / 64) * 128, 0xa5a5a5a5u);
+        auto fwdM = [&](auto... a) { ember_attention_bf16h_fwd_d64(a..., mask.data()); };
+        auto dqM = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., mask.data()); };
+        auto dkvM = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., mask.data()); };
+        Run runm = runLaid(L, 64, 128, 64, 128, fwdM, dqM, dkvM, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep,
+                           dscale, st, sd, of);
+        const bool same = runh.out == run.out && runh.dq == run.dq && runh.dk == run.dk && runh.dv == run.dv && runh.stray == 0 &&
+                          runm.out == run.out && runm.dq == run.dq && runm.dk == run.dk && runm.dv == run.dv && runm.stray == 0;
         auto &out = run.out, &dq = run.dq, &dk = run.dk, &dv = run.dv;
         std::vector<double> ro, rq, rk, rv, fo, fq, fk, fv;
         ref(c.BH, c.T, c.S, D, c.causal, scale, keep, dscale, seed, off, rounded(q), rounded(k), rounded(v), rounded(g), ro, rq, rk, rv, true);
