@@ -37,9 +37,6 @@ const (
 	// lnMinChunk is the fewest rows a block of the parameters' gradients
 	// sums.
 	lnMinChunk = 16
-	// lnRowsMaxBlocks caps the grid of the backward pass over rows held in
-	// registers (lnRowsBlocks), so that its partial sums stay few.
-	lnRowsMaxBlocks = 256
 )
 
 // bnParts is the number of blocks each of c channels of m elements is
@@ -323,38 +320,11 @@ func (b *Backend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias tensor.Buff
 	}
 	args := []any{b.f32(op, y), b.f32(op, saveMean), b.f32(op, saveInvStd), b.f32(op, x),
 		b.f32Opt(op, "weight", weight, cols), b.f32Opt(op, "bias", bias, cols), int64(rows), int64(cols), eps}
-	if npl := lnLanes(cols); npl > 0 {
-		args[len(args)-2] = int32(cols)
-		b.launchGrid(op, b.kernel(fmt.Sprintf("ember_layer_norm_rows%d", npl)), warpGroups(rows), blockSize, args...)
-		return
-	}
 	if cols <= lnWarpCols {
 		b.launchGrid(op, b.kernel("ember_layer_norm_warp"), warpGroups(rows), blockSize, args...)
 		return
 	}
 	b.launchGrid(op, b.kernel("ember_layer_norm"), min(rows, maxGrid), blockSize, args...)
-}
-
-// lnLanes is the values a lane of ember_layer_norm_rows* and
-// ember_layer_norm_backward_rows* holds for rows of cols columns (the
-// instantiation), or 0 beyond the widest (512): a row held in registers is
-// read once, where ember_layer_norm_warp reads it three times and the
-// backward pass's dx and parameter sums read it twice each.
-func lnLanes(cols int) int {
-	for _, n := range []int{4, 8, 12, 16} {
-		if cols <= 32*n {
-			return n
-		}
-	}
-	return 0
-}
-
-// lnRowsBlocks is the grid of ember_layer_norm_backward_rows*: a block per
-// 32 rows (four a warp), at most lnRowsMaxBlocks, whose partial sums the
-// finish kernel adds. It depends on the shape only, so the sums' order
-// (and their bits) do not depend on the device.
-func lnRowsBlocks(rows int) int {
-	return min(max((rows+31)/32, 1), lnRowsMaxBlocks)
 }
 
 // LayerNormBackward computes dx (a warp or a block per row, as the
@@ -367,11 +337,6 @@ func (b *Backend) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	need(op, "saveMean", saveMean, rows)
 	need(op, "saveInvStd", saveInvStd, rows)
 	pdy, px, pm, pi := b.f32(op, dy), b.f32(op, x), b.f32(op, saveMean), b.f32(op, saveInvStd)
-	if npl := lnLanes(cols); npl > 0 && rows > 0 {
-		b.layerNormBackwardRows(npl, dx, dweight, dbias, pdy, px, b.f32Opt(op, "weight", weight, cols), pm, pi,
-			rows, cols, accX, accW, accB)
-		return
-	}
 	if !dx.Empty() && rows > 0 {
 		args := []any{b.f32Opt(op, "dx", dx, rows*cols), pdy, px, b.f32Opt(op, "weight", weight, cols), pm, pi,
 			int64(rows), int64(cols), flag(accX)}
@@ -399,27 +364,4 @@ func (b *Backend) LayerNormBackward(dx, dweight, dbias, dy, x, weight, saveMean,
 	// With no rows (no chunks) the finish kernel stores zero sums.
 	b.launchGrid(op, b.kernel("ember_layer_norm_params_finish"), min(tiles, maxGrid), blockSize, pdw, pdb,
 		ws.Ptr(), int64(cols), int64(chunks), flag(accW), flag(accB))
-}
-
-// layerNormBackwardRows is LayerNormBackward for rows of at most 512
-// columns: dx and the blocks' partial parameter sums in one pass over dy
-// and x, then the finish kernel's totals (1,024 threads: 32 lanes a column
-// over lnRowsMaxBlocks partials).
-func (b *Backend) layerNormBackwardRows(npl int, dx, dweight, dbias tensor.Buffer, pdy, px, pw, pm, pi uintptr, rows, cols int, accX, accW, accB bool) {
-	const op = "layer_norm_backward"
-	params := !dweight.Empty() || !dbias.Empty()
-	grid := lnRowsBlocks(rows)
-	var partial uintptr
-	if params {
-		ws := b.workspace(op, 2*grid*cols*8)
-		defer b.release(ws)
-		partial = ws.Ptr()
-	}
-	b.launchGrid(op, b.kernel(fmt.Sprintf("ember_layer_norm_backward_rows%d", npl)), grid, blockSize,
-		b.f32Opt(op, "dx", dx, rows*cols), partial, pdy, px, pw, pm, pi, int64(rows), int32(cols), flag(accX))
-	if params {
-		b.launchGrid(op, b.kernel("ember_layer_norm_params_finish"), (cols+31)/32, 1024,
-			b.f32Opt(op, "dweight", dweight, cols), b.f32Opt(op, "dbias", dbias, cols), partial, int64(cols),
-			int64(grid), flag(accW), flag(accB))
-	}
 }

@@ -347,7 +347,7 @@ func attentionFused(ab AttentionBackend, q, k, v *Tensor, sh AttentionShape, p f
 	s := scopeOf(q, k, v)
 	out := Empty(be, s, append(q.Shape()[:rank-1], v.shape[rank-1])...)
 	sh.O = denseAttentionLayout(sh, sh.T)
-	a := attentionRun(ab, q, k, v, out, sh, p, gen)
+	a := attentionRun(ab, q, k, v, out, sh, p, gen, s.GradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad))
 	record(out, "attention", func(g *Tensor, e *engine) {
 		dq := Empty(be, e.scopeFor(q), q.shape...)
 		dk := Empty(be, e.scopeFor(k), k.shape...)
@@ -434,7 +434,7 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 	v, a.V = attentionOperand(viewOf(src, 2, xh == nil), h)
 	out := Empty(be, x.scope, b, t, h, d)
 	a.O = AttentionLayout{Group: t * h * d, Head: d, Row: h * d}
-	run := attentionRun(ab, q, k, v, out, a, p, gen)
+	run := attentionRun(ab, q, k, v, out, a, p, gen, x.scope.GradEnabled() && x.requiresGrad)
 	record(out, "attention_packed", func(g *Tensor, e *engine) {
 		dx := Empty(be, e.scopeFor(x), b, t, 3, h, d)
 		l := AttentionLayout{Group: t * 3 * h * d, Head: d, Row: 3 * h * d}
@@ -464,7 +464,9 @@ type attentionCall struct {
 
 // attentionRun queues the forward pass of q, k and v (laid out as sh.Q,
 // sh.K, sh.V) into out (laid out as sh.O) with dropout p drawn from gen.
-func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, p float32, gen RandomSource) attentionCall {
+// grad says whether the call's backward pass will run (whether its inputs
+// require gradients), so that the kept bits are stored only then.
+func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, p float32, gen RandomSource, grad bool) attentionCall {
 	be := q.st.b
 	s := scopeOf(q, k, v)
 	sh.BFloat16 = s.Autocast() == BFloat16 // the backward pass follows the forward's choice
@@ -474,7 +476,7 @@ func attentionRun(ab AttentionBackend, q, k, v, out *Tensor, sh AttentionShape, 
 		a.drop, a.saved = gen.attentionDraw(ab, be, s, sh.Heads*sh.T*sh.S)
 		a.drop.Keep, a.drop.Scale = 1-p, 1/(1-p)
 		// The kept bits stored for the backward pass, where there is one.
-		if mb, ok := ab.(AttentionMaskBackend); ok && s.GradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad) {
+		if mb, ok := ab.(AttentionMaskBackend); ok && grad {
 			if n := mb.AttentionMaskWords(sh); n > 0 {
 				a.mask = newTensor(be, Int32, s, n)
 				a.drop.Mask = a.mask.buffer()

@@ -131,6 +131,59 @@ __device__ __forceinline__ void ember_attb_fill_rows(unsigned short* dst, const 
     }
 }
 
+// The tile's rows as fill_rows stores them, copied by cp.async (16 bytes a
+// copy, 0 past row n): no registers in between, so the next tile's copies
+// fly while this one's products run. For bfloat16 sources whose rows start
+// 16-byte aligned (ember_attb_async_ok); ember_attb_wait waits for all but
+// the newest `pending` groups of copies this thread committed.
+#ifndef EMBER_HOST_EMU
+__device__ __forceinline__ void ember_attb_cp16(unsigned short* dst, const unsigned short* src, bool in) {
+    unsigned int a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void ember_attb_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void ember_attb_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+#endif
+template <int D>
+__device__ __forceinline__ void ember_attb_fill_async(unsigned short* dst, const unsigned short* src, long long ld,
+                                                      int row0, int n) {
+    constexpr int LD = D + 8, BN = EMBER_ATTB_BN, CH = D / 8;  // 16-byte chunks a row
+    for (int idx = threadIdx.x; idx < BN * CH; idx += EMBER_ATTB_NT) {
+        const int r = idx / CH, c = (idx % CH) * 8;
+        const bool in = row0 + r < n;
+        ember_attb_cp16(dst + r * LD + c, src + (in ? (long long)(row0 + r) * ld + c : 0), in);
+    }
+    ember_attb_commit();
+}
+
+// Whether a source's tiles may be copied by cp.async: bfloat16 rows that
+// start 16-byte aligned.
+__device__ __forceinline__ bool ember_attb_async_ok(const float*, long long) { return false; }
+__device__ __forceinline__ bool ember_attb_async_ok(const unsigned short* p, long long ld) {
+    return ((unsigned long long)p & 15) == 0 && (ld & 7) == 0;
+}
+
+// The tile of rows row0.. of src into dst: by cp.async where async (its
+// group committed; the caller waits), else through registers (float32
+// sources always: they are rounded on the way).
+template <int D>
+__device__ __forceinline__ void ember_attb_fill(unsigned short* dst, const unsigned short* src, long long ld, int row0,
+                                                int n, bool async) {
+    if (async)
+        ember_attb_fill_async<D>(dst, src, ld, row0, n);
+    else
+        ember_attb_fill_rows<D>(dst, src, ld, row0, n);
+}
+template <int D>
+__device__ __forceinline__ void ember_attb_fill(unsigned short* dst, const float* src, long long ld, int row0, int n,
+                                                bool) {
+    ember_attb_fill_rows<D>(dst, src, ld, row0, n);
+}
+
 // The B fragment of columns n0..n0+7 and k-rows k0..k0+15 of a product
 // whose B[k][n] is X[n][k] (X row-major, stride ld).
 __device__ __forceinline__ void ember_attb_frag_b(const unsigned short* X, int ld, int n0, int k0, unsigned int& b0,
@@ -265,8 +318,10 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
                                                unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
-    __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
-    __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
+    // Two buffers of K and V tiles: the next tile's copies fly during this
+    // one's products (cp.async), or one through registers.
+    __shared__ __attribute__((aligned(16))) unsigned short skb[2][BN * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short svb[2][BN * LDS];
     const int tiles = (T + BM - 1) / BM;
     const int tile = tiles - 1 - (int)(blockIdx.x / BH);  // the heaviest causal tiles first
     const long long bh = blockIdx.x % BH;
@@ -289,10 +344,26 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
     m[0] = m[1] = ember_neg_inf();
     l[0] = l[1] = 0.0f;
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
-    for (int k0 = 0; k0 < kend; k0 += BN) {
-        __syncthreads();  // the previous tile's products are done with sk, sv
-        ember_attb_fill_rows<D>(sk, k, lk.row, k0, S);
-        ember_attb_fill_rows<D>(sv, v, lv.row, k0, S);
+    const bool async = ember_attb_async_ok(k, lk.row) && ember_attb_async_ok(v, lv.row);
+    if (async) {
+        ember_attb_fill<D>(skb[0], k, lk.row, 0, S, true);
+        ember_attb_fill<D>(svb[0], v, lv.row, 0, S, true);
+    }
+    for (int k0 = 0, it = 0; k0 < kend; k0 += BN, it++) {
+        unsigned short *sk = skb[it & 1], *sv = svb[it & 1];
+        __syncthreads();  // the previous tile's products are done with the other buffers
+        if (async) {
+            if (k0 + BN < kend) {
+                ember_attb_fill<D>(skb[(it + 1) & 1], k, lk.row, k0 + BN, S, true);
+                ember_attb_fill<D>(svb[(it + 1) & 1], v, lv.row, k0 + BN, S, true);
+                ember_attb_wait<2>();
+            } else {
+                ember_attb_wait<0>();
+            }
+        } else {
+            ember_attb_fill<D>(sk, k, lk.row, k0, S, false);
+            ember_attb_fill<D>(sv, v, lv.row, k0, S, false);
+        }
         __syncthreads();
         // Column blocks with a key at or before the warp's last row.
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
@@ -411,8 +482,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                                               ember_att_lay ldo, const unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
-    __shared__ __attribute__((aligned(16))) unsigned short sk[BN * LDS];
-    __shared__ __attribute__((aligned(16))) unsigned short sv[BN * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short skb[2][BN * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short svb[2][BN * LDS];
     const int tiles = (T + BM - 1) / BM;
     const int tile = tiles - 1 - (int)(blockIdx.x / BH);
     const long long bh = blockIdx.x % BH;
@@ -460,10 +531,26 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
 #pragma unroll
     for (int j = 0; j < DB; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
-    for (int k0 = 0; k0 < kend; k0 += BN) {
+    const bool async = ember_attb_async_ok(k, lk.row) && ember_attb_async_ok(v, lv.row);
+    if (async) {
+        ember_attb_fill<D>(skb[0], k, lk.row, 0, S, true);
+        ember_attb_fill<D>(svb[0], v, lv.row, 0, S, true);
+    }
+    for (int k0 = 0, it = 0; k0 < kend; k0 += BN, it++) {
+        unsigned short *sk = skb[it & 1], *sv = svb[it & 1];
         __syncthreads();
-        ember_attb_fill_rows<D>(sk, k, lk.row, k0, S);
-        ember_attb_fill_rows<D>(sv, v, lv.row, k0, S);
+        if (async) {
+            if (k0 + BN < kend) {
+                ember_attb_fill<D>(skb[(it + 1) & 1], k, lk.row, k0 + BN, S, true);
+                ember_attb_fill<D>(svb[(it + 1) & 1], v, lv.row, k0 + BN, S, true);
+                ember_attb_wait<2>();
+            } else {
+                ember_attb_wait<0>();
+            }
+        } else {
+            ember_attb_fill<D>(sk, k, lk.row, k0, S, false);
+            ember_attb_fill<D>(sv, v, lv.row, k0, S, false);
+        }
         __syncthreads();
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
         if (jn <= 0) continue;
@@ -552,7 +639,7 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                                                ember_att_lay lv, ember_att_lay ldo, const unsigned int* maskOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
                   DB = D / 8;
-    __shared__ __attribute__((aligned(16))) unsigned short sq[BQ * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short sqb[2][BQ * LDS];  // Q tiles, two buffers as the forward's
     __shared__ __attribute__((aligned(16))) unsigned short sg[BQ * LDS];
     __shared__ float slse[BQ], sdelta[BQ];
     __shared__ unsigned int smask[EMBER_ATTB_NT];  // the forward's kept bits of (query tile, this key tile)
@@ -583,10 +670,19 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
     }
     // Queries before k0 see none of these keys under the causal mask.
     const int qstart = causal ? (k0 / BQ) * BQ : 0;
-    for (int q0 = qstart; q0 < T; q0 += BQ) {
+    const bool async = ember_attb_async_ok(q, lq.row);
+    if (async) ember_attb_fill<D>(sqb[0], q, lq.row, qstart, T, true);
+    for (int q0 = qstart, it = 0; q0 < T; q0 += BQ, it++) {
+        unsigned short* sq = sqb[it & 1];
         __syncthreads();
-        ember_attb_fill_rows<D>(sq, q, lq.row, q0, T);
+        if (async && q0 + BQ < T) ember_attb_fill<D>(sqb[(it + 1) & 1], q, lq.row, q0 + BQ, T, true);
         ember_attb_fill_rows<D>(sg, dout, ldo.row, q0, T);
+        if (!async)
+            ember_attb_fill<D>(sq, q, lq.row, q0, T, false);
+        else if (q0 + BQ < T)
+            ember_attb_wait<1>();
+        else
+            ember_attb_wait<0>();
         if (threadIdx.x < BQ) {
             const int qi = q0 + threadIdx.x;
             slse[threadIdx.x] = qi < T ? lse[qi] * EMBER_ATT_LOG2E : 0.0f;

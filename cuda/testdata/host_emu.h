@@ -121,6 +121,18 @@ inline unsigned ember_host_bf16(float f) {
 }
 inline unsigned ember_attb_pack(float lo, float hi) { return ember_host_bf16(lo) | (ember_host_bf16(hi) << 16); }
 
+// cp.async of 16 bytes (zeros where !in): copied at once, so committing
+// and waiting are nothing.
+inline void ember_attb_cp16(unsigned short* dst, const unsigned short* src, bool in) {
+    if (in)
+        memcpy(dst, src, 16);
+    else
+        memset(dst, 0, 16);
+}
+inline void ember_attb_commit() {}
+template <int pending>
+inline void ember_attb_wait() {}
+
 // ldmatrix.sync.m8n8.x4.trans.b16: lanes 8m..8m+7 post the rows of tile m;
 // lane 4g + t then holds elements (2t, g) and (2t+1, g) of each tile.
 extern const unsigned short* g_ldsm[1024];
