@@ -196,9 +196,13 @@ func (b *Backend) AttentionBackward(dq, dk, dv, q, k, v, out, lse, dout tensor.B
 	dkvArgs := append(append([]any{b.f32(op, dk), b.f32(op, dv), pq, pk, pv, pl, delta, pg}, tail...),
 		attnLayoutArgs(sh, "dk", "dv", "q", "k", "v", "dout")...)
 	if b.attnBF16(sh) {
+		// dO rounded to bfloat16 by the dQ kernel, dense, for the dK/dV
+		// kernel's tiles (copied a tile ahead instead of rounded on the way).
+		gb := b.workspace(op, 2*sh.Heads*sh.T*sh.D)
+		defer b.release(gb)
 		mask := b.attnMask(op, sh, drop)
-		b.launchGrid(op, b.kernel(kernels[1]), attnBF16Tiles(sh.T)*sh.Heads, attnBF16Threads, append(dqArgs, mask)...)
-		b.launchGrid(op, b.kernel(kernels[2]), attnBF16Tiles(sh.S)*sh.Heads, attnBF16Threads, append(dkvArgs, mask)...)
+		b.launchGrid(op, b.kernel(kernels[1]), attnBF16Tiles(sh.T)*sh.Heads, attnBF16Threads, append(dqArgs, mask, gb.Ptr())...)
+		b.launchGrid(op, b.kernel(kernels[2]), attnBF16Tiles(sh.S)*sh.Heads, attnBF16Threads, append(dkvArgs, mask, gb.Ptr())...)
 		return
 	}
 	grid := (sh.T + attnBwdRows - 1) / attnBwdRows * sh.Heads

@@ -479,7 +479,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                                               int causal, float scale, float keep, float dscale, const int* stateOrNull,
                                               long long seed, long long offset, int H, ember_att_lay ldq,
                                               ember_att_lay lq, ember_att_lay lk, ember_att_lay lv, ember_att_lay lo,
-                                              ember_att_lay ldo, const unsigned int* maskOrNull) {
+                                              ember_att_lay ldo, const unsigned int* maskOrNull,
+                                              unsigned short* doutbOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BN = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BN / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short skb[2][BN * LDS];
@@ -504,6 +505,24 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
     unsigned int qa[KS][4], ga[KS][4];
     ember_attb_load_a<D>(qa, q, lq.row, r0, T);
     ember_attb_load_a<D>(ga, dout, ldo.row, r0, T);
+    if (doutbOrNull != 0) {
+        // dO rounded to bfloat16, dense [BH, T, D], for the dK/dV kernel's
+        // tiles: the fragments as they are.
+        unsigned short* gb = doutbOrNull + bh * T * D;
+        const int ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int c = 16 * kk + 2 * t;
+            if (ra < T) {
+                *reinterpret_cast<unsigned int*>(gb + (long long)ra * D + c) = ga[kk][0];
+                *reinterpret_cast<unsigned int*>(gb + (long long)ra * D + c + 8) = ga[kk][2];
+            }
+            if (rb < T) {
+                *reinterpret_cast<unsigned int*>(gb + (long long)rb * D + c) = ga[kk][1];
+                *reinterpret_cast<unsigned int*>(gb + (long long)rb * D + c + 8) = ga[kk][3];
+            }
+        }
+    }
     // delta over the fragment's columns, then over the 4 lanes of a row.
     float dl[2] = {0.0f, 0.0f}, ls[2];
 #pragma unroll
@@ -636,11 +655,12 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                                                int S, int causal, float scale, float keep, float dscale,
                                                const int* stateOrNull, long long seed, long long offset, int H,
                                                ember_att_lay ldk, ember_att_lay ldv, ember_att_lay lq, ember_att_lay lk,
-                                               ember_att_lay lv, ember_att_lay ldo, const unsigned int* maskOrNull) {
+                                               ember_att_lay lv, ember_att_lay ldo, const unsigned int* maskOrNull,
+                                               const unsigned short* doutbOrNull) {
     constexpr int BM = EMBER_ATTB_ROWS, BQ = EMBER_ATTB_BN, LDS = D + 8, KS = D / 16, NB = BQ / 8,
                   DB = D / 8;
     __shared__ __attribute__((aligned(16))) unsigned short sqb[2][BQ * LDS];  // Q tiles, two buffers as the forward's
-    __shared__ __attribute__((aligned(16))) unsigned short sg[BQ * LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short sgb[2][BQ * LDS];  // dO tiles, likewise
     __shared__ float slse[BQ], sdelta[BQ];
     __shared__ unsigned int smask[EMBER_ATTB_NT];  // the forward's kept bits of (query tile, this key tile)
     const int tile = (int)(blockIdx.x / BH);  // under a causal mask the first keys see the most queries
@@ -670,16 +690,30 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
     }
     // Queries before k0 see none of these keys under the causal mask.
     const int qstart = causal ? (k0 / BQ) * BQ : 0;
-    const bool async = ember_attb_async_ok(q, lq.row);
+    // dO from the dQ kernel's bfloat16 copy where there is one (copied by
+    // cp.async like Q), else rounded from float32 on the way.
+    const unsigned short* gb = doutbOrNull != 0 ? doutbOrNull + bh * T * D : 0;
+    const bool async = ember_attb_async_ok(q, lq.row), gasync = gb != 0 && ember_attb_async_ok(gb, D);
     if (async) ember_attb_fill<D>(sqb[0], q, lq.row, qstart, T, true);
+    if (gasync) ember_attb_fill<D>(sgb[0], gb, D, qstart, T, true);
     for (int q0 = qstart, it = 0; q0 < T; q0 += BQ, it++) {
-        unsigned short* sq = sqb[it & 1];
+        unsigned short *sq = sqb[it & 1], *sg = sgb[it & 1];
         __syncthreads();
-        if (async && q0 + BQ < T) ember_attb_fill<D>(sqb[(it + 1) & 1], q, lq.row, q0 + BQ, T, true);
-        ember_attb_fill_rows<D>(sg, dout, ldo.row, q0, T);
-        if (!async)
-            ember_attb_fill<D>(sq, q, lq.row, q0, T, false);
-        else if (q0 + BQ < T)
+        const bool next = q0 + BQ < T;
+        int pending = 0;  // the next tiles' copy groups, issued after this tile's
+        if (next && async) {
+            ember_attb_fill<D>(sqb[(it + 1) & 1], q, lq.row, q0 + BQ, T, true);
+            pending++;
+        }
+        if (next && gasync) {
+            ember_attb_fill<D>(sgb[(it + 1) & 1], gb, D, q0 + BQ, T, true);
+            pending++;
+        }
+        if (!gasync) ember_attb_fill_rows<D>(sg, dout, ldo.row, q0, T);
+        if (!async) ember_attb_fill<D>(sq, q, lq.row, q0, T, false);
+        if (pending == 2)
+            ember_attb_wait<2>();
+        else if (pending == 1)
             ember_attb_wait<1>();
         else
             ember_attb_wait<0>();
@@ -792,10 +826,10 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
     long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
     long long og, long long oh, long long orow, long long dog, long long doh, long long dorow,
-    const unsigned int* maskOrNull) {
+    const unsigned int* maskOrNull, unsigned short* doutbOrNull) {
     ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                       offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
-                      {dog, doh, dorow}, maskOrNull);
+                      {dog, doh, dorow}, maskOrNull, doutbOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16_dkv_d64(
     float* dk, float* dv, const float* q, const float* k, const float* v, const float* lse, const float* delta,
@@ -803,10 +837,10 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
     long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
     long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow,
-    const unsigned int* maskOrNull) {
+    const unsigned int* maskOrNull, const unsigned short* doutbOrNull) {
     ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                        offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
-                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull);
+                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull, doutbOrNull);
 }
 
 // The same with q, k and v bfloat16 (cast by the caller, which rounds them
@@ -825,10 +859,10 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     long long seed, long long offset, int H, long long dqg, long long dqh, long long dqrow, long long qg, long long qh,
     long long qrow, long long kg, long long kh, long long krow, long long vg, long long vh, long long vrow,
     long long og, long long oh, long long orow, long long dog, long long doh, long long dorow,
-    const unsigned int* maskOrNull) {
+    const unsigned int* maskOrNull, unsigned short* doutbOrNull) {
     ember_attb_dq<64>(dq, delta, q, k, v, o, lse, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                       offset, H, {dqg, dqh, dqrow}, {qg, qh, qrow}, {kg, kh, krow}, {vg, vh, vrow}, {og, oh, orow},
-                      {dog, doh, dorow}, maskOrNull);
+                      {dog, doh, dorow}, maskOrNull, doutbOrNull);
 }
 extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16h_dkv_d64(
     float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v, const float* lse, const float* delta,
@@ -836,10 +870,10 @@ extern "C" __global__ void __launch_bounds__(EMBER_ATTB_NT) ember_attention_bf16
     long long seed, long long offset, int H, long long dkg, long long dkh, long long dkrow, long long dvg,
     long long dvh, long long dvrow, long long qg, long long qh, long long qrow, long long kg, long long kh,
     long long krow, long long vg, long long vh, long long vrow, long long dog, long long doh, long long dorow,
-    const unsigned int* maskOrNull) {
+    const unsigned int* maskOrNull, const unsigned short* doutbOrNull) {
     ember_attb_dkv<64>(dk, dv, q, k, v, lse, delta, dout, BH, T, S, causal, scale, keep, dscale, stateOrNull, seed,
                        offset, H, {dkg, dkh, dkrow}, {dvg, dvh, dvrow}, {qg, qh, qrow}, {kg, kh, krow},
-                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull);
+                       {vg, vh, vrow}, {dog, doh, dorow}, maskOrNull, doutbOrNull);
 }
 
 #endif  // sm_80

@@ -227,22 +227,24 @@ static int bf16Cases() {
         // Without the mask words (nullptr): the backward passes draw the
         // dropout's bits again.
         auto fwd0 = [&](auto... a) { ember_attention_bf16_fwd_d64(a..., nullptr); };
-        auto dq0 = [&](auto... a) { ember_attention_bf16_dq_d64(a..., nullptr); };
-        auto dkv0 = [&](auto... a) { ember_attention_bf16_dkv_d64(a..., nullptr); };
+        auto dq0 = [&](auto... a) { ember_attention_bf16_dq_d64(a..., nullptr, nullptr); };
+        auto dkv0 = [&](auto... a) { ember_attention_bf16_dkv_d64(a..., nullptr, nullptr); };
         Run run = runLaid(L, 64, 128, 64, 128, fwd0, dq0, dkv0, q, k, v, g, c.causal, scale, keep, dscale, st, sd, of);
         // The same with q, k and v cast to bfloat16 first (the bf16h
         // kernels): the same bits.
         auto fwdh = [&](auto... a) { ember_attention_bf16h_fwd_d64(a..., nullptr); };
-        auto dqh = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., nullptr); };
-        auto dkvh = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., nullptr); };
+        auto dqh = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., nullptr, nullptr); };
+        auto dkvh = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., nullptr, nullptr); };
         Run runh = runLaid(L, 64, 128, 64, 128, fwdh, dqh, dkvh, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep, dscale, st, sd, of);
         // And with the forward pass's kept bits stored for the backward
         // passes (the mask words, filled with a pattern first): the same
         // bits again.
         std::vector<unsigned> mask((size_t)c.BH * ((c.T + 63) / 64) * ((c.S + 63) / 64) * 128, 0xa5a5a5a5u);
+        // dO's bfloat16 copy from the dQ kernel for the dK/dV kernel too.
+        std::vector<unsigned short> doutb((size_t)c.BH * c.T * D, 0xa5a5);
         auto fwdM = [&](auto... a) { ember_attention_bf16h_fwd_d64(a..., mask.data()); };
-        auto dqM = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., mask.data()); };
-        auto dkvM = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., mask.data()); };
+        auto dqM = [&](auto... a) { ember_attention_bf16h_dq_d64(a..., mask.data(), doutb.data()); };
+        auto dkvM = [&](auto... a) { ember_attention_bf16h_dkv_d64(a..., mask.data(), doutb.data()); };
         Run runm = runLaid(L, 64, 128, 64, 128, fwdM, dqM, dkvM, bf16Of(q), bf16Of(k), bf16Of(v), g, c.causal, scale, keep,
                            dscale, st, sd, of);
         const bool same = runh.out == run.out && runh.dq == run.dq && runh.dk == run.dk && runh.dv == run.dv && runh.stray == 0 &&
