@@ -184,6 +184,42 @@ __device__ __forceinline__ void ember_attb_fill(unsigned short* dst, const float
     ember_attb_fill_rows<D>(dst, src, ld, row0, n);
 }
 
+// Whether K and V go by cp.async (ember_attb_async_ok), and if so the
+// first tiles' copies issued, before the loop of ember_attb_kv_tiles.
+template <int D, typename In>
+__device__ __forceinline__ bool ember_attb_kv_first(unsigned short (*skb)[EMBER_ATTB_BN * (D + 8)],
+                                                    unsigned short (*svb)[EMBER_ATTB_BN * (D + 8)], const In* k,
+                                                    const In* v, long long ldk, long long ldv, int S) {
+    const bool async = ember_attb_async_ok(k, ldk) && ember_attb_async_ok(v, ldv);
+    if (async) {
+        ember_attb_fill<D>(skb[0], k, ldk, 0, S, true);
+        ember_attb_fill<D>(svb[0], v, ldv, 0, S, true);
+    }
+    return async;
+}
+
+// The K and V tiles of keys k0.. in buffers it & 1 of skb and svb, for
+// the forward's and the dQ kernel's loops over key tiles (up to kend),
+// between two barriers: with async the next tile's copies are issued first
+// and this tile's awaited (the first tile's were issued before the loop),
+// else this tile is copied through registers.
+template <int D, typename In>
+__device__ __forceinline__ void ember_attb_kv_tiles(unsigned short (*skb)[EMBER_ATTB_BN * (D + 8)],
+                                                    unsigned short (*svb)[EMBER_ATTB_BN * (D + 8)], const In* k,
+                                                    const In* v, long long ldk, long long ldv, int k0, int kend, int S,
+                                                    int it, bool async) {
+    if (!async) {
+        ember_attb_fill<D>(skb[it & 1], k, ldk, k0, S, false);
+        ember_attb_fill<D>(svb[it & 1], v, ldv, k0, S, false);
+    } else if (k0 + EMBER_ATTB_BN < kend) {
+        ember_attb_fill<D>(skb[(it + 1) & 1], k, ldk, k0 + EMBER_ATTB_BN, S, true);
+        ember_attb_fill<D>(svb[(it + 1) & 1], v, ldv, k0 + EMBER_ATTB_BN, S, true);
+        ember_attb_wait<2>();
+    } else {
+        ember_attb_wait<0>();
+    }
+}
+
 // The B fragment of columns n0..n0+7 and k-rows k0..k0+15 of a product
 // whose B[k][n] is X[n][k] (X row-major, stride ld).
 __device__ __forceinline__ void ember_attb_frag_b(const unsigned short* X, int ld, int n0, int k0, unsigned int& b0,
@@ -344,26 +380,11 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
     m[0] = m[1] = ember_neg_inf();
     l[0] = l[1] = 0.0f;
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
-    const bool async = ember_attb_async_ok(k, lk.row) && ember_attb_async_ok(v, lv.row);
-    if (async) {
-        ember_attb_fill<D>(skb[0], k, lk.row, 0, S, true);
-        ember_attb_fill<D>(svb[0], v, lv.row, 0, S, true);
-    }
+    const bool async = ember_attb_kv_first<D>(skb, svb, k, v, lk.row, lv.row, S);
     for (int k0 = 0, it = 0; k0 < kend; k0 += BN, it++) {
         unsigned short *sk = skb[it & 1], *sv = svb[it & 1];
         __syncthreads();  // the previous tile's products are done with the other buffers
-        if (async) {
-            if (k0 + BN < kend) {
-                ember_attb_fill<D>(skb[(it + 1) & 1], k, lk.row, k0 + BN, S, true);
-                ember_attb_fill<D>(svb[(it + 1) & 1], v, lv.row, k0 + BN, S, true);
-                ember_attb_wait<2>();
-            } else {
-                ember_attb_wait<0>();
-            }
-        } else {
-            ember_attb_fill<D>(sk, k, lk.row, k0, S, false);
-            ember_attb_fill<D>(sv, v, lv.row, k0, S, false);
-        }
+        ember_attb_kv_tiles<D>(skb, svb, k, v, lk.row, lv.row, k0, kend, S, it, async);
         __syncthreads();
         // Column blocks with a key at or before the warp's last row.
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
@@ -550,26 +571,11 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
 #pragma unroll
     for (int j = 0; j < DB; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     const int kend = causal ? ember_imin(S, q0 + BM) : S;
-    const bool async = ember_attb_async_ok(k, lk.row) && ember_attb_async_ok(v, lv.row);
-    if (async) {
-        ember_attb_fill<D>(skb[0], k, lk.row, 0, S, true);
-        ember_attb_fill<D>(svb[0], v, lv.row, 0, S, true);
-    }
+    const bool async = ember_attb_kv_first<D>(skb, svb, k, v, lk.row, lv.row, S);
     for (int k0 = 0, it = 0; k0 < kend; k0 += BN, it++) {
         unsigned short *sk = skb[it & 1], *sv = svb[it & 1];
         __syncthreads();
-        if (async) {
-            if (k0 + BN < kend) {
-                ember_attb_fill<D>(skb[(it + 1) & 1], k, lk.row, k0 + BN, S, true);
-                ember_attb_fill<D>(svb[(it + 1) & 1], v, lv.row, k0 + BN, S, true);
-                ember_attb_wait<2>();
-            } else {
-                ember_attb_wait<0>();
-            }
-        } else {
-            ember_attb_fill<D>(sk, k, lk.row, k0, S, false);
-            ember_attb_fill<D>(sv, v, lv.row, k0, S, false);
-        }
+        ember_attb_kv_tiles<D>(skb, svb, k, v, lk.row, lv.row, k0, kend, S, it, async);
         __syncthreads();
         const int jn = causal ? ember_imin(NB, (r0 + 15 - k0) / 8 + 1) : NB;
         if (jn <= 0) continue;
