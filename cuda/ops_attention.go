@@ -17,7 +17,14 @@ const (
 // The tensor-core kernels of kernels/attention_bf16.cu, taken under
 // autocast to bfloat16 (AttentionShape.BFloat16) for D = 64: every kernel
 // a block of 128 threads per 64 rows (queries, or keys for dK and dV).
-// Other heads under autocast keep the float32 kernels.
+// Other heads under autocast keep the float32 kernels. Bfloat16 tiles (q,
+// k and v already cast, and dO as the dQ kernel rounds it into a
+// workspace for the dK/dV kernel) go to shared memory by cp.async into two
+// buffers, the next tile's copies in flight while this one's products run;
+// only tiles that reach past T, S or a warp's causal diagonal test each
+// element's mask; and under dropout the forward kernel stores the bits it
+// drew where the tensor package gives it a mask (AttentionMaskWords), for
+// the backward kernels to read instead of drawing them again.
 const attnBF16Rows, attnBF16Threads = 64, 128
 
 // attnBF16 reports whether a call takes the bfloat16 tensor-core kernels
