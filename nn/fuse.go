@@ -14,8 +14,10 @@ import (
 // layers and runs a group that a rule of fusionRules matches through one
 // fused tensor operation: a convolution with its ReLU and a max pooling
 // over disjoint windows, a convolution with its ReLU, batch norm with its
-// ReLU or GELU, a linear layer with its ReLU; CrossEntropyLoss and LossSum run a last Linear layer and the
-// loss as one operation. The fused operations compute what the layers do
+// ReLU or GELU, a linear layer with its ReLU, an activation with the
+// linear layer after it (under autocast the activation writes the
+// product's bfloat16 operand); CrossEntropyLoss and LossSum run a last
+// Linear layer and the loss as one operation. The fused operations compute what the layers do
 // one by one (up to the order of the sums), and each falls back to those
 // layers' operations on a backend without a fused form, so fusion changes
 // speed, never parameters, names, checkpoints or what is learnt. The
@@ -92,6 +94,26 @@ var fusionRules = []fusionRule{
 		},
 		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
 			return ls[0].Module.(*Linear).ForwardReLU(x)
+		},
+	},
+	{
+		// An activation and the linear layer that takes its output: under
+		// autocast the activation writes the product's bfloat16 operand
+		// directly, instead of a float32 output that the product then
+		// rounds (tensor.ActivationLinear).
+		name: "act+linear",
+		match: func(ls []Layer) int {
+			if len(ls) >= 2 && isLinear(ls[1].Module) {
+				if _, ok := linearActivation(ls[0].Module); ok {
+					return 2
+				}
+			}
+			return 0
+		},
+		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
+			act, _ := linearActivation(ls[0].Module)
+			l := ls[1].Module.(*Linear)
+			return tensor.ActivationLinear(act, x, l.Weight, l.Bias)
 		},
 	},
 	{
@@ -372,6 +394,26 @@ func bnActivation(m Module) tensor.UnaryOp {
 		}
 	}
 	return tensor.OpIdentity
+}
+
+// linearActivation is the unary op of an activation layer that
+// tensor.ActivationLinear takes (GELU, SiLU, Tanh, Sigmoid).
+func linearActivation(m Module) (tensor.UnaryOp, bool) {
+	switch v := m.(type) {
+	case GELU:
+		return geluOp(v.Tanh), true
+	case *GELU:
+		if v != nil {
+			return geluOp(v.Tanh), true
+		}
+	case SiLU, *SiLU:
+		return tensor.OpSiLU, true
+	case Tanh, *Tanh:
+		return tensor.OpTanh, true
+	case Sigmoid, *Sigmoid:
+		return tensor.OpSigmoid, true
+	}
+	return 0, false
 }
 
 func geluOp(approximateTanh bool) tensor.UnaryOp {

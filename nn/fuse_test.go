@@ -45,8 +45,7 @@ func TestFusionPlan(t *testing.T) {
 		"flat",
 		"fc1+relu4 (linear+relu)",
 		"fc2",
-		"tanh",
-		"fc3",
+		"tanh+fc3 (act+linear)",
 	}
 	if got := m.FusionPlan(); !slices.Equal(got, want) {
 		t.Errorf("plan\n%q\nwant\n%q", got, want)

@@ -89,6 +89,9 @@ func (p products) inScope(s *Scope) products { p.s = s; return p }
 type operand struct {
 	f Buffer
 	h *Tensor
+	// borrowed: h is the caller's bfloat16 tensor, not a copy of f made
+	// here, and release leaves it alone.
+	borrowed bool
 }
 
 // keep is src as an operand of several products: under autocast cast to
@@ -102,12 +105,30 @@ func (p products) keep(src Buffer) operand {
 	return o
 }
 
+// keepInput is keep of x's buffer, or under autocast x itself when it is
+// bfloat16 already (an activation that wrote the product's operand):
+// nothing is cast, and release leaves x to its holders.
+func (p products) keepInput(x *Tensor) operand {
+	if p.lowp() && x.DType() == BFloat16 {
+		return operand{h: x, borrowed: true}
+	}
+	return p.keep(x.buffer())
+}
+
 // release frees a kept bfloat16 copy (the products that read it are
 // queued first, so the memory is reused after them).
 func (o operand) release() {
-	if o.h != nil {
+	if o.h != nil && !o.borrowed {
 		o.h.Release()
 	}
+}
+
+// owned is the copy that o made, nil for none or a borrowed tensor.
+func (o operand) owned() *Tensor {
+	if o.borrowed {
+		return nil
+	}
+	return o.h
 }
 
 // matMulOf is MatMul's c = alpha·op(a)·op(b) + beta·c of operands whose

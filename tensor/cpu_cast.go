@@ -26,6 +26,17 @@ func (*cpuBackend) Cast(dst, src Buffer) {
 	}
 }
 
+// UnaryCast is Unary then Cast in one pass, without the float32 output:
+// the same unary32 of each element, rounded as Cast rounds it.
+func (*cpuBackend) UnaryCast(op UnaryOp, dst, x Buffer, n int, a, b float32) {
+	d, s := bf16(dst)[:n], f32(x)[:n]
+	for i, v := range s {
+		d[i] = BFloat16Bits(unary32(op, v, a, b))
+	}
+}
+
+var _ UnaryCastBackend = (*cpuBackend)(nil)
+
 // MatMulLowp widens the bfloat16 operands to float32 (exactly) and runs
 // the float32 SGEMM: the same products as cuBLAS's bfloat16 GEMM with
 // float32 accumulation, summed in another order.

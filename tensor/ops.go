@@ -127,7 +127,11 @@ func Linear(x, w, b *Tensor) *Tensor {
 	if len(x.shape) != 2 {
 		return linearLeading(x, w, b)
 	}
-	if lb, ok := x.st.b.(LinearBackend); ok && AutocastOf(x, w, b) == Float32 {
+	autocast := AutocastOf(x, w, b)
+	if x.DType() != Float32 && (x.DType() != BFloat16 || autocast != BFloat16) {
+		panic(fmt.Sprintf("tensor: Linear of a %s input %v; want float32 (or bfloat16 under autocast)", x.DType(), x.shape))
+	}
+	if lb, ok := x.st.b.(LinearBackend); ok && autocast == Float32 {
 		return linearFused(lb, x, w, b, false)
 	}
 	x, w = linearOperands("Linear", x, w, b)
@@ -135,13 +139,14 @@ func Linear(x, w, b *Tensor) *Tensor {
 	be := x.st.b
 	out := Empty(be, scopeOf(x, w, b), n, outF)
 	p := productsFor(be, out.scope)
-	// Under autocast the bfloat16 x and w are kept for the backward pass,
-	// but not x's copy when the backward pass can make it again at the
-	// cost of one pass: when the operation that made x keeps x for its own
-	// backward pass (an attention's output), by casting x again; when x is
-	// a unary function's output (a GELU), from that function's input,
-	// which it keeps.
-	hx, hw := p.keep(x.buffer()), p.keep(w.buffer())
+	// Under autocast the bfloat16 x and w are kept for the backward pass
+	// (x itself when it is bfloat16 already), but not x's copy when the
+	// backward pass can make it again at the cost of one pass: when the
+	// operation that made x keeps x for its own backward pass (an
+	// attention's output), by casting x again; when x is a unary
+	// function's output (a GELU), from that function's input, which it
+	// keeps.
+	hx, hw := p.keepInput(x), p.keep(w.buffer())
 	var remake *unaryRecipe
 	// Not inside a Recompute's runs: the first keeps nothing but its
 	// result, and the second's copies are read as soon as they are made.
@@ -149,7 +154,8 @@ func Linear(x, w, b *Tensor) *Tensor {
 	if again {
 		remake = unaryMaker(x)
 	}
-	recastX := again && (remake != nil || heldByMaker(x))
+	recastX := again && (remake != nil || x.DType() == Float32 && heldByMaker(x))
+	xItself := hx.borrowed && !recastX // the bfloat16 x is what the backward pass reads
 	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
 		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
 		if b != nil {
@@ -177,14 +183,49 @@ func Linear(x, w, b *Tensor) *Tensor {
 			}
 		}
 	}, x, w, b)
-	saveFor(out, hx.h, hw.h) // freed at once when no backward pass will read them
-	if p.lowp() && (!recastX || remake != nil) {
+	saveFor(out, hx.owned(), hw.h) // freed at once when no backward pass will read them
+	if p.lowp() && !xItself && (!recastX || remake != nil) {
 		readsNot(out, true, x) // the bfloat16 copy is what it reads
 	} else {
 		readsNot(out, true)
 	}
 	return out
 }
+
+// ActivationLinear is Linear(act(x), w, b) for act an activation of no
+// parameters (OpGELU, OpGELUTanh, OpSiLU, OpTanh or OpSigmoid): nn's
+// fusion of an activation layer with the linear layer that takes its
+// output. Under autocast the activation's output is only the product's
+// bfloat16 operand, so it is written once, rounded (UnaryCastBackend's
+// pass), instead of in float32 and then cast: the same bits each way as
+// the two operations, with a float32 tensor of the activation's size
+// neither written nor read, and, as for the two, the backward pass makes
+// the operand again from x rather than keeping it. Otherwise it is the
+// two operations.
+func ActivationLinear(act UnaryOp, x, w, b *Tensor) *Tensor {
+	name, ok := linearActivations[act]
+	if !ok {
+		panic(fmt.Sprintf("tensor: ActivationLinear of unary op %d; want GELU (either form), SiLU, tanh or sigmoid", act))
+	}
+	var h *Tensor
+	if AutocastOf(x, w, b) == BFloat16 && x.DType() == Float32 && x.IsContiguous() && !heldChannelsLast(x) {
+		h = unaryHalf(name, act, x)
+	} else {
+		h = unary(name, act, x, 0, 0)
+	}
+	y := Linear(h, w, b)
+	ReleaseInput(h, y)
+	return y
+}
+
+// heldChannelsLast reports whether x's memory is held channels-last.
+func heldChannelsLast(x *Tensor) bool {
+	_, ok := x.channelsLast()
+	return ok
+}
+
+// linearActivations names the activations ActivationLinear takes.
+var linearActivations = map[UnaryOp]string{OpGELU: "gelu", OpGELUTanh: "gelu_tanh", OpSiLU: "silu", OpTanh: "tanh", OpSigmoid: "sigmoid"}
 
 // recastHeld lets Linear make again, in its backward pass, the bfloat16
 // copy of an input that its maker keeps (heldByMaker) or that a unary

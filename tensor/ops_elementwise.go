@@ -393,6 +393,28 @@ func unary(name string, op UnaryOp, x *Tensor, a, b float32) *Tensor {
 	return out
 }
 
+// unaryHalf is unary's op(x) written once, rounded to bfloat16, as the
+// operand of autocast's products (ActivationLinear): the bits of Unary
+// then Cast. Its backward pass is unary's, with the incoming gradient as
+// it comes (float32, not rounded: what unary's would get from the product
+// that read its cast), and it has unary's recipe, so that the product
+// makes its operand again instead of keeping it. x is dense float32.
+func unaryHalf(name string, op UnaryOp, x *Tensor) *Tensor {
+	be := x.st.b
+	r := &unaryRecipe{op: op, in: x}
+	out := newTensor(be, BFloat16, x.scope, x.shape...)
+	r.halfInto(productsFor(be, x.scope), out)
+	record(out, name, func(g *Tensor, e *engine) {
+		dst, acc := e.sink(x)
+		be.UnaryBackward(op, dst, g.buffer(), x.buffer(), x.Len(), 0, 0, acc)
+	}, x)
+	readsNot(out, true) // x is what it reads
+	if out.node != nil {
+		out.node.unary = r
+	}
+	return out
+}
+
 // unaryRecipe makes a unary function's output again from its input.
 type unaryRecipe struct {
 	op   UnaryOp
@@ -404,17 +426,22 @@ type unaryRecipe struct {
 // scope: one pass on a UnaryCastBackend, else Unary and then Cast, which
 // give the same bits.
 func (r *unaryRecipe) half(p products) *Tensor {
+	h := newTensor(p.be, BFloat16, p.s, r.in.Len())
+	r.halfInto(p, h)
+	return h
+}
+
+// halfInto writes half's values into h (BFloat16, r.in's length).
+func (r *unaryRecipe) halfInto(p products, h *Tensor) {
 	n := r.in.Len()
-	h := newTensor(p.be, BFloat16, p.s, n)
 	if ub, ok := p.be.(UnaryCastBackend); ok {
 		ub.UnaryCast(r.op, h.buffer(), r.in.buffer(), n, r.a, r.b)
-		return h
+		return
 	}
 	f := Empty(p.be, p.s, n)
 	defer f.Release()
 	p.be.Unary(r.op, f.buffer(), denseView(r.in), r.in.shape, r.a, r.b)
 	p.lp.Cast(h.buffer(), f.buffer())
-	return h
 }
 
 // Neg returns -x.

@@ -1,0 +1,130 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// ActivationLinear gives, bit for bit, what the activation and Linear give
+// one after the other, each way, with autocast and without, for every
+// activation it takes: on a small input, whose operand the product keeps,
+// and on one of recastMin elements, whose operand the backward pass makes
+// again from the activation's input. Under autocast its forward pass never
+// holds the activation's float32 output: it peaks lower by those bytes.
+func TestActivationLinearSameBits(t *testing.T) {
+	acts := []struct {
+		name string
+		op   tensor.UnaryOp
+		f    func(*tensor.Tensor) *tensor.Tensor
+	}{
+		{"gelu", tensor.OpGELU, func(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x, false) }},
+		{"gelu_tanh", tensor.OpGELUTanh, func(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x, true) }},
+		{"silu", tensor.OpSiLU, tensor.SiLU},
+		{"tanh", tensor.OpTanh, tensor.Tanh},
+		{"sigmoid", tensor.OpSigmoid, tensor.Sigmoid},
+	}
+	shapes := []struct {
+		name    string
+		x       []int
+		out     int
+		onlyOne bool // the large input: one activation is enough
+	}{
+		{"small", []int{3, 5, 16}, 6, false},
+		{"recast", []int{2, 512, 512}, 8, true},
+	}
+	for _, sh := range shapes {
+		for ai, act := range acts {
+			if sh.onlyOne && ai > 0 {
+				continue
+			}
+			for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float32} {
+				t.Run(fmt.Sprintf("%s/%s/%v", sh.name, act.name, dt), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(ai), uint64(len(sh.x))))
+					in := sh.x[len(sh.x)-1]
+					n := 1
+					for _, d := range sh.x {
+						n *= d
+					}
+					xs, ws, bs, gs := normals(rng, n, 1), normals(rng, sh.out*in, 1), normals(rng, sh.out, 1), normals(rng, n/in*sh.out, 1)
+					type result struct {
+						y, dx, dw, db []float32
+						peak          int
+					}
+					run := func(fused bool) result {
+						c := tensor.NewCountingCPU()
+						w := tensor.FromFloat32(c, nil, ws, sh.out, in).SetRequiresGrad(true)
+						b := tensor.FromFloat32(c, nil, bs, sh.out).SetRequiresGrad(true)
+						defer w.Release()
+						defer b.Release()
+						s := tensor.NewScope()
+						defer s.Release()
+						s.SetReleaseInBackward(true)
+						s.SetAutocast(dt)
+						x := tensor.FromFloat32(c, s, xs, sh.x...).SetRequiresGrad(true)
+						g := tensor.FromFloat32(c, s, gs, append(append([]int(nil), sh.x[:len(sh.x)-1]...), sh.out)...)
+						start := c.Live()
+						c.ResetPeak()
+						var y *tensor.Tensor
+						if fused {
+							y = tensor.ActivationLinear(act.op, x, w, b)
+						} else {
+							h := act.f(x)
+							y = tensor.Linear(h, w, b)
+							tensor.ReleaseInput(h, y)
+						}
+						r := result{peak: c.Peak() - start, y: y.Float32s()}
+						tensor.Sum(tensor.Mul(y, g)).Backward()
+						r.dx, r.dw, r.db = x.Grad().Float32s(), w.Grad().Float32s(), b.Grad().Float32s()
+						w.Grad().Release()
+						b.Grad().Release()
+						if n := c.BadFrees(); n != 0 {
+							t.Errorf("fused %v: %d frees of memory not live", fused, n)
+						}
+						return r
+					}
+					want, got := run(false), run(true)
+					sameBits(t, "y", got.y, want.y)
+					sameBits(t, "dx", got.dx, want.dx)
+					sameBits(t, "dw", got.dw, want.dw)
+					sameBits(t, "db", got.db, want.db)
+					if dt == tensor.BFloat16 && got.peak > want.peak-4*n {
+						t.Errorf("forward pass peaked %d B above the start, the two operations %d B: want at least the float32 activation's %d B less", got.peak, want.peak, 4*n)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Linear takes a bfloat16 input under autocast only; elsewhere it says so.
+func TestLinearBFloat16InputOutsideAutocast(t *testing.T) {
+	s := tensor.NewScope()
+	defer s.Release()
+	x := tensor.Cast(tensor.Full(tensor.CPU, s, 1, 2, 3), tensor.BFloat16)
+	w := tensor.Full(tensor.CPU, s, 1, 4, 3)
+	defer func() {
+		r := recover()
+		if msg := fmt.Sprint(r); r == nil || !strings.Contains(msg, "bfloat16 under autocast") {
+			t.Errorf("Linear of a bfloat16 input outside autocast: recovered %v; want a panic that says bfloat16 needs autocast", r)
+		}
+	}()
+	tensor.Linear(x, w, nil)
+}
+
+// ActivationLinear refuses an activation it does not take, saying which
+// it does.
+func TestActivationLinearRefusesOtherOps(t *testing.T) {
+	s := tensor.NewScope()
+	defer s.Release()
+	x, w := tensor.Full(tensor.CPU, s, 1, 2, 3), tensor.Full(tensor.CPU, s, 1, 4, 3)
+	defer func() {
+		if msg := fmt.Sprint(recover()); !strings.Contains(msg, "want GELU") {
+			t.Errorf("ActivationLinear(OpExp): recovered %q; want a panic naming the activations it takes", msg)
+		}
+	}()
+	tensor.ActivationLinear(tensor.OpExp, x, w, nil)
+}
