@@ -59,7 +59,43 @@ func autocastCases() []agCase {
 	for _, c := range attention {
 		out = append(out, autocast(c, tolAutocastAttention))
 	}
+	for _, op := range []tensor.UnaryOp{tensor.OpGELU, tensor.OpSiLU} {
+		out = append(out, autocast(activationLinearCase(op), tolAutocast))
+	}
 	return append(out, autocast(linearRoundedCase(), tolAG), autocast(bmmRoundedCase(), tolAG))
+}
+
+// activationLinearCase is ActivationLinear(op, x [2, 3, 5], w [4, 5], b)
+// against the float64 activation and linear layer: under autocast the
+// activation writes the product's bfloat16 operand (and the backward pass
+// makes it again), so it is loose as the products are.
+func activationLinearCase(op tensor.UnaryOp) agCase {
+	const rows, inF, outF = 6, 5, 4
+	var uc unaryCase
+	for _, c := range unaryCases {
+		if c.op == op {
+			uc = c
+		}
+	}
+	return agCase{
+		name:   "ActivationLinear/" + uc.name,
+		inputs: []agInput{in(true, 2, 3, inF), in(true, outF, inF), in(true, outF)},
+		fwd: func(t []*tensor.Tensor, _ *tensor.Tensor) *tensor.Tensor {
+			return tensor.ActivationLinear(op, t[0], t[1], t[2])
+		},
+		ref: func(v [][]float32, _ []int32, g []float32) ([]float64, [][]float64) {
+			h := make([]float64, len(v[0]))
+			for i, x := range v[0] {
+				h[i] = uc.f(float64(x), 0, 0)
+			}
+			w := f64(v[1])
+			dh, dw, db := linearGrads64(f64(g), h, w, rows, inF, outF)
+			for i, x := range v[0] {
+				dh[i] *= uc.df(float64(x), 0, 0)
+			}
+			return linear64(h, w, f64(v[2]), rows, inF, outF), [][]float64{dh, dw, db}
+		},
+	}
 }
 
 // autocast is case c run with autocast to bfloat16 on its inputs' scope.

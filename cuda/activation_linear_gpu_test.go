@@ -1,0 +1,77 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ember-ml/ember/tensor"
+)
+
+// Under autocast on the GPU, tensor.ActivationLinear (the activation
+// writing the product's bfloat16 operand through ember_unary_cast_bf16)
+// gives the bits of the activation and Linear one after the other, each
+// way: at the GPT's second MLP layer, whose operand the backward pass
+// makes again, and at a small odd shape, whose operand is kept.
+func TestGPUActivationLinearSameBits(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	for _, sh := range []struct {
+		lead    []int
+		in, out int
+		op      tensor.UnaryOp
+		act     func(*tensor.Tensor) *tensor.Tensor
+	}{
+		{[]int{4, 256}, 1536, 384, tensor.OpGELU, func(x *tensor.Tensor) *tensor.Tensor { return tensor.GELU(x, false) }},
+		{[]int{3, 7}, 40, 24, tensor.OpSiLU, tensor.SiLU},
+	} {
+		t.Run(fmt.Sprint(sh.lead, sh.in, sh.out), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(sh.in), uint64(sh.out)))
+			rows := 1
+			for _, d := range sh.lead {
+				rows *= d
+			}
+			normal := func(n int) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+				return v
+			}
+			xs, ws, bs, gs := normal(rows*sh.in), normal(sh.out*sh.in), normal(sh.out), normal(rows*sh.out)
+			run := func(fused bool) [][]float32 {
+				w := tensor.FromFloat32(b, nil, ws, sh.out, sh.in).SetRequiresGrad(true)
+				bias := tensor.FromFloat32(b, nil, bs, sh.out).SetRequiresGrad(true)
+				defer w.Release()
+				defer bias.Release()
+				s := tensor.NewScope()
+				defer s.Release()
+				s.SetReleaseInBackward(true)
+				s.SetAutocast(tensor.BFloat16)
+				x := tensor.FromFloat32(b, s, xs, append(append([]int(nil), sh.lead...), sh.in)...).SetRequiresGrad(true)
+				g := tensor.FromFloat32(b, s, gs, append(append([]int(nil), sh.lead...), sh.out)...)
+				var y *tensor.Tensor
+				if fused {
+					y = tensor.ActivationLinear(sh.op, x, w, bias)
+				} else {
+					h := sh.act(x)
+					y = tensor.Linear(h, w, bias)
+					tensor.ReleaseInput(h, y)
+				}
+				out := y.Float32s()
+				tensor.Sum(tensor.Mul(y, g)).Backward()
+				r := [][]float32{out, x.Grad().Float32s(), w.Grad().Float32s(), bias.Grad().Float32s()}
+				w.Grad().Release()
+				bias.Grad().Release()
+				return r
+			}
+			want, got := run(false), run(true)
+			for k, name := range []string{"y", "dx", "dw", "db"} {
+				for i := range want[k] {
+					if got[k][i] != want[k][i] {
+						t.Fatalf("%s element %d: %g fused, %g as two operations (want the same bits)", name, i, got[k][i], want[k][i])
+					}
+				}
+			}
+		})
+	}
+}
