@@ -14,9 +14,9 @@ import (
 // layers and runs a group that a rule of fusionRules matches through one
 // fused tensor operation: a convolution with its ReLU and a max pooling
 // over disjoint windows, a convolution with its ReLU, batch norm with its
-// ReLU or GELU, a linear layer with its ReLU, an activation with the
-// linear layer after it (under autocast the activation writes the
-// product's bfloat16 operand); CrossEntropyLoss and LossSum run a last
+// ReLU or GELU, a linear layer with its ReLU, layer norm or an activation
+// with the linear layer after it (under autocast they write the product's
+// bfloat16 operand); CrossEntropyLoss and LossSum run a last
 // Linear layer and the loss as one operation. The fused operations compute what the layers do
 // one by one (up to the order of the sums), and each falls back to those
 // layers' operations on a backend without a fused form, so fusion changes
@@ -94,6 +94,24 @@ var fusionRules = []fusionRule{
 		},
 		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
 			return ls[0].Module.(*Linear).ForwardReLU(x)
+		},
+	},
+	{
+		// Layer norm and the linear layer that takes its output: under
+		// autocast the norm writes the product's bfloat16 operand
+		// (tensor.LayerNormHalf).
+		name: "layernorm+linear",
+		match: func(ls []Layer) int {
+			if ln, ok := ls[0].Module.(*LayerNorm); ok && ln != nil && len(ls) >= 2 && isLinear(ls[1].Module) {
+				return 2
+			}
+			return 0
+		},
+		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
+			h := ls[0].Module.(*LayerNorm).ForwardHalf(x)
+			y := ls[1].Module.Forward(h)
+			tensor.ReleaseInput(h, y)
+			return y
 		},
 	},
 	{

@@ -30,6 +30,8 @@ func fusableNet(b tensor.Backend, rng *rand.Rand) *nn.Sequential {
 		{"fc2", nn.NewLinear(b, rng, 16, 12)},
 		{"tanh", nn.Tanh{}},
 		{"fc3", nn.NewLinear(b, rng, 12, 5)},
+		{"ln", nn.NewLayerNorm(b, 5)},
+		{"fc4", nn.NewLinear(b, rng, 5, 5)},
 	}}
 }
 
@@ -46,6 +48,7 @@ func TestFusionPlan(t *testing.T) {
 		"fc1+relu4 (linear+relu)",
 		"fc2",
 		"tanh+fc3 (act+linear)",
+		"ln+fc4 (layernorm+linear)",
 	}
 	if got := m.FusionPlan(); !slices.Equal(got, want) {
 		t.Errorf("plan\n%q\nwant\n%q", got, want)
@@ -144,7 +147,7 @@ func TestFusionKeepsState(t *testing.T) {
 	if after := stateKeys(m); !slices.Equal(before, after) {
 		t.Errorf("state dict with fusion off %q, on %q", after, before)
 	}
-	if before[0] != "conv1.weight [4,2,3,3]" || len(before) != 12 {
+	if before[0] != "conv1.weight [4,2,3,3]" || len(before) != 16 {
 		t.Errorf("state dict %q", before)
 	}
 }

@@ -138,13 +138,14 @@ func (blk *TransformerBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return blk.mlpHalf(blk.attentionHalf(x))
 }
 
-// attentionHalf is x + Drop(attention(LN1(x))). Each intermediate goes
-// back once the next operation has run (tensor.ReleaseInput) where no
-// backward pass reads it: under autocast the layer norm's output (the
-// products keep their bfloat16 copy), the projection's and the dropout's.
+// attentionHalf is x + Drop(attention(LN1(x))). Under autocast the layer
+// norms write their outputs in bfloat16 (LayerNorm.ForwardHalf), the form
+// the products that read them take. Each intermediate goes back once the
+// next operation has run (tensor.ReleaseInput) where no backward pass
+// reads it: the projection's output and the dropout's.
 func (blk *TransformerBlock) attentionHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	x := in[0]
-	h := blk.LN1.Forward(x)
+	h := blk.LN1.ForwardHalf(x) // only the QKV projection reads it
 	a := blk.MultiheadSelfAttention.Forward(h)
 	tensor.ReleaseInput(h, a)
 	d := blk.Drop.Forward(a)
@@ -158,7 +159,12 @@ func (blk *TransformerBlock) attentionHalf(in ...*tensor.Tensor) *tensor.Tensor 
 // attentionHalf's (the MLP, a Sequential, gives back its own).
 func (blk *TransformerBlock) mlpHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	x := in[0]
-	h := blk.LN2.Forward(x)
+	var h *tensor.Tensor
+	if len(blk.MLP.Layers) > 0 && isLinear(blk.MLP.Layers[0].Module) {
+		h = blk.LN2.ForwardHalf(x) // only the MLP's first product reads it
+	} else {
+		h = blk.LN2.Forward(x)
+	}
 	m := blk.MLP.Forward(h)
 	tensor.ReleaseInput(h, m)
 	y := tensor.Add(x, m)

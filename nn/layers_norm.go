@@ -241,3 +241,9 @@ func NewLayerNormWith(b tensor.Backend, normalizedShape []int, eps float32, affi
 func (l *LayerNorm) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.LayerNorm(x, l.Shape, l.Weight, l.Bias, l.Eps)
 }
+
+// ForwardHalf is Forward for an output that only autocast's products
+// read (tensor.LayerNormHalf: bfloat16 under autocast, written once).
+func (l *LayerNorm) ForwardHalf(x *tensor.Tensor) *tensor.Tensor {
+	return tensor.LayerNormHalf(x, l.Shape, l.Weight, l.Bias, l.Eps)
+}

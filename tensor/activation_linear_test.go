@@ -128,3 +128,64 @@ func TestActivationLinearRefusesOtherOps(t *testing.T) {
 	}()
 	tensor.ActivationLinear(tensor.OpExp, x, w, nil)
 }
+
+// Linear of LayerNormHalf's bfloat16 output gives the bits of Linear of
+// LayerNorm's float32 output, each way (the products round the same
+// values), and its forward pass peaks lower by the float32 output it
+// never writes; without autocast LayerNormHalf is LayerNorm.
+func TestLayerNormHalfSameBits(t *testing.T) {
+	const rows, cols, out = 1024, 512, 8
+	n := rows * cols
+	rng := rand.New(rand.NewPCG(3, 4))
+	xs, lws, lbs := normals(rng, n, 1), normals(rng, cols, 1), normals(rng, cols, 1)
+	ws, bs, gs := normals(rng, out*cols, 1), normals(rng, out, 1), normals(rng, rows*out, 1)
+	for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float32} {
+		t.Run(dt.String(), func(t *testing.T) {
+			run := func(half bool) (grads [][]float32, peak int, hType tensor.DType) {
+				c := tensor.NewCountingCPU()
+				params := []*tensor.Tensor{
+					tensor.FromFloat32(c, nil, lws, cols).SetRequiresGrad(true), tensor.FromFloat32(c, nil, lbs, cols).SetRequiresGrad(true),
+					tensor.FromFloat32(c, nil, ws, out, cols).SetRequiresGrad(true), tensor.FromFloat32(c, nil, bs, out).SetRequiresGrad(true),
+				}
+				s := tensor.NewScope()
+				defer s.Release()
+				s.SetReleaseInBackward(true)
+				s.SetAutocast(dt)
+				x := tensor.FromFloat32(c, s, xs, 2, rows/2, cols).SetRequiresGrad(true)
+				g := tensor.FromFloat32(c, s, gs, 2, rows/2, out)
+				start := c.Live()
+				c.ResetPeak()
+				var h *tensor.Tensor
+				if half {
+					h = tensor.LayerNormHalf(x, []int{cols}, params[0], params[1], 1e-5)
+				} else {
+					h = tensor.LayerNorm(x, []int{cols}, params[0], params[1], 1e-5)
+				}
+				hType = h.DType()
+				y := tensor.Linear(h, params[2], params[3])
+				tensor.ReleaseInput(h, y)
+				peak = c.Peak() - start
+				grads = [][]float32{y.Float32s()}
+				tensor.Sum(tensor.Mul(y, g)).Backward()
+				grads = append(grads, x.Grad().Float32s())
+				for _, p := range params {
+					grads = append(grads, p.Grad().Float32s())
+					p.Grad().Release()
+					p.Release()
+				}
+				return grads, peak, hType
+			}
+			want, wantPeak, _ := run(false)
+			got, gotPeak, hType := run(true)
+			for i, name := range []string{"y", "dx", "d ln.weight", "d ln.bias", "dw", "db"} {
+				sameBits(t, name, got[i], want[i])
+			}
+			if hType != dt {
+				t.Errorf("LayerNormHalf under autocast %v gave %v; want %v", dt, hType, dt)
+			}
+			if dt == tensor.BFloat16 && gotPeak > wantPeak-4*n {
+				t.Errorf("forward pass peaked %d B above the start, with LayerNorm %d B: want at least the float32 output's %d B less", gotPeak, wantPeak, 4*n)
+			}
+		})
+	}
+}

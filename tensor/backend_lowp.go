@@ -44,6 +44,16 @@ type UnaryCastBackend interface {
 	UnaryCast(op UnaryOp, dst, x Buffer, n int, a, b float32)
 }
 
+// LayerNormCastBackend is implemented by backends whose layer norm can
+// round its result to bfloat16 as it writes it (the GPU). LayerNormHalf
+// uses it under autocast, for a result that only products read; without
+// it, LayerNorm and then Cast.
+type LayerNormCastBackend interface {
+	// LayerNormCast is NormBackend's LayerNorm with y BFloat16: Cast of
+	// LayerNorm's result, bit for bit.
+	LayerNormCast(y, saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32)
+}
+
 // LowPrecisionConvBackend is implemented by backends that run convolutions
 // with BFloat16 operands, float32 sums and float32 results: autocast's
 // convolutions (autocast.go). Its operands and results are float32

@@ -170,17 +170,32 @@ func (cb *cpuBackend) BatchNormActBackward(dx, dweight, dbias, dy, x, weight, bi
 }
 
 func (*cpuBackend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32) {
-	xs, ys, sm, si := f32(x), f32(y), f32(saveMean), f32(saveInvStd)
+	ys := f32(y)
+	layerNormRows(saveMean, saveInvStd, x, weight, bias, rows, cols, eps, func(i int, v float32) { ys[i] = v })
+}
+
+// LayerNormCast is LayerNorm with y bfloat16: each value rounded as Cast
+// rounds it (tensor.LayerNormCastBackend).
+func (*cpuBackend) LayerNormCast(y, saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32) {
+	ys := bf16(y)
+	layerNormRows(saveMean, saveInvStd, x, weight, bias, rows, cols, eps, func(i int, v float32) { ys[i] = BFloat16Bits(v) })
+}
+
+var _ LayerNormCastBackend = (*cpuBackend)(nil)
+
+// layerNormRows normalises each row of x, handing element i of the result
+// to store.
+func layerNormRows(saveMean, saveInvStd, x, weight, bias Buffer, rows, cols int, eps float32, store func(i int, v float32)) {
+	xs, sm, si := f32(x), f32(saveMean), f32(saveInvStd)
 	w, b := f32Opt(weight), f32Opt(bias)
 	for r := 0; r < rows; r++ {
 		row := xs[r*cols : (r+1)*cols]
 		mu, v := meanVar(row, cols, cols, cols)
 		mean, inv := float32(mu), invStd(v, eps)
 		sm[r], si[r] = mean, inv
-		out := ys[r*cols : (r+1)*cols]
 		for j, xv := range row {
 			wj, bj := affineAt(w, b, j)
-			out[j] = normalized(xv, mean, inv, wj, bj)
+			store(r*cols+j, normalized(xv, mean, inv, wj, bj))
 		}
 	}
 }

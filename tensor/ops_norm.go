@@ -126,6 +126,24 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 // normalizedShape, either may be nil) are the elementwise affine
 // transform. The backward pass is one operation.
 func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float32) *Tensor {
+	return layerNorm(x, normalizedShape, weight, bias, eps, false)
+}
+
+// LayerNormHalf is LayerNorm for a result that only autocast's products
+// read (a transformer block's projections): under autocast its result is
+// bfloat16, rounded as it is written (LayerNormCastBackend; elsewhere
+// LayerNorm then Cast), where those products would round a float32 result
+// themselves: the same bits reach them, and no float32 result is written
+// and read again. Linear takes it as its bfloat16 operand and keeps it for
+// its backward pass instead of a copy. Its gradient is float32, as every
+// gradient is, and its backward pass is LayerNorm's. Without autocast it
+// is LayerNorm.
+func LayerNormHalf(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float32) *Tensor {
+	return layerNorm(x, normalizedShape, weight, bias, eps, AutocastOf(x, weight, bias) == BFloat16)
+}
+
+// layerNorm is LayerNorm, with a bfloat16 result when half.
+func layerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float32, half bool) *Tensor {
 	k := len(normalizedShape)
 	if k == 0 || k > len(x.shape) || !slices.Equal(x.shape[len(x.shape)-k:], normalizedShape) || numel(normalizedShape) == 0 {
 		panic(fmt.Sprintf("tensor: LayerNorm of %v over %v", x.shape, normalizedShape))
@@ -151,9 +169,21 @@ func LayerNorm(x *Tensor, normalizedShape []int, weight, bias *Tensor, eps float
 	be := x.st.b
 	nb := normOf(be)
 	s := scopeOf(x, weight, bias)
-	out := Empty(be, s, x.shape...)
 	mean, inv := Empty(be, s, rows), Empty(be, s, rows)
-	nb.LayerNorm(out.buffer(), mean.buffer(), inv.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), rows, cols, eps)
+	var out *Tensor
+	if cb, ok := be.(LayerNormCastBackend); half && ok {
+		out = newTensor(be, BFloat16, s, x.shape...)
+		cb.LayerNormCast(out.buffer(), mean.buffer(), inv.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), rows, cols, eps)
+	} else {
+		out = Empty(be, s, x.shape...)
+		nb.LayerNorm(out.buffer(), mean.buffer(), inv.buffer(), x.buffer(), optBuffer(weight), optBuffer(bias), rows, cols, eps)
+		if half {
+			f := out
+			out = newTensor(be, BFloat16, s, x.shape...)
+			productsFor(be, s).lp.Cast(out.buffer(), f.buffer())
+			f.Release()
+		}
+	}
 	record(out, "layer_norm", func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
 		dw, db, accW, accB := affineSinks(e, weight, bias)

@@ -628,10 +628,17 @@ extern "C" __global__ void ember_batch_norm_backward_dx4(float* dx, const float*
     }
 }
 
+// ember_ln_store writes a layer norm's output element: float32, or
+// rounded to bfloat16 as ember_cast_f32_bf16 rounds (the _bf16 kernels,
+// whose output only autocast's products read).
+__device__ __forceinline__ void ember_ln_store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void ember_ln_store(unsigned short* p, float v) { *p = ember_bf16_from_f32(v); }
+
 // Per row of x [rows, cols]: statistics into saveMean, saveInvStd, and y.
-extern "C" __global__ void ember_layer_norm(float* y, float* saveMean, float* saveInvStd, const float* x,
-                                            const float* weightOrNull, const float* biasOrNull, long long rows,
-                                            long long cols, float eps) {
+template <typename T>
+__device__ __forceinline__ void ember_layer_norm_rows(T* y, float* saveMean, float* saveInvStd, const float* x,
+                                                      const float* weightOrNull, const float* biasOrNull,
+                                                      long long rows, long long cols, float eps) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* xr = x + r * cols;
         double s = 0.0;
@@ -648,13 +655,25 @@ extern "C" __global__ void ember_layer_norm(float* y, float* saveMean, float* sa
             saveMean[r] = mean32;
             saveInvStd[r] = inv32;
         }
-        float* yr = y + r * cols;
+        T* yr = y + r * cols;
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
             const float w = weightOrNull != 0 ? weightOrNull[j] : 1.0f;
             const float b = biasOrNull != 0 ? biasOrNull[j] : 0.0f;
-            yr[j] = ember_normalized(xr[j], mean32, inv32, w, b);
+            ember_ln_store(&yr[j], ember_normalized(xr[j], mean32, inv32, w, b));
         }
     }
+}
+
+extern "C" __global__ void ember_layer_norm(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                            const float* weightOrNull, const float* biasOrNull, long long rows,
+                                            long long cols, float eps) {
+    ember_layer_norm_rows(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+
+extern "C" __global__ void ember_layer_norm_bf16(unsigned short* y, float* saveMean, float* saveInvStd,
+                                                 const float* x, const float* weightOrNull, const float* biasOrNull,
+                                                 long long rows, long long cols, float eps) {
+    ember_layer_norm_rows(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
 }
 
 // Per row: dx = inv·(g - mean(g) - x̂·mean(g·x̂)), g = dy·w.
@@ -700,9 +719,10 @@ __device__ __forceinline__ double ember_warp_row_sum(long long cols, F f) {
 }
 
 // ember_layer_norm with one warp per row.
-extern "C" __global__ void ember_layer_norm_warp(float* y, float* saveMean, float* saveInvStd, const float* x,
-                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
-                                                 long long cols, float eps) {
+template <typename T>
+__device__ __forceinline__ void ember_layer_norm_warp_rows(T* y, float* saveMean, float* saveInvStd, const float* x,
+                                                           const float* weightOrNull, const float* biasOrNull,
+                                                           long long rows, long long cols, float eps) {
     const long long perBlock = blockDim.x >> 5, warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     for (long long r = blockIdx.x * perBlock + warp; r < rows; r += gridDim.x * perBlock) {
@@ -718,13 +738,26 @@ extern "C" __global__ void ember_layer_norm_warp(float* y, float* saveMean, floa
             saveMean[r] = mean32;
             saveInvStd[r] = inv32;
         }
-        float* yr = y + r * cols;
+        T* yr = y + r * cols;
         for (long long j = lane; j < cols; j += 32) {
             const float w = weightOrNull != 0 ? weightOrNull[j] : 1.0f;
             const float b = biasOrNull != 0 ? biasOrNull[j] : 0.0f;
-            yr[j] = ember_normalized(xr[j], mean32, inv32, w, b);
+            ember_ln_store(&yr[j], ember_normalized(xr[j], mean32, inv32, w, b));
         }
     }
+}
+
+extern "C" __global__ void ember_layer_norm_warp(float* y, float* saveMean, float* saveInvStd, const float* x,
+                                                 const float* weightOrNull, const float* biasOrNull, long long rows,
+                                                 long long cols, float eps) {
+    ember_layer_norm_warp_rows(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
+}
+
+extern "C" __global__ void ember_layer_norm_warp_bf16(unsigned short* y, float* saveMean, float* saveInvStd,
+                                                      const float* x, const float* weightOrNull,
+                                                      const float* biasOrNull, long long rows, long long cols,
+                                                      float eps) {
+    ember_layer_norm_warp_rows(y, saveMean, saveInvStd, x, weightOrNull, biasOrNull, rows, cols, eps);
 }
 
 // ember_layer_norm_backward_dx with one warp per row.

@@ -58,7 +58,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"LayerNormBackward", testLayerNormBackward},
 		{"ClassLoss", testClassLoss},
 		{"AugmentGather", testAugmentGather},
-		{"Cast", testCast}, {"UnaryCast", testUnaryCast}, {"MatMulLowp", testMatMulLowp},
+		{"Cast", testCast}, {"UnaryCast", testUnaryCast}, {"LayerNormCast", testLayerNormCast}, {"MatMulLowp", testMatMulLowp},
 	}, completeTests...), elementwiseTests...)
 	t.Run("Backend", func(t *testing.T) {
 		for _, tc := range tests {

@@ -150,6 +150,42 @@ func testUnaryCast(e *env) {
 	}
 }
 
+// testLayerNormCast: LayerNormCast (on backends with
+// tensor.LayerNormCastBackend) writes LayerNorm's result rounded by Cast,
+// bit for bit, and the same statistics, with and without the affine
+// transform, on short rows (a GPU's warp a row) and long ones.
+func testLayerNormCast(e *env) {
+	lb := lowPrecision(e)
+	nb := normBackend(e)
+	cb, ok := e.b.(tensor.LayerNormCastBackend)
+	if !ok {
+		e.t.Skipf("backend %s has no LayerNormCastBackend", e.b.Name())
+	}
+	for _, cs := range lnCases {
+		rows, cols := cs[0], cs[1]
+		for _, affine := range []bool{true, false} {
+			e.tcase("rows=%d cols=%d affine=%v", rows, cols, affine)(func() {
+				const eps = 1e-5
+				x := e.normal(rows*cols, 3)
+				var wb, bb tensor.Buffer
+				if affine {
+					wb, bb = e.in("weight", e.normal(cols, 1)), e.in("bias", e.normal(cols, 1))
+				}
+				xb := e.in("x", x)
+				f, sm, si := e.nanOut("f", len(x)), e.nanOut("saveMean", rows), e.nanOut("saveInvStd", rows)
+				nb.LayerNorm(f.win, sm.win, si.win, xb, wb, bb, rows, cols, eps)
+				want := e.bf16("want", make([]uint16, len(x)), false)
+				lb.Cast(want.win, f.win)
+				got, gm, gi := e.bf16("got", make([]uint16, len(x)), false), e.nanOut("gotMean", rows), e.nanOut("gotInvStd", rows)
+				cb.LayerNormCast(got.win, gm.win, gi.win, xb, wb, bb, rows, cols, eps)
+				exactI(e, "LayerNormCast y", dims(rows, cols), e.getH(got), e.getH(want))
+				e.exactF("LayerNormCast saveMean", dims(rows), e.getF(gm), e.getF(sm))
+				e.exactF("LayerNormCast saveInvStd", dims(rows), e.getF(gi), e.getF(si))
+			})
+		}
+	}
+}
+
 // testMatMulLowp checks the bfloat16 products with float32 results against
 // float64 products of the same bfloat16 values. A product of two bfloat16
 // values (8-bit significands) is exact in float32, so only float32
