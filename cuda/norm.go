@@ -310,21 +310,21 @@ func warpGroups(groups int) int {
 // LayerNorm normalises each row of x [rows, cols] (tensor.NormBackend):
 // a warp per row up to lnWarpCols columns, else a block per row.
 func (b *Backend) LayerNorm(y, saveMean, saveInvStd, x, weight, bias tensor.Buffer, rows, cols int, eps float32) {
-	b.layerNorm("layer_norm", "", tensor.Float32, y, saveMean, saveInvStd, x, weight, bias, rows, cols, eps)
+	b.layerNorm("layer_norm", "ember_layer_norm_warp", "ember_layer_norm", tensor.Float32, y, saveMean, saveInvStd, x, weight, bias, rows, cols, eps)
 }
 
 // LayerNormCast is LayerNorm with y bfloat16, each element rounded as it
 // is written (tensor.LayerNormCastBackend): the _bf16 forms of the same
 // kernels.
 func (b *Backend) LayerNormCast(y, saveMean, saveInvStd, x, weight, bias tensor.Buffer, rows, cols int, eps float32) {
-	b.layerNorm("layer_norm_cast", "_bf16", tensor.BFloat16, y, saveMean, saveInvStd, x, weight, bias, rows, cols, eps)
+	b.layerNorm("layer_norm_cast", "ember_layer_norm_warp_bf16", "ember_layer_norm_bf16", tensor.BFloat16, y, saveMean, saveInvStd, x, weight, bias, rows, cols, eps)
 }
 
 var _ tensor.LayerNormCastBackend = (*Backend)(nil)
 
-// layerNorm launches the layer norm kernel whose name ends in suffix, for
-// y of type yType.
-func (b *Backend) layerNorm(op, suffix string, yType tensor.DType, y, saveMean, saveInvStd, x, weight, bias tensor.Buffer, rows, cols int, eps float32) {
+// layerNorm launches the layer norm kernel warpKernel (a warp a row) or
+// rowKernel (a block a row, for long rows), for y of type yType.
+func (b *Backend) layerNorm(op, warpKernel, rowKernel string, yType tensor.DType, y, saveMean, saveInvStd, x, weight, bias tensor.Buffer, rows, cols int, eps float32) {
 	need(op, "x", x, rows*cols)
 	need(op, "y", y, rows*cols)
 	need(op, "saveMean", saveMean, rows)
@@ -335,10 +335,10 @@ func (b *Backend) layerNorm(op, suffix string, yType tensor.DType, y, saveMean, 
 	args := []any{b.ptr(op, y, yType), b.f32(op, saveMean), b.f32(op, saveInvStd), b.f32(op, x),
 		b.f32Opt(op, "weight", weight, cols), b.f32Opt(op, "bias", bias, cols), int64(rows), int64(cols), eps}
 	if cols <= lnWarpCols {
-		b.launchGrid(op, b.kernel("ember_layer_norm_warp"+suffix), warpGroups(rows), blockSize, args...)
+		b.launchGrid(op, b.kernel(warpKernel), warpGroups(rows), blockSize, args...)
 		return
 	}
-	b.launchGrid(op, b.kernel("ember_layer_norm"+suffix), min(rows, maxGrid), blockSize, args...)
+	b.launchGrid(op, b.kernel(rowKernel), min(rows, maxGrid), blockSize, args...)
 }
 
 // LayerNormBackward computes dx (a warp or a block per row, as the
