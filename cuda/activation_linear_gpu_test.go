@@ -75,3 +75,52 @@ func TestGPUActivationLinearSameBits(t *testing.T) {
 		})
 	}
 }
+
+// The packed attention reads a bfloat16 input (LinearHalf's) as the
+// bfloat16 copy it makes of a float32 one: the same output and input
+// gradient, bit for bit, for an input whose float32 values are exactly
+// bfloat16 ones, at the GPT's layout with dropout.
+func TestGPUPackedAttentionBFloat16Input(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	const bsz, tt, heads, d = 2, 130, 3, 64
+	n := bsz * tt * 3 * heads * d
+	rng := rand.New(rand.NewPCG(11, 12))
+	bits, gs := make([]uint16, n), make([]float32, bsz*tt*heads*d)
+	for i := range bits {
+		bits[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
+	}
+	for i := range gs {
+		gs[i] = float32(rng.NormFloat64())
+	}
+	widened := make([]float32, n)
+	for i, h := range bits {
+		widened[i] = tensor.BFloat16Float32(h)
+	}
+	run := func(half bool) [][]float32 {
+		s := tensor.NewScope()
+		defer s.Release()
+		s.SetAutocast(tensor.BFloat16)
+		var x *tensor.Tensor
+		if half {
+			x = tensor.FromBFloat16Bits(b, s, bits, bsz, tt, 3, heads, d)
+		} else {
+			x = tensor.FromFloat32(b, s, widened, bsz, tt, 3, heads, d)
+		}
+		x.SetRequiresGrad(true)
+		if !tensor.PackedAttentionTakesHalf(b, s, bsz, tt, heads, d, true, 0.2) {
+			t.Fatal("PackedAttentionTakesHalf: false under autocast on the GPU at D 64")
+		}
+		y := tensor.ScaledDotProductAttentionPacked(x, true, 0, 0.2, tensor.NewGenerator(7))
+		out := y.Float32s()
+		tensor.Sum(tensor.Mul(y, tensor.FromFloat32(b, s, gs, bsz, tt, heads, d))).Backward()
+		return [][]float32{out, x.Grad().Float32s()}
+	}
+	want, got := run(false), run(true)
+	for k, name := range []string{"output", "input gradient"} {
+		for i := range want[k] {
+			if got[k][i] != want[k][i] {
+				t.Fatalf("%s element %d: %g from the bfloat16 input, %g from the float32 one (want the same bits)", name, i, got[k][i], want[k][i])
+			}
+		}
+	}
+}

@@ -188,4 +188,29 @@ func (b *Backend) LinearLowp(y, x, w, bias tensor.Buffer, n, in, out int) bool {
 	return b.ltRun(op, g, 1, px, pw, 0, py, b.f32(op, bias), 0)
 }
 
-var _ tensor.LowPrecisionBiasBackend = (*Backend)(nil)
+// LinearLowpCast implements tensor.LinearCastBackend: LinearLowp with y
+// bfloat16, the float32 sums and bias rounded as cuBLASLt writes them (no
+// float32 result, no separate cast). bias may be empty. False, having
+// queued nothing, where cuBLASLt is off or does not take the product.
+func (b *Backend) LinearLowpCast(y, x, w, bias tensor.Buffer, n, in, out int) bool {
+	const op = "linear_lowp_cast"
+	if n <= 0 || in <= 0 || out <= 0 || b.lt == nil {
+		return false
+	}
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	need(op, "y", y, n*out)
+	py, px, pw := b.ptr(op, y, tensor.BFloat16), b.ptr(op, x, tensor.BFloat16), b.ptr(op, w, tensor.BFloat16)
+	g := LtGemm{TransB: true, M: n, N: out, K: in, LDA: in, LDB: in, LDC: out, Epilogue: driver.LtDefault, BF16: true, OutBF16: true}
+	var pbias uintptr
+	if !bias.Empty() {
+		need(op, "bias", bias, out)
+		pbias, g.Epilogue = b.f32(op, bias), driver.LtBias
+	}
+	return b.ltRun(op, g, 1, px, pw, 0, py, pbias, 0)
+}
+
+var (
+	_ tensor.LowPrecisionBiasBackend = (*Backend)(nil)
+	_ tensor.LinearCastBackend       = (*Backend)(nil)
+)

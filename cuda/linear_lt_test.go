@@ -477,3 +477,71 @@ func TestGPULinearLowpMatchesUnfused(t *testing.T) {
 		}
 	}
 }
+
+// TestGPULinearLowpCast checks autocast's linear layer with a bfloat16
+// result (LinearLowpCast: cuBLASLt rounding its float32 sums and bias as
+// it writes them) against LinearLowp's float32 result rounded by Cast:
+// the two sum in their own orders, so an element may round to the
+// neighbouring bfloat16 value, never further. The GPT's projections (in
+// 384, out 1152, with and without the bias) must go through cuBLASLt.
+func TestGPULinearLowpCast(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	requireLt(t, b)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		n, in, out int
+		bias       bool
+		mustLt     bool
+	}{
+		{16384, 384, 1152, true, true},
+		{300, 384, 1152, false, true},
+		{33, 130, 66, true, false},
+	} {
+		bitsX, bitsW := make([]uint16, c.n*c.in), make([]uint16, c.out*c.in)
+		for i := range bitsX {
+			bitsX[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
+		}
+		for i := range bitsW {
+			bitsW[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
+		}
+		bias := make([]float32, c.out)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		s := tensor.NewScope()
+		x, w := tensor.FromBFloat16Bits(b, s, bitsX, c.n, c.in), tensor.FromBFloat16Bits(b, s, bitsW, c.out, c.in)
+		tb, y := tensor.FromFloat32(b, s, bias, c.out), tensor.Zeros(b, s, c.n, c.out)
+		var bb tensor.Buffer
+		if c.bias {
+			bb = tb.Buffer()
+			if !b.LinearLowp(y.Buffer(), x.Buffer(), w.Buffer(), bb, c.n, c.in, c.out) {
+				t.Fatalf("%+v: cuBLASLt declined the float32 product", c)
+			}
+		} else {
+			b.MatMulLowp(y.Buffer(), x.Buffer(), w.Buffer(), c.n, c.out, c.in, false, true, 1, 0)
+		}
+		h := tensor.Cast(tensor.Zeros(b, s, c.n, c.out), tensor.BFloat16)
+		if !b.LinearLowpCast(h.Buffer(), x.Buffer(), w.Buffer(), bb, c.n, c.in, c.out) {
+			if c.mustLt {
+				t.Fatalf("%+v: cuBLASLt declined the product with a bfloat16 result", c)
+			}
+			t.Logf("%+v: cuBLASLt declined; LinearHalf casts the float32 result", c)
+			s.Release()
+			continue
+		}
+		want, got := y.Float32s(), tensor.Cast(h, tensor.Float32).Float32s()
+		differ := 0
+		for i, f := range want {
+			r := tensor.BFloat16Float32(tensor.BFloat16Bits(f))
+			if got[i] == r {
+				continue
+			}
+			differ++
+			if ulp := math.Abs(float64(r)) * 0x1p-7; math.Abs(float64(got[i])-float64(r)) > ulp {
+				t.Fatalf("%+v: element %d: %.9g, the float32 result %.9g rounds to %.9g: more than one bfloat16 step apart", c, i, got[i], f, r)
+			}
+		}
+		t.Logf("%+v: %d of %d elements round to the neighbouring bfloat16 value", c, differ, len(want))
+		s.Release()
+	}
+}

@@ -58,12 +58,6 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("nn: MultiheadSelfAttention of %d channels given %v; want [B, T, %d]", c, s, c))
 	}
 	bsz, t, h := s[0], s[1], a.Heads
-	// [B, T, 3C] viewed [B, T, 3, H, D]: the packed attention reads q, k
-	// and v in place and writes [B, T, H, D], whose merge of the heads is
-	// a free reshape (and the backward pass one gradient of the
-	// projection), where the backend has a fused attention.
-	lin := a.QKV.Forward(x)
-	qkv := lin.Reshape(bsz, t, 3, h, c/h)
 	var p float32
 	var src tensor.RandomSource
 	if d := a.AttnDrop; d != nil && d.Training() && d.P > 0 {
@@ -72,6 +66,19 @@ func (a *MultiheadSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
 			src = DefaultRandomSource
 		}
 	}
+	// [B, T, 3C] viewed [B, T, 3, H, D]: the packed attention reads q, k
+	// and v in place and writes [B, T, H, D], whose merge of the heads is
+	// a free reshape (and the backward pass one gradient of the
+	// projection), where the backend has a fused attention. Where that
+	// attention reads them as bfloat16 (under autocast), the projection
+	// writes them so.
+	var lin *tensor.Tensor
+	if tensor.PackedAttentionTakesHalf(x.Backend(), x.Scope(), bsz, t, h, c/h, a.Causal, p) {
+		lin = tensor.LinearHalf(x, a.QKV.Weight, a.QKV.Bias)
+	} else {
+		lin = a.QKV.Forward(x)
+	}
+	qkv := lin.Reshape(bsz, t, 3, h, c/h)
 	y := tensor.ScaledDotProductAttentionPacked(qkv, a.Causal, 0, p, src)
 	// Under autocast the fused attention may keep a bfloat16 copy of qkv
 	// instead of qkv itself, which then goes back now.

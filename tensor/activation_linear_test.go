@@ -189,3 +189,43 @@ func TestLayerNormHalfSameBits(t *testing.T) {
 		})
 	}
 }
+
+// LinearHalf under autocast gives Linear's result rounded by Cast and
+// Linear's gradients, bit for bit on the CPU (which has no
+// LinearCastBackend: the float32 result is cast); without autocast it is
+// Linear. (Both results are widened by Cast for the loss, whose backward
+// pass rounds the gradient through bfloat16 for both alike.)
+func TestLinearHalf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	xs, ws, bs, gs := normals(rng, 2*3*7, 1), normals(rng, 5*7, 1), normals(rng, 5, 1), normals(rng, 2*3*5, 1)
+	for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float32} {
+		run := func(half bool) (y []float32, yType tensor.DType, grads [][]float32) {
+			s := tensor.NewScope()
+			defer s.Release()
+			s.SetAutocast(dt)
+			x := tensor.FromFloat32(tensor.CPU, s, xs, 2, 3, 7).SetRequiresGrad(true)
+			w := tensor.FromFloat32(tensor.CPU, s, ws, 5, 7).SetRequiresGrad(true)
+			b := tensor.FromFloat32(tensor.CPU, s, bs, 5).SetRequiresGrad(true)
+			var out *tensor.Tensor
+			if half {
+				out = tensor.LinearHalf(x, w, b)
+			} else {
+				out = tensor.Cast(tensor.Linear(x, w, b), dt)
+			}
+			yType = out.DType()
+			y32 := tensor.Cast(out, tensor.Float32)
+			y = y32.Float32s()
+			tensor.Sum(tensor.Mul(y32, tensor.FromFloat32(tensor.CPU, s, gs, 2, 3, 5))).Backward()
+			return y, yType, [][]float32{x.Grad().Float32s(), w.Grad().Float32s(), b.Grad().Float32s()}
+		}
+		wy, _, wg := run(false)
+		gy, gType, gg := run(true)
+		if gType != dt {
+			t.Errorf("LinearHalf under autocast %v gave %v; want %v", dt, gType, dt)
+		}
+		sameBits(t, fmt.Sprintf("%v: y", dt), gy, wy)
+		for i, name := range []string{"dx", "dw", "db"} {
+			sameBits(t, fmt.Sprintf("%v: %s", dt, name), gg[i], wg[i])
+		}
+	}
+}

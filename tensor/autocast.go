@@ -157,6 +157,37 @@ func (p products) linearBiasOf(y Buffer, x, w operand, bias *Tensor, n, in, out 
 	return ok && lb.LinearLowp(y, x.h.buffer(), w.h.buffer(), bias.buffer(), n, in, out)
 }
 
+// linearOf is y = x·wᵀ + bias (float32 y): one product with the bias in
+// its epilogue where the backend takes it, else the product and AddBias.
+func (p products) linearOf(y Buffer, x, w operand, bias *Tensor, n, in, out int) {
+	if p.linearBiasOf(y, x, w, bias, n, in, out) {
+		return
+	}
+	p.matMulOf(y, x, w, n, out, in, false, true, 1, 0)
+	if bias != nil {
+		Complete(p.be).AddBias(y, bias.buffer(), n, out, 1)
+	}
+}
+
+// linearHalfOf is linearOf with y BFloat16 under autocast: rounded as the
+// product writes it on a LinearCastBackend, else linearOf's float32
+// result cast.
+func (p products) linearHalfOf(y Buffer, x, w operand, bias *Tensor, n, in, out int) {
+	if cb, ok := p.be.(LinearCastBackend); ok && x.h != nil && w.h != nil {
+		var bb Buffer
+		if bias != nil {
+			bb = bias.buffer()
+		}
+		if cb.LinearLowpCast(y, x.h.buffer(), w.h.buffer(), bb, n, in, out) {
+			return
+		}
+	}
+	f := Empty(p.be, p.s, n, out)
+	defer f.Release()
+	p.linearOf(f.buffer(), x, w, bias, n, in, out)
+	p.lp.Cast(y, f.buffer())
+}
+
 // batchedOf is MatMulBatched's batch of products of operands whose
 // bfloat16 copies may be kept ones.
 func (p products) batchedOf(c Buffer, a, b operand, batch, m, n, k int, strideA, strideB, strideC int, transA, transB bool, alpha, beta float32) {

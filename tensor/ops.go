@@ -123,21 +123,37 @@ func beta(accumulate bool) float32 {
 // leading dimensions are folded into rows (ops_matmul.go). Under autocast
 // (autocast.go) the products are bfloat16 ones and the bias is added in
 // float32; the fused float32 paths of a LinearBackend are not taken.
-func Linear(x, w, b *Tensor) *Tensor {
+func Linear(x, w, b *Tensor) *Tensor { return linear(x, w, b, false) }
+
+// LinearHalf is Linear for a result that only reads it as bfloat16 (a
+// fused attention's packed input): under autocast its result is bfloat16,
+// the float32 sums and bias rounded as the product writes them
+// (LinearCastBackend; elsewhere Linear's result then Cast), as torch's
+// autocast linear gives it. Its gradient is float32, as every gradient
+// is, and its backward pass is Linear's. Without autocast it is Linear.
+func LinearHalf(x, w, b *Tensor) *Tensor { return linear(x, w, b, AutocastOf(x, w, b) == BFloat16) }
+
+// linear is Linear, with a bfloat16 result when half.
+func linear(x, w, b *Tensor, half bool) *Tensor {
 	if len(x.shape) != 2 {
-		return linearLeading(x, w, b)
+		return linearLeading(x, w, b, half)
 	}
 	autocast := AutocastOf(x, w, b)
 	if x.DType() != Float32 && (x.DType() != BFloat16 || autocast != BFloat16) {
 		panic(fmt.Sprintf("tensor: Linear of a %s input %v; want float32 (or bfloat16 under autocast)", x.DType(), x.shape))
 	}
-	if lb, ok := x.st.b.(LinearBackend); ok && autocast == Float32 {
+	if lb, ok := x.st.b.(LinearBackend); ok && autocast == Float32 && !half {
 		return linearFused(lb, x, w, b, false)
 	}
 	x, w = linearOperands("Linear", x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
 	be := x.st.b
-	out := Empty(be, scopeOf(x, w, b), n, outF)
+	var out *Tensor
+	if half {
+		out = newTensor(be, BFloat16, scopeOf(x, w, b), n, outF)
+	} else {
+		out = Empty(be, scopeOf(x, w, b), n, outF)
+	}
 	p := productsFor(be, out.scope)
 	// Under autocast the bfloat16 x and w are kept for the backward pass
 	// (x itself when it is bfloat16 already), but not x's copy when the
@@ -156,11 +172,10 @@ func Linear(x, w, b *Tensor) *Tensor {
 	}
 	recastX := again && (remake != nil || x.DType() == Float32 && heldByMaker(x))
 	xItself := hx.borrowed && !recastX // the bfloat16 x is what the backward pass reads
-	if !p.linearBiasOf(out.buffer(), hx, hw, b, n, in, outF) {
-		p.matMulOf(out.buffer(), hx, hw, n, outF, in, false, true, 1, 0)
-		if b != nil {
-			Complete(be).AddBias(out.buffer(), b.buffer(), n, outF, 1)
-		}
+	if half {
+		p.linearHalfOf(out.buffer(), hx, hw, b, n, in, outF)
+	} else {
+		p.linearOf(out.buffer(), hx, hw, b, n, in, outF)
 	}
 	if recastX {
 		hx.release()

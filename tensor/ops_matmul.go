@@ -235,14 +235,14 @@ func sumAxis(x *Tensor, axis int) *Tensor {
 
 // linearLeading is Linear for x [..., in] other than 2-D: the leading
 // dimensions are folded into rows (x [in] is one row) and unfolded after.
-func linearLeading(x, w, b *Tensor) *Tensor {
+func linearLeading(x, w, b *Tensor, half bool) *Tensor {
 	if len(x.shape) == 0 || len(w.shape) != 2 || x.shape[len(x.shape)-1] != w.shape[1] {
 		panic(fmt.Sprintf("tensor: Linear of input %v with weight %v", x.shape, w.shape))
 	}
 	lead := x.shape[:len(x.shape)-1]
 	// The two reshapes are this function's own: x and the result stay
 	// their memory's only holders for the caller (ReleaseInput).
-	y := heldInternally(Linear(heldInternally(x.Contiguous().Reshape(numel(lead), w.shape[1])), w, b))
+	y := heldInternally(linear(heldInternally(x.Contiguous().Reshape(numel(lead), w.shape[1])), w, b, half))
 	return y.Reshape(append(append([]int(nil), lead...), w.shape[0])...)
 }
 
@@ -391,6 +391,10 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(d)))
 	}
+	if qkv.DType() == BFloat16 && !PackedAttentionTakesHalf(qkv.st.b, qkv.scope, b, t, h, d, causal, p) {
+		// The products of the composed attention take float32 operands.
+		qkv = Cast(qkv, Float32)
+	}
 	head := func(i int) *Tensor { return qkv.Narrow(2, i, 1).Squeeze(2).Permute(0, 2, 1, 3) }
 	ab, ok := qkv.st.b.(AttentionBackend)
 	if !ok || b*h == 0 || t == 0 || p >= 1 || !ab.AttentionSupported(d, d) {
@@ -417,16 +421,13 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 	// instead of x: the same results (the kernels round x as the cast
 	// does), half the bytes, and x may go back once the caller is done
 	// with it (ReleaseInputs).
+	// A bfloat16 x (LinearHalf's) is that copy already, kept as it is.
 	src := x
 	var xh *Tensor
-	if bb, ok := ab.(AttentionBF16InputsBackend); ok && x.scope.Autocast() == BFloat16 && x.IsContiguous() {
-		probe := a
-		probe.BFloat16 = true
-		if lp, ok := be.(LowPrecisionBackend); ok && bb.AttentionTakesBF16(probe) {
-			xh = newTensor(be, BFloat16, x.scope, x.shape...)
-			lp.Cast(xh.buffer(), x.buffer())
-			src = xh
-		}
+	if x.DType() == Float32 && x.IsContiguous() && PackedAttentionTakesHalf(be, x.scope, b, t, h, d, causal, p) {
+		xh = newTensor(be, BFloat16, x.scope, x.shape...)
+		be.(LowPrecisionBackend).Cast(xh.buffer(), x.buffer())
+		src = xh
 	}
 	var q, k, v *Tensor
 	q, a.Q = attentionOperand(viewOf(src, 0, xh == nil), h)
@@ -448,6 +449,25 @@ func ScaledDotProductAttentionPacked(qkv *Tensor, causal bool, scale, p float32,
 		readsNot(out, false, x) // its bfloat16 copy is what it reads
 	}
 	return out
+}
+
+// PackedAttentionTakesHalf reports whether ScaledDotProductAttentionPacked
+// of a [batch, t, 3, heads, d] input on backend be, in scope s, with
+// dropout probability p, reads that input as bfloat16: a fused attention
+// that takes bfloat16 inputs (AttentionBF16InputsBackend), under
+// autocast. The projection that makes the input may then give it in
+// bfloat16 (LinearHalf), and nothing is cast between the two; elsewhere a
+// bfloat16 input is cast to float32 first.
+func PackedAttentionTakesHalf(be Backend, s *Scope, batch, t, heads, d int, causal bool, p float32) bool {
+	ab, ok := be.(AttentionBackend)
+	if !ok || batch*heads == 0 || t == 0 || p >= 1 || s.Autocast() != BFloat16 || !ab.AttentionSupported(d, d) {
+		return false
+	}
+	bb, ok := ab.(AttentionBF16InputsBackend)
+	if _, lp := be.(LowPrecisionBackend); !ok || !lp {
+		return false
+	}
+	return bb.AttentionTakesBF16(AttentionShape{Heads: batch * heads, T: t, S: t, D: d, Causal: causal, Inner: heads, BFloat16: true})
 }
 
 // attentionCall is a fused attention after its forward pass: what its

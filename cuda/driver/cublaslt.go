@@ -51,6 +51,7 @@ const (
 	ltDescBiasPointer = 8  // CUBLASLT_MATMUL_DESC_BIAS_POINTER (void *)
 	ltDescAuxPointer  = 11 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER (void *)
 	ltDescAuxLD       = 12 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD (int64)
+	ltDescBiasType    = 26 // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE (int32)
 
 	ltPrefMaxWorkspace = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
 	ltPrefMinAlignA    = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
@@ -146,6 +147,9 @@ type LtGemm struct {
 	AuxLD          int // elements between aux's rows (row-major), for the epilogues with aux
 	TF32           bool
 	BF16           bool
+	// OutBF16 (with BF16) makes C bfloat16: the float32 result, bias
+	// included, rounded as it is written. The bias stays float32.
+	OutBF16 bool
 	// Align16 chooses among the algorithms that take pointers aligned to
 	// 16 bytes only (views into a larger buffer); otherwise every pointer
 	// must be 256-byte aligned, as the allocator's blocks are.
@@ -331,14 +335,26 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 			return err
 		}
 	}
-	operands := uintptr(cudaR32F)
+	operands, result := uintptr(cudaR32F), uintptr(cudaR32F)
 	if g.BF16 {
 		operands = cudaR16BF
+	}
+	if g.OutBF16 {
+		if !g.BF16 {
+			return fmt.Errorf("cuda: a cuBLASLt product with a bfloat16 result needs bfloat16 operands (%+v)", g)
+		}
+		result = cudaR16BF
+		if g.Epilogue&LtBias != 0 {
+			bt := int32(cudaR32F)
+			if err := ltSet("cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)", ltFn.descSetAttribute, p.desc, ltDescBiasType, unsafe.Pointer(&bt), 4); err != nil {
+				return err
+			}
+		}
 	}
 	for i, l := range ltLayouts(ga) {
 		dst, typ := []*uintptr{&p.a, &p.b, &p.c}[i], operands
 		if i == 2 {
-			typ = cudaR32F
+			typ = result
 		}
 		if err := cublasCheck("cublasLtMatrixLayoutCreate", CCall(ltFn.layoutCreate, uintptr(unsafe.Pointer(dst)), typ, uintptr(l.rows), uintptr(l.cols), uintptr(l.ld))); err != nil {
 			return err
