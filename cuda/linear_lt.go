@@ -188,10 +188,11 @@ func (b *Backend) LinearLowp(y, x, w, bias tensor.Buffer, n, in, out int) bool {
 	return b.ltRun(op, g, 1, px, pw, 0, py, b.f32(op, bias), 0)
 }
 
-// LinearLowpCast implements tensor.LinearCastBackend: LinearLowp with y
-// bfloat16, the float32 sums and bias rounded as cuBLASLt writes them (no
-// float32 result, no separate cast). bias may be empty. False, having
-// queued nothing, where cuBLASLt is off or does not take the product.
+// LinearLowpCast implements tensor.LinearCastBackend: y = x·wᵀ + bias
+// with y and bias bfloat16, the float32 sums plus the widened bias rounded
+// as cuBLASLt writes them (no float32 result, no separate cast). bias may
+// be empty. False, having queued nothing, where cuBLASLt is off or does
+// not take the product.
 func (b *Backend) LinearLowpCast(y, x, w, bias tensor.Buffer, n, in, out int) bool {
 	const op = "linear_lowp_cast"
 	if n <= 0 || in <= 0 || out <= 0 || b.lt == nil {
@@ -205,7 +206,7 @@ func (b *Backend) LinearLowpCast(y, x, w, bias tensor.Buffer, n, in, out int) bo
 	var pbias uintptr
 	if !bias.Empty() {
 		need(op, "bias", bias, out)
-		pbias, g.Epilogue = b.f32(op, bias), driver.LtBias
+		pbias, g.Epilogue = b.ptr(op, bias, tensor.BFloat16), driver.LtBias
 	}
 	return b.ltRun(op, g, 1, px, pw, 0, py, pbias, 0)
 }

@@ -479,11 +479,12 @@ func TestGPULinearLowpMatchesUnfused(t *testing.T) {
 }
 
 // TestGPULinearLowpCast checks autocast's linear layer with a bfloat16
-// result (LinearLowpCast: cuBLASLt rounding its float32 sums and bias as
-// it writes them) against LinearLowp's float32 result rounded by Cast:
-// the two sum in their own orders, so an element may round to the
-// neighbouring bfloat16 value, never further. The GPT's projections (in
-// 384, out 1152, with and without the bias) must go through cuBLASLt.
+// result (LinearLowpCast: cuBLASLt rounding its float32 sums plus the
+// bfloat16 bias as it writes them) against LinearLowp's float32 result
+// with that bias, rounded by Cast: the two sum in their own orders, so an
+// element may round to the neighbouring bfloat16 value, never further.
+// The GPT's projections (in 384, out 1152, with and without the bias)
+// must go through cuBLASLt.
 func TestGPULinearLowpCast(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	requireLt(t, b)
@@ -504,24 +505,24 @@ func TestGPULinearLowpCast(t *testing.T) {
 		for i := range bitsW {
 			bitsW[i] = tensor.BFloat16Bits(float32(rng.NormFloat64()))
 		}
-		bias := make([]float32, c.out)
+		bias := make([]float32, c.out) // bfloat16 values
 		for i := range bias {
-			bias[i] = float32(rng.NormFloat64())
+			bias[i] = tensor.BFloat16Float32(tensor.BFloat16Bits(float32(rng.NormFloat64())))
 		}
 		s := tensor.NewScope()
 		x, w := tensor.FromBFloat16Bits(b, s, bitsX, c.n, c.in), tensor.FromBFloat16Bits(b, s, bitsW, c.out, c.in)
 		tb, y := tensor.FromFloat32(b, s, bias, c.out), tensor.Zeros(b, s, c.n, c.out)
-		var bb tensor.Buffer
+		var hb tensor.Buffer
 		if c.bias {
-			bb = tb.Buffer()
-			if !b.LinearLowp(y.Buffer(), x.Buffer(), w.Buffer(), bb, c.n, c.in, c.out) {
+			hb = tensor.Cast(tb, tensor.BFloat16).Buffer()
+			if !b.LinearLowp(y.Buffer(), x.Buffer(), w.Buffer(), tb.Buffer(), c.n, c.in, c.out) {
 				t.Fatalf("%+v: cuBLASLt declined the float32 product", c)
 			}
 		} else {
 			b.MatMulLowp(y.Buffer(), x.Buffer(), w.Buffer(), c.n, c.out, c.in, false, true, 1, 0)
 		}
 		h := tensor.Cast(tensor.Zeros(b, s, c.n, c.out), tensor.BFloat16)
-		if !b.LinearLowpCast(h.Buffer(), x.Buffer(), w.Buffer(), bb, c.n, c.in, c.out) {
+		if !b.LinearLowpCast(h.Buffer(), x.Buffer(), w.Buffer(), hb, c.n, c.in, c.out) {
 			if c.mustLt {
 				t.Fatalf("%+v: cuBLASLt declined the product with a bfloat16 result", c)
 			}

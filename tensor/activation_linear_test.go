@@ -3,6 +3,7 @@ package tensor_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,11 +191,12 @@ func TestLayerNormHalfSameBits(t *testing.T) {
 	}
 }
 
-// LinearHalf under autocast gives Linear's result rounded by Cast and
-// Linear's gradients, bit for bit on the CPU (which has no
-// LinearCastBackend: the float32 result is cast); without autocast it is
-// Linear. (Both results are widened by Cast for the loss, whose backward
-// pass rounds the gradient through bfloat16 for both alike.)
+// LinearHalf under autocast gives Linear's result with the bias rounded to
+// bfloat16, rounded by Cast, and Linear's gradients, bit for bit on the
+// CPU (which has no LinearCastBackend: the float32 result is cast);
+// without autocast it is Linear. (Both results are widened by Cast for the
+// loss, whose backward pass rounds the gradient through bfloat16 for both
+// alike.)
 func TestLinearHalf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	xs, ws, bs, gs := normals(rng, 2*3*7, 1), normals(rng, 5*7, 1), normals(rng, 5, 1), normals(rng, 2*3*5, 1)
@@ -205,11 +207,19 @@ func TestLinearHalf(t *testing.T) {
 			s.SetAutocast(dt)
 			x := tensor.FromFloat32(tensor.CPU, s, xs, 2, 3, 7).SetRequiresGrad(true)
 			w := tensor.FromFloat32(tensor.CPU, s, ws, 5, 7).SetRequiresGrad(true)
-			b := tensor.FromFloat32(tensor.CPU, s, bs, 5).SetRequiresGrad(true)
+			var b *tensor.Tensor
 			var out *tensor.Tensor
 			if half {
+				b = tensor.FromFloat32(tensor.CPU, s, bs, 5).SetRequiresGrad(true)
 				out = tensor.LinearHalf(x, w, b)
 			} else {
+				rb := slices.Clone(bs)
+				if dt == tensor.BFloat16 {
+					for i, v := range rb {
+						rb[i] = tensor.BFloat16Float32(tensor.BFloat16Bits(v))
+					}
+				}
+				b = tensor.FromFloat32(tensor.CPU, s, rb, 5).SetRequiresGrad(true)
 				out = tensor.Cast(tensor.Linear(x, w, b), dt)
 			}
 			yType = out.DType()

@@ -169,22 +169,34 @@ func (p products) linearOf(y Buffer, x, w operand, bias *Tensor, n, in, out int)
 	}
 }
 
-// linearHalfOf is linearOf with y BFloat16 under autocast: rounded as the
-// product writes it on a LinearCastBackend, else linearOf's float32
-// result cast.
+// linearHalfOf is linearOf with y BFloat16 under autocast and the bias
+// rounded to bfloat16 as well (as torch's autocast linear rounds it): one
+// product that rounds as it writes on a LinearCastBackend, else linearOf's
+// float32 result (with the rounded bias, widened) cast.
 func (p products) linearHalfOf(y Buffer, x, w operand, bias *Tensor, n, in, out int) {
+	var hb *Tensor
+	if bias != nil {
+		hb = p.half(bias.buffer())
+		defer hb.Release()
+	}
 	if cb, ok := p.be.(LinearCastBackend); ok && x.h != nil && w.h != nil {
 		var bb Buffer
-		if bias != nil {
-			bb = bias.buffer()
+		if hb != nil {
+			bb = hb.buffer()
 		}
 		if cb.LinearLowpCast(y, x.h.buffer(), w.h.buffer(), bb, n, in, out) {
 			return
 		}
 	}
+	var rb *Tensor
+	if hb != nil {
+		rb = newTensor(p.be, Float32, p.s, out)
+		defer rb.Release()
+		p.lp.Cast(rb.buffer(), hb.buffer())
+	}
 	f := Empty(p.be, p.s, n, out)
 	defer f.Release()
-	p.linearOf(f.buffer(), x, w, bias, n, in, out)
+	p.linearOf(f.buffer(), x, w, rb, n, in, out)
 	p.lp.Cast(y, f.buffer())
 }
 

@@ -34,14 +34,14 @@ type LowPrecisionBiasBackend interface {
 
 // LinearCastBackend is implemented by backends whose bfloat16 products can
 // round their float32 result to bfloat16 as they write it (the GPU:
-// cuBLASLt with a bfloat16 output). LinearHalf uses it under autocast;
-// without it, or where it declines, the float32 result is written and
-// then cast.
+// cuBLASLt with a bfloat16 output, whose bias is bfloat16 too). LinearHalf
+// uses it under autocast; without it, or where it declines, the float32
+// result is written and then cast.
 type LinearCastBackend interface {
 	// LinearLowpCast sets y [n, out] (BFloat16) to x·wᵀ + bias rounded,
-	// for x [n, in] and w [out, in] BFloat16 and bias [out] Float32 (or
-	// empty): LinearLowp's float32 result, rounded to nearest (the order
-	// of its sums may differ from LinearLowp's). It reports false, having
+	// for x [n, in], w [out, in] and bias [out] (or empty) BFloat16: the
+	// float32 sums plus the widened bias, rounded to nearest (the order of
+	// the sums may differ from LinearLowp's). It reports false, having
 	// done nothing, where it does not take the product.
 	LinearLowpCast(y, x, w, bias Buffer, n, in, out int) bool
 }

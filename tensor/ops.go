@@ -125,12 +125,14 @@ func beta(accumulate bool) float32 {
 // float32; the fused float32 paths of a LinearBackend are not taken.
 func Linear(x, w, b *Tensor) *Tensor { return linear(x, w, b, false) }
 
-// LinearHalf is Linear for a result that only reads it as bfloat16 (a
+// LinearHalf is Linear for a result that is only read as bfloat16 (a
 // fused attention's packed input): under autocast its result is bfloat16,
-// the float32 sums and bias rounded as the product writes them
-// (LinearCastBackend; elsewhere Linear's result then Cast), as torch's
-// autocast linear gives it. Its gradient is float32, as every gradient
-// is, and its backward pass is Linear's. Without autocast it is Linear.
+// and, as in torch's autocast linear, its bias is rounded to bfloat16 too:
+// the float32 sums plus the rounded bias, rounded as the product writes
+// them (LinearCastBackend; elsewhere the float32 result, then Cast). Its
+// gradients are float32, as every gradient is, and its backward pass is
+// Linear's (the bias's gradient is the sum of the incoming one). Without
+// autocast it is Linear.
 func LinearHalf(x, w, b *Tensor) *Tensor { return linear(x, w, b, AutocastOf(x, w, b) == BFloat16) }
 
 // linear is Linear, with a bfloat16 result when half.

@@ -51,7 +51,6 @@ const (
 	ltDescBiasPointer = 8  // CUBLASLT_MATMUL_DESC_BIAS_POINTER (void *)
 	ltDescAuxPointer  = 11 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER (void *)
 	ltDescAuxLD       = 12 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD (int64)
-	ltDescBiasType    = 26 // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE (int32)
 
 	ltPrefMaxWorkspace = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
 	ltPrefMinAlignA    = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32); B, C, D follow
@@ -147,8 +146,9 @@ type LtGemm struct {
 	AuxLD          int // elements between aux's rows (row-major), for the epilogues with aux
 	TF32           bool
 	BF16           bool
-	// OutBF16 (with BF16) makes C bfloat16: the float32 result, bias
-	// included, rounded as it is written. The bias stays float32.
+	// OutBF16 (with BF16) makes C and the bias bfloat16: the float32
+	// sums plus the widened bias, rounded as they are written (cuBLASLt
+	// takes no float32 bias with a bfloat16 result).
 	OutBF16 bool
 	// Align16 chooses among the algorithms that take pointers aligned to
 	// 16 bytes only (views into a larger buffer); otherwise every pointer
@@ -344,12 +344,6 @@ func (l *Lt) makePlan(p *ltPlan, g LtGemm, ga gemmArgs) error {
 			return fmt.Errorf("cuda: a cuBLASLt product with a bfloat16 result needs bfloat16 operands (%+v)", g)
 		}
 		result = cudaR16BF
-		if g.Epilogue&LtBias != 0 {
-			bt := int32(cudaR32F)
-			if err := ltSet("cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)", ltFn.descSetAttribute, p.desc, ltDescBiasType, unsafe.Pointer(&bt), 4); err != nil {
-				return err
-			}
-		}
 	}
 	for i, l := range ltLayouts(ga) {
 		dst, typ := []*uintptr{&p.a, &p.b, &p.c}[i], operands
