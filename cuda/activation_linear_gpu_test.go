@@ -124,3 +124,47 @@ func TestGPUPackedAttentionBFloat16Input(t *testing.T) {
 		}
 	}
 }
+
+// On the GPU, DropoutAdd (ember_dropout with a residual) gives the bits
+// of Add(r, Dropout(x)) each way from a device generator's draw, at the
+// GPT's residual stream and at an odd length.
+func TestGPUDropoutAddSameBits(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	for _, n := range []int{16384 * 384, 4099} {
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		normal := func() []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+			}
+			return v
+		}
+		rs, xs, gs := normal(), normal(), normal()
+		run := func(fused bool) [][]float32 {
+			gen := tensor.NewDeviceGenerator(b, 9)
+			defer gen.Release()
+			s := tensor.NewScope()
+			defer s.Release()
+			s.SetReleaseInBackward(true)
+			r := tensor.FromFloat32(b, s, rs, n).SetRequiresGrad(true)
+			x := tensor.FromFloat32(b, s, xs, n).SetRequiresGrad(true)
+			var y *tensor.Tensor
+			if fused {
+				y = tensor.DropoutAdd(r, x, 0.2, true, gen)
+			} else {
+				y = tensor.Add(r, tensor.Dropout(x, 0.2, true, gen))
+			}
+			out := y.Float32s()
+			tensor.Sum(tensor.Mul(y, tensor.FromFloat32(b, s, gs, n))).Backward()
+			return [][]float32{out, r.Grad().Float32s(), x.Grad().Float32s()}
+		}
+		want, got := run(false), run(true)
+		for k, name := range []string{"y", "dr", "dx"} {
+			for i := range want[k] {
+				if got[k][i] != want[k][i] {
+					t.Fatalf("n %d: %s element %d: %g fused, %g as two operations (want the same bits)", n, name, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}

@@ -44,14 +44,14 @@ func (b *Backend) RandomAt(dst tensor.Buffer, dist tensor.Distribution, state te
 // (tensor.DropoutBackend): the Bernoulli draws of Random bit for bit, one
 // thread per Philox block of four elements, 16-byte loads and stores.
 func (b *Backend) Dropout(y, mask, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
-	b.dropout("dropout", y, &mask, x, seed, offset, keep, scale)
+	b.dropout("dropout", y, &mask, x, nil, seed, offset, keep, scale)
 }
 
 // DropoutAt is Dropout with the seed and offset in device memory, advanced
 // after the draw as RandomAt's.
 func (b *Backend) DropoutAt(y, mask, x tensor.Buffer, state tensor.Buffer, keep, scale float32) {
 	const op = "dropout_at"
-	if ps := b.dropoutState(op, y, &mask, x, state, keep, scale); ps != 0 {
+	if ps := b.dropoutState(op, y, &mask, x, nil, state, keep, scale); ps != 0 {
 		b.launchGrid(op, b.kernel("ember_random_advance"), 1, 32, ps, int64((x.Len+3)/4))
 	}
 }
@@ -59,34 +59,47 @@ func (b *Backend) DropoutAt(y, mask, x tensor.Buffer, state tensor.Buffer, keep,
 // DropoutRedraw is Dropout's y without the mask (ember_dropout with a null
 // mask).
 func (b *Backend) DropoutRedraw(y, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
-	b.dropout("dropout_redraw", y, nil, x, seed, offset, keep, scale)
+	b.dropout("dropout_redraw", y, nil, x, nil, seed, offset, keep, scale)
 }
 
 // DropoutRedrawAt is DropoutRedraw at the seed and offset in saved, which
 // it leaves as they are.
 func (b *Backend) DropoutRedrawAt(y, x tensor.Buffer, saved tensor.Buffer, keep, scale float32) {
-	b.dropoutState("dropout_redraw_at", y, nil, x, saved, keep, scale)
+	b.dropoutState("dropout_redraw_at", y, nil, x, nil, saved, keep, scale)
 }
 
-// dropout queues ember_dropout; a nil mask is none.
-func (b *Backend) dropout(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer, seed, offset uint64, keep, scale float32) {
+// DropoutRedrawAdd is DropoutRedraw with r added to each kept or zeroed
+// element in the same pass (tensor.DropoutAddBackend).
+func (b *Backend) DropoutRedrawAdd(y, x, r tensor.Buffer, seed, offset uint64, keep, scale float32) {
+	b.dropout("dropout_redraw_add", y, nil, x, &r, seed, offset, keep, scale)
+}
+
+// DropoutRedrawAddAt is DropoutRedrawAdd at the seed and offset in saved.
+func (b *Backend) DropoutRedrawAddAt(y, x, r tensor.Buffer, saved tensor.Buffer, keep, scale float32) {
+	b.dropoutState("dropout_redraw_add_at", y, nil, x, &r, saved, keep, scale)
+}
+
+var _ tensor.DropoutAddBackend = (*Backend)(nil)
+
+// dropout queues ember_dropout; a nil mask or residual is none.
+func (b *Backend) dropout(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer, r *tensor.Buffer, seed, offset uint64, keep, scale float32) {
 	n := x.Len
-	py, pm, px := b.dropoutBuffers(op, y, mask, x)
-	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, pm, px, int64(n), int64(seed), int64(offset), keep, scale)
+	py, pm, px, pr := b.dropoutBuffers(op, y, mask, x, r)
+	b.launch(op, b.kernel("ember_dropout"), (n+3)/4, py, pm, px, pr, int64(n), int64(seed), int64(offset), keep, scale)
 }
 
 // dropoutState queues ember_dropout_state at state's seed and offset and
 // returns state's pointer (0 when x is empty: nothing was drawn); a nil
-// mask is none.
-func (b *Backend) dropoutState(op string, y tensor.Buffer, mask *tensor.Buffer, x, state tensor.Buffer, keep, scale float32) uintptr {
+// mask or residual is none.
+func (b *Backend) dropoutState(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer, r *tensor.Buffer, state tensor.Buffer, keep, scale float32) uintptr {
 	need(op, "state", state, 4)
 	n := x.Len
-	py, pm, px := b.dropoutBuffers(op, y, mask, x)
+	py, pm, px, pr := b.dropoutBuffers(op, y, mask, x, r)
 	if n == 0 {
 		return 0
 	}
 	ps := b.i32(op, state)
-	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, pm, px, int64(n), ps, keep, scale)
+	b.launch(op, b.kernel("ember_dropout_state"), (n+3)/4, py, pm, px, pr, int64(n), ps, keep, scale)
 	return ps
 }
 
@@ -105,17 +118,24 @@ func (b *Backend) takeRandomState(op string, saved, state tensor.Buffer, blocks 
 
 var _ tensor.DropoutRedrawBackend = (*Backend)(nil)
 
-// dropoutBuffers checks that y and mask hold x's length and returns the
-// three pointers; a nil mask is none (a null pointer: the redraws').
-func (b *Backend) dropoutBuffers(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer) (py, pm, px uintptr) {
+// dropoutBuffers checks that y, mask and r hold x's length and returns the
+// four pointers; a nil mask or residual is none (a null pointer: the
+// redraws' mask, the plain dropout's residual).
+func (b *Backend) dropoutBuffers(op string, y tensor.Buffer, mask *tensor.Buffer, x tensor.Buffer, r *tensor.Buffer) (py, pm, px, pr uintptr) {
 	if y.Len != x.Len {
 		panic(fmt.Sprintf("cuda: %s of %d elements into y of %d", op, x.Len, y.Len))
 	}
 	if mask != nil && mask.Len != x.Len {
 		panic(fmt.Sprintf("cuda: %s of %d elements with a mask of %d", op, x.Len, mask.Len))
 	}
+	if r != nil && r.Len != x.Len {
+		panic(fmt.Sprintf("cuda: %s of %d elements with a residual of %d", op, x.Len, r.Len))
+	}
 	if mask != nil {
 		pm = b.f32(op, *mask)
 	}
-	return b.f32(op, y), pm, b.f32(op, x)
+	if r != nil {
+		pr = b.f32(op, *r)
+	}
+	return b.f32(op, y), pm, b.f32(op, x), pr
 }

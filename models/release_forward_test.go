@@ -39,15 +39,16 @@ func TestReleaseDuringForwardZoo(t *testing.T) {
 				}
 			}
 			t.Logf("%s: after the forward pass %d -> %d B, peak %d -> %d B", zc.name, kept.forward, released.forward, kept.peak, released.peak)
-			// What goes: the GPT's projection and dropout outputs, its
-			// embeddings' outputs and its last layer norm's (at the small
-			// sizes 87% of what it keeps: its blocks' layer norms and GELU
-			// write their products' bfloat16 operands, so no float32
-			// output of theirs is made to keep or give back); the
+			// What goes: the GPT's projections' outputs, its embeddings'
+			// outputs and its last layer norm's (at the small sizes 92% of
+			// what it keeps: its blocks' layer norms and GELU write their
+			// products' bfloat16 operands, and its dropouts add the
+			// residual in the same pass, so none of those makes a float32
+			// output to keep or give back); the
 			// convolution nets' pre-pooling convolution outputs (the
 			// pooling reads its positions of the maxima) and batch norms'
 			// outputs before a pooling.
-			most := map[string]float64{"gpt": 0.88, "airbench": 0.75, "resnet9": 0.8}[zc.name]
+			most := map[string]float64{"gpt": 0.93, "airbench": 0.75, "resnet9": 0.8}[zc.name]
 			if most > 0 && float64(released.forward) > most*float64(kept.forward) {
 				t.Errorf("the forward pass ends at %d B releasing, %d B keeping: want at most %.0f%%", released.forward, kept.forward, 100*most)
 			}

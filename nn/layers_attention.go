@@ -145,20 +145,19 @@ func (blk *TransformerBlock) Forward(x *tensor.Tensor) *tensor.Tensor {
 	return blk.mlpHalf(blk.attentionHalf(x))
 }
 
-// attentionHalf is x + Drop(attention(LN1(x))). Under autocast the layer
+// attentionHalf is x + Drop(attention(LN1(x))), the dropout and the
+// addition one operation (Dropout.ForwardAdd). Under autocast the layer
 // norms write their outputs in bfloat16 (LayerNorm.ForwardHalf), the form
 // the products that read them take. Each intermediate goes back once the
 // next operation has run (tensor.ReleaseInput) where no backward pass
-// reads it: the projection's output and the dropout's.
+// reads it: the projection's output.
 func (blk *TransformerBlock) attentionHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	x := in[0]
 	h := blk.LN1.ForwardHalf(x) // only the QKV projection reads it
 	a := blk.MultiheadSelfAttention.Forward(h)
 	tensor.ReleaseInput(h, a)
-	d := blk.Drop.Forward(a)
-	tensor.ReleaseInput(a, d)
-	y := tensor.Add(x, d)
-	tensor.ReleaseInput(d, y)
+	y := blk.Drop.ForwardAdd(x, a)
+	tensor.ReleaseInput(a, y)
 	return y
 }
 
@@ -172,9 +171,19 @@ func (blk *TransformerBlock) mlpHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	} else {
 		h = blk.LN2.Forward(x)
 	}
-	m := blk.MLP.Forward(h)
+	// The MLP's last dropout and the residual connection are one pass.
+	layers := blk.MLP.Layers
+	drop, _ := layers[len(layers)-1].Module.(*Dropout)
+	if drop == nil || len(layers) < 2 {
+		m := blk.MLP.Forward(h)
+		tensor.ReleaseInput(h, m)
+		y := tensor.Add(x, m)
+		tensor.ReleaseInput(m, y)
+		return y
+	}
+	m := blk.MLP.run(layers[:len(layers)-1], h)
 	tensor.ReleaseInput(h, m)
-	y := tensor.Add(x, m)
+	y := drop.ForwardAdd(x, m)
 	tensor.ReleaseInput(m, y)
 	return y
 }

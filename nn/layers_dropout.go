@@ -38,11 +38,21 @@ func NewDropout(p float32) *Dropout {
 
 // Forward applies dropout in training; in evaluation it returns x.
 func (d *Dropout) Forward(x *tensor.Tensor) *tensor.Tensor {
-	src := d.Source
-	if src == nil {
-		src = DefaultRandomSource
+	return tensor.Dropout(x, d.P, !d.evaluating, d.source())
+}
+
+// ForwardAdd returns r + Forward(x), a residual connection after the
+// dropout, in one pass where the backend has one (tensor.DropoutAdd).
+func (d *Dropout) ForwardAdd(r, x *tensor.Tensor) *tensor.Tensor {
+	return tensor.DropoutAdd(r, x, d.P, !d.evaluating, d.source())
+}
+
+// source is the layer's RandomSource, or DefaultRandomSource.
+func (d *Dropout) source() tensor.RandomSource {
+	if d.Source == nil {
+		return DefaultRandomSource
 	}
-	return tensor.Dropout(x, d.P, !d.evaluating, src)
+	return d.Source
 }
 
 // SetTraining switches dropout on (training) or off (evaluation).

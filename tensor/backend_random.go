@@ -97,3 +97,17 @@ type DropoutRedrawBackend interface {
 	// and backward passes.
 	TakeRandomState(saved, state Buffer, blocks uint64)
 }
+
+// DropoutAddBackend is implemented by backends whose redrawn dropout can
+// add a residual in the same pass: DropoutAdd, a transformer's r +
+// dropout(x), is then one pass each way instead of a dropout and an
+// addition.
+type DropoutAddBackend interface {
+	DropoutRedrawBackend
+	// DropoutRedrawAdd sets y[i] = r[i] + x[i]·mask[i] for DropoutRedraw's
+	// mask: the rounded product, then the rounded sum, the bits of
+	// DropoutRedraw followed by Add.
+	DropoutRedrawAdd(y, x, r Buffer, seed, offset uint64, keep, scale float32)
+	// DropoutRedrawAddAt is DropoutRedrawAdd at saved's seed and offset.
+	DropoutRedrawAddAt(y, x, r Buffer, saved Buffer, keep, scale float32)
+}

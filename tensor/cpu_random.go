@@ -110,10 +110,31 @@ func (c *cpuBackend) TakeRandomState(saved, state Buffer, blocks uint64) {
 	setStateOffset(state, offset+blocks)
 }
 
+// DropoutRedrawAdd is DropoutRedraw with r added to each element, after
+// the product is rounded (tensor.DropoutAddBackend).
+func (*cpuBackend) DropoutRedrawAdd(y, x, r Buffer, seed, offset uint64, keep, scale float32) {
+	checkDropoutDims("DropoutRedrawAdd", y, r, x)
+	dropoutLoopAdd(f32(y), nil, f32(x), f32(r), seed, offset, keep, scale)
+}
+
+// DropoutRedrawAddAt is DropoutRedrawAdd at saved's seed and offset.
+func (c *cpuBackend) DropoutRedrawAddAt(y, x, r Buffer, saved Buffer, keep, scale float32) {
+	seed, offset := stateSeedOffset(saved)
+	c.DropoutRedrawAdd(y, x, r, seed, offset, keep, scale)
+}
+
+var _ DropoutAddBackend = (*cpuBackend)(nil)
+
 // dropoutLoop sets out = in·mask for the mask (scale where the Bernoulli
 // draw of probability keep at (seed, offset) is 1, else 0), written into
 // m unless m is nil.
 func dropoutLoop(out, m, in []float32, seed, offset uint64, keep, scale float32) {
+	dropoutLoopAdd(out, m, in, nil, seed, offset, keep, scale)
+}
+
+// dropoutLoopAdd is dropoutLoop with r (when not nil) added to each
+// rounded product.
+func dropoutLoopAdd(out, m, in, r []float32, seed, offset uint64, keep, scale float32) {
 	for j := 0; 4*j < len(in); j++ {
 		w := philoxBlock(seed, offset+uint64(j))
 		for k := 0; k < 4 && 4*j+k < len(in); k++ {
@@ -124,7 +145,11 @@ func dropoutLoop(out, m, in []float32, seed, offset uint64, keep, scale float32)
 			if m != nil {
 				m[4*j+k] = v
 			}
-			out[4*j+k] = in[4*j+k] * v
+			o := float32(in[4*j+k] * v) // rounded before the sum: no fused multiply-add
+			if r != nil {
+				o = r[4*j+k] + o
+			}
+			out[4*j+k] = o
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"slices"
 	"fmt"
 	"sync"
 )
@@ -58,11 +59,11 @@ type RandomSource interface {
 	// and advances the source past it.
 	dropout(b DropoutBackend, y, mask, x Buffer, keep, scale float32)
 	// dropoutDraw reserves the draw of a dropout of n elements on rb and
-	// advances the source past it: apply (for the forward pass, and again
-	// for the backward one) is rb's DropoutRedraw(At) at that draw; saved,
-	// when not nil, is the device copy of the draw's state that apply
-	// reads (the caller keeps it as long as apply may run).
-	dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (apply func(y, x Buffer), saved *Tensor)
+	// advances the source past it: d.apply (for the forward pass, and
+	// again for the backward one) is rb's DropoutRedraw(At) at that draw;
+	// saved, when not nil, is the device copy of the draw's state that d
+	// reads (the caller keeps it as long as d may run).
+	dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (d redraw, saved *Tensor)
 	// attentionDraw reserves the draw of n attention weights for ab's fused
 	// attention and advances the source past it; saved, when not nil, is
 	// the device copy of the draw's state that drop reads (the caller
@@ -93,9 +94,20 @@ func (g *Generator) dropout(b DropoutBackend, y, mask, x Buffer, keep, scale flo
 	b.Dropout(y, mask, x, g.seed, g.take(x.Len), keep, scale)
 }
 
-func (g *Generator) dropoutDraw(rb DropoutRedrawBackend, _ Backend, _ *Scope, n int, keep, scale float32) (func(y, x Buffer), *Tensor) {
+// redraw applies one reserved dropout draw: apply sets y = x·mask, add
+// (nil where the backend is no DropoutAddBackend) y = r + x·mask.
+type redraw struct {
+	apply func(y, x Buffer)
+	add   func(y, x, r Buffer)
+}
+
+func (g *Generator) dropoutDraw(rb DropoutRedrawBackend, _ Backend, _ *Scope, n int, keep, scale float32) (redraw, *Tensor) {
 	seed, off := g.seed, g.take(n)
-	return func(y, x Buffer) { rb.DropoutRedraw(y, x, seed, off, keep, scale) }, nil
+	d := redraw{apply: func(y, x Buffer) { rb.DropoutRedraw(y, x, seed, off, keep, scale) }}
+	if ab, ok := rb.(DropoutAddBackend); ok {
+		d.add = func(y, x, r Buffer) { ab.DropoutRedrawAdd(y, x, r, seed, off, keep, scale) }
+	}
+	return d, nil
 }
 
 func (g *Generator) attentionDraw(_ AttentionBackend, _ Backend, _ *Scope, n int) (AttentionDropout, *Tensor) {
@@ -145,10 +157,14 @@ func (g *DeviceGenerator) dropout(b DropoutBackend, y, mask, x Buffer, keep, sca
 	b.DropoutAt(y, mask, x, g.state.buffer(), keep, scale)
 }
 
-func (g *DeviceGenerator) dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (func(y, x Buffer), *Tensor) {
+func (g *DeviceGenerator) dropoutDraw(rb DropoutRedrawBackend, b Backend, s *Scope, n int, keep, scale float32) (redraw, *Tensor) {
 	saved := EmptyOf(b, s, Int32, 4)
 	rb.TakeRandomState(saved.buffer(), g.state.buffer(), uint64(n+3)/4)
-	return func(y, x Buffer) { rb.DropoutRedrawAt(y, x, saved.buffer(), keep, scale) }, saved
+	d := redraw{apply: func(y, x Buffer) { rb.DropoutRedrawAt(y, x, saved.buffer(), keep, scale) }}
+	if ab, ok := rb.(DropoutAddBackend); ok {
+		d.add = func(y, x, r Buffer) { ab.DropoutRedrawAddAt(y, x, r, saved.buffer(), keep, scale) }
+	}
+	return d, saved
 }
 
 func (g *DeviceGenerator) attentionDraw(ab AttentionBackend, b Backend, s *Scope, n int) (AttentionDropout, *Tensor) {
@@ -241,19 +257,59 @@ func dropoutRedrawn(rb DropoutRedrawBackend, x *Tensor, p float32, gen RandomSou
 	x = x.Contiguous()
 	be := x.st.b
 	out := Empty(be, x.scope, x.shape...)
-	apply, saved := func(y, x Buffer) {}, (*Tensor)(nil)
+	d, saved := redraw{apply: func(y, x Buffer) {}}, (*Tensor)(nil)
 	if out.Len() > 0 { // an empty draw takes no counter, as randomTensor's
 		noteDraw(x.scope, gen)
-		apply, saved = gen.dropoutDraw(rb, be, x.scope, out.Len(), 1-p, 1/(1-p))
+		d, saved = gen.dropoutDraw(rb, be, x.scope, out.Len(), 1-p, 1/(1-p))
 	}
-	apply(out.buffer(), x.buffer())
+	d.apply(out.buffer(), x.buffer())
 	record(out, "dropout", func(g *Tensor, e *engine) {
 		dx := Empty(be, e.scopeFor(x), x.shape...)
-		apply(dx.buffer(), g.buffer())
+		d.apply(dx.buffer(), g.buffer())
 		e.give(x, dx)
 	}, x)
 	saveFor(out, saved)
 	readsNot(out, true, x) // the draw is what it reads
+	return out
+}
+
+// DropoutAdd returns r + Dropout(x, p, train, gen) for r and x of one
+// shape: a residual connection after a dropout (a transformer block's).
+// Where the backend redraws dropout masks and can add in the same pass
+// (DropoutAddBackend) it is one pass each way, with the bits of the two
+// operations and the same draw; elsewhere it is the two.
+func DropoutAdd(r, x *Tensor, p float32, train bool, gen RandomSource) *Tensor {
+	if !slices.Equal(r.shape, x.shape) {
+		panic(fmt.Sprintf("tensor: DropoutAdd of a residual %v and an input %v; want one shape", r.shape, x.shape))
+	}
+	ab, ok := x.st.b.(DropoutAddBackend)
+	if !ok || !train || !(p > 0 && p < 1) || x.Len() == 0 {
+		d := Dropout(x, p, train, gen)
+		y := Add(r, d)
+		if d != x {
+			ReleaseInput(d, y)
+		}
+		return y
+	}
+	sameBackend(r, x)
+	x, r = x.Contiguous(), r.Contiguous()
+	be := x.st.b
+	out := Empty(be, scopeOf(r, x), x.shape...)
+	noteDraw(x.scope, gen)
+	d, saved := gen.dropoutDraw(ab, be, x.scope, out.Len(), 1-p, 1/(1-p))
+	d.add(out.buffer(), x.buffer(), r.buffer())
+	record(out, "dropout_add", func(g *Tensor, e *engine) {
+		if x.requiresGrad {
+			dx := Empty(be, e.scopeFor(x), x.shape...)
+			d.apply(dx.buffer(), g.buffer())
+			e.give(x, dx)
+		}
+		// Queued after the draw that reads it, g may become r's own
+		// gradient (no copy), as Add gives it.
+		e.give(r, g)
+	}, x, r)
+	saveFor(out, saved)
+	readsNot(out, true, x, r) // the draw is what it reads
 	return out
 }
 

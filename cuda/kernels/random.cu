@@ -93,10 +93,13 @@ extern "C" __global__ void ember_random_take_state(int* saved, int* state, long 
 // Dropout in one pass: element i keeps x[i]·scale where its Bernoulli
 // draw of probability keep (ember_random_body's, bit for bit) is 1, else
 // 0, and stores the mask (scale or 0) for the backward pass unless mask
-// is null (the backward pass then draws it again). One thread per Philox
-// block of four elements, as the draw.
-__device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const float* x, long long n, unsigned long long s,
-                                                   unsigned long long off, float keep, float scale) {
+// is null (the backward pass then draws it again). Where r is not null
+// the residual r[i] is added to the rounded product (__fadd_rn: never
+// contracted into a multiply-add), the bits of the dropout and then the
+// addition. One thread per Philox block of four elements, as the draw.
+__device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const float* x, const float* r, long long n,
+                                                   unsigned long long s, unsigned long long off, float keep,
+                                                   float scale) {
     const long long blocks = (n + 3) / 4;
     EMBER_LOOP(long long, j, blocks) {
         const unsigned long long ctr = off + (unsigned long long)j;
@@ -105,7 +108,8 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
         const long long base = 4 * j;
         if (base + 4 <= n && ((reinterpret_cast<unsigned long long>(x + base) |
                                reinterpret_cast<unsigned long long>(y + base) |
-                               reinterpret_cast<unsigned long long>(mask ? mask + base : y)) & 15) == 0) {
+                               reinterpret_cast<unsigned long long>(mask ? mask + base : y) |
+                               reinterpret_cast<unsigned long long>(r ? r + base : y)) & 15) == 0) {
             const ember_f4 v = *reinterpret_cast<const ember_f4*>(x + base);
             ember_f4 m, o;
             m.x = ember_unit24(w[0]) < keep ? scale : 0.0f;
@@ -116,6 +120,13 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
             o.y = v.y * m.y;
             o.z = v.z * m.z;
             o.w = v.w * m.w;
+            if (r) {
+                const ember_f4 rv = *reinterpret_cast<const ember_f4*>(r + base);
+                o.x = __fadd_rn(rv.x, o.x);
+                o.y = __fadd_rn(rv.y, o.y);
+                o.z = __fadd_rn(rv.z, o.z);
+                o.w = __fadd_rn(rv.w, o.w);
+            }
             if (mask) *reinterpret_cast<ember_f4*>(mask + base) = m;
             *reinterpret_cast<ember_f4*>(y + base) = o;
             continue;
@@ -125,23 +136,24 @@ __device__ __forceinline__ void ember_dropout_body(float* y, float* mask, const 
             if (base + k >= n) break;
             const float m = ember_unit24(w[k]) < keep ? scale : 0.0f;
             if (mask) mask[base + k] = m;
-            y[base + k] = x[base + k] * m;
+            const float o = x[base + k] * m;
+            y[base + k] = r ? __fadd_rn(r[base + k], o) : o;
         }
     }
 }
 
-extern "C" __global__ void ember_dropout(float* y, float* mask, const float* x, long long n, long long seed, long long offset,
-                                         float keep, float scale) {
-    ember_dropout_body(y, mask, x, n, (unsigned long long)seed, (unsigned long long)offset, keep, scale);
+extern "C" __global__ void ember_dropout(float* y, float* mask, const float* x, const float* residualOrNull, long long n,
+                                         long long seed, long long offset, float keep, float scale) {
+    ember_dropout_body(y, mask, x, residualOrNull, n, (unsigned long long)seed, (unsigned long long)offset, keep, scale);
 }
 
 // ember_dropout with (seed, offset) read from state, as ember_random_state
 // (ember_random_advance then moves the offset).
-extern "C" __global__ void ember_dropout_state(float* y, float* mask, const float* x, long long n, const int* state,
-                                               float keep, float scale) {
+extern "C" __global__ void ember_dropout_state(float* y, float* mask, const float* x, const float* residualOrNull,
+                                               long long n, const int* state, float keep, float scale) {
     const unsigned long long seed = (unsigned long long)(unsigned int)state[0] |
                                     ((unsigned long long)(unsigned int)state[1] << 32);
     const unsigned long long offset = (unsigned long long)(unsigned int)state[2] |
                                       ((unsigned long long)(unsigned int)state[3] << 32);
-    ember_dropout_body(y, mask, x, n, seed, offset, keep, scale);
+    ember_dropout_body(y, mask, x, residualOrNull, n, seed, offset, keep, scale);
 }

@@ -49,7 +49,7 @@ func RunBackend(t *testing.T, b tensor.Backend) {
 		{"IndexSelect", testIndexSelect}, {"IndexAdd", testIndexAdd}, {"MatMulBatched", testMatMulBatched},
 		{"Optim", testOptim},
 		{"Random", testRandom},
-		{"RandomAt", testRandomAt}, {"Dropout", testDropout}, {"DropoutRedraw", testDropoutRedraw},
+		{"RandomAt", testRandomAt}, {"Dropout", testDropout}, {"DropoutRedraw", testDropoutRedraw}, {"DropoutAdd", testDropoutAdd},
 		{"BatchNorm", testBatchNorm},
 		{"BatchNormBackward", testBatchNormBackward},
 		{"BatchNormAct", testBatchNormAct},

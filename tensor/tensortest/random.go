@@ -270,6 +270,53 @@ func testDropout(e *env) {
 	}
 }
 
+// testDropoutAdd: DropoutRedrawAdd and DropoutRedrawAddAt (on backends
+// with tensor.DropoutAddBackend) write r + x·mask for DropoutRedraw's
+// mask, the product rounded before the sum (no fused multiply-add), bit
+// for bit; on lengths of every remainder mod 4, aligned and not.
+func testDropoutAdd(e *env) {
+	ab, ok := e.b.(tensor.DropoutAddBackend)
+	if !ok {
+		e.t.Skipf("SKIP: backend %s does not implement tensor.DropoutAddBackend", e.b.Name())
+	}
+	const keep = 0.8
+	scale := float32(1) / keep
+	for _, aligned := range []bool{false, true} {
+		for _, atState := range []bool{false, true} {
+			seed, offset := e.rng.Uint64(), uint64(1<<32-3)
+			e.tcase("aligned=%v saved=%v seed=%d", aligned, atState, seed)(func() {
+				saved := e.i32("saved", stateWords(seed, offset), false)
+				for _, n := range []int{4099, 1, 6, 7, 1024} {
+					pre := 4
+					if !aligned {
+						pre = 1 + e.rng.IntN(7)
+					}
+					x, r := e.normal(n, 1), e.normal(n, 1)
+					xb, rb := e.f32Pre("x", x, true, pre), e.f32Pre("r", r, true, pre)
+					y := e.f32Pre("y", fill(n, float32(math.NaN())), false, pre)
+					if atState {
+						e.b.Copy(saved.win, e.i32("words", stateWords(seed, offset), true).win)
+						ab.DropoutRedrawAddAt(y.win, xb.win, rb.win, saved.win, keep, scale)
+					} else {
+						ab.DropoutRedrawAdd(y.win, xb.win, rb.win, seed, offset, keep, scale)
+					}
+					draw := refRandom(tensor.Bernoulli, seed, offset, n, keep, 0)
+					want := make([]float32, n)
+					for i, d := range draw {
+						var m float32
+						if d == 1 {
+							m = scale
+						}
+						want[i] = r[i] + float32(x[i]*m)
+					}
+					e.exactF("DropoutRedrawAdd y", dims(n), e.getF(y), want)
+					offset += uint64(n+3) / 4
+				}
+			})
+		}
+	}
+}
+
 // DropoutRedraw, DropoutRedrawAt and TakeRandomState against Dropout's y
 // (refRandom's draws, as testDropout): y exactly x·mask with no mask
 // written; DropoutRedrawAt reads the saved state and leaves it as it is;

@@ -239,3 +239,65 @@ func TestLinearHalf(t *testing.T) {
 		}
 	}
 }
+
+// DropoutAdd gives the bits of Add(r, Dropout(x)) each way, from the same
+// draw (a host and a device generator end at the same offset), and its
+// forward pass peaks lower by the dropout's output, which it never
+// writes; in evaluation it is r + x.
+func TestDropoutAddSameBits(t *testing.T) {
+	const n = 4099
+	rng := rand.New(rand.NewPCG(7, 8))
+	rs, xs, gs := normals(rng, n, 1), normals(rng, n, 1), normals(rng, n, 1)
+	for _, device := range []bool{false, true} {
+		for _, train := range []bool{true, false} {
+			t.Run(fmt.Sprintf("device generator %v, training %v", device, train), func(t *testing.T) {
+				run := func(fused bool) (out [][]float32, peak int, offset uint64) {
+					c := tensor.NewCountingCPU()
+					var gen tensor.RandomSource
+					if device {
+						dg := tensor.NewDeviceGenerator(c, 5)
+						defer dg.Release()
+						defer func() { _, offset = dg.SeedOffset() }()
+						gen = dg
+					} else {
+						g := tensor.NewGenerator(5)
+						defer func() { offset = g.Offset() }()
+						gen = g
+					}
+					s := tensor.NewScope()
+					defer s.Release()
+					s.SetReleaseInBackward(true)
+					r := tensor.FromFloat32(c, s, rs, n).SetRequiresGrad(true)
+					x := tensor.FromFloat32(c, s, xs, n).SetRequiresGrad(true)
+					start := c.Live()
+					c.ResetPeak()
+					var y *tensor.Tensor
+					if fused {
+						y = tensor.DropoutAdd(r, x, 0.3, train, gen)
+					} else {
+						d := tensor.Dropout(x, 0.3, train, gen)
+						y = tensor.Add(r, d)
+						if d != x {
+							tensor.ReleaseInput(d, y)
+						}
+					}
+					peak = c.Peak() - start
+					out = [][]float32{y.Float32s()}
+					tensor.Sum(tensor.Mul(y, tensor.FromFloat32(c, s, gs, n))).Backward()
+					return append(out, r.Grad().Float32s(), x.Grad().Float32s()), peak, offset
+				}
+				want, wantPeak, wantOff := run(false)
+				got, gotPeak, gotOff := run(true)
+				for i, name := range []string{"y", "dr", "dx"} {
+					sameBits(t, name, got[i], want[i])
+				}
+				if gotOff != wantOff {
+					t.Errorf("the generator ends at offset %d, %d after Dropout and Add", gotOff, wantOff)
+				}
+				if train && gotPeak > wantPeak-4*n {
+					t.Errorf("forward pass peaked %d B above the start, Dropout and Add %d B: want at least the dropout output's %d B less", gotPeak, wantPeak, 4*n)
+				}
+			})
+		}
+	}
+}
