@@ -1,8 +1,8 @@
 package tensor
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 	"sync"
 )
 
