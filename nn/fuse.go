@@ -16,12 +16,13 @@ import (
 // over disjoint windows, a convolution with its ReLU, batch norm with its
 // ReLU or GELU, a linear layer with its ReLU, layer norm or an activation
 // with the linear layer after it (under autocast they write the product's
-// bfloat16 operand); CrossEntropyLoss and LossSum run a last
-// Linear layer and the loss as one operation. The fused operations compute what the layers do
-// one by one (up to the order of the sums), and each falls back to those
-// layers' operations on a backend without a fused form, so fusion changes
-// speed, never parameters, names, checkpoints or what is learnt. The
-// model chooses nothing: the framework picks the fused kernels.
+// bfloat16 operand); CrossEntropyLoss and LossSum run a last Linear layer
+// and the loss as one operation. The fused operations compute what the
+// layers do one by one (up to the order of the sums), and each falls back
+// to those layers' operations on a backend without a fused form, so
+// fusion changes speed, never parameters, names, checkpoints or what is
+// learnt. The model chooses nothing: the framework picks the fused
+// kernels.
 //
 // SetFusion(m, false) turns it off for a model (every layer then runs on
 // its own, for debugging or to compare); EMBER_FUSION=off in the

@@ -173,8 +173,11 @@ func (blk *TransformerBlock) mlpHalf(in ...*tensor.Tensor) *tensor.Tensor {
 	}
 	// The MLP's last dropout and the residual connection are one pass.
 	layers := blk.MLP.Layers
-	drop, _ := layers[len(layers)-1].Module.(*Dropout)
-	if drop == nil || len(layers) < 2 {
+	var drop *Dropout
+	if len(layers) >= 2 {
+		drop, _ = layers[len(layers)-1].Module.(*Dropout)
+	}
+	if drop == nil {
 		m := blk.MLP.Forward(h)
 		tensor.ReleaseInput(h, m)
 		y := tensor.Add(x, m)

@@ -122,7 +122,11 @@ func beta(accumulate bool) float32 {
 // the affine map of nn.Linear. x may also be [..., in] (or [in]): the
 // leading dimensions are folded into rows (ops_matmul.go). Under autocast
 // (autocast.go) the products are bfloat16 ones and the bias is added in
-// float32; the fused float32 paths of a LinearBackend are not taken.
+// float32; the fused float32 paths of a LinearBackend are not taken. Under
+// autocast x may also be bfloat16 (what LayerNormHalf, ActivationLinear's
+// activation or LinearHalf write): it is then the product's operand as it
+// is, kept for the backward pass instead of a copy, and its gradient is
+// float32.
 func Linear(x, w, b *Tensor) *Tensor { return linear(x, w, b, false) }
 
 // LinearHalf is Linear for a result that is only read as bfloat16 (a
