@@ -23,7 +23,9 @@
 //     and ops.go (LeNet's fused operations and the classic MatMul/Linear).
 //   - Mixed precision: ops_cast.go (the BFloat16 dtype's rounding, Cast)
 //     and autocast.go (Scope.SetAutocast: bfloat16 matrix products with
-//     float32 results and float32 parameters, as torch.autocast);
+//     float32 results and float32 parameters, as torch.autocast; operands
+//     written once in bfloat16 by their producers: LayerNormHalf,
+//     ActivationLinear, LinearHalf, and Linear taking them as they are);
 //     channels_last.go and ops_channels_last.go (autocast's convolution
 //     activations held as bfloat16 [N, H, W, C] between the layers of a
 //     convolution net, Scope.SetChannelsLast).
@@ -60,12 +62,15 @@
 //     waiting for the host), OptimBackend (fused optimiser updates),
 //     RandomStateBackend and DropoutBackend (random numbers whose counter
 //     lives on the device), DropoutRedrawBackend (dropout that keeps no
-//     mask: its backward pass draws it again), AugmentBackend (a batch of uint8 images
+//     mask: its backward pass draws it again) and DropoutAddBackend (the
+//     residual added in the same pass, DropoutAdd), AugmentBackend (a batch of uint8 images
 //     gathered with per-sample crop, flip, normalisation and cutout from
 //     Philox words, the same bits on every backend), LowPrecisionBackend,
 //     LowPrecisionConvBackend and LowPrecisionBiasBackend (casts, bfloat16
 //     products, convolutions, and products with the bias in their
-//     epilogue, backend_lowp.go), ChannelsLastBackend and
+//     epilogue, backend_lowp.go), UnaryCastBackend, LayerNormCastBackend
+//     and LinearCastBackend (a unary function, a layer norm and a product
+//     that round their result as they write it), ChannelsLastBackend and
 //     ChannelsLastFilterBackend (autocast's bfloat16 channels-last
 //     activations, and a filter cast once a step for both of a
 //     convolution's passes, channels_last.go), CausalSoftmaxBackend,
