@@ -28,14 +28,20 @@ func TestKernelsParseWithClang(t *testing.T) {
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// sm_80 as well where a unit has kernels compiled for it only.
-		archs := []string{"sm_70"}
+		// sm_80 as well where a unit has kernels compiled for it only, and
+		// code for sm_90 and later (thread block clusters) parsed as if for
+		// sm_90: this clang knows no sm_90, so the architecture macro is set
+		// by hand and __cluster_dims__ left out.
+		archs := [][]string{{"--cuda-gpu-arch=sm_70"}}
 		if slices.Contains(u.files, "kernels/attention_bf16.cu") {
-			archs = append(archs, "sm_80")
+			archs = append(archs, []string{"--cuda-gpu-arch=sm_80"})
+		}
+		if strings.Contains(src, "__CUDA_ARCH__ >= 900") {
+			archs = append(archs, []string{"--cuda-gpu-arch=sm_80", "-U__CUDA_ARCH__", "-D__CUDA_ARCH__=900", "-D__cluster_dims__(x,y,z)="})
 		}
 		for _, arch := range archs {
-			args := []string{"-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
-				"--cuda-gpu-arch=" + arch, "-include", decls, "-Wall", "-Werror", "-fsyntax-only"}
+			args := []string{"-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib"}
+			args = append(append(args, arch...), "-include", decls, "-Wall", "-Werror", "-fsyntax-only")
 			args = append(append(args, u.defines...), file)
 			if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
 				t.Fatalf("clang, unit %d %v (%s): %v\n%s", i, u.files, arch, err, out)

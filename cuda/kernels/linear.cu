@@ -363,3 +363,204 @@ extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(
     lt_grads<LT_CLUSTER>(LT_GRADS_ARGS);
 }
 #endif
+
+// Products of at most 64 rows through a wide layer (an MLP's step at batch
+// 64, a few inputs at inference): C [M, N] (+)= A·Bᵀ, or A·B, with A
+// [M, K] and B [N, K], or [K, N], rows contiguous. At 64 rows such a
+// product is about 2 µs of the device's FP32 arithmetic when every SM takes
+// a share, which needs its sum split over k; lt_tile's 16-deep slices then
+// each wait on their loads (one slice ahead hides one slice's compute, a
+// tenth of a load's latency). Here a block's whole range of k (SK_KC at a
+// time) is copied into shared memory at once by cp.async, in four groups
+// multiplied as each lands, so a block waits on about one load. The
+// SK_CLUSTER blocks that split a tile's sum form a cluster and add their
+// partial tiles through distributed shared memory in rank order (the bits
+// do not depend on timing), each finishing 64 / SK_CLUSTER rows with the
+// epilogue: beta·C, the bias, the ReLU.
+#if __CUDA_ARCH__ >= 900
+#define SK_COLS 64
+#define SK_KC 128
+#define SK_KP (SK_KC + 4)    // pitch of a k-contiguous row: float4-aligned, consecutive rows 4 banks apart
+#define SK_JP (SK_COLS + 4)  // pitch of a k-major row of B
+#define SK_THREADS 128       // 8 rows x 4 columns of the tile a thread
+#define SK_CLUSTER 8
+// The dynamic shared memory a block takes: A's rows, then B's (the larger
+// of its two layouts). The Go side sets it as the kernel's limit
+// (linear_skinny.go).
+#define SK_SHARED_FLOATS (64 * SK_KP + (64 * SK_KP > SK_KC * SK_JP ? 64 * SK_KP : SK_KC * SK_JP))
+
+__device__ __forceinline__ void sk_cp16(float* dst, const float* src, bool in) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void sk_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void sk_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+// sk_fetch copies quarter q (32 k) of the piece [k0, kEnd) of A's rows and
+// of B's tile into shared memory, zeros past M, N and kEnd, as one group.
+template <bool BKMAJOR>
+__device__ __forceinline__ void sk_fetch(float* As, float* Bs, const float* a, const float* b, int M, int N, int K, int j0,
+                                         int k0, int kEnd, int q) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = tid; e < 64 * 8; e += SK_THREADS) {
+        const int r = e >> 3, kk = 32 * q + 4 * (e & 7);
+        const bool in = r < M && k0 + kk < kEnd;
+        sk_cp16(As + r * SK_KP + kk, in ? a + (long long)r * K + k0 + kk : a, in);
+    }
+    if (BKMAJOR) {
+#pragma unroll
+        for (int e = tid; e < 32 * 16; e += SK_THREADS) {
+            const int kk = 32 * q + (e >> 4), j = j0 + 4 * (e & 15);
+            const bool in = k0 + kk < kEnd && j < N;
+            sk_cp16(Bs + kk * SK_JP + 4 * (e & 15), in ? b + (long long)(k0 + kk) * N + j : b, in);
+        }
+    } else {
+#pragma unroll
+        for (int e = tid; e < 64 * 8; e += SK_THREADS) {
+            const int r = e >> 3, kk = 32 * q + 4 * (e & 7);
+            const bool in = j0 + r < N && k0 + kk < kEnd;
+            sk_cp16(Bs + r * SK_KP + kk, in ? b + (long long)(j0 + r) * K + k0 + kk : b, in);
+        }
+    }
+    sk_commit();
+}
+
+// sk_column is the tile column of a thread's c-th column: 16 apart where B
+// is k-contiguous (its rows then 4 banks apart in shared memory), 4 together
+// where it is k-major (one float4 of a row of B).
+template <bool BKMAJOR>
+__device__ __forceinline__ int sk_column(int tx, int c) {
+    return BKMAJOR ? 4 * tx + c : tx + 16 * c;
+}
+
+// sk_multiply adds the products over k in [kq, kq + len) (len a multiple
+// of 4) to the thread's 8 x 4 sums, k ascending for each.
+template <bool BKMAJOR>
+__device__ __forceinline__ void sk_multiply(float acc[8][4], const float* As, const float* Bs, int tx, int ty, int kq, int len) {
+#pragma unroll 2
+    for (int kk = kq; kk < kq + len; kk += 4) {
+        ember_f4 av[8];
+#pragma unroll
+        for (int r = 0; r < 8; r++) av[r] = *reinterpret_cast<const ember_f4*>(As + (ty + 8 * r) * SK_KP + kk);
+        if (BKMAJOR) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const ember_f4 bv = *reinterpret_cast<const ember_f4*>(Bs + (kk + u) * SK_JP + 4 * tx);
+                const float bs[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const float a = u == 0 ? av[r].x : u == 1 ? av[r].y : u == 2 ? av[r].z : av[r].w;
+#pragma unroll
+                    for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(a, bs[c], acc[r][c]);
+                }
+            }
+        } else {
+            ember_f4 bv[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) bv[c] = *reinterpret_cast<const ember_f4*>(Bs + (tx + 16 * c) * SK_KP + kk);
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const float a = u == 0 ? av[r].x : u == 1 ? av[r].y : u == 2 ? av[r].z : av[r].w;
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        const float bb = u == 0 ? bv[c].x : u == 1 ? bv[c].y : u == 2 ? bv[c].z : bv[c].w;
+                        acc[r][c] = __fmaf_rn(a, bb, acc[r][c]);
+                    }
+                }
+        }
+    }
+}
+
+// sk_product: block blockIdx.x is column tile blockIdx.x / SK_CLUSTER and
+// its rank in the cluster the split of k [rank·chunk, (rank+1)·chunk)
+// (chunk a multiple of 4; K too, and N where B is k-major, so that every
+// 16-byte copy lies wholly inside or outside the operand).
+template <bool BKMAJOR>
+__device__ __forceinline__ void sk_product(float* c, const float* a, const float* b, const float* bias, int M, int N, int K,
+                                           int chunk, float beta, int relu) {
+    extern __shared__ __attribute__((aligned(16))) float sk_sh[];
+    float* As = sk_sh;
+    float* Bs = sk_sh + 64 * SK_KP;
+    const unsigned rank = blockIdx.x % SK_CLUSTER;
+    const int j0 = (blockIdx.x / SK_CLUSTER) * SK_COLS;
+    const int kBegin = ember_imin(K, (int)rank * chunk), kEnd = ember_imin(K, kBegin + chunk);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+
+    float acc[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) acc[r][cc] = 0.0f;
+
+    for (int k0 = kBegin; k0 < kEnd; k0 += SK_KC) {
+        const int len = ember_imin(SK_KC, kEnd - k0);
+        const int quarters = (len + 31) / 32;
+        // All of the piece's copies first, then each quarter as it lands.
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (q < quarters) {
+                sk_fetch<BKMAJOR>(As, Bs, a, b, M, N, K, j0, k0, kEnd, q);
+            } else {
+                sk_commit();  // an empty group keeps the count of pending groups
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (q >= quarters) break;
+            if (q == 0) sk_wait<3>();
+            if (q == 1) sk_wait<2>();
+            if (q == 2) sk_wait<1>();
+            if (q == 3) sk_wait<0>();
+            __syncthreads();
+            sk_multiply<BKMAJOR>(acc, As, Bs, tx, ty, 32 * q, ember_imin(32, len - 32 * q));
+        }
+        sk_wait<0>();
+        __syncthreads();  // the next piece's copies overwrite these
+    }
+
+    // The partial tile [64][SK_COLS] over A's rows, then the cluster's sum.
+    float* part = sk_sh;
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) part[(ty + 8 * r) * SK_COLS + sk_column<BKMAJOR>(tx, cc)] = acc[r][cc];
+    lt_cluster_sync();
+    constexpr int rows = 64 / SK_CLUSTER;
+    for (int e = threadIdx.x; e < rows * SK_COLS; e += SK_THREADS) {
+        const int i = rank * rows + e / SK_COLS, jl = e % SK_COLS, j = j0 + jl;
+        if (i >= M || j >= N) continue;
+        float v[SK_CLUSTER];
+#pragma unroll
+        for (int t = 0; t < SK_CLUSTER; t++) v[t] = lt_cluster_load(&part[i * SK_COLS + jl], t);
+        float sum = v[0];
+#pragma unroll
+        for (int t = 1; t < SK_CLUSTER; t++) sum += v[t];
+        const long long o = (long long)i * N + j;
+        if (beta != 0.0f) sum = sum + beta * c[o];
+        if (bias != 0) sum = sum + bias[j];
+        if (relu) sum = (sum > 0.0f || sum != sum) ? sum : 0.0f;
+        c[o] = sum;
+    }
+    lt_cluster_sync();  // no block leaves while others read its partial tile
+}
+
+// linear_skinny: c [m, n] (+ beta·c) = a [m, k] · b [n, k]ᵀ (+ bias, ReLU'd
+// when relu), m <= 64: a layer's forward pass.
+extern "C" __global__ void __cluster_dims__(SK_CLUSTER, 1, 1) __launch_bounds__(SK_THREADS)
+    ember_linear_skinny(float* c, const float* a, const float* b, const float* biasOrNull, int m, int n, int k, int chunk, float beta, int relu) {
+    sk_product<false>(c, a, b, biasOrNull, m, n, k, chunk, beta, relu);
+}
+// linear_skinny_kmajor: c [m, n] (+ beta·c) = a [m, k] · b [k, n], m <= 64:
+// a layer's input gradient g·w.
+extern "C" __global__ void __cluster_dims__(SK_CLUSTER, 1, 1) __launch_bounds__(SK_THREADS)
+    ember_linear_skinny_kmajor(float* c, const float* a, const float* b, int m, int n, int k, int chunk, float beta) {
+    sk_product<true>(c, a, b, 0, m, n, k, chunk, beta, 0);
+}
+#endif
