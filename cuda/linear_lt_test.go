@@ -74,7 +74,9 @@ func runLinear(t *testing.T, b *Backend, c linearCase, x, w, bias, g []float32, 
 // have cuBLASLt open.
 func withPath(b *Backend, path string, f func()) {
 	lt, tiled, everywhere, wide, skinny := b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide, b.noSkinny
-	defer func() { b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide, b.noSkinny = lt, tiled, everywhere, wide, skinny }()
+	defer func() {
+		b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide, b.noSkinny = lt, tiled, everywhere, wide, skinny
+	}()
 	b.noSkinny = path != "skinny"
 	switch path {
 	case "cublas":
