@@ -105,6 +105,19 @@ func TestGPULtCandidatesBench(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The skinny kernel with one block an SM (its shared memory raised so
+	// that no second block fits), at fc2.
+	if sl, ok := b.x.(sharedLauncher); ok && b.skinnyReady() {
+		const one = 160 << 10
+		f := b.kernel("ember_linear_skinny")
+		if err := f.SetMaxDynamicSharedMemory(one); err == nil {
+			d := graphTime(t, b, func() {
+				devCheck("bench", sl.launchShared(f, Dim3{X: 16 * skinnyCluster, Y: 1, Z: 1}, Dim3{X: skinnyThreads, Y: 1, Z: 1}, one,
+					[]any{h2, h1, w2, b2, int32(n), int32(1024), int32(1024), int32(128), float32(0), int32(1)}))
+			})
+			t.Logf("fc2 forward, skinny kernel alone on its SM: %7.2f µs", us(d))
+		}
+	}
 	// Fewer rows through fc2: where the skinny kernel should stop.
 	for _, m := range []int{1, 8, 16, 32, 48} {
 		g, ok := b.ltPlan(LtGemm{TransB: true, M: m, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtReLUBias}, h1, w2, h2, b2)

@@ -24,9 +24,9 @@ var skinnyCases = []linearCase{
 }
 
 // TestGPULinearSkinnyMatchesCuBLAS runs skinnyCases through the skinny
-// kernels and through cuBLAS with the separate passes, on inputs whose sums
-// are exact in any order (gridRandom), and wants the same bits: the
-// kernels' sums, splits, zero fills, epilogues and accumulation. It wants
+// kernels and through cuBLASLt and cuBLAS (the paths they replace), on
+// inputs whose sums are exact in any order (gridRandom), and wants the same
+// bits: the kernels' sums, splits, zero fills, epilogues and accumulation. It wants
 // the skinny kernels to have run a product in each case (so the comparison
 // did not run the fallback twice).
 func TestGPULinearSkinnyMatchesCuBLAS(t *testing.T) {
@@ -36,7 +36,7 @@ func TestGPULinearSkinnyMatchesCuBLAS(t *testing.T) {
 	for _, c := range skinnyCases {
 		x, w, bias, g := gridRandom(c.n*c.in, 1), gridRandom(c.out*c.in, 2), gridRandom(c.out, 3), gridRandom(c.n*c.out, 4)
 		var ref, got [][]float32
-		withPath(b, "cublas", func() { ref = runLinear(t, b, c, x, w, bias, g, gridRandom) })
+		withPath(b, "lt", func() { ref = runLinear(t, b, c, x, w, bias, g, gridRandom) })
 		calls := b.skinnyCalls.Load()
 		withPath(b, "skinny", func() { got = runLinear(t, b, c, x, w, bias, g, gridRandom) })
 		if want := int64(1 + btoi(c.dx)); b.skinnyCalls.Load()-calls != want {
@@ -45,7 +45,7 @@ func TestGPULinearSkinnyMatchesCuBLAS(t *testing.T) {
 		for i := range ref {
 			if !sameBits(got[i], ref[i]) {
 				j := firstDiff(got[i], ref[i])
-				t.Errorf("%v: result %d (y, then the gradients wanted) differs from the cuBLAS path: [%d] %g, want %g", c, i, j, got[i][j], ref[i][j])
+				t.Errorf("%v: result %d (y, then the gradients wanted) differs from cuBLASLt's and cuBLAS's: [%d] %g, want %g", c, i, j, got[i][j], ref[i][j])
 			}
 		}
 	}
