@@ -22,7 +22,7 @@ const (
 	// skinnyCluster is SK_CLUSTER: the blocks that split a tile's sum.
 	skinnyCluster = 8
 	// skinnyThreads is SK_THREADS.
-	skinnyThreads = 128
+	skinnyThreads = 512
 	// skinnyShared is SK_SHARED_FLOATS in bytes: the dynamic shared memory
 	// of a block, above the 48 KiB a kernel may take without asking.
 	skinnyShared = 4 * (64*132 + 128*68)

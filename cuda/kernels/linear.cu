@@ -382,7 +382,11 @@ extern "C" __global__ void __cluster_dims__(LT_CLUSTER, 1, 1) __launch_bounds__(
 #define SK_KC 128
 #define SK_KP (SK_KC + 4)    // pitch of a k-contiguous row: float4-aligned, consecutive rows 4 banks apart
 #define SK_JP (SK_COLS + 4)  // pitch of a k-major row of B
-#define SK_THREADS 128       // 8 rows x 4 columns of the tile a thread
+// 16 warps a block, each thread 2 rows x 4 columns of the tile: a block has
+// an SM to itself (128 blocks for 1024 columns), and at 4 warps (8 rows x 4
+// columns a thread) each SM issued about one instruction a cycle, its
+// warps waiting on shared-memory loads and on each other's sums (Nsight).
+#define SK_THREADS 512
 #define SK_CLUSTER 8
 // The dynamic shared memory a block takes: A's rows, then B's (the larger
 // of its two layouts). The Go side sets it as the kernel's limit
@@ -439,21 +443,22 @@ __device__ __forceinline__ int sk_column(int tx, int c) {
 }
 
 // sk_multiply adds the products over k in [kq, kq + len) (len a multiple
-// of 4) to the thread's 8 x 4 sums, k ascending for each.
-template <bool BKMAJOR>
-__device__ __forceinline__ void sk_multiply(float acc[8][4], const float* As, const float* Bs, int tx, int ty, int kq, int len) {
-#pragma unroll 2
+// of 4) to the thread's 2 x 4 sums, rows ty and ty + 32 (R = 1: row ty
+// only, the other being past M), k ascending for each.
+template <bool BKMAJOR, int R>
+__device__ __forceinline__ void sk_multiply(float acc[2][4], const float* As, const float* Bs, int tx, int ty, int kq, int len) {
+#pragma unroll 4
     for (int kk = kq; kk < kq + len; kk += 4) {
-        ember_f4 av[8];
+        ember_f4 av[2];
 #pragma unroll
-        for (int r = 0; r < 8; r++) av[r] = *reinterpret_cast<const ember_f4*>(As + (ty + 8 * r) * SK_KP + kk);
+        for (int r = 0; r < R; r++) av[r] = *reinterpret_cast<const ember_f4*>(As + (ty + 32 * r) * SK_KP + kk);
         if (BKMAJOR) {
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const ember_f4 bv = *reinterpret_cast<const ember_f4*>(Bs + (kk + u) * SK_JP + 4 * tx);
                 const float bs[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
-                for (int r = 0; r < 8; r++) {
+                for (int r = 0; r < R; r++) {
                     const float a = u == 0 ? av[r].x : u == 1 ? av[r].y : u == 2 ? av[r].z : av[r].w;
 #pragma unroll
                     for (int c = 0; c < 4; c++) acc[r][c] = __fmaf_rn(a, bs[c], acc[r][c]);
@@ -466,7 +471,7 @@ __device__ __forceinline__ void sk_multiply(float acc[8][4], const float* As, co
 #pragma unroll
             for (int u = 0; u < 4; u++)
 #pragma unroll
-                for (int r = 0; r < 8; r++) {
+                for (int r = 0; r < R; r++) {
                     const float a = u == 0 ? av[r].x : u == 1 ? av[r].y : u == 2 ? av[r].z : av[r].w;
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
@@ -493,9 +498,9 @@ __device__ __forceinline__ void sk_product(float* c, const float* a, const float
     const int kBegin = ember_imin(K, (int)rank * chunk), kEnd = ember_imin(K, kBegin + chunk);
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 
-    float acc[8][4];
+    float acc[2][4];
 #pragma unroll
-    for (int r = 0; r < 8; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
         for (int cc = 0; cc < 4; cc++) acc[r][cc] = 0.0f;
 
@@ -519,7 +524,12 @@ __device__ __forceinline__ void sk_product(float* c, const float* a, const float
             if (q == 2) sk_wait<1>();
             if (q == 3) sk_wait<0>();
             __syncthreads();
-            sk_multiply<BKMAJOR>(acc, As, Bs, tx, ty, 32 * q, ember_imin(32, len - 32 * q));
+            const int kq = 32 * q, kl = ember_imin(32, len - 32 * q);
+            if (M > 32) {
+                sk_multiply<BKMAJOR, 2>(acc, As, Bs, tx, ty, kq, kl);
+            } else {
+                sk_multiply<BKMAJOR, 1>(acc, As, Bs, tx, ty, kq, kl);
+            }
         }
         sk_wait<0>();
         __syncthreads();  // the next piece's copies overwrite these
@@ -528,9 +538,9 @@ __device__ __forceinline__ void sk_product(float* c, const float* a, const float
     // The partial tile [64][SK_COLS] over A's rows, then the cluster's sum.
     float* part = sk_sh;
 #pragma unroll
-    for (int r = 0; r < 8; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int cc = 0; cc < 4; cc++) part[(ty + 8 * r) * SK_COLS + sk_column<BKMAJOR>(tx, cc)] = acc[r][cc];
+        for (int cc = 0; cc < 4; cc++) part[(ty + 32 * r) * SK_COLS + sk_column<BKMAJOR>(tx, cc)] = acc[r][cc];
     lt_cluster_sync();
     constexpr int rows = 64 / SK_CLUSTER;
     for (int e = threadIdx.x; e < rows * SK_COLS; e += SK_THREADS) {
