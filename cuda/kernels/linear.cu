@@ -442,14 +442,17 @@ __device__ __forceinline__ int sk_column(int tx, int c) {
     return BKMAJOR ? 4 * tx + c : tx + 16 * c;
 }
 
-// sk_multiply adds the products over k in [kq, kq + len) (len a multiple
-// of 4) to the thread's 2 x 4 sums, rows ty and ty + 32 (R = 1: row ty
-// only, the other being past M), k ascending for each.
+// sk_multiply adds the products over the 32 k of one quarter (As and Bs at
+// its first k; past the operands' ends the copies wrote zeros) to the
+// thread's 2 x 4 sums, rows ty and ty + 32 (R = 1: row ty only, the other
+// being past M), k ascending for each. Unrolled whole, so that the next
+// loads from shared memory are issued while these sums run (rolled, with
+// its length a variable, each sum waited on its load).
 template <bool BKMAJOR, int R>
-__device__ __forceinline__ void sk_multiply(float acc[2][4], const float* As, const float* Bs, int tx, int ty, int kq, int len) {
-#pragma unroll 4
-    for (int kk = kq; kk < kq + len; kk += 4) {
-        ember_f4 av[2];
+__device__ __forceinline__ void sk_multiply(float acc[2][4], const float* As, const float* Bs, int tx, int ty) {
+#pragma unroll
+    for (int kk = 0; kk < 32; kk += 4) {
+        ember_f4 av[R];
 #pragma unroll
         for (int r = 0; r < R; r++) av[r] = *reinterpret_cast<const ember_f4*>(As + (ty + 32 * r) * SK_KP + kk);
         if (BKMAJOR) {
@@ -524,11 +527,12 @@ __device__ __forceinline__ void sk_product(float* c, const float* a, const float
             if (q == 2) sk_wait<1>();
             if (q == 3) sk_wait<0>();
             __syncthreads();
-            const int kq = 32 * q, kl = ember_imin(32, len - 32 * q);
+            const float* Aq = As + 32 * q;
+            const float* Bq = BKMAJOR ? Bs + 32 * q * SK_JP : Bs + 32 * q;
             if (M > 32) {
-                sk_multiply<BKMAJOR, 2>(acc, As, Bs, tx, ty, kq, kl);
+                sk_multiply<BKMAJOR, 2>(acc, Aq, Bq, tx, ty);
             } else {
-                sk_multiply<BKMAJOR, 1>(acc, As, Bs, tx, ty, kq, kl);
+                sk_multiply<BKMAJOR, 1>(acc, Aq, Bq, tx, ty);
             }
         }
         sk_wait<0>();
