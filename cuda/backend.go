@@ -90,9 +90,6 @@ type BackendOptions struct {
 	// By default they go to cuBLASLt, with their backward pass through
 	// cuBLAS, which measured faster there (linear_lt.go).
 	NoLinearLtWide bool
-	// NoLinearSkinny keeps the wide layers of at most 64 rows on cuBLASLt
-	// and cuBLAS instead of the split products of linear_skinny.go.
-	NoLinearSkinny bool
 	// NoTuneProducts keeps the algorithm cuBLASLt's heuristics rank first
 	// for each product shape instead of timing the first few on the
 	// shape's first call (linear_lt_tune.go).
@@ -142,7 +139,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0, EMBER_LINEAR_SKINNY=0 turn the matching
+// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
@@ -177,7 +174,6 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoTuneProducts = opt.NoTuneProducts || off("EMBER_LT_TUNE")
-	opt.NoLinearSkinny = opt.NoLinearSkinny || off("EMBER_LINEAR_SKINNY")
 	opt.NoBatchNormOnePass = opt.NoBatchNormOnePass || off("EMBER_BN_ONEPASS")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
@@ -236,9 +232,6 @@ type Backend struct {
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
 	ltTune        ltTuner      // the shapes whose algorithm was chosen (linear_lt_tune.go)
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
-	noSkinny      bool         // no skinny products (linear_skinny.go)
-	skinny        skinnyState  // their shared memory, set once
-	skinnyCalls   atomic.Int64 // products queued through them (tests, benchmarks)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)
 	tileCounters  Block        // counters: split sums (linear.cu), linear_xent's blocks (narrow.cu), conv_dx_rt's image queue, reductions' joins
 	streamAll     bool         // every reduction's input read as streamed, whatever its size (tests)
@@ -275,8 +268,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 		dev.SetKernelCache(KernelCacheFor(opt.KernelCache))
 	}
 	b := &Backend{dev: dev, name: fmt.Sprintf("cuda:%d", ordinal), opt: opt, noConvRT: opt.NoConvRT,
-		noLinearTiled: opt.NoLinearTiled, noNarrow: opt.NoNarrow,
-		noSkinny: opt.NoLinearSkinny}
+		noLinearTiled: opt.NoLinearTiled, noNarrow: opt.NoNarrow}
 	ok := false
 	defer func() {
 		if !ok {

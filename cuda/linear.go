@@ -187,7 +187,6 @@ func (b *Backend) Linear(y, x, w, bias tensor.Buffer, n, in, out int, relu bool)
 		// No products: y = ReLU(0 + bias).
 		devCheck(op, b.x.memset32(py, 0, n*out))
 		b.linearEpilogue(op, py, pbias, n, out, relu)
-	case b.skinnyLinear(n, in, out) && b.skinnyProduct(op, py, px, pw, pbias, n, out, in, false, 0, relu):
 	case b.ltFirst(n, in, out) && b.linearLt(op, py, px, pw, pbias, n, in, out, relu):
 	case !relu && smallProduct(n, out, in):
 		b.matmul(op, py, px, pw, pbias, n, out, in, false, true, 1, 0)
@@ -291,7 +290,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			return
 		}
 		if pdx != 0 {
-			b.inputGrad(op, pdx, pg, pw, n, in, out, accX)
+			b.product(op, pdx, pg, pw, n, in, out, false, accX)
 		}
 		if pdw != 0 && pdb != 0 && !accB && n*in*out > 0 && b.ltLinear(n, in, out) && !overlaps(pdw, 4*out*in, pdb, 4*out) &&
 			b.weightGradsLt(op, pdw, pdb, pg, px, n, in, out, accW) {
@@ -339,19 +338,10 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 		}
 		devCheck(op, lx.ltMatmul(g, 1, pg, px, beta32(accW), pdw, pdb, 0))
 	}, func() {
-		b.inputGrad(op, pdx, pg, pw, n, in, out, accX)
+		b.product(op, pdx, pg, pw, n, in, out, false, accX)
 	}))
 	b.ltCalls.Add(1)
 	return true
-}
-
-// inputGrad queues a layer's input gradient dx [n, in] (+)= g·w: through
-// the skinny kernel where the layer takes it, else cuBLAS.
-func (b *Backend) inputGrad(op string, pdx, pg, pw uintptr, n, in, out int, accX bool) {
-	if b.skinnyLinear(n, in, out) && b.skinnyProduct(op, pdx, pg, pw, 0, n, in, out, true, beta32(accX), false) {
-		return
-	}
-	b.product(op, pdx, pg, pw, n, in, out, false, accX)
 }
 
 // product queues c [m, n] = A·B (+ c when acc), A [m, k] or its transpose

@@ -69,15 +69,10 @@ func runLinear(t *testing.T, b *Backend, c linearCase, x, w, bias, g []float32, 
 // passes, or ember_gemm_small), "lt" (cuBLASLt for every layer it takes),
 // "lt>256" (BackendOptions.LinearLt's choice: cuBLASLt above 256 rows) or
 // "current" (the default without cuBLASLt: the tiled kernels up to 256
-// rows, cuBLAS above), each without the skinny kernels, or "skinny" (the
-// default paths: the skinny kernels where they take the layer). b must
-// have cuBLASLt open.
+// rows, cuBLAS above). b must have cuBLASLt open.
 func withPath(b *Backend, path string, f func()) {
-	lt, tiled, everywhere, wide, skinny := b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide, b.noSkinny
-	defer func() {
-		b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide, b.noSkinny = lt, tiled, everywhere, wide, skinny
-	}()
-	b.noSkinny = path != "skinny"
+	lt, tiled, everywhere, wide := b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide
+	defer func() { b.lt, b.noLinearTiled, b.ltEverywhere, b.ltWide = lt, tiled, everywhere, wide }()
 	switch path {
 	case "cublas":
 		b.lt, b.noLinearTiled, b.ltEverywhere = nil, true, false

@@ -47,15 +47,7 @@ func TestGPULtCandidatesBench(t *testing.T) {
 		name           string
 		g              LtGemm
 		a, bb, c, bias uintptr
-		cublas         func() // the path the layer took before cuBLASLt
-		skinny         func() // the skinny kernel, where it takes the product
-	}
-	sk := func(c, a, bb, bias uintptr, m, n, k int, kMajor, relu bool) func() {
-		return func() {
-			if !b.skinnyProduct("bench", c, a, bb, bias, m, n, k, kMajor, 0, relu) {
-				t.Fatal("the skinny kernel refused a product of the benchmark")
-			}
-		}
+		cublas         func() // the path the layer takes today, when not cuBLASLt
 	}
 	dwGemm := func(in int, epi driver.LtEpilogue, noWS bool) LtGemm {
 		g := weightGradGemm(n, in, 1024, epi)
@@ -64,12 +56,11 @@ func TestGPULtCandidatesBench(t *testing.T) {
 	}
 	products := []product{
 		{name: "fc1 forward 64x784->1024 relu+bias", g: LtGemm{TransB: true, M: n, N: 1024, K: 784, LDA: 784, LDB: 784, LDC: 1024, Epilogue: driver.LtReLUBias},
-			a: x1, bb: w1, c: h1, bias: b1, skinny: sk(h1, x1, w1, b1, n, 1024, 784, false, true)},
+			a: x1, bb: w1, c: h1, bias: b1},
 		{name: "fc2 forward 64x1024->1024 relu+bias", g: LtGemm{TransB: true, M: n, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtReLUBias},
-			a: h1, bb: w2, c: h2, bias: b2, skinny: sk(h2, h1, w2, b2, n, 1024, 1024, false, true)},
+			a: h1, bb: w2, c: h2, bias: b2},
 		{name: "fc2 dx 64x1024 = g·w", g: LtGemm{M: n, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024},
-			a: g2, bb: w2, c: d1, cublas: func() { b.product("bench", d1, g2, w2, n, 1024, 1024, false, false) },
-			skinny: sk(d1, g2, w2, 0, n, 1024, 1024, true, false)},
+			a: g2, bb: w2, c: d1, cublas: func() { b.product("bench", d1, g2, w2, n, 1024, 1024, false, false) }},
 		{name: "fc2 dw 1024x1024 = gᵀ·h1 (side lane, no workspace)", g: dwGemm(1024, driver.LtDefault, true),
 			a: g2, bb: h1, c: dw2},
 		{name: "fc2 dw+db (side lane, no workspace)", g: dwGemm(1024, driver.LtBGradA, true),
@@ -89,10 +80,7 @@ func TestGPULtCandidatesBench(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p.cublas != nil {
-			t.Logf("%-52s cuBLAS           %7.2f µs", p.name, us(graphTime(t, b, p.cublas)))
-		}
-		if p.skinny != nil && b.skinnyReady() {
-			t.Logf("%-52s skinny kernel    %7.2f µs", p.name, us(graphTime(t, b, p.skinny)))
+			t.Logf("%-52s cuBLAS today      %7.2f µs", p.name, us(graphTime(t, b, p.cublas)))
 		}
 		for i, c := range cands {
 			if err := b.lt.Use(g, i); err != nil {
@@ -104,29 +92,6 @@ func TestGPULtCandidatesBench(t *testing.T) {
 		if err := b.lt.Use(g, 0); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// The skinny kernel with one block an SM (its shared memory raised so
-	// that no second block fits), at fc2.
-	if sl, ok := b.x.(sharedLauncher); ok && b.skinnyReady() {
-		const one = 160 << 10
-		f := b.kernel("ember_linear_skinny")
-		if err := f.SetMaxDynamicSharedMemory(one); err == nil {
-			d := graphTime(t, b, func() {
-				devCheck("bench", sl.launchShared(f, Dim3{X: 16 * skinnyCluster, Y: 1, Z: 1}, Dim3{X: skinnyThreads, Y: 1, Z: 1}, one,
-					[]any{h2, h1, w2, b2, int32(n), int32(1024), int32(1024), int32(128), float32(0), int32(1)}))
-			})
-			t.Logf("fc2 forward, skinny kernel alone on its SM: %7.2f µs", us(d))
-		}
-	}
-	// Fewer rows through fc2: where the skinny kernel should stop.
-	for _, m := range []int{1, 8, 16, 32, 48} {
-		g, ok := b.ltPlan(LtGemm{TransB: true, M: m, N: 1024, K: 1024, LDA: 1024, LDB: 1024, LDC: 1024, Epilogue: driver.LtReLUBias}, h1, w2, h2, b2)
-		if !ok || !b.skinnyReady() {
-			continue
-		}
-		lt := graphTime(t, b, func() { devCheck("bench", lx.ltMatmul(g, 1, h1, w2, 0, h2, b2, 0)) })
-		skinny := graphTime(t, b, sk(h2, h1, w2, b2, m, 1024, 1024, false, true))
-		t.Logf("fc2 forward %2dx1024->1024: cuBLASLt's first %7.2f µs, skinny kernel %7.2f µs", m, us(lt), us(skinny))
 	}
 }
 
