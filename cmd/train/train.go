@@ -186,6 +186,12 @@ func (t *job) setup(ctx context.Context) error {
 				return err
 			}
 			t.source = t.trainText
+			if t.dev.memory != nil {
+				// The tokens stay on the host (each step uploads its
+				// windows); marking them takes cuBLAS's workspace out of
+				// the training figures, as their label says.
+				t.dev.memory.MarkDataset(0)
+			}
 			t.modelCfg = models.Config{InputShape: []int{o.context}, Classes: t.text.Vocab.Size(), Seed: o.seed}
 		} else {
 			if err := t.setupImages(b); err != nil {
