@@ -108,6 +108,10 @@ type BackendOptions struct {
 	// launches (statistics, their finish, y), also where a channel fits
 	// in a block's shared memory (norm.go).
 	NoBatchNormOnePass bool
+	// NoGraphMemoryPlan makes CapturePlanned a plain Capture: the graph's
+	// blocks are placed as they come instead of by a plan made from a
+	// rehearsal of the capture (graph.go).
+	NoGraphMemoryPlan bool
 	// NoSideStream keeps every operation on one stream: a captured step
 	// then has no parallel branches (side.go).
 	NoSideStream bool
@@ -139,7 +143,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0 turn the matching
+// EMBER_SIDE_STREAM=0, EMBER_GRAPH_PLAN=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
@@ -173,6 +177,7 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	}
 	opt.NoNarrow = opt.NoNarrow || off("EMBER_LINEAR_NARROW")
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
+	opt.NoGraphMemoryPlan = opt.NoGraphMemoryPlan || off("EMBER_GRAPH_PLAN")
 	opt.NoTuneProducts = opt.NoTuneProducts || off("EMBER_LT_TUNE")
 	opt.NoBatchNormOnePass = opt.NoBatchNormOnePass || off("EMBER_BN_ONEPASS")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")

@@ -151,7 +151,10 @@ func geomName(g tensor.ConvGeom) string {
 // and wants the same parameters bit for bit, at batch 64 and at 512 (where
 // fc1 goes through cuBLAS). The same for the MLP 784-1024-1024-10 at batch
 // 64, where fc3's gradients and fc2's weight gradient (beside its input
-// gradient, weightGradsBeside) run on the side stream.
+// gradient, weightGradsBeside) run on the side stream. Each also as
+// trainer.CaptureStep runs it: a first step eager, then the step captured
+// with its memory placed by a plan from a rehearsal (CapturePlanned), which
+// must follow the plan without a miss.
 func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	if b.side == nil {
@@ -209,7 +212,8 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 			idxs[s][i], labs[s][i] = int32(rng.IntN(m)), int32(rng.IntN(10))
 		}
 	}
-	run := func(captured bool) [][]float32 {
+	const eagerRun, capturedRun, plannedRun = 0, 1, 2
+	run := func(mode int) [][]float32 {
 		loss, params := net.make(b)
 		opt, err := optim.NewSGD(params, optim.SGDConfig{LR: 0.05, Momentum: 0.9})
 		if err != nil {
@@ -233,7 +237,7 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 		for s := range steps {
 			b.Upload(idx.Buffer(), idxs[s])
 			b.Upload(lab.Buffer(), labs[s])
-			if !captured {
+			if mode == eagerRun || (mode == plannedRun && s == 0) {
 				step()
 				continue
 			}
@@ -242,12 +246,32 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 				if b.side != nil {
 					forks = b.side.forks.Load()
 				}
-				if g, err = b.Capture(step); err != nil {
+				if mode == capturedRun {
+					g, err = b.Capture(step)
+				} else {
+					g, err = b.CapturePlanned(step, func() {
+						scope.Reset()
+						opt.Rewind()
+					})
+					forks /= 2 // the rehearsal forks as many
+				}
+				if err != nil {
 					t.Fatalf("Capture: %v", err)
 				}
 				defer g.Close()
-				if b.side != nil && b.side.forks.Load()-forks != net.forks {
-					t.Errorf("%s batch %d: the captured step forked %d branches to the side stream, want %d", net.name, batch, b.side.forks.Load()-forks, net.forks)
+				if mode == plannedRun {
+					span, misses, ok := g.Planned()
+					t.Logf("%s batch %d: planned capture: span %.1f MiB, %d misses, planned %v", net.name, batch, float64(span)/(1<<20), misses, ok)
+					if b.PlansGraphMemory() && (!ok || misses != 0) {
+						t.Errorf("%s batch %d: the planned capture: planned %v, %d requests off the plan; want planned, none", net.name, batch, ok, misses)
+					}
+				}
+				want := net.forks
+				if mode == plannedRun && b.PlansGraphMemory() {
+					want *= 2 // the rehearsal forks as many
+				}
+				if b.side != nil && b.side.forks.Load()-forks != want {
+					t.Errorf("%s batch %d: the captured step forked %d branches to the side stream, want %d", net.name, batch, b.side.forks.Load()-forks, want)
 				}
 			}
 			if err := g.Replay(); err != nil {
@@ -261,11 +285,14 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 		}
 		return out
 	}
-	eager, replayed := run(false), run(true)
-	for i := range eager {
-		if !sameBits(eager[i], replayed[i]) {
-			j := firstDiff(eager[i], replayed[i])
-			t.Errorf("%s batch %d: parameter %d after %d steps: replayed [%d] %g, eager %g", net.name, batch, i, steps, j, replayed[i][j], eager[i][j])
+	eager := run(eagerRun)
+	for _, mode := range []int{capturedRun, plannedRun} {
+		replayed := run(mode)
+		for i := range eager {
+			if !sameBits(eager[i], replayed[i]) {
+				j := firstDiff(eager[i], replayed[i])
+				t.Errorf("%s batch %d (planned %v): parameter %d after %d steps: replayed [%d] %g, eager %g", net.name, batch, mode == plannedRun, i, steps, j, replayed[i][j], eager[i][j])
+			}
 		}
 	}
 }

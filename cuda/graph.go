@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ember-ml/ember/cuda/alloc"
 )
 
 // StepGraph is device work recorded once from the backend's stream as a CUDA
@@ -18,9 +20,11 @@ import (
 // allocated during capture comes from a private pool of the allocator that
 // nothing else draws from.
 type StepGraph struct {
-	b    *Backend
-	exec *GraphExec
-	pool PoolID
+	b          *Backend
+	exec       *GraphExec
+	pool       PoolID
+	plan       *alloc.MemoryPlan // nil unless CapturePlanned placed the pool's blocks
+	planMisses int
 }
 
 // Capture records the work f queues on the backend into a graph instead of
@@ -37,7 +41,98 @@ type StepGraph struct {
 // before it cached (a step captured after an eager warm-up step reserved
 // twice the step's memory). A caller frees the eager step's tensors before
 // it calls Capture for them to be given back.
-func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
+func (b *Backend) Capture(f func()) (*StepGraph, error) {
+	return b.capture(f, nil)
+}
+
+// CapturePlanned is Capture with the graph's memory placed by plan, which
+// packs a step's blocks tighter than placing them as they come (see
+// package cuda/alloc's plan.go): f is first rehearsed, captured on a pool
+// with addresses and no memory behind them, which records the order of its
+// requests and frees; that graph is discarded and nothing of it runs. Then
+// rehearsed runs, to undo what f did on the host: free the tensors f made
+// (what f keeps from the rehearsal holds nothing), take back an optimiser
+// step it counted. Then f is captured for real, each request where the
+// plan puts it. A step whose sequence changes between the two captures
+// still works: the requests that differ are placed as they come.
+//
+// f runs twice, so it must allocate every long-lived tensor it needs
+// before (one eager step first does that): a tensor made on first use in
+// the rehearsal would have no memory behind it. Where planning is off
+// (BackendOptions.NoGraphMemoryPlan), impossible (no expandable segments)
+// or the rehearsal fails, rehearsed runs and this is Capture.
+func (b *Backend) CapturePlanned(f func(), rehearsed func()) (*StepGraph, error) {
+	if !b.PlansGraphMemory() {
+		rehearsed()
+		return b.capture(f, nil)
+	}
+	plan, err := b.rehearse(f)
+	rehearsed()
+	if err != nil {
+		return b.capture(f, nil)
+	}
+	return b.capture(f, plan)
+}
+
+// PlansGraphMemory reports whether CapturePlanned places a graph's memory
+// by plan: on unless BackendOptions.NoGraphMemoryPlan, where the allocator
+// maps pages (expandable segments).
+func (b *Backend) PlansGraphMemory() bool {
+	return !b.opt.NoGraphMemoryPlan && b.alloc.MapsPages()
+}
+
+// rehearse records f on a traced pool and returns the plan of its
+// requests. The pool is released (its address range goes once the
+// blocks f keeps are freed).
+func (b *Backend) rehearse(f func()) (plan *alloc.MemoryPlan, err error) {
+	var pool PoolID
+	graph, err := b.record(f, func() (PoolID, error) {
+		var err error
+		pool, err = b.alloc.BeginTracePool(b.stream)
+		return pool, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, b.alloc.ReleasePool(pool)) }()
+	if err := graph.Destroy(); err != nil {
+		return nil, err
+	}
+	return b.alloc.Plan(pool)
+}
+
+// capture records f on a private pool (placed by plan, when not nil) and
+// instantiates the graph.
+func (b *Backend) capture(f func(), plan *alloc.MemoryPlan) (g *StepGraph, err error) {
+	var pool PoolID
+	graph, err := b.record(f, func() (PoolID, error) {
+		if plan != nil {
+			pool = b.alloc.BeginPlannedPool(b.stream, plan)
+		} else {
+			pool = b.alloc.BeginPrivatePool(b.stream)
+		}
+		return pool, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	exec, err := graph.Instantiate()
+	graph.Destroy()
+	if err != nil {
+		b.alloc.ReleasePool(pool)
+		return nil, fmt.Errorf("cuda: capturing a graph: %w", err)
+	}
+	sg := &StepGraph{b: b, exec: exec, pool: pool}
+	if plan != nil {
+		sg.plan = plan
+		sg.planMisses = b.alloc.PlanMisses(pool)
+	}
+	return sg, nil
+}
+
+// record captures the work f queues, its allocations from the private pool
+// that begin starts; on an error the pool is released.
+func (b *Backend) record(f func(), begin func() (PoolID, error)) (graph *Graph, err error) {
 	if b.kl != nil {
 		b.kl.settle() // no module loads in the background while the stream records
 	}
@@ -47,7 +142,10 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 	if err := b.alloc.EmptyCache(); err != nil {
 		return nil, err
 	}
-	pool := b.alloc.BeginPrivatePool(b.stream)
+	pool, err := begin()
+	if err != nil {
+		return nil, err
+	}
 	poolEnded := false
 	defer func() {
 		if !poolEnded {
@@ -93,12 +191,17 @@ func (b *Backend) Capture(f func()) (g *StepGraph, err error) {
 		graph.Destroy()
 		return nil, fmt.Errorf("cuda: capturing a graph: %w", errors.Join(runErr, endErr))
 	}
-	exec, err := graph.Instantiate()
-	graph.Destroy()
-	if err != nil {
-		return nil, fmt.Errorf("cuda: capturing a graph: %w", err)
+	return graph, nil
+}
+
+// Planned reports whether the graph's memory was placed by a plan
+// (CapturePlanned), the bytes the plan spans, and how many of the
+// capture's requests missed it (placed as they came).
+func (g *StepGraph) Planned() (span, misses int, ok bool) {
+	if g.plan == nil {
+		return 0, 0, false
 	}
-	return &StepGraph{b: b, exec: exec, pool: pool}, nil
+	return g.plan.Span(), g.planMisses, true
 }
 
 // ErrGraphMemoryLent is the error of a Replay while blocks of the graph's

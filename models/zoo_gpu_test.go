@@ -304,10 +304,11 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
-	if z.try && !z.warmed && z.usesCuDNN() {
+	if z.try && !z.warmed && (z.usesCuDNN() || z.gpu.PlansGraphMemory()) {
 		// cuDNN times its convolution algorithms at their first run,
-		// which cannot happen inside a capture (trainer.Step does the
-		// same).
+		// which cannot happen inside a capture, and a planned capture's
+		// rehearsal must find what the step makes on first use made
+		// (trainer.Step does the same).
 		z.warmed = true
 		t0 := time.Now()
 		defer func() { z.warmS = time.Since(t0).Seconds() }()
@@ -319,7 +320,12 @@ func (z *zooStepper) run() *tensor.Tensor {
 		var loss *tensor.Tensor
 		z.scope.Reset() // the warm-up's tensors: Capture gives their memory back
 		t0 := time.Now()
-		g, err := z.gpu.Capture(func() { loss = z.eager() })
+		g, err := z.gpu.CapturePlanned(func() { loss = z.eager() }, func() {
+			z.scope.Reset()
+			for z.opt.Steps() > before {
+				z.opt.Rewind()
+			}
+		})
 		z.captureS = time.Since(t0).Seconds()
 		if err == nil {
 			z.graph, z.loss, z.logged = g, loss, "captured"
@@ -359,6 +365,10 @@ func (z *zooStepper) startup() []any {
 	kv := []any{"warmup_s", round(z.warmS, 3), "capture_s", round(z.captureS, 3)}
 	if z.gpu == nil {
 		return kv
+	}
+	if z.graph != nil {
+		span, misses, ok := z.graph.Planned()
+		kv = append(kv, "graph_planned", ok, "graph_plan_mib", mib(span), "graph_plan_misses", misses)
 	}
 	n, took := z.gpu.ConvSearches()
 	var units int

@@ -282,6 +282,7 @@ type memChunk struct {
 	uses      []Stream // other streams the chunk was used on (RecordStream)
 	events    int      // events still pending before the chunk is free
 	lent      bool     // a private pool's free chunk handed out while lending, until free again (lend.go)
+	seq       int32    // the request's number in a traced pool's sequence, -1 otherwise (plan.go)
 }
 
 // isSplit reports whether the chunk is only part of its segment.
@@ -327,6 +328,16 @@ type privatePool struct {
 	lent         int  // of which handed out while lending, in use or pending (lend.go)
 	released     bool // ReleasePool called; merge into the cache when live == 0
 	unmerged     bool // released and empty, but the driver failed to unmap its range: EmptyCache retries
+
+	// A traced pool (BeginTracePool) has address space and no memory
+	// behind it (virtual) and records its requests while capturing; a
+	// planned one (BeginPlannedPool) places its requests by plan, the
+	// next-th one next. See plan.go.
+	virtual bool
+	trace   *poolTrace
+	plan    *MemoryPlan
+	next    int
+	misses  int // requests that did not match the plan
 }
 
 type queuedFree struct {
@@ -369,6 +380,9 @@ type Allocator struct {
 	pendingEvents int
 
 	slots []*memChunk // every chunk ever made, by slot number; slots[0] is nil
+	// virtualBytes is the address space that traced pools have grown
+	// into, with no memory behind it: not reserved (plan.go).
+	virtualBytes int
 	spare []uint32    // slots of recycled chunks
 	gen   uint64      // last allocation generation handed out
 
@@ -421,6 +435,12 @@ func (a *Allocator) Alloc(bytes int, s Stream) (Block, error) {
 		if b, ok, err := a.borrow(s, rounded, bytes); ok || err != nil {
 			a.mu.Unlock()
 			return b, err
+		}
+	}
+	if len(a.capture) != 0 {
+		if st := a.capture[s]; len(st) > 0 && st[len(st)-1].plan != nil {
+			defer a.mu.Unlock()
+			return a.allocPlanned(st[len(st)-1], s, bytes, rounded)
 		}
 	}
 	// The cache-hit path unlocks by hand: a deferred call costs a tenth
@@ -529,8 +549,12 @@ func (a *Allocator) split(pool *blockPool, c *memChunk, rounded int) *memChunk {
 func (a *Allocator) hand(pool *blockPool, c *memChunk, requested int) Block {
 	c.state = chunkInUse
 	c.requested = requested
-	if pool.private != nil {
-		pool.private.live++
+	c.seq = -1
+	if pp := pool.private; pp != nil {
+		pp.live++
+		if pp.trace != nil && pp.capturing > 0 {
+			c.seq = pp.trace.alloc(c.size)
+		}
 	}
 	bump(&a.stats.Allocated, c.size)
 	bump(&a.stats.Active, c.size)
@@ -907,6 +931,10 @@ func (a *Allocator) syncEvents() (waited bool, err error) {
 // free neighbours.
 func (a *Allocator) freeChunk(c *memChunk) error {
 	pool := c.seg.pool
+	if pp := pool.private; pp != nil && pp.trace != nil && pp.capturing > 0 && c.seq >= 0 {
+		pp.trace.free(c.seq)
+	}
+	c.seq = -1
 	a.stats.Active.Current -= c.size
 	a.stats.ActiveBlocks--
 	c.state = chunkFree

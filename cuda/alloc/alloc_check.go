@@ -248,7 +248,7 @@ func (a *Allocator) checkTree(p *blockPool) (int, error) {
 
 func (a *Allocator) checkAllLocked() error {
 	var total segTally
-	reserved, segments, driverHeld := 0, 0, 0
+	reserved, virtual, segments, driverHeld := 0, 0, 0, 0
 	var all []*memSegment
 	for _, pool := range a.pools() {
 		inTree, err := a.checkTree(pool)
@@ -271,10 +271,14 @@ func (a *Allocator) checkAllLocked() error {
 			free += n.free
 			live += n.live
 			lent += n.lent
-			reserved += seg.size
-			if seg.va > 0 {
+			switch {
+			case pool.private != nil && pool.private.virtual:
+				virtual += seg.size // address space only
+			case seg.va > 0:
+				reserved += seg.size
 				driverHeld += seg.size / a.page // pages
-			} else {
+			default:
+				reserved += seg.size
 				driverHeld++
 			}
 			total.allocated += n.allocated
@@ -369,6 +373,7 @@ func (a *Allocator) checkAllLocked() error {
 		{"active", st.Active.Current, total.active},
 		{"inactive split", st.InactiveSplit.Current, total.inactiveSplit},
 		{"reserved", st.Reserved.Current, reserved},
+		{"address space of traced pools", a.virtualBytes, virtual},
 		{"segments", st.Segments, segments},
 		{"active blocks", st.ActiveBlocks, total.activeBlocks},
 		{"largest free block", a.largestFree(), total.largestFree},
@@ -397,11 +402,11 @@ func (a *Allocator) liveCount(p *blockPool) int {
 // hold at all times.
 func (a *Allocator) checkCountersLocked(st MemoryStats) error {
 	if !(0 <= st.Requested.Current && st.Requested.Current <= st.Allocated.Current &&
-		st.Allocated.Current <= st.Active.Current && st.Active.Current <= st.Reserved.Current) {
-		return fmt.Errorf("want 0 <= requested %d <= allocated %d <= active %d <= reserved %d",
-			st.Requested.Current, st.Allocated.Current, st.Active.Current, st.Reserved.Current)
+		st.Allocated.Current <= st.Active.Current && st.Active.Current <= st.Reserved.Current+a.virtualBytes) {
+		return fmt.Errorf("want 0 <= requested %d <= allocated %d <= active %d <= reserved %d (+ %d traced)",
+			st.Requested.Current, st.Allocated.Current, st.Active.Current, st.Reserved.Current, a.virtualBytes)
 	}
-	if st.InactiveSplit.Current < 0 || st.InactiveSplit.Current > st.Reserved.Current-st.Active.Current {
+	if st.InactiveSplit.Current < 0 || st.InactiveSplit.Current > st.Reserved.Current+a.virtualBytes-st.Active.Current {
 		return fmt.Errorf("inactive split %d out of range", st.InactiveSplit.Current)
 	}
 	for _, p := range a.statPairs() {

@@ -75,7 +75,8 @@ func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, e
 		}
 	}
 	grow := a.growth(seg, rounded)
-	if a.limit > 0 && a.stats.Reserved.Current+grow > a.limit {
+	virtual := pool.private != nil && pool.private.virtual
+	if !virtual && a.limit > 0 && a.stats.Reserved.Current+grow > a.limit {
 		return nil, errNoSegment
 	}
 	fresh := seg == nil
@@ -98,7 +99,9 @@ func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, e
 	} else if seg.size+grow > seg.va {
 		return nil, errNoSegment
 	}
-	if err := a.vm.MapPages(seg.ptr+uintptr(seg.size), grow); err != nil {
+	if virtual {
+		a.virtualBytes += grow // address space only: nothing is mapped
+	} else if err := a.vm.MapPages(seg.ptr+uintptr(seg.size), grow); err != nil {
 		if fresh {
 			if ferr := a.vm.FreeAddress(seg.ptr, seg.va); ferr != nil {
 				// Not an out-of-memory condition to recover from.
@@ -111,8 +114,10 @@ func (a *Allocator) expand(pool *blockPool, s Stream, rounded int) (*memChunk, e
 		}
 		return nil, fmt.Errorf("cuda: mapping %d bytes at %#x: %w", grow, seg.ptr+uintptr(seg.size), err)
 	}
-	bump(&a.stats.Reserved, grow)
-	a.stats.DriverAllocs += grow / a.page // one physical allocation per page
+	if !virtual {
+		bump(&a.stats.Reserved, grow)
+		a.stats.DriverAllocs += grow / a.page // one physical allocation per page
+	}
 	var c *memChunk
 	if tail != nil {
 		a.poolRemove(pool, tail)
@@ -183,12 +188,16 @@ func (a *Allocator) trimSegment(seg *memSegment) error {
 	t := a.slots[seg.last]
 	end := seg.ptr + uintptr(seg.size-n)
 	a.poolRemove(pool, t)
-	if err := a.vm.UnmapPages(end, n); err != nil {
-		a.poolInsert(pool, t)
-		return fmt.Errorf("cuda: unmapping %d bytes at %#x: %w", n, end, err)
+	if pool.private != nil && pool.private.virtual {
+		a.virtualBytes -= n // nothing was mapped
+	} else {
+		if err := a.vm.UnmapPages(end, n); err != nil {
+			a.poolInsert(pool, t)
+			return fmt.Errorf("cuda: unmapping %d bytes at %#x: %w", n, end, err)
+		}
+		a.unreserve(n)
+		a.stats.DriverFrees += n/a.page - 1
 	}
-	a.unreserve(n)
-	a.stats.DriverFrees += n/a.page - 1
 	seg.size -= n
 	switch {
 	case t.ptr != end: // part of the chunk stays mapped

@@ -85,7 +85,7 @@ func (a *Allocator) borrow(s Stream, rounded, requested int) (Block, bool, error
 	var buf [8]PoolID // no allocation for the usual few graphs: this runs on every Alloc while lending
 	ids := buf[:0]
 	for id, pp := range a.private {
-		if pp.capturing == 0 && !pp.released {
+		if pp.capturing == 0 && !pp.released && !pp.virtual {
 			ids = append(ids, id)
 		}
 	}

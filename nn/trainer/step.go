@@ -161,13 +161,15 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 	if s.attempt {
 		if opt != nil && !opt.Replayable() {
 			// Not now; the optimiser's later steps may be.
+			st.warmed = true
 			return s.eager(st)
 		}
-		if !st.warmed && searchesConvolutions(s.b) {
+		if !st.warmed && (searchesConvolutions(s.b) || plansMemory(s.b)) {
 			// cuDNN times the algorithms of each convolution the first
-			// time it runs, which it cannot do inside a capture: one eager
-			// step of this shape first, so that the graph gets the
-			// measured ones.
+			// time it runs, which it cannot do inside a capture; a
+			// planned capture rehearses the step, which must find what
+			// the step makes on first use already made. One eager step
+			// of this shape first does both.
 			st.warmed = true
 			return s.eager(st)
 		}
@@ -195,9 +197,16 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	// The eager step's tensors go first, so that Capture gives their
 	// memory back before the graph's pool takes its own.
 	st.scope.Reset()
-	graph, err := g.Capture(func() {
+	graph, err := g.CapturePlanned(func() {
 		st.scope.Reset()
 		loss = s.step(st.scope)
+	}, func() {
+		// The rehearsal's tensors hold no memory, and its update never
+		// ran.
+		st.scope.Reset()
+		for opt != nil && opt.Steps() > before {
+			opt.Rewind()
+		}
 	})
 	if err != nil {
 		if opt != nil && opt.Steps() > before {
@@ -213,7 +222,11 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		s.say("cuda graph: capture failed, launching eagerly: %s", firstLine(err.Error()))
 		return nil, false, nil
 	}
-	s.say("cuda graph: the training step is captured once and replayed%s", s.opt.Hint)
+	planned := ""
+	if span, misses, ok := graph.Planned(); ok {
+		planned = fmt.Sprintf(", its memory placed by plan (%.1f MiB, %d requests off the plan)", float64(span)/(1<<20), misses)
+	}
+	s.say("cuda graph: the training step is captured once and replayed%s%s", planned, s.opt.Hint)
 	st.graph, st.loss = graph, loss
 	if err := graph.Replay(); err != nil {
 		return nil, false, fmt.Errorf("trainer: replaying the captured step: %w", err)
@@ -278,6 +291,13 @@ func (s *Step) warmedUp() bool {
 		}
 	}
 	return false
+}
+
+// plansMemory reports whether b places a captured step's memory by a
+// plan made from a rehearsal of the capture.
+func plansMemory(b tensor.Backend) bool {
+	g, ok := b.(*cuda.Backend)
+	return ok && g.PlansGraphMemory()
 }
 
 // searchesConvolutions reports whether b chooses convolution algorithms by
