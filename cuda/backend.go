@@ -245,6 +245,7 @@ type Backend struct {
 	dnnErr        error        // why dnn is nil
 	dnnEverywhere bool         // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
+	rehearsing    atomic.Bool // a capture is rehearsed (graph.go)
 	gen           generated // generated elementwise kernels (ewk.go)
 
 	bnOne bnOnePassState // one-pass batch norm's shared memory (norm.go)
@@ -295,7 +296,7 @@ func NewBackend(ordinal int, opt BackendOptions) (*Backend, error) {
 			return nil, err
 		}
 	}
-	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side}
+	b.x = &gpuExec{dev: dev, blas: b.blas, stream: b.stream, side: b.side, rehearsing: &b.rehearsing}
 	if err = b.openBundle(); err != nil {
 		return nil, err
 	}
@@ -567,7 +568,15 @@ type gpuExec struct {
 	side   *sideLane
 	lt     *Lt // cuBLASLt, nil without it; without a workspace on the side lane's executor of parallel
 	ltWS   Block
+	// rehearsing is set while a capture is rehearsed on memory that is
+	// not there (graph.go): the driver refuses memset and copy nodes on
+	// such addresses, and the rehearsal's graph never runs, so they are
+	// left out of it.
+	rehearsing *atomic.Bool
 }
+
+// rehearsal says whether the work queued now is a rehearsal's.
+func (g *gpuExec) rehearsal() bool { return g.rehearsing != nil && g.rehearsing.Load() }
 
 // Every operation on the main stream first joins a detached side task
 // (settle), unless it runs inside beside: only beside checks what the two
@@ -591,14 +600,14 @@ func (g *gpuExec) sgemm(transA, transB bool, m, n, k int, alpha float32, a uintp
 }
 
 func (g *gpuExec) memset32(dst uintptr, v uint32, count int) error {
-	if err := g.settle(); err != nil {
+	if err := g.settle(); err != nil || g.rehearsal() {
 		return err
 	}
 	return g.dev.Memset32(dst, v, count, g.stream)
 }
 
 func (g *gpuExec) copyDtoD(dst, src uintptr, bytes int) error {
-	if err := g.settle(); err != nil {
+	if err := g.settle(); err != nil || g.rehearsal() {
 		return err
 	}
 	return g.dev.CopyDtoD(dst, src, bytes, g.stream)

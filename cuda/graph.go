@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -25,6 +26,7 @@ type StepGraph struct {
 	pool       PoolID
 	plan       *alloc.MemoryPlan // nil unless CapturePlanned placed the pool's blocks
 	planMisses int
+	planErr    error // why not, when not
 }
 
 // Capture records the work f queues on the backend into a graph instead of
@@ -50,29 +52,43 @@ func (b *Backend) Capture(f func()) (*StepGraph, error) {
 // package cuda/alloc's plan.go): f is first rehearsed, captured on a pool
 // with addresses and no memory behind them, which records the order of its
 // requests and frees; that graph is discarded and nothing of it runs. Then
-// rehearsed runs, to undo what f did on the host: free the tensors f made
-// (what f keeps from the rehearsal holds nothing), take back an optimiser
-// step it counted. Then f is captured for real, each request where the
-// plan puts it. A step whose sequence changes between the two captures
-// still works: the requests that differ are placed as they come.
+// rehearsed runs, to undo what f did on the host: free the tensors f made,
+// take back an optimiser step it counted. Then f is captured for real,
+// each request where the plan puts it. A step whose sequence changes
+// between the two captures still works: the requests that differ are
+// placed as they come.
 //
-// f runs twice, so it must allocate every long-lived tensor it needs
-// before (one eager step first does that): a tensor made on first use in
-// the rehearsal would have no memory behind it. Where planning is off
-// (BackendOptions.NoGraphMemoryPlan), impossible (no expandable segments)
-// or the rehearsal fails, rehearsed runs and this is Capture.
+// A tensor the rehearsal made and kept (one a step makes on its first
+// run, as a gradient of a parameter no optimiser holds) is given memory,
+// starting at zero, and the capture is then placed as it comes, since the
+// real capture makes no such tensor. Where planning is off
+// (BackendOptions.NoGraphMemoryPlan) or impossible (no expandable
+// segments), or the rehearsal fails, rehearsed runs and this is Capture;
+// StepGraph.Planned says which and why.
 func (b *Backend) CapturePlanned(f func(), rehearsed func()) (*StepGraph, error) {
-	if !b.PlansGraphMemory() {
+	var plan *alloc.MemoryPlan
+	why := errPlanOff
+	if b.PlansGraphMemory() {
+		var pool PoolID
+		plan, pool, why = b.rehearse(f)
 		rehearsed()
-		return b.capture(f, nil)
+		if pool != 0 {
+			if kept, err := b.keep(pool); err != nil || kept > 0 {
+				plan, why = nil, cmp.Or(err, fmt.Errorf("cuda: the rehearsal kept %d blocks (tensors the step makes on first use), given memory from zero", kept))
+			}
+		}
+	} else {
+		rehearsed()
 	}
-	plan, err := b.rehearse(f)
-	rehearsed()
-	if err != nil {
-		return b.capture(f, nil)
+	g, err := b.capture(f, plan)
+	if g != nil && plan == nil {
+		g.planErr = why
 	}
-	return b.capture(f, plan)
+	return g, err
 }
+
+// errPlanOff is why CapturePlanned placed nothing by plan where it may not.
+var errPlanOff = errors.New("cuda: no plan: BackendOptions.NoGraphMemoryPlan, or an allocator without expandable segments")
 
 // PlansGraphMemory reports whether CapturePlanned places a graph's memory
 // by plan: on unless BackendOptions.NoGraphMemoryPlan, where the allocator
@@ -82,57 +98,73 @@ func (b *Backend) PlansGraphMemory() bool {
 }
 
 // rehearse records f on a traced pool and returns the plan of its
-// requests. The pool is released (its address range goes once the
-// blocks f keeps are freed).
-func (b *Backend) rehearse(f func()) (plan *alloc.MemoryPlan, err error) {
-	var pool PoolID
-	graph, err := b.record(f, func() (PoolID, error) {
+// requests, and the pool (0 when none was made), which the caller
+// releases through keep once f's host state is undone.
+func (b *Backend) rehearse(f func()) (plan *alloc.MemoryPlan, pool PoolID, err error) {
+	b.rehearsing.Store(true)
+	graph, err := b.record(f, func() error {
 		var err error
 		pool, err = b.alloc.BeginTracePool(b.stream)
-		return pool, err
+		return err
 	})
+	b.rehearsing.Store(false)
 	if err != nil {
-		return nil, err
+		return nil, pool, fmt.Errorf("cuda: rehearsing the capture: %w", err)
 	}
-	defer func() { err = errors.Join(err, b.alloc.ReleasePool(pool)) }()
 	if err := graph.Destroy(); err != nil {
-		return nil, err
+		return nil, pool, err
 	}
-	return b.alloc.Plan(pool)
+	plan, err = b.alloc.Plan(pool)
+	return plan, pool, err
+}
+
+// keep gives memory, zeroed, to the blocks of traced pool id still in use
+// and releases the pool; it returns how many there were.
+func (b *Backend) keep(id PoolID) (int, error) {
+	kept, err := b.alloc.Materialize(id)
+	for _, r := range kept {
+		if e := b.x.memset32(r[0], 0, int(r[1]/4)); e != nil {
+			err = errors.Join(err, e)
+			break
+		}
+	}
+	return len(kept), errors.Join(err, b.alloc.ReleasePool(id))
 }
 
 // capture records f on a private pool (placed by plan, when not nil) and
 // instantiates the graph.
 func (b *Backend) capture(f func(), plan *alloc.MemoryPlan) (g *StepGraph, err error) {
 	var pool PoolID
-	graph, err := b.record(f, func() (PoolID, error) {
+	graph, err := b.record(f, func() error {
 		if plan != nil {
 			pool = b.alloc.BeginPlannedPool(b.stream, plan)
 		} else {
 			pool = b.alloc.BeginPrivatePool(b.stream)
 		}
-		return pool, nil
+		return nil
 	})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var exec *GraphExec
+		exec, err = graph.Instantiate()
+		graph.Destroy()
+		if err == nil {
+			g = &StepGraph{b: b, exec: exec, pool: pool, plan: plan}
+			if plan != nil {
+				g.planMisses = b.alloc.PlanMisses(pool)
+			}
+			return g, nil
+		}
+		err = fmt.Errorf("cuda: capturing a graph: %w", err)
 	}
-	exec, err := graph.Instantiate()
-	graph.Destroy()
-	if err != nil {
+	if pool != 0 {
 		b.alloc.ReleasePool(pool)
-		return nil, fmt.Errorf("cuda: capturing a graph: %w", err)
 	}
-	sg := &StepGraph{b: b, exec: exec, pool: pool}
-	if plan != nil {
-		sg.plan = plan
-		sg.planMisses = b.alloc.PlanMisses(pool)
-	}
-	return sg, nil
+	return nil, err
 }
 
 // record captures the work f queues, its allocations from the private pool
-// that begin starts; on an error the pool is released.
-func (b *Backend) record(f func(), begin func() (PoolID, error)) (graph *Graph, err error) {
+// that begin starts; the caller releases the pool.
+func (b *Backend) record(f func(), begin func() error) (graph *Graph, err error) {
 	if b.kl != nil {
 		b.kl.settle() // no module loads in the background while the stream records
 	}
@@ -142,17 +174,13 @@ func (b *Backend) record(f func(), begin func() (PoolID, error)) (graph *Graph, 
 	if err := b.alloc.EmptyCache(); err != nil {
 		return nil, err
 	}
-	pool, err := begin()
-	if err != nil {
+	if err := begin(); err != nil {
 		return nil, err
 	}
 	poolEnded := false
 	defer func() {
 		if !poolEnded {
 			b.alloc.EndPrivatePool(b.stream)
-		}
-		if err != nil {
-			b.alloc.ReleasePool(pool)
 		}
 	}()
 	if err := b.dev.BeginCapture(b.stream); err != nil {
@@ -194,14 +222,15 @@ func (b *Backend) record(f func(), begin func() (PoolID, error)) (graph *Graph, 
 	return graph, nil
 }
 
-// Planned reports whether the graph's memory was placed by a plan
-// (CapturePlanned), the bytes the plan spans, and how many of the
-// capture's requests missed it (placed as they came).
-func (g *StepGraph) Planned() (span, misses int, ok bool) {
+// Planned reports how the graph's memory was placed: by a plan
+// (CapturePlanned) that spans span bytes, with misses of the capture's
+// requests placed as they came instead; or, with an error that says why,
+// as they came.
+func (g *StepGraph) Planned() (span, misses int, err error) {
 	if g.plan == nil {
-		return 0, 0, false
+		return 0, 0, cmp.Or(g.planErr, errors.New("cuda: captured by Capture, with no plan"))
 	}
-	return g.plan.Span(), g.planMisses, true
+	return g.plan.Span(), g.planMisses, nil
 }
 
 // ErrGraphMemoryLent is the error of a Replay while blocks of the graph's

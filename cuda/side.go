@@ -165,7 +165,7 @@ func (g *gpuExec) parallel(side func(x executor), main func()) (err error) {
 			err = e
 		}
 	}()
-	side(&gpuExec{dev: g.dev, stream: l.stream, lt: g.lt})
+	side(&gpuExec{dev: g.dev, stream: l.stream, lt: g.lt, rehearsing: g.rehearsing})
 	main()
 	return nil
 }
@@ -198,7 +198,7 @@ func (g *gpuExec) detach(uses []span, side func(x executor)) error {
 		return err
 	}
 	l.forks.Add(1)
-	side(&gpuExec{dev: g.dev, stream: l.stream})
+	side(&gpuExec{dev: g.dev, stream: l.stream, rehearsing: g.rehearsing})
 	return nil
 }
 

@@ -304,11 +304,10 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
-	if z.try && !z.warmed && (z.usesCuDNN() || z.gpu.PlansGraphMemory()) {
+	if z.try && !z.warmed && z.usesCuDNN() {
 		// cuDNN times its convolution algorithms at their first run,
-		// which cannot happen inside a capture, and a planned capture's
-		// rehearsal must find what the step makes on first use made
-		// (trainer.Step does the same).
+		// which cannot happen inside a capture (trainer.Step does the
+		// same).
 		z.warmed = true
 		t0 := time.Now()
 		defer func() { z.warmS = time.Since(t0).Seconds() }()
@@ -366,10 +365,7 @@ func (z *zooStepper) startup() []any {
 	if z.gpu == nil {
 		return kv
 	}
-	if z.graph != nil {
-		span, misses, ok := z.graph.Planned()
-		kv = append(kv, "graph_planned", ok, "graph_plan_mib", mib(span), "graph_plan_misses", misses)
-	}
+	kv = append(kv, z.plan()...)
 	n, took := z.gpu.ConvSearches()
 	var units int
 	var unitS float64
@@ -380,6 +376,20 @@ func (z *zooStepper) startup() []any {
 		}
 	}
 	return append(kv, "conv_searches", n, "conv_search_s", round(took.Seconds(), 3), "kernel_units", units, "kernel_units_s", round(unitS, 3))
+}
+
+// plan says how the captured step's memory was placed (by plan or as it
+// came, and why), for the JSON lines.
+func (z *zooStepper) plan() []any {
+	if z.graph == nil {
+		return nil
+	}
+	span, misses, err := z.graph.Planned()
+	why := ""
+	if err != nil {
+		why = err.Error()
+	}
+	return []any{"graph_planned", err == nil, "graph_plan_mib", mib(span), "graph_plan_misses", misses, "graph_plan_error", why}
 }
 
 func (z *zooStepper) usesCuDNN() bool {
@@ -768,7 +778,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 		z.sync(t)
 		secs := time.Since(start).Seconds()
 		z.out(t, "gpt", append([]any{"round", r + 1, "steps", steps, "s", round(secs, 3), "tokens_per_s", math.Round(float64(steps*bsz*ctx) / secs),
-			"loss", round(float64(loss.Item()), 4), "vocab", v, "step", st.logged}, z.memory(false)...)...)
+			"loss", round(float64(loss.Item()), 4), "vocab", v, "step", st.logged}, append(st.plan(), z.memory(false)...)...)...)
 	}
 }
 

@@ -334,6 +334,7 @@ type privatePool struct {
 	// planned one (BeginPlannedPool) places its requests by plan, the
 	// next-th one next. See plan.go.
 	virtual bool
+	kept    map[uintptr]bool // pages mapped under the blocks a rehearsal kept (Materialize)
 	trace   *poolTrace
 	plan    *MemoryPlan
 	next    int

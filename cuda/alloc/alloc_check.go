@@ -273,7 +273,13 @@ func (a *Allocator) checkAllLocked() error {
 			lent += n.lent
 			switch {
 			case pool.private != nil && pool.private.virtual:
-				virtual += seg.size // address space only
+				virtual += seg.size // address space, and pages under kept blocks
+				for p := range pool.private.kept {
+					if p >= seg.ptr && p < seg.ptr+uintptr(seg.size) {
+						reserved += a.page
+						driverHeld++
+					}
+				}
 			case seg.va > 0:
 				reserved += seg.size
 				driverHeld += seg.size / a.page // pages

@@ -188,8 +188,13 @@ func (a *Allocator) trimSegment(seg *memSegment) error {
 	t := a.slots[seg.last]
 	end := seg.ptr + uintptr(seg.size-n)
 	a.poolRemove(pool, t)
-	if pool.private != nil && pool.private.virtual {
-		a.virtualBytes -= n // nothing was mapped
+	if pp := pool.private; pp != nil && pp.virtual {
+		a.virtualBytes -= n // address space, with pages mapped only under kept blocks (plan.go)
+		if err := a.unmapKept(pp, end, n); err != nil {
+			a.virtualBytes += n
+			a.poolInsert(pool, t)
+			return err
+		}
 	} else {
 		if err := a.vm.UnmapPages(end, n); err != nil {
 			a.poolInsert(pool, t)

@@ -247,3 +247,57 @@ func (a *Allocator) carve(pool *blockPool, s Stream, off, size int) (*memChunk, 
 	}
 	return c, nil
 }
+
+// Materialize maps memory under the blocks of traced pool id that are
+// still in use (a rehearsal kept them: tensors a step makes on first use
+// and keeps) and returns their ranges, [ptr, ptr+bytes) each, for the
+// caller to initialise; the rest of the pool stays address space. The
+// pages go with the pool once its blocks are freed.
+func (a *Allocator) Materialize(id PoolID) (ranges [][2]uintptr, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pp := a.private[id]
+	if pp == nil || !pp.virtual {
+		return nil, fmt.Errorf("cuda: Materialize(%d): no such traced pool", id)
+	}
+	if pp.kept == nil {
+		pp.kept = map[uintptr]bool{}
+	}
+	page := uintptr(a.page)
+	for _, seg := range pp.large.expandable {
+		for c := seg.first; c != nil; c = a.slots[c.next] {
+			if c.state == chunkFree {
+				continue
+			}
+			for q := c.ptr &^ (page - 1); q < c.ptr+uintptr(c.size); q += page {
+				if pp.kept[q] {
+					continue
+				}
+				if err := a.vm.MapPages(q, a.page); err != nil {
+					return ranges, fmt.Errorf("cuda: mapping a page under a kept block at %#x: %w", q, err)
+				}
+				pp.kept[q] = true
+				bump(&a.stats.Reserved, a.page)
+				a.stats.DriverAllocs++
+			}
+			ranges = append(ranges, [2]uintptr{c.ptr, uintptr(c.size)})
+		}
+	}
+	return ranges, nil
+}
+
+// unmapKept gives back the pages Materialize mapped in [end, end+n) of
+// traced pool pp's range.
+func (a *Allocator) unmapKept(pp *privatePool, end uintptr, n int) error {
+	for q := range pp.kept {
+		if q < end || q >= end+uintptr(n) {
+			continue
+		}
+		if err := a.vm.UnmapPages(q, a.page); err != nil {
+			return fmt.Errorf("cuda: unmapping a kept block's page at %#x: %w", q, err)
+		}
+		delete(pp.kept, q)
+		a.unreserve(a.page)
+	}
+	return nil
+}

@@ -181,3 +181,37 @@ func TestTracePoolNeedsExpandableSegments(t *testing.T) {
 		t.Errorf("BeginTracePool without expandable segments: %v, want ErrNoAddressSpace", err)
 	}
 }
+
+// Materialize maps pages under the blocks a traced pool still holds (and
+// no others), counts them as reserved, and gives them back with the pool.
+func TestMaterializeKeptBlocks(t *testing.T) {
+	a, d := newExpandableAllocator(t, oneGiB, 0)
+	id, err := a.BeginTracePool(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := mustAlloc(t, a, 5*oneMiB, 0)
+	kept := mustAlloc(t, a, 3*oneMiB, 0)
+	mustFree(t, a, gone)
+	a.EndPrivatePool(0)
+	ranges, err := a.Materialize(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	if len(ranges) != 1 || ranges[0][0] != kept.Ptr() || int(ranges[0][1]) != kept.Size() {
+		t.Fatalf("Materialize: %v, want the kept block's range alone", ranges)
+	}
+	// The kept block starts 5 MiB in: its 3 MiB cross pages 2 and 3.
+	if d.mappedPages() != 2 || a.Stats().Reserved.Current != 4*oneMiB {
+		t.Errorf("%d pages mapped, %d bytes reserved; want the 2 pages under the kept block", d.mappedPages(), a.Stats().Reserved.Current)
+	}
+	if err := a.ReleasePool(id); err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, a, kept) // the pool goes with it
+	check(t, a)
+	if d.mappedPages() != 0 || a.Stats().Reserved.Current != 0 {
+		t.Errorf("after the pool: %d pages mapped, %d bytes reserved; want none", d.mappedPages(), a.Stats().Reserved.Current)
+	}
+}

@@ -85,6 +85,11 @@ type shapeStep struct {
 // next batch into them before Run), so that a replay of the captured work
 // computes on the new batch.
 //
+// Where the GPU's allocator maps pages, the capture places the step's
+// memory by a plan made from a rehearsal of it (cuda.Backend.
+// CapturePlanned): step then runs twice while it is captured, and its
+// host side (an optimiser's step count) is undone in between.
+//
 // Nothing runs until Run. The returned Step owns a scope per batch shape;
 // Close releases them and the graphs.
 func CaptureStep(b tensor.Backend, step func(s *tensor.Scope) *tensor.Tensor, o StepOptions) (*Step, error) {
@@ -164,12 +169,11 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 			st.warmed = true
 			return s.eager(st)
 		}
-		if !st.warmed && (searchesConvolutions(s.b) || plansMemory(s.b)) {
+		if !st.warmed && searchesConvolutions(s.b) {
 			// cuDNN times the algorithms of each convolution the first
-			// time it runs, which it cannot do inside a capture; a
-			// planned capture rehearses the step, which must find what
-			// the step makes on first use already made. One eager step
-			// of this shape first does both.
+			// time it runs, which it cannot do inside a capture: one eager
+			// step of this shape first, so that the graph gets the
+			// measured ones.
 			st.warmed = true
 			return s.eager(st)
 		}
@@ -223,8 +227,10 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		return nil, false, nil
 	}
 	planned := ""
-	if span, misses, ok := graph.Planned(); ok {
+	if span, misses, err := graph.Planned(); err == nil {
 		planned = fmt.Sprintf(", its memory placed by plan (%.1f MiB, %d requests off the plan)", float64(span)/(1<<20), misses)
+	} else if plansMemory(s.b) {
+		planned = fmt.Sprintf(", its memory placed as it came (%s)", firstLine(err.Error()))
 	}
 	s.say("cuda graph: the training step is captured once and replayed%s%s", planned, s.opt.Hint)
 	st.graph, st.loss = graph, loss
