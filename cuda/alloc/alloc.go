@@ -381,11 +381,12 @@ type Allocator struct {
 	pendingEvents int
 
 	slots []*memChunk // every chunk ever made, by slot number; slots[0] is nil
+	spare []uint32    // slots of recycled chunks
+	gen   uint64      // last allocation generation handed out
+
 	// virtualBytes is the address space that traced pools have grown
 	// into, with no memory behind it: not reserved (plan.go).
 	virtualBytes int
-	spare []uint32    // slots of recycled chunks
-	gen   uint64      // last allocation generation handed out
 
 	stats MemoryStats
 }
