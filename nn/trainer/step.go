@@ -48,6 +48,10 @@ type StepOptions struct {
 	// (tensor.Scope.SetReleaseInBackward), which lowers the step's peak
 	// memory; the loss the step returns stays readable.
 	KeepIntermediates bool
+	// NoMemoryPlan captures the step with its memory placed as it comes,
+	// without the rehearsal that plans it (a step with collective
+	// communication: the rehearsal's collectives would never run).
+	NoMemoryPlan bool
 }
 
 // Step runs a training step, on a GPU by replaying a CUDA graph of it
@@ -201,7 +205,11 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	// The eager step's tensors go first, so that Capture gives their
 	// memory back before the graph's pool takes its own.
 	st.scope.Reset()
-	graph, err := g.CapturePlanned(func() {
+	capture := g.CapturePlanned
+	if s.opt.NoMemoryPlan {
+		capture = func(f, undo func()) (*cuda.StepGraph, error) { undo(); return g.Capture(f) }
+	}
+	graph, err := capture(func() {
 		st.scope.Reset()
 		loss = s.step(st.scope)
 	}, func() {
@@ -229,7 +237,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	planned := ""
 	if span, misses, err := graph.Planned(); err == nil {
 		planned = fmt.Sprintf(", its memory placed by plan (%.1f MiB, %d requests off the plan)", float64(span)/(1<<20), misses)
-	} else if plansMemory(s.b) {
+	} else if plansMemory(s.b) && !s.opt.NoMemoryPlan {
 		planned = fmt.Sprintf(", its memory placed as it came (%s)", firstLine(err.Error()))
 	}
 	s.say("cuda graph: the training step is captured once and replayed%s%s", planned, s.opt.Hint)
