@@ -82,8 +82,10 @@
 // conv_cudnn.go, conv_pool.go and conv_rt.go (fused and register-tiled
 // convolutions), linear.go and narrow.go (fused linear layers), ewk.go and
 // ewk_backend.go (generated elementwise kernels); side.go and graph.go
-// hold the second stream and graph capture (and Lend, which lends a
-// graph's idle memory to the work between its replays), pinned.go the
+// hold the second stream and graph capture (CapturePlanned, which places a
+// graph's memory by a plan from a rehearsal of the capture, and Lend,
+// which lends a graph's idle memory to the work between its replays),
+// pinned.go the
 // uploads. It also implements the tensor package's
 // optional fused operations: convolution + bias + ReLU + max pooling
 // (conv_pool.go, with the register-tiled kernels of conv_rt.go), a linear

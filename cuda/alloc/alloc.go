@@ -69,7 +69,9 @@
 // segments owned by a fresh pool; freed blocks of the pool go back to it, and
 // its segments are neither reused by others nor returned to the driver until
 // ReleasePool, after which they join the general cache once all its blocks
-// are free.
+// are free. A private pool may also be traced (address space only, its
+// requests recorded) or planned (its requests placed by a plan made from
+// such a trace): plan.go.
 //
 // One mutex guards everything, driver calls included: allocation is short and
 // driver calls are rare once the cache is warm. Bad frees (nil, double, or a

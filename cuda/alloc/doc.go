@@ -15,8 +15,10 @@
 // Where to read: alloc.go (the design, at its top, and Alloc/Free),
 // alloc_tree.go (the B-tree of free blocks that makes best fit O(log n)),
 // alloc_expand.go (expandable segments: one address range per stream grown
-// page by page, for the general cache and for each private pool), lend.go
-// (a captured graph's idle blocks lent to the work between its replays),
+// page by page, for the general cache and for each private pool), plan.go
+// (a captured sequence placed by a plan made from a rehearsal of it),
+// lend.go (a captured graph's idle blocks lent to the work between its
+// replays),
 // alloc_stats.go (MemoryStats, MemorySummary and the
 // out-of-memory error) and alloc_check.go (the invariants the tests check
 // after every step).
