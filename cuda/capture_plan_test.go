@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -53,5 +54,54 @@ func TestGPUCapturePlannedFirstUseTensor(t *testing.T) {
 		if got[i] != 2*xs[i] {
 			t.Fatalf("gradient [%d] after two replays: %g, want %g", i, got[i], 2*xs[i])
 		}
+	}
+}
+
+// TestGPUCapturePlannedSearchesFirst: a planned capture of a step with a
+// convolution cuDNN has not timed captures nothing and asks for an eager
+// step first (ErrSearchFirst); after one, it captures by plan, and the
+// replay gives the eager step's bits.
+func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
+	b := newGPUBackend(t, BackendOptions{})
+	if _, err := b.CuDNN(); err != nil || !b.PlansGraphMemory() {
+		t.Skipf("needs cuDNN (%v) and planned captures (%v)", err, b.PlansGraphMemory())
+	}
+	x := tensor.FromFloat32(b, nil, gridRandom(8*16*12*12, 21), 8, 16, 12, 12)
+	w := tensor.FromFloat32(b, nil, gridRandom(24*16*3*3, 22), 24, 16, 3, 3)
+	out := tensor.Zeros(b, nil, 8, 24, 12, 12)
+	defer x.Release()
+	defer w.Release()
+	defer out.Release()
+	scope := tensor.NewScope()
+	defer scope.Release()
+	step := func() {
+		scope.Reset()
+		xc := tensor.EmptyOf(b, scope, tensor.Float32, 8, 16, 12, 12)
+		tensor.CopyTensor(xc, x)
+		tensor.CopyTensor(out, tensor.Conv2d(xc, w, nil, 1, 1))
+	}
+	if g, err := b.CapturePlanned(step, scope.Reset); !errors.Is(err, ErrSearchFirst) {
+		if g != nil {
+			g.Close()
+		}
+		t.Fatalf("CapturePlanned before any eager step: %v, want ErrSearchFirst", err)
+	}
+	step()
+	want := out.Float32s()
+	b.Fill(out.Buffer(), 0)
+	g, err := b.CapturePlanned(step, scope.Reset)
+	if err != nil {
+		t.Fatalf("CapturePlanned after an eager step: %v", err)
+	}
+	defer g.Close()
+	if _, misses, err := g.Planned(); err != nil || misses != 0 {
+		t.Errorf("Planned: %d misses, %v; want a plan, no miss", misses, err)
+	}
+	if err := g.Replay(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Float32s(); !sameBits(got, want) {
+		j := firstDiff(got, want)
+		t.Errorf("replayed convolution [%d] %g, eager %g", j, got[j], want[j])
 	}
 }

@@ -219,6 +219,7 @@ func (b *Backend) algoFor(op string, p *convPlan, dir convDirection, p1, p2, p3 
 		return p.algo[dir], true
 	}
 	if b.capturing.Load() {
+		b.convGuesses.Add(1) // CapturePlanned asks for an eager step first
 		var a convAlgo
 		err := s.n.with(func() (err error) {
 			a, err = s.n.heuristicAlgo(dir, p.descs, true, p.wsCap)

@@ -65,17 +65,26 @@ func (b *Backend) Capture(f func()) (*StepGraph, error) {
 // (BackendOptions.NoGraphMemoryPlan) or impossible (no expandable
 // segments), or the rehearsal fails, rehearsed runs and this is Capture;
 // StepGraph.Planned says which and why.
+//
+// A rehearsal that meets a convolution whose algorithms cuDNN has not
+// timed yet (which cannot be done during a capture) captures nothing and
+// returns ErrSearchFirst: one eager step of f times them, and the next
+// CapturePlanned captures f with the fastest.
 func (b *Backend) CapturePlanned(f func(), rehearsed func()) (*StepGraph, error) {
 	var plan *alloc.MemoryPlan
 	why := errPlanOff
 	if b.PlansGraphMemory() {
 		var pool PoolID
+		guesses := b.convGuesses.Load()
 		plan, pool, why = b.rehearse(f)
 		rehearsed()
 		if pool != 0 {
 			if kept, err := b.keep(pool); err != nil || kept > 0 {
 				plan, why = nil, cmp.Or(err, fmt.Errorf("cuda: the rehearsal kept %d blocks (tensors the step makes on first use), given memory from zero", kept))
 			}
+		}
+		if b.convGuesses.Load() > guesses {
+			return nil, ErrSearchFirst
 		}
 	} else {
 		rehearsed()
@@ -86,6 +95,10 @@ func (b *Backend) CapturePlanned(f func(), rehearsed func()) (*StepGraph, error)
 	}
 	return g, err
 }
+
+// ErrSearchFirst is CapturePlanned's error when f meets convolutions whose
+// algorithms cuDNN has not timed: run f once eagerly, then capture it.
+var ErrSearchFirst = errors.New("cuda: the step's convolutions have untimed algorithms: run it once eagerly before capturing it")
 
 // errPlanOff is why CapturePlanned placed nothing by plan where it may not.
 var errPlanOff = errors.New("cuda: no plan: BackendOptions.NoGraphMemoryPlan, or an allocator without expandable segments")

@@ -304,7 +304,7 @@ func (z *zooStepper) run() *tensor.Tensor {
 		z.opt.Replayed()
 		return z.loss
 	}
-	if z.try && !z.warmed && z.usesCuDNN() {
+	if z.try && !z.warmed && z.usesCuDNN() && !z.gpu.PlansGraphMemory() {
 		// cuDNN times its convolution algorithms at their first run,
 		// which cannot happen inside a capture (trainer.Step does the
 		// same).
@@ -332,6 +332,14 @@ func (z *zooStepper) run() *tensor.Tensor {
 		}
 		if z.opt.Steps() > before {
 			z.opt.Rewind()
+		}
+		if errors.Is(err, cuda.ErrSearchFirst) {
+			// cuDNN times the convolutions' algorithms in this eager
+			// step; the next is captured (trainer.Step does the same).
+			z.try, z.warmed = true, true
+			t0 := time.Now()
+			defer func() { z.warmS = time.Since(t0).Seconds() }()
+			return z.eager()
 		}
 		if errors.Is(err, cuda.ErrLoadDuringCapture) {
 			z.try = true // an older driver: this eager step compiles the kernels, the next is captured

@@ -173,11 +173,12 @@ func (s *Step) Run(shape ...int) (loss *tensor.Tensor, err error) {
 			st.warmed = true
 			return s.eager(st)
 		}
-		if !st.warmed && searchesConvolutions(s.b) {
+		if !st.warmed && searchesConvolutions(s.b) && !s.plans() {
 			// cuDNN times the algorithms of each convolution the first
 			// time it runs, which it cannot do inside a capture: one eager
 			// step of this shape first, so that the graph gets the
-			// measured ones.
+			// measured ones. (A planned capture finds out in its
+			// rehearsal whether the step has convolutions.)
 			st.warmed = true
 			return s.eager(st)
 		}
@@ -206,7 +207,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	// memory back before the graph's pool takes its own.
 	st.scope.Reset()
 	capture := g.CapturePlanned
-	if s.opt.NoMemoryPlan {
+	if !s.plans() {
 		capture = func(f, undo func()) (*cuda.StepGraph, error) { undo(); return g.Capture(f) }
 	}
 	graph, err := capture(func() {
@@ -224,6 +225,13 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		if opt != nil && opt.Steps() > before {
 			opt.Rewind() // counted on the host, never ran
 		}
+		if errors.Is(err, cuda.ErrSearchFirst) {
+			// Convolutions: this eager step times their algorithms, the
+			// next one is captured.
+			st.warmed = true
+			s.attempt = true
+			return nil, false, nil
+		}
 		if errors.Is(err, cuda.ErrLoadDuringCapture) {
 			// An older driver: this eager step compiles the kernels, the
 			// next one is captured.
@@ -237,7 +245,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	planned := ""
 	if span, misses, err := graph.Planned(); err == nil {
 		planned = fmt.Sprintf(", its memory placed by plan (%.1f MiB, %d requests off the plan)", float64(span)/(1<<20), misses)
-	} else if plansMemory(s.b) && !s.opt.NoMemoryPlan {
+	} else if s.plans() {
 		planned = fmt.Sprintf(", its memory placed as it came (%s)", firstLine(err.Error()))
 	}
 	s.say("cuda graph: the training step is captured once and replayed%s%s", planned, s.opt.Hint)
@@ -307,11 +315,11 @@ func (s *Step) warmedUp() bool {
 	return false
 }
 
-// plansMemory reports whether b places a captured step's memory by a
-// plan made from a rehearsal of the capture.
-func plansMemory(b tensor.Backend) bool {
-	g, ok := b.(*cuda.Backend)
-	return ok && g.PlansGraphMemory()
+// plans reports whether the step's capture places its memory by a plan
+// made from a rehearsal of the capture.
+func (s *Step) plans() bool {
+	g, ok := s.b.(*cuda.Backend)
+	return ok && g.PlansGraphMemory() && !s.opt.NoMemoryPlan
 }
 
 // searchesConvolutions reports whether b chooses convolution algorithms by
