@@ -67,7 +67,8 @@ func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
 		t.Skipf("needs cuDNN (%v) and planned captures (%v)", err, b.PlansGraphMemory())
 	}
 	x := tensor.FromFloat32(b, nil, gridRandom(8*16*12*12, 21), 8, 16, 12, 12)
-	w := tensor.FromFloat32(b, nil, gridRandom(24*16*3*3, 22), 24, 16, 3, 3)
+	// Two groups: grouped convolutions go to cuDNN at any size.
+	w := tensor.FromFloat32(b, nil, gridRandom(24*8*3*3, 22), 24, 8, 3, 3)
 	out := tensor.Zeros(b, nil, 8, 24, 12, 12)
 	defer x.Release()
 	defer w.Release()
@@ -78,7 +79,8 @@ func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
 		scope.Reset()
 		xc := tensor.EmptyOf(b, scope, tensor.Float32, 8, 16, 12, 12)
 		tensor.CopyTensor(xc, x)
-		tensor.CopyTensor(out, tensor.Conv2d(xc, w, nil, 1, 1))
+		o := tensor.ConvOptions{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 2}
+		tensor.CopyTensor(out, tensor.Conv2dWith(xc, w, nil, o))
 	}
 	if g, err := b.CapturePlanned(step, scope.Reset); !errors.Is(err, ErrSearchFirst) {
 		if g != nil {
