@@ -66,10 +66,11 @@ func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
 	if _, err := b.CuDNN(); err != nil || !b.PlansGraphMemory() {
 		t.Skipf("needs cuDNN (%v) and planned captures (%v)", err, b.PlansGraphMemory())
 	}
-	x := tensor.FromFloat32(b, nil, gridRandom(8*16*12*12, 21), 8, 16, 12, 12)
-	// Two groups: grouped convolutions go to cuDNN at any size.
-	w := tensor.FromFloat32(b, nil, gridRandom(24*8*3*3, 22), 24, 8, 3, 3)
-	out := tensor.Zeros(b, nil, 8, 24, 12, 12)
+	b.dnnEverywhere = true // every geometry cuDNN takes goes to it
+	// Stride 2: not one of the register-tiled kernels' geometries.
+	x := tensor.FromFloat32(b, nil, gridRandom(8*16*32*32, 21), 8, 16, 32, 32)
+	w := tensor.FromFloat32(b, nil, gridRandom(24*16*3*3, 22), 24, 16, 3, 3)
+	out := tensor.Zeros(b, nil, 8, 24, 16, 16)
 	defer x.Release()
 	defer w.Release()
 	defer out.Release()
@@ -77,10 +78,9 @@ func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
 	defer scope.Release()
 	step := func() {
 		scope.Reset()
-		xc := tensor.EmptyOf(b, scope, tensor.Float32, 8, 16, 12, 12)
+		xc := tensor.EmptyOf(b, scope, tensor.Float32, 8, 16, 32, 32)
 		tensor.CopyTensor(xc, x)
-		o := tensor.ConvOptions{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 2}
-		tensor.CopyTensor(out, tensor.Conv2dWith(xc, w, nil, o))
+		tensor.CopyTensor(out, tensor.Conv2d(xc, w, nil, 2, 1))
 	}
 	if g, err := b.CapturePlanned(step, scope.Reset); !errors.Is(err, ErrSearchFirst) {
 		if g != nil {
@@ -89,6 +89,9 @@ func TestGPUCapturePlannedSearchesFirst(t *testing.T) {
 		t.Fatalf("CapturePlanned before any eager step: %v, want ErrSearchFirst", err)
 	}
 	step()
+	if n, _ := b.ConvSearches(); n == 0 {
+		t.Fatal("the eager step timed no cuDNN algorithm: the convolution did not go to cuDNN")
+	}
 	want := out.Float32s()
 	b.Fill(out.Buffer(), 0)
 	g, err := b.CapturePlanned(step, scope.Reset)
