@@ -245,9 +245,9 @@ type Backend struct {
 	dnnErr        error        // why dnn is nil
 	dnnEverywhere bool         // every geometry cuDNN takes goes to it (tests, benchmarks)
 	capturing     atomic.Bool
-	rehearsing    atomic.Bool // a capture is rehearsed (graph.go)
+	rehearsing    atomic.Bool  // a capture is rehearsed (graph.go)
 	convGuesses   atomic.Int64 // convolutions captured on cuDNN's heuristic pick, unsearched (conv_cudnn.go)
-	gen           generated   // generated elementwise kernels (ewk.go)
+	gen           generated    // generated elementwise kernels (ewk.go)
 
 	bnOne bnOnePassState // one-pass batch norm's shared memory (norm.go)
 }
