@@ -206,21 +206,24 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	// The eager step's tensors go first, so that Capture gives their
 	// memory back before the graph's pool takes its own.
 	st.scope.Reset()
-	capture := g.CapturePlanned
-	if !s.plans() {
-		capture = func(f, undo func()) (*cuda.StepGraph, error) { undo(); return g.Capture(f) }
-	}
-	graph, err := capture(func() {
+	record := func() {
 		st.scope.Reset()
 		loss = s.step(st.scope)
-	}, func() {
-		// The rehearsal's tensors hold no memory, and its update never
-		// ran.
-		st.scope.Reset()
-		for opt != nil && opt.Steps() > before {
-			opt.Rewind()
-		}
-	})
+	}
+	var graph *cuda.StepGraph
+	var err error
+	if s.plans() {
+		graph, err = g.CapturePlanned(record, func() {
+			// The rehearsal's tensors hold no memory, and its update
+			// never ran.
+			st.scope.Reset()
+			for opt != nil && opt.Steps() > before {
+				opt.Rewind()
+			}
+		})
+	} else {
+		graph, err = g.Capture(record)
+	}
 	if err != nil {
 		if opt != nil && opt.Steps() > before {
 			opt.Rewind() // counted on the host, never ran
