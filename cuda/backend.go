@@ -1216,9 +1216,7 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 		defer b.release(ws)
 		part = ws.Ptr()
 	}
-	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
-	devCheck(op, b.x.launch(b.kernel("ember_bias_grad_cols"), grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
-		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
+	b.biasGradColsOn(b.x, op, pdb, part, pg, pdy, py, outer, channels, rpb, parts, accumulate)
 	if parts > 1 {
 		// Nothing below needs db before the optimiser does: in a graph the
 		// finish runs on the side stream, off the critical path.
@@ -1226,6 +1224,14 @@ func (b *Backend) biasGradCols(op string, pdb, pg, pdy, py uintptr, outer, chann
 			b.biasGradFinish(ex, op, pdb, part, channels, parts, accumulate)
 		}))
 	}
+}
+
+// biasGradColsOn queues ember_bias_grad_cols on ex: parts blocks of rpb
+// rows a column, into part when parts > 1 (biasGradCols).
+func (b *Backend) biasGradColsOn(ex executor, op string, pdb, part, pg, pdy, py uintptr, outer, channels, rpb, parts int, accumulate bool) {
+	grid := Dim3{X: (channels + 31) / 32, Y: i32dim(op, parts), Z: 1}
+	devCheck(op, ex.launch(b.kernel("ember_bias_grad_cols"), grid, Dim3{X: 32, Y: 8, Z: 1}, []any{pdb, part, pg, pdy, py,
+		int64(outer), int64(channels), i32arg(op, rpb), flag(accumulate)}))
 }
 
 // biasGradFinish queues on ex db (+)= the sums of the parts partial sums of

@@ -305,38 +305,49 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 	}
 }
 
-// weightGradsBeside queues the weight gradient dw (+)= gᵀ·x, with db = the
-// column sums of g where pdb is not 0, beside the input gradient dx (+)=
-// g·w: the first on the side lane (one cuBLASLt product whose algorithm
-// needs no workspace), the second on this stream, joined before the next
-// operation. It takes the layers of at most linearTiledRows rows that go
+// weightGradsBeside queues the weight gradient dw (+)= gᵀ·x, with db (+)=
+// the column sums of g where pdb is not 0, beside the input gradient dx
+// (+)= g·w: the first on the side lane (one cuBLASLt product whose
+// algorithm needs no workspace; db in its epilogue when written, else added
+// by ember_bias_grad_cols after it), the second on this stream, joined
+// before the next operation. It takes the layers of at most linearTiledRows rows that go
 // to cuBLASLt first (ltFirst): there each product alone leaves most of the
 // device idle (the MLP at batch 64: 16 to 64 blocks of cuBLAS's on 132
 // SMs), so that in a captured step the two run in the time of one. Eager
 // launches take the same algorithms one after the other, so both give the
 // same bits. False, having queued nothing, when it does not apply.
 func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool) bool {
-	if b.side == nil || !b.ltFirst(n, in, out) || n > linearTiledRows || n*in*out == 0 || pdb != 0 && accB ||
+	// Added into, db takes one block row of bias_grad_cols (no partials
+	// to finish): up to 128 rows.
+	sideDB := pdb != 0 && accB
+	if b.side == nil || !b.ltFirst(n, in, out) || n > linearTiledRows || n*in*out == 0 || sideDB && biasColsRowsPerBlock(n) < n ||
 		overlaps(pdx, 4*n*in, pdw, 4*out*in) || pdb != 0 && (overlaps(pdb, 4*out, pdx, 4*n*in) || overlaps(pdb, 4*out, pdw, 4*out*in)) {
 		return false
 	}
 	epi := driver.LtDefault
-	if pdb != 0 {
+	if pdb != 0 && !sideDB {
 		epi = driver.LtBGradA
 	}
 	g := weightGradGemm(n, in, out, epi)
 	g.NoWorkspace = true
-	g, ok := b.ltPlan(g, pg, px, pdw, pdb)
+	pepi := pdb // db's pointer in the epilogue
+	if sideDB {
+		pepi = 0
+	}
+	g, ok := b.ltPlan(g, pg, px, pdw, pepi)
 	if !ok {
 		return false
 	}
-	b.tuneLt(op, g, 1, pg, px, beta32(accW), pdb)
+	b.tuneLt(op, g, 1, pg, px, beta32(accW), pepi)
 	devCheck(op, b.x.parallel(func(ex executor) {
 		lx, ok := ex.(ltExec)
 		if !ok {
 			devCheck(op, errors.New("cuda: the side lane's executor queues no cuBLASLt products"))
 		}
-		devCheck(op, lx.ltMatmul(g, 1, pg, px, beta32(accW), pdw, pdb, 0))
+		devCheck(op, lx.ltMatmul(g, 1, pg, px, beta32(accW), pdw, pepi, 0))
+		if sideDB {
+			b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, true)
+		}
 	}, func() {
 		b.product(op, pdx, pg, pw, n, in, out, false, accX)
 	}))

@@ -37,8 +37,9 @@ var linearGradsNarrowKernels = [2]string{"ember_linear_grads_narrow_c16", "ember
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
 // launch of ember_linear_xent for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
-// xentRows rows. It reports false for other sizes.
-func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+// xentRows rows; with reluX, dx is written through x's ReLU mask (x > 0) in
+// the same pass. It reports false for other sizes.
+func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int, reluX bool) bool {
 	const op = "linear_cross_entropy"
 	if n < 1 || n > xentRows || in < 0 || classes < 1 || classes > narrowOut || b.noNarrow {
 		return false
@@ -65,7 +66,7 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 		defer b.release(part)
 	}
 	b.launchGrid(op, b.kernel("ember_linear_xent"), blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
-		i32arg(op, n), i32arg(op, in), i32arg(op, classes), i32arg(op, rows), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
+		i32arg(op, n), i32arg(op, in), i32arg(op, classes), i32arg(op, rows), flag(reluX), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }
 

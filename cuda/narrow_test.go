@@ -61,9 +61,11 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		want := [][]float32{downloadF(b, loss), downloadF(b, dl), downloadF(b, dx)}
 
 		var first []float32
-		for run := 0; run < 2; run++ {
+		// Runs 0 and 1 as they are; run 2 with dx through x's ReLU mask.
+		for run := 0; run < 3; run++ {
+			reluX := run == 2
 			floss, fdl, fdx := fresh(1), fresh(c.n*c.classes), fresh(c.n*c.in)
-			if !b.LinearCrossEntropy(floss, tensor.Buffer{}, fdl, fdx, gx, gw, gbias, glab, c.n, c.in, c.classes) {
+			if !b.LinearCrossEntropy(floss, tensor.Buffer{}, fdl, fdx, gx, gw, gbias, glab, c.n, c.in, c.classes, reluX) {
 				t.Fatalf("%s: the fused kernel declined", name)
 			}
 			got := [][]float32{downloadF(b, floss), downloadF(b, fdl), downloadF(b, fdx)}
@@ -80,8 +82,12 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 				t.Errorf("%s, run %d: dlogits[%d] = %g, unfused %g", name, run, i, got[1][i], want[1][i])
 			}
 			for i, v := range got[2] {
-				if w := want[2][i]; math.Abs(float64(v-w)) > 1e-5 {
-					t.Errorf("%s, run %d: dx[%d] = %g, unfused %g", name, run, i, v, w)
+				w := want[2][i]
+				if reluX && !(xs[i] > 0) {
+					w = 0
+				}
+				if math.Abs(float64(v-w)) > 1e-5 || reluX && w == 0 && v != 0 {
+					t.Errorf("%s, run %d (reluX %v): dx[%d] = %g, unfused %g", name, run, reluX, i, v, w)
 					break
 				}
 			}
@@ -89,7 +95,7 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		// Without gradients, added into a running sum: the same loss.
 		floss, fsum := fresh(1), fresh(1)
 		b.Upload(fsum, []float32{0.5})
-		b.LinearCrossEntropy(floss, fsum, tensor.Buffer{}, tensor.Buffer{}, gx, gw, gbias, glab, c.n, c.in, c.classes)
+		b.LinearCrossEntropy(floss, fsum, tensor.Buffer{}, tensor.Buffer{}, gx, gw, gbias, glab, c.n, c.in, c.classes, false)
 		if got := downloadF(b, floss); !sameBits(got, first) {
 			t.Errorf("%s: the loss without gradients %g differs from the loss with them %g", name, got[0], first[0])
 		}
@@ -99,10 +105,10 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	}
 	// Sizes the kernel does not take.
 	one, _ := h.f32([]float32{0})
-	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, 1, 1, narrowOut+1) {
+	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, 1, 1, narrowOut+1, false) {
 		t.Errorf("the fused kernel took %d classes", narrowOut+1)
 	}
-	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, xentRows+1, 0, 2) {
+	if b.LinearCrossEntropy(one, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, one, one, tensor.Buffer{}, tensor.Buffer{}, xentRows+1, 0, 2, false) {
 		t.Errorf("the fused kernel took %d rows", xentRows+1)
 	}
 }
@@ -207,12 +213,12 @@ func BenchmarkGPULinearCrossEntropy(b *testing.B) {
 			run  func()
 		}{
 			{"loss", func() {
-				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
+				g.LinearCrossEntropy(loss, tensor.Buffer{}, tensor.Buffer{}, tensor.Buffer{}, x, w, bias, labels, n, in, classes, false)
 			}},
 			{"loss+dlogits", func() {
-				g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes)
+				g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, tensor.Buffer{}, x, w, bias, labels, n, in, classes, false)
 			}},
-			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, dx, x, w, bias, labels, n, in, classes) }},
+			{"loss+dlogits+dx", func() { g.LinearCrossEntropy(loss, tensor.Buffer{}, dl, dx, x, w, bias, labels, n, in, classes, false) }},
 			{"dw+db", func() {
 				g.LinearGrads(tensor.Buffer{}, dw, bias, dl, tensor.Buffer{}, x, w, n, in, classes, false, true, true)
 			}},

@@ -18,6 +18,12 @@ type node struct {
 	// unary, for a unary function's node, is how to make its output again
 	// from its input (which backward reads, so it is kept).
 	unary *unaryRecipe
+	// reluOut: the output is a ReLU's, and backward skips the ReLU's mask
+	// when every part of the output's gradient came already masked
+	// (engine.sinkMasked): an operation that takes the output and makes
+	// its gradient in a pass of its own can apply the mask there for free,
+	// which saves the layer a pass over the gradient.
+	reluOut bool
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.
@@ -195,6 +201,8 @@ func (t *Tensor) backwardFrom(seed *Tensor, hooks bool) {
 		n := u.node
 		u.node = nil // consumed; lets the inputs be collected
 		u.consumed = true
+		e.gradMasked = e.masked[u]
+		delete(e.masked, u)
 		if g != nil {
 			e.current, e.keepCurrent = g.st, false
 			if n.outputUnread {
@@ -308,6 +316,11 @@ type engine struct {
 	// this node.
 	current     *storage
 	keepCurrent bool
+	// masked holds the computed tensors of reluOut nodes whose every
+	// gradient part so far came through their ReLU's mask; gradMasked
+	// says so of the gradient being propagated.
+	masked     map[*Tensor]bool
+	gradMasked bool
 }
 
 func (e *engine) scopeFor(t *Tensor) *Scope {
@@ -320,7 +333,12 @@ func (e *engine) scopeFor(t *Tensor) *Scope {
 // sink returns the buffer where the gradient of t goes and whether the
 // caller must add into it (true) or may overwrite it (false). It returns an
 // empty buffer when t needs no gradient.
-func (e *engine) sink(t *Tensor) (Buffer, bool) {
+func (e *engine) sink(t *Tensor) (Buffer, bool) { return e.sinkMasked(t, false) }
+
+// sinkMasked is sink for a caller that writes a gradient already through
+// t's ReLU mask (g·[t > 0]) when masked: t's backward may then skip the
+// mask if every other part of t's gradient comes masked too (reluOut).
+func (e *engine) sinkMasked(t *Tensor, masked bool) (Buffer, bool) {
 	if t == nil || !t.requiresGrad {
 		return Buffer{}, false
 	}
@@ -334,12 +352,33 @@ func (e *engine) sink(t *Tensor) (Buffer, bool) {
 		return t.grad.buffer(), true
 	}
 	if g := e.grads[t]; g != nil {
+		if !masked {
+			delete(e.masked, t)
+		}
 		return g.buffer(), true
 	}
 	g := Empty(t.st.b, e.scopeFor(t), t.shape...)
 	e.grads[t] = g
+	e.markMasked(t, masked)
 	return g.buffer(), false
 }
+
+// markMasked records whether the first part of t's gradient came through
+// its ReLU's mask.
+func (e *engine) markMasked(t *Tensor, masked bool) {
+	if masked && t.node != nil && t.node.reluOut {
+		if e.masked == nil {
+			e.masked = map[*Tensor]bool{}
+		}
+		e.masked[t] = true
+		return
+	}
+	delete(e.masked, t)
+}
+
+// unmasked records that a part of t's gradient was added without the
+// mask.
+func (e *engine) unmasked(t *Tensor) { delete(e.masked, t) }
 
 // sinkZeroed is sink for operations that can only add into their output.
 func (e *engine) sinkZeroed(t *Tensor) Buffer {
@@ -373,14 +412,28 @@ func (e *engine) pass(t *Tensor, g *Tensor) {
 
 // give hands t a gradient that nothing else references, adopting its memory
 // when t has no gradient yet instead of copying it.
-func (e *engine) give(t *Tensor, g *Tensor) {
+func (e *engine) give(t *Tensor, g *Tensor) { e.giveMasked(t, g, false) }
+
+// giveMasked is give for a gradient already through t's ReLU mask when
+// masked (sinkMasked).
+func (e *engine) giveMasked(t *Tensor, g *Tensor, masked bool) {
 	if t == nil || !t.requiresGrad {
 		return
 	}
 	if t.node != nil && e.grads[t] == nil && g.IsContiguous() && !g.isOne {
 		e.grads[t] = g
+		e.markMasked(t, masked)
 		if g.st == e.current {
 			e.keepCurrent = true
+		}
+		return
+	}
+	if masked && g.IsContiguous() {
+		dst, acc := e.sinkMasked(t, true)
+		if acc {
+			Complete(t.st.b).Axpy(dst, 1, g.buffer())
+		} else {
+			t.st.b.Copy(dst, g.buffer())
 		}
 		return
 	}

@@ -202,9 +202,11 @@ type LinearCrossEntropyBackend interface {
 	// CrossEntropy, and adds it to lossSum[0] when lossSum is not empty. When
 	// dlogits is not empty it sets dlogits [n, classes] to the loss's
 	// gradient with respect to z, and then, when dx is not empty, dx [n, in]
-	// = dlogits·w. It reports false, and does nothing, for sizes it does not
+	// = dlogits·w, counted only where x > 0 when reluX (x is a ReLU's
+	// output, whose gradient then goes on already through the ReLU's
+	// mask). It reports false, and does nothing, for sizes it does not
 	// take.
-	LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int) bool
+	LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels Buffer, n, in, classes int, reluX bool) bool
 }
 
 // PoolGeom describes a 2-D max pooling over NCHW input. Padding is

@@ -221,12 +221,14 @@ func (e *engine) sinkChannelsLast(cl ChannelsLastBackend, t *Tensor) (dst Buffer
 	if t.heldChannelsLast() && t.node != nil && e.grads[t] == nil && s != nil {
 		g := newChannelsLast(t.st.b, s, n, c, h, w)
 		e.grads[t] = g
+		e.unmasked(t)
 		return g.st.buf, func() {}
 	}
 	tmp := newTensor(t.st.b, BFloat16, s, n*h*w*c)
 	return tmp.buffer(), func() {
 		if g := e.grads[t]; g != nil && t.node != nil {
 			if gb, ok := g.channelsLast(); ok {
+				e.unmasked(t)
 				cl.AddChannelsLast(gb, gb, tmp.buffer(), gb.Len)
 				tmp.Release()
 				return

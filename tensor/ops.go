@@ -366,8 +366,15 @@ func linearFused(lb LinearBackend, x, w, b *Tensor, relu bool) *Tensor {
 		if b != nil {
 			db, accB = e.sink(b)
 		}
-		lb.LinearGrads(dx, dw, db, g.buffer(), mask, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
+		y := mask
+		if e.gradMasked {
+			y = Buffer{} // g came through the mask (node.reluOut)
+		}
+		lb.LinearGrads(dx, dw, db, g.buffer(), y, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
 	}, x, w, b)
+	if relu && out.node != nil {
+		out.node.reluOut = true
+	}
 	return out
 }
 
@@ -514,7 +521,10 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 	if sum != nil {
 		sumBuf = sum.buffer()
 	}
-	if !lb.LinearCrossEntropy(loss.buffer(), sumBuf, dlBuf, dxBuf, x.buffer(), w.buffer(), bias, labels.buffer(), n, in, classes) {
+	// When x is a ReLU's output (LinearReLU's), dx comes through its mask
+	// at no cost here, and x's backward pass skips its own pass over it.
+	reluX := dx != nil && x.node != nil && x.node.reluOut
+	if !lb.LinearCrossEntropy(loss.buffer(), sumBuf, dlBuf, dxBuf, x.buffer(), w.buffer(), bias, labels.buffer(), n, in, classes, reluX) {
 		for _, t := range nonNil(loss, dlogits, dx) {
 			t.Release()
 		}
@@ -525,7 +535,7 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 		switch {
 		case !g.isOne:
 			if dx != nil {
-				dst, acc := e.sink(x)
+				dst, acc := e.sinkMasked(x, reluX)
 				Complete(be).ScaleBy(dst, dx.buffer(), g.buffer(), acc)
 			}
 			if !anyRequiresGrad(w, b) {
@@ -535,7 +545,7 @@ func linearCrossEntropy(x, w, b, labels, sum *Tensor) *Tensor {
 			defer d.Release()
 			Complete(be).ScaleBy(d.buffer(), dlogits.buffer(), g.buffer(), false)
 		case dx != nil:
-			e.give(x, dx)
+			e.giveMasked(x, dx, reluX)
 		}
 		dw, accW := e.sink(w)
 		var db Buffer

@@ -16,6 +16,8 @@
 //   loss_r = (m - z[y]) + log(sum exp(z - m)),  m = max z (NaN propagates)
 //   dlogits[r, c] = exp(z[c] - m)/se/n - (c == y)/n      (when not null)
 //   dx[r] = dlogits[r]·w                                 (when not null too)
+//           where x[r] > 0 and 0 elsewhere when reluX (x a ReLU's output:
+//           its gradient then needs no pass of its own through the mask)
 // and loss[0] = the mean of loss_r, as ember_cross_entropy computes it from
 // the logits (also added to lossSum[0], a running total, when not null). A
 // label outside [0, classes) makes its row NaN.
@@ -33,7 +35,7 @@
 // a fixed tree, so the loss does not depend on which block finishes last.
 extern "C" __global__ void __launch_bounds__(1024)
 ember_linear_xent(float* loss, float* lossSumOrNull, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
-                  const float* biasOrNull, const int* labels, int n, int in, int classes, int rows,
+                  const float* biasOrNull, const int* labels, int n, int in, int classes, int rows, int reluX,
                   double* partialOrNull, int* doneOrNull) {
     __shared__ float zs[32];      // the block's logits, then their gradients: [rows][classes]
     __shared__ double rowLoss[32];
@@ -87,7 +89,10 @@ ember_linear_xent(float* loss, float* lossSumOrNull, float* dlogitsOrNull, float
                 const int i = e / in, k = e - i * in;
                 float o = 0.0f;
                 for (int c = 0; c < classes; c++) o = __fmaf_rn(zs[i * classes + c], w[(long long)c * in + k], o);
-                dxOrNull[(long long)(r0 + i) * in + k] = o;
+                const long long at = (long long)(r0 + i) * in + k;
+                // Through x's ReLU mask (x a ReLU's output), as narrow_g.
+                if (reluX && !(x[at] > 0.0f)) o = 0.0f;
+                dxOrNull[at] = o;
             }
         }
         __syncthreads();  // zs and rowLoss are the next rows'

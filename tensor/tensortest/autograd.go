@@ -794,6 +794,10 @@ func autogradCases() []agCase {
 		transposeCase("Transpose/3-D axes 0,2", []int{3, 4, 5}, 0, 2),
 		transposeCase("Transpose/4-D axes 1,3", []int{2, 3, 4, 5}, 1, 3),
 		mlpCase(),
+		reluXentCase("Composite/LinearReLU-LinearCrossEntropy", 9, 13, 17, 5, 0, true),
+		reluXentCase("Composite/LinearReLU-LinearCrossEntropy weighted, MLP widths", 64, 40, 1024, 10, 0, false),
+		reluXentCase("Composite/LinearReLU-LinearCrossEntropy and a Sum of the ReLU's output after", 9, 13, 17, 5, 1, true),
+		reluXentCase("Composite/LinearReLU-LinearCrossEntropy and a Sum of the ReLU's output before", 9, 13, 17, 5, 2, false),
 		fanoutCase(),
 	)
 	cases = append(cases, softmaxAutogradCases()...)
@@ -847,6 +851,60 @@ func mlpCase() agCase {
 				}
 			}
 			dx, dw1, db1 := linearGrads64(dr, x, w1, n, inF, hid)
+			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
+		},
+	}
+}
+
+// reluXentCase is LinearCrossEntropy(LinearReLU(x, w1, b1), w2, b2), the
+// tail of an MLP: on a backend that fuses both, the cross entropy hands the
+// ReLU's output its gradient already through the mask, and LinearReLU's
+// backward pass skips its own. With sum 1 (2) the loss also adds
+// Sum(h)/8 after (before) the cross entropy: a second part of h's
+// gradient that comes without the mask, so the mask must be applied again.
+// x, w1 and b1 are on the grid, so that every backend agrees on the mask.
+func reluXentCase(name string, n, inF, hid, cls, sum int, direct bool) agCase {
+	return agCase{
+		name:   name,
+		inputs: []agInput{inK("grid", n, inF), inK("grid", hid, inF), inK("grid", hid), in(true, cls, hid), in(true, cls)},
+		labels: [2]int{n, cls}, direct: direct, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			h := tensor.LinearReLU(t[0], t[1], t[2])
+			switch sum {
+			case 1:
+				return tensor.Add(tensor.LinearCrossEntropy(h, t[3], t[4], lab), tensor.MulScalar(tensor.Sum(h), 0.125))
+			case 2:
+				return tensor.Add(tensor.MulScalar(tensor.Sum(h), 0.125), tensor.LinearCrossEntropy(h, t[3], t[4], lab))
+			}
+			return tensor.LinearCrossEntropy(h, t[3], t[4], lab)
+		},
+		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
+			x, w1, b1, w2, b2 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4])
+			h := linear64(x, w1, b1, n, inF, hid)
+			var hs float64
+			for i, a := range h {
+				h[i] = math.Max(a, 0)
+				hs += h[i]
+			}
+			z := linear64(h, w2, b2, n, hid, cls)
+			z32 := make([]float32, len(z))
+			for i, a := range z {
+				z32[i] = float32(a)
+			}
+			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			dh, dw2, db2 := linearGrads64(scaled(dz, float64(g[0])), h, w2, n, hid, cls)
+			for i := range dh {
+				if sum != 0 {
+					dh[i] += 0.125 * float64(g[0])
+				}
+				if h[i] <= 0 {
+					dh[i] = 0
+				}
+			}
+			dx, dw1, db1 := linearGrads64(dh, x, w1, n, inF, hid)
+			if sum != 0 {
+				loss += 0.125 * hs
+			}
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
 		},
 	}

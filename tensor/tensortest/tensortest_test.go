@@ -72,7 +72,7 @@ func (f fusedLinear) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, ou
 
 // LinearCrossEntropy as its parts, for up to 32 classes (beyond, the
 // operation's fallback runs).
-func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int) bool {
+func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int, reluX bool) bool {
 	if classes > 32 {
 		return false
 	}
@@ -88,6 +88,9 @@ func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, 
 	}
 	if !dlogits.Empty() && !dx.Empty() {
 		f.MatMul(dx, dlogits, w, n, in, classes, false, false, 1, 0)
+		if reluX {
+			f.ReLUBackward(dx, dx, x, false)
+		}
 	}
 	return true
 }
@@ -394,6 +397,60 @@ func TestLinearCrossEntropySum(t *testing.T) {
 		}
 		if total := sum.Item(); total != 1.5+want {
 			t.Errorf("%s: running sum %g, want 1.5 + %g", b.Name(), total, want)
+		}
+		s.Release()
+	}
+}
+
+// maskTrace is fusedLinear recording, for each LinearGrads, whether it was
+// given the ReLU's output to mask with, and for each LinearCrossEntropy
+// whether it was asked to mask dx.
+type maskTrace struct {
+	fusedLinear
+	gradsMasks, xentMasks *[]bool
+}
+
+func (m maskTrace) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
+	*m.gradsMasks = append(*m.gradsMasks, !y.Empty())
+	m.fusedLinear.LinearGrads(dx, dw, db, g, y, x, w, n, in, out, accX, accW, accB)
+}
+
+func (m maskTrace) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int, reluX bool) bool {
+	*m.xentMasks = append(*m.xentMasks, reluX)
+	return m.fusedLinear.LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels, n, in, classes, reluX)
+}
+
+// An MLP's tail, LinearCrossEntropy(LinearReLU(...)), masks the ReLU's
+// gradient once: in the cross entropy's pass, LinearReLU's backward then
+// without its output. When another operation adds an unmasked part to the
+// ReLU output's gradient, LinearReLU masks again (the gradients' values are
+// RunAutograd's reluXentCase; this checks which path ran).
+func TestReLUMaskAppliedOnce(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		extraSum bool
+		want     bool // LinearReLU's backward given its output
+	}{{"the cross entropy alone", false, false}, {"and a sum of the ReLU's output", true, true}} {
+		var gradsMasks, xentMasks []bool
+		b := maskTrace{fusedLinear{tensor.Complete(tensor.CPU)}, &gradsMasks, &xentMasks}
+		s := tensor.NewScope()
+		x := tensor.FromFloat32(b, s, []float32{1, 2, -1, 0.5, 0, 3}, 2, 3)
+		w1 := tensor.FromFloat32(b, s, []float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6, -1, 1, 0.25}, 3, 3).SetRequiresGrad(true)
+		b1 := tensor.FromFloat32(b, s, []float32{0.05, -0.05, 0}, 3).SetRequiresGrad(true)
+		w2 := tensor.FromFloat32(b, s, []float32{0.3, -0.1, 0.2, 0.7, 0.1, -0.4}, 2, 3).SetRequiresGrad(true)
+		labels := tensor.FromInt32(b, s, []int32{1, 0}, 2)
+		h := tensor.LinearReLU(x, w1, b1)
+		loss := tensor.LinearCrossEntropy(h, w2, nil, labels)
+		if c.extraSum {
+			loss = tensor.Add(loss, tensor.Sum(h))
+		}
+		loss.Backward()
+		if len(xentMasks) != 1 || !xentMasks[0] {
+			t.Errorf("%s: LinearCrossEntropy asked to mask dx: %v, want [true]", c.name, xentMasks)
+		}
+		// The last call is LinearReLU's (the cross entropy's own is first).
+		if len(gradsMasks) != 2 || gradsMasks[1] != c.want {
+			t.Errorf("%s: LinearGrads given the ReLU's output: %v, want [false %v]", c.name, gradsMasks, c.want)
 		}
 		s.Release()
 	}
