@@ -286,7 +286,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
-		if pdx != 0 && pdw != 0 && b.weightGradsBeside(op, pdx, pdw, pdb, pg, px, pw, n, in, out, accX, accW, accB) {
+		if pdx != 0 && pdw != 0 && b.weightGradsBeside(op, pdx, pdw, pdb, pg, px, pw, n, in, out, accX, accW, accB, nil) {
 			return
 		}
 		if pdx != 0 {
@@ -299,6 +299,10 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 		if pdw != 0 {
 			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
+		if pdb != 0 && accB && b.side != nil && b.ltFirst(n, in, out) && biasColsRowsPerBlock(n) >= n {
+			b.biasGradAside(op, pdb, pg, n, out)
+			pdb = 0
+		}
 		if pdb != 0 {
 			b.biasGrad(op, pdb, pg, 0, 0, n, out, 1, accB)
 		}
@@ -309,14 +313,14 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 // the column sums of g where pdb is not 0, beside the input gradient dx
 // (+)= g·w: the first on the side lane (one cuBLASLt product whose
 // algorithm needs no workspace; db in its epilogue when written, else added
-// by ember_bias_grad_cols after it), the second on this stream, joined
-// before the next operation. It takes the layers of at most linearTiledRows rows that go
+// by ember_bias_grad_cols as a task detached after it), the second on this
+// stream, joined before the next operation. It takes the layers of at most linearTiledRows rows that go
 // to cuBLASLt first (ltFirst): there each product alone leaves most of the
 // device idle (the MLP at batch 64: 16 to 64 blocks of cuBLAS's on 132
 // SMs), so that in a captured step the two run in the time of one. Eager
 // launches take the same algorithms one after the other, so both give the
 // same bits. False, having queued nothing, when it does not apply.
-func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool) bool {
+func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool, mdx *maskedDX) bool {
 	// Added into, db takes one block row of bias_grad_cols (no partials
 	// to finish): up to 128 rows.
 	sideDB := pdb != 0 && accB
@@ -345,14 +349,30 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 			devCheck(op, errors.New("cuda: the side lane's executor queues no cuBLASLt products"))
 		}
 		devCheck(op, lx.ltMatmul(g, 1, pg, px, beta32(accW), pdw, pepi, 0))
-		if sideDB {
-			b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, true)
-		}
 	}, func() {
+		if mdx != nil {
+			if !b.ltRun(op, mdx.g, 1, pg, pw, 0, pdx, 0, mdx.mask) {
+				devCheck(op, errors.New("cuda: a planned cuBLASLt product was refused"))
+			}
+			return
+		}
 		b.product(op, pdx, pg, pw, n, in, out, false, accX)
 	}))
 	b.ltCalls.Add(1)
+	if sideDB {
+		b.biasGradAside(op, pdb, pg, n, out)
+	}
 	return true
+}
+
+// biasGradAside adds db [out] += the column sums of g [n, out] (n at most
+// 128: one block row of ember_bias_grad_cols) as a task detached on the
+// side lane: nothing before the optimiser reads db, so the main stream
+// goes on (in a capture; eagerly it runs at once).
+func (b *Backend) biasGradAside(op string, pdb, pg uintptr, n, out int) {
+	devCheck(op, b.x.detach([]span{{pg, 4 * n * out, false}, {pdb, 4 * out, true}}, func(ex executor) {
+		b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, true)
+	}))
 }
 
 // product queues c [m, n] = A·B (+ c when acc), A [m, k] or its transpose

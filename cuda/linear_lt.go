@@ -154,6 +154,87 @@ func (b *Backend) linearLt(op string, py, px, pw, pbias uintptr, n, in, out int,
 	return b.ltRun(op, g, 1, px, pw, 0, py, pbias, 0)
 }
 
+// A ReLU's mask kept as bits (tensor.ReLUMaskBackend). In an MLP at batch
+// 64 the gradient of a LinearReLU's output needs the ReLU's mask and the
+// layer's bias gradient, one pass of ember_bias_grad_cols on the critical
+// path before the layer's own products. When the layer that takes the
+// output goes to cuBLASLt, its input gradient g·w can take the mask in the
+// product's epilogue (LtDReLU) from bits the ReLU's layer wrote in its
+// forward product's (LtReLUAuxBias): that pass is gone, and the bias
+// gradient, which nothing reads before the optimiser, goes to the side
+// lane. The layers: those of at most linearTiledRows rows that go to
+// cuBLASLt first (ltFirst), with a side lane.
+
+// reluMaskLD is the bits between the rows of a kept mask of out columns:
+// cuBLASLt's bit masks take a multiple of 128.
+func reluMaskLD(out int) int { return (out + 127) / 128 * 128 }
+
+// ReLUMaskLen implements tensor.ReLUMaskBackend: a bit an output, rows of
+// reluMaskLD(out) bits, for the layers whose forward pass goes to cuBLASLt
+// first; 0 for others.
+func (b *Backend) ReLUMaskLen(n, in, out int) int {
+	if b.opt.NoReLUMask || b.side == nil || n <= 0 || in <= 0 || out <= 0 || n > linearTiledRows || !b.ltFirst(n, in, out) {
+		return 0
+	}
+	return reluMaskLD(out) / 8 * n
+}
+
+// LinearReLUMask implements tensor.ReLUMaskBackend: y = max(x·wᵀ + bias,
+// 0) and its mask in one cuBLASLt product (LtReLUAuxBias).
+func (b *Backend) LinearReLUMask(y, mask, x, w, bias tensor.Buffer, n, in, out int) bool {
+	const op = "linear_relu_mask"
+	bytes := b.ReLUMaskLen(n, in, out)
+	if bytes == 0 {
+		return false
+	}
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	need(op, "y", y, n*out)
+	need(op, "mask", mask, bytes)
+	py, px, pw, pm := b.f32(op, y), b.f32(op, x), b.f32(op, w), b.ptr(op, mask, tensor.Uint8)
+	pbias := b.f32Opt(op, "bias", bias, out)
+	epi := driver.LtReLUAux
+	if pbias != 0 {
+		epi = driver.LtReLUAuxBias
+	}
+	g := LtGemm{TransB: true, M: n, N: out, K: in, LDA: in, LDB: in, LDC: out, Epilogue: epi, AuxLD: reluMaskLD(out)}
+	return b.ltRun(op, g, 1, px, pw, 0, py, pbias, pm)
+}
+
+// LinearGradsMasked implements tensor.ReLUMaskBackend for a layer whose
+// output gradient g comes already masked (y empty): dx = g·w through x's
+// mask in one cuBLASLt product (LtDReLU) beside dw on the side lane
+// (weightGradsBeside), db a detached task. False, having queued nothing,
+// for other layers.
+func (b *Backend) LinearGradsMasked(dx, dw, db, g, y, x, w, xmask tensor.Buffer, n, in, out int, accW, accB bool) bool {
+	const op = "linear_grads_masked"
+	if !y.Empty() || dx.Empty() || dw.Empty() || n <= 0 || in <= 0 || out <= 0 || xmask.Len < reluMaskLD(in)/8*n || b.opt.NoReLUMask {
+		return false
+	}
+	need(op, "g", g, n*out)
+	need(op, "x", x, n*in)
+	need(op, "w", w, out*in)
+	pdx, pdw, pdb := b.f32(op, dx), b.f32(op, dw), b.f32Opt(op, "db", db, out)
+	pg, px, pw, pm := b.f32(op, g), b.f32(op, x), b.f32(op, w), b.ptr(op, xmask, tensor.Uint8)
+	dg := LtGemm{M: n, N: in, K: out, LDA: out, LDB: in, LDC: in, Epilogue: driver.LtDReLU, AuxLD: reluMaskLD(in)}
+	dg, ok := b.ltPlan(dg, pg, pw, pdx, pm)
+	if !ok {
+		return false
+	}
+	if !b.weightGradsBeside(op, pdx, pdw, pdb, pg, px, pw, n, in, out, false, accW, accB, &maskedDX{g: dg, mask: pm}) {
+		return false
+	}
+	b.maskedGrads.Add(1)
+	return true
+}
+
+// maskedDX is an input gradient product through a kept mask (LtDReLU),
+// planned.
+type maskedDX struct {
+	g    LtGemm
+	mask uintptr
+}
+
 // weightGradsLt queues dw [out, in] (+)= gᵀ · x and db [out] = the column
 // sums of g [n, out] in one cuBLASLt product; false when it cannot take it.
 // db is written, never added to.

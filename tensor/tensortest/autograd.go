@@ -798,6 +798,8 @@ func autogradCases() []agCase {
 		reluXentCase("Composite/LinearReLU-LinearCrossEntropy weighted, MLP widths", 64, 40, 1024, 10, 0, false),
 		reluXentCase("Composite/LinearReLU-LinearCrossEntropy and a Sum of the ReLU's output after", 9, 13, 17, 5, 1, true),
 		reluXentCase("Composite/LinearReLU-LinearCrossEntropy and a Sum of the ReLU's output before", 9, 13, 17, 5, 2, false),
+		reluChainCase("Composite/LinearReLU-LinearReLU-LinearCrossEntropy", 9, 13, 17, 11, 5),
+		reluChainCase("Composite/LinearReLU-LinearReLU-LinearCrossEntropy, widths a GPU keeps masks for", 64, 512, 1024, 512, 10),
 		fanoutCase(),
 	)
 	cases = append(cases, softmaxAutogradCases()...)
@@ -906,6 +908,54 @@ func reluXentCase(name string, n, inF, hid, cls, sum int, direct bool) agCase {
 				loss += 0.125 * hs
 			}
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
+		},
+	}
+}
+
+// reluChainCase is a three-layer MLP, LinearCrossEntropy(LinearReLU(
+// LinearReLU(x, w1, b1), w2, b2), w3, b3): on a backend that keeps ReLU
+// masks (ReLUMaskBackend), the second layer's input gradient comes through
+// the first layer's kept mask. x and the first two layers are on the grid,
+// so that every backend agrees on the masks.
+func reluChainCase(name string, n, inF, h1, h2, cls int) agCase {
+	return agCase{
+		name: name,
+		inputs: []agInput{inK("grid", n, inF), inK("grid", h1, inF), inK("grid", h1), inK("grid", h2, h1), inK("grid", h2),
+			in(true, cls, h2), in(true, cls)},
+		labels: [2]int{n, cls}, direct: true, tol: tolAG,
+		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
+			a := tensor.LinearReLU(t[0], t[1], t[2])
+			return tensor.LinearCrossEntropy(tensor.LinearReLU(a, t[3], t[4]), t[5], t[6], lab)
+		},
+		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
+			x, w1, b1, w2, b2, w3, b3 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4]), f64(v[5]), f64(v[6])
+			relu := func(h []float64) []float64 {
+				for i, a := range h {
+					h[i] = math.Max(a, 0)
+				}
+				return h
+			}
+			mask := func(d, h []float64) {
+				for i := range d {
+					if h[i] <= 0 {
+						d[i] = 0
+					}
+				}
+			}
+			a1 := relu(linear64(x, w1, b1, n, inF, h1))
+			a2 := relu(linear64(a1, w2, b2, n, h1, h2))
+			z := linear64(a2, w3, b3, n, h2, cls)
+			z32 := make([]float32, len(z))
+			for i, a := range z {
+				z32[i] = float32(a)
+			}
+			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			d2, dw3, db3 := linearGrads64(scaled(dz, float64(g[0])), a2, w3, n, h2, cls)
+			mask(d2, a2)
+			d1, dw2, db2 := linearGrads64(d2, a1, w2, n, h1, h2)
+			mask(d1, a1)
+			dx, dw1, db1 := linearGrads64(d1, x, w1, n, inF, h1)
+			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2, dw3, db3}
 		},
 	}
 }
