@@ -94,11 +94,6 @@ type BackendOptions struct {
 	// for each product shape instead of timing the first few on the
 	// shape's first call (linear_lt_tune.go).
 	NoTuneProducts bool
-	// NoReLUMask keeps no ReLU masks in linear layers' forward passes
-	// (tensor.ReLUMaskBackend): the layer that takes a ReLU's output then
-	// makes its input gradient unmasked, and the ReLU's layer masks it in
-	// a pass of its own (linear_lt.go).
-	NoReLUMask bool
 	// NoNarrow runs a last layer of at most 32 outputs and its cross
 	// entropy as separate kernels (narrow.go).
 	NoNarrow bool
@@ -148,7 +143,7 @@ type BackendOptions struct {
 
 // OptionsFromEnv returns opt with the kernel choices that the environment
 // sets: EMBER_CUDNN_SEARCH=all sets ConvSearchAll, EMBER_CONV_RT=0, EMBER_CUDNN=0, EMBER_LINEAR_TILED=0, EMBER_LINEAR_NARROW=0,
-// EMBER_SIDE_STREAM=0, EMBER_GRAPH_PLAN=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0, EMBER_RELU_MASK=0 turn the matching
+// EMBER_SIDE_STREAM=0, EMBER_GRAPH_PLAN=0, EMBER_EXPANDABLE_SEGMENTS=0, EMBER_BN_ONEPASS=0, EMBER_LT_TUNE=0 turn the matching
 // feature off, EMBER_LINEAR_LT=1 sets LinearLt, =all LinearLtEverywhere
 // and =0 NoLinearLtWide,
 // EMBER_CUBLAS_WORKSPACE is a size in MiB ("0": none) or "cublas",
@@ -184,7 +179,6 @@ func OptionsFromEnv(opt BackendOptions) (BackendOptions, error) {
 	opt.NoSideStream = opt.NoSideStream || off("EMBER_SIDE_STREAM")
 	opt.NoGraphMemoryPlan = opt.NoGraphMemoryPlan || off("EMBER_GRAPH_PLAN")
 	opt.NoTuneProducts = opt.NoTuneProducts || off("EMBER_LT_TUNE")
-	opt.NoReLUMask = opt.NoReLUMask || off("EMBER_RELU_MASK")
 	opt.NoBatchNormOnePass = opt.NoBatchNormOnePass || off("EMBER_BN_ONEPASS")
 	opt.NoExpandableSegments = opt.NoExpandableSegments || off("EMBER_EXPANDABLE_SEGMENTS")
 	if opt.KernelCache == "" {
@@ -241,7 +235,6 @@ type Backend struct {
 	ltEverywhere  bool         // every linear layer cuBLASLt takes goes to it
 	ltWide        bool         // wide layers of at most 256 rows go to it
 	ltCalls       atomic.Int64 // products queued through cuBLASLt (tests, benchmarks)
-	maskedGrads   atomic.Int64 // input gradients made through a kept ReLU mask (tests)
 	ltTune        ltTuner      // the shapes whose algorithm was chosen (linear_lt_tune.go)
 	noNarrow      bool         // no narrow-layer kernels (narrow.go)
 	noClusters    bool         // split sums of linear.cu without clusters even on sm_90 (tests)

@@ -199,13 +199,7 @@
 // 1024-wide layers) go through it by default, where it measured faster
 // than the tiled kernels (NoLinearLtWide keeps them there); with
 // BackendOptions.LinearLt (EMBER_LINEAR_LT=1) the layers of more than 256
-// rows go through it too (linear_lt.go). Such a layer with a ReLU keeps
-// the ReLU's mask as bits from its forward product's epilogue, and the
-// layer that takes its output applies it in its input-gradient product's
-// (tensor.ReLUMaskBackend; NoReLUMask, EMBER_RELU_MASK=0, turns it off), so
-// the ReLU's layer makes no pass of its own over its output gradient; a
-// last layer fused with its cross entropy applies the mask of its input
-// in the same way, for free, in its own kernel. Under autocast every linear layer
+// rows go through it too (linear_lt.go). Under autocast every linear layer
 // with a bias is one cuBLASLt product of bfloat16 operands with the float32
 // bias in its epilogue (LinearLowp, tensor.LowPrecisionBiasBackend) while
 // cuBLASLt is open.

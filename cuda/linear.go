@@ -286,7 +286,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			b.biasGradCols(op, pdb, gm.Ptr(), pg, py, n, out, accB)
 			pg, pdb = gm.Ptr(), 0
 		}
-		if pdx != 0 && pdw != 0 && b.weightGradsBeside(op, pdx, pdw, pdb, pg, px, pw, n, in, out, accX, accW, accB, nil) {
+		if pdx != 0 && pdw != 0 && b.weightGradsBeside(op, pdx, pdw, pdb, pg, px, pw, n, in, out, accX, accW, accB) {
 			return
 		}
 		if pdx != 0 {
@@ -300,6 +300,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
 		if pdb != 0 && accB && b.side != nil && b.ltFirst(n, in, out) && biasColsRowsPerBlock(n) >= n {
+			// g came masked (no y): db off the main stream, as above.
 			b.biasGradAside(op, pdb, pg, n, out)
 			pdb = 0
 		}
@@ -320,7 +321,7 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 // SMs), so that in a captured step the two run in the time of one. Eager
 // launches take the same algorithms one after the other, so both give the
 // same bits. False, having queued nothing, when it does not apply.
-func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool, mdx *maskedDX) bool {
+func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool) bool {
 	// Added into, db takes one block row of bias_grad_cols (no partials
 	// to finish): up to 128 rows.
 	sideDB := pdb != 0 && accB
@@ -350,12 +351,6 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 		}
 		devCheck(op, lx.ltMatmul(g, 1, pg, px, beta32(accW), pdw, pepi, 0))
 	}, func() {
-		if mdx != nil {
-			if !b.ltRun(op, mdx.g, 1, pg, pw, 0, pdx, 0, mdx.mask) {
-				devCheck(op, errors.New("cuda: a planned cuBLASLt product was refused"))
-			}
-			return
-		}
 		b.product(op, pdx, pg, pw, n, in, out, false, accX)
 	}))
 	b.ltCalls.Add(1)
@@ -368,7 +363,7 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 // biasGradAside adds db [out] += the column sums of g [n, out] (n at most
 // 128: one block row of ember_bias_grad_cols) as a task detached on the
 // side lane: nothing before the optimiser reads db, so the main stream
-// goes on (in a capture; eagerly it runs at once).
+// goes on without waiting for it (in a capture; eagerly it runs at once).
 func (b *Backend) biasGradAside(op string, pdb, pg uintptr, n, out int) {
 	devCheck(op, b.x.detach([]span{{pg, 4 * n * out, false}, {pdb, 4 * out, true}}, func(ex executor) {
 		b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, true)

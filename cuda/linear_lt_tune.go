@@ -61,11 +61,10 @@ func (t *ltTuner) first(g LtGemm) bool {
 // tuneLt chooses g's algorithm by timing its candidates on its first call
 // outside a capture (above). The product is run on the caller's inputs
 // into scratch outputs; the caller's outputs are not touched. Products
-// with an epilogue matrix (aux) other than a ReLU's bit mask keep the
-// heuristics' pick. A failure leaves the heuristics' pick and is said in
-// the kernel log.
+// with an epilogue matrix (aux) keep the heuristics' pick. A failure
+// leaves the heuristics' pick and is said in the kernel log.
 func (b *Backend) tuneLt(op string, g LtGemm, alpha float32, pa, pb uintptr, beta float32, pbias uintptr) {
-	if b.opt.NoTuneProducts || g.M*g.N > ltTuneMaxOutputs || !b.ltTune.first(g) || b.capturing.Load() || g.Epilogue&128 != 0 && !g.Epilogue.ReLUMaskAux() {
+	if b.opt.NoTuneProducts || g.M*g.N > ltTuneMaxOutputs || !b.ltTune.first(g) || b.capturing.Load() || g.Epilogue&128 != 0 {
 		return
 	}
 	if _, ok := b.x.(*gpuExec); !ok {
@@ -104,12 +103,6 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		defer b.release(s)
 		bias = s.Ptr()
 	}
-	var aux uintptr // a scratch bit mask: written, or read as any bits
-	if g.Epilogue.ReLUMaskAux() {
-		s := b.workspace(op, (g.AuxLD+7)/8*g.M)
-		defer b.release(s)
-		aux = s.Ptr()
-	}
 	ws, wsBytes := uintptr(0), 0
 	if !g.NoWorkspace && !b.blasWorkspace.IsZero() {
 		ws, wsBytes = b.blasWorkspace.Ptr(), b.blasWorkspace.Size()
@@ -122,7 +115,7 @@ func (b *Backend) searchLt(op string, g LtGemm, alpha float32, pa, pb uintptr, b
 		}
 		t, err := b.timeGraph(func() error {
 			for range ltTuneCalls {
-				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, aux, ws, wsBytes, b.stream); err != nil {
+				if err := b.lt.Matmul(g, alpha, pa, pb, beta, c.Ptr(), bias, 0, ws, wsBytes, b.stream); err != nil {
 					return err
 				}
 			}

@@ -24,9 +24,6 @@ type node struct {
 	// its gradient in a pass of its own can apply the mask there for free,
 	// which saves the layer a pass over the gradient.
 	reluOut bool
-	// reluMask is the ReLU's mask as a ReLUMaskBackend kept it (nil when
-	// none), for the backward pass of the operation that takes the output.
-	reluMask *Tensor
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.

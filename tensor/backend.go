@@ -190,27 +190,6 @@ type LinearBackend interface {
 	LinearGrads(dx, dw, db, g, y, x, w Buffer, n, in, out int, accX, accW, accB bool)
 }
 
-// ReLUMaskBackend is implemented by LinearBackends that can keep a ReLU's
-// mask from a layer's forward pass (the CUDA backend: bits, written by the
-// product's epilogue) and apply it to the input gradient of the layer that
-// takes the ReLU's output, in that layer's product: the ReLU's own layer
-// then makes no pass of its own over its output gradient. LinearReLU and
-// Linear use it when the backend has it.
-type ReLUMaskBackend interface {
-	// ReLUMaskLen is the bytes of the mask that LinearReLUMask keeps for a
-	// layer of n rows, in inputs and out outputs, or 0 when it keeps none.
-	ReLUMaskLen(n, in, out int) int
-	// LinearReLUMask is Linear with relu that also writes the ReLU's mask
-	// (ReLUMaskLen bytes, laid out as the backend likes). It reports false,
-	// and does nothing, when it cannot.
-	LinearReLUMask(y, mask, x, w, bias Buffer, n, in, out int) bool
-	// LinearGradsMasked is LinearGrads with dx set (not added to) to g·w
-	// through xmask, the mask LinearReLUMask kept for the layer of n rows
-	// and in outputs that made x. It reports false, and does nothing, when
-	// it cannot.
-	LinearGradsMasked(dx, dw, db, g, y, x, w, xmask Buffer, n, in, out int, accW, accB bool) bool
-}
-
 // LinearCrossEntropyBackend is implemented by backends that compute a
 // classifier's last linear layer and the cross entropy of its output as one
 // operation (the CUDA backend, for up to 32 classes: one launch for the

@@ -76,13 +76,10 @@
 //     convolution's passes, channels_last.go), CausalSoftmaxBackend,
 //     AttentionBackend (fused scaled dot-product attention; without it,
 //     the composed products and softmax), FusedBackend, and the fused
-//     ConvPoolBackend, BiasReLUBackend, LinearBackend,
-//     LinearCrossEntropyBackend and ReLUMaskBackend (a ReLU's mask kept by
-//     its layer and applied by the next layer's input gradient, so that
-//     the ReLU's gradient is masked once: autograd.go's masked gradients).
-//     cpu*.go implement the core and the
+//     ConvPoolBackend, BiasReLUBackend, LinearBackend and
+//     LinearCrossEntropyBackend. cpu*.go implement the core and the
 //     optional interfaces on the host, but for AttentionBackend and the
-//     five fused ones (the CPU runs their composed forms); package cuda
+//     four fused ones (the CPU runs their composed forms); package cuda
 //     implements them all on NVIDIA GPUs;
 //     package tensortest is the conformance suite both run, and its
 //     CoreOnly hides every optional interface, so that the same suite

@@ -348,35 +348,15 @@ func linearFused(lb LinearBackend, x, w, b *Tensor, relu bool) *Tensor {
 	}
 	x, w = linearOperands(op, x, w, b)
 	n, in, outF := x.shape[0], x.shape[1], w.shape[0]
-	s := scopeOf(x, w, b)
-	out := Empty(x.st.b, s, n, outF)
+	out := Empty(x.st.b, scopeOf(x, w, b), n, outF)
 	var bias Buffer
 	if b != nil {
 		bias = b.buffer()
 	}
-	var keptMask *Tensor // the ReLU's mask, for the next layer's backward pass
-	mb, masks := lb.(ReLUMaskBackend)
-	if relu && masks && s.GradEnabled() && anyRequiresGrad(x, w, b) {
-		if bytes := mb.ReLUMaskLen(n, in, outF); bytes > 0 {
-			keptMask = newTensor(x.st.b, Uint8, s, bytes)
-			if !mb.LinearReLUMask(out.buffer(), keptMask.buffer(), x.buffer(), w.buffer(), bias, n, in, outF) {
-				keptMask.Release()
-				keptMask = nil
-			}
-		}
-	}
-	if keptMask == nil {
-		lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, relu)
-	}
+	lb.Linear(out.buffer(), x.buffer(), w.buffer(), bias, n, in, outF, relu)
 	var mask Buffer
 	if relu {
 		mask = out.buffer()
-	}
-	// x's mask, when x is the output of a layer that kept one: dx is then
-	// made through it in this layer's product.
-	var xMask *Tensor
-	if masks && x.node != nil {
-		xMask = x.node.reluMask
 	}
 	record(out, name, func(g *Tensor, e *engine) {
 		dx, accX := e.sink(x)
@@ -390,21 +370,10 @@ func linearFused(lb LinearBackend, x, w, b *Tensor, relu bool) *Tensor {
 		if e.gradMasked {
 			y = Buffer{} // g came through the mask (node.reluOut)
 		}
-		if xMask != nil && !dx.Empty() && !accX &&
-			mb.LinearGradsMasked(dx, dw, db, g.buffer(), y, x.buffer(), w.buffer(), xMask.buffer(), n, in, outF, accW, accB) {
-			e.markMasked(x, true)
-			return
-		}
 		lb.LinearGrads(dx, dw, db, g.buffer(), y, x.buffer(), w.buffer(), n, in, outF, accX, accW, accB)
 	}, x, w, b)
 	if relu && out.node != nil {
 		out.node.reluOut = true
-		if keptMask != nil {
-			out.node.reluMask = keptMask
-			saveFor(out, keptMask)
-		}
-	} else if keptMask != nil {
-		keptMask.Release()
 	}
 	return out
 }

@@ -74,9 +74,6 @@ const (
 	LtGELUAux     LtEpilogue = 160 // GELU, its input written to aux
 	LtGELUBias    LtEpilogue = 36  // GELU(· + bias[j])
 	LtGELUAuxBias LtEpilogue = 164 // GELU(· + bias[j]), its input written to aux
-	LtReLUAux     LtEpilogue = 130 // max(·, 0), its mask written to aux as bits (AuxLD a multiple of 128)
-	LtReLUAuxBias LtEpilogue = 134 // max(· + bias[j], 0), its mask written to aux as bits
-	LtDReLU       LtEpilogue = 136 // · times ReLU'(aux bit mask)
 	LtDReLUBGrad  LtEpilogue = 152 // · times ReLU'(aux bit mask), and the bias gradient of that
 	LtDGELU       LtEpilogue = 192 // · times GELU'(aux)
 	LtDGELUBGrad  LtEpilogue = 208 // · times GELU'(aux), and the bias gradient of that
@@ -86,12 +83,6 @@ const (
 	// LtBGradB writes bias[j] = sum over k of op(B)[k, j] (BGRADA).
 	LtBGradB LtEpilogue = 256
 )
-
-// ReLUMaskAux says whether e's aux is a ReLU's bit mask (one bit an
-// element of C, AuxLD bits between C's row-major rows).
-func (e LtEpilogue) ReLUMaskAux() bool {
-	return e == LtReLUAux || e == LtReLUAuxBias || e == LtDReLU || e == LtDReLUBGrad
-}
 
 // ErrLtUnsupported is returned (wrapped) by Lt.Prepare when cuBLASLt has no
 // algorithm for a product: callers fall back to another path.

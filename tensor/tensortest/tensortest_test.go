@@ -4,7 +4,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 
@@ -93,40 +92,6 @@ func (f fusedLinear) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, 
 			f.ReLUBackward(dx, dx, x, false)
 		}
 	}
-	return true
-}
-
-// ReLUMaskLen, LinearReLUMask and LinearGradsMasked keep the ReLU's mask
-// as a byte an output, so that the tensor layer's hand-over of the mask
-// from a LinearReLU to the layer that takes its output runs here too.
-func (f fusedLinear) ReLUMaskLen(n, in, out int) int { return n * out }
-
-func (f fusedLinear) LinearReLUMask(y, mask, x, w, bias tensor.Buffer, n, in, out int) bool {
-	f.Linear(y, x, w, bias, n, in, out, true)
-	ys := make([]float32, n*out)
-	f.Download(ys, y)
-	m := make([]uint8, n*out)
-	for i, v := range ys {
-		if v > 0 {
-			m[i] = 1
-		}
-	}
-	f.Upload(mask, m)
-	return true
-}
-
-func (f fusedLinear) LinearGradsMasked(dx, dw, db, g, y, x, w, xmask tensor.Buffer, n, in, out int, accW, accB bool) bool {
-	f.LinearGrads(dx, dw, db, g, y, x, w, n, in, out, false, accW, accB)
-	d := make([]float32, n*in)
-	f.Download(d, dx)
-	m := make([]uint8, n*in)
-	f.Download(m, xmask)
-	for i := range d {
-		if m[i] == 0 {
-			d[i] = 0
-		}
-	}
-	f.Upload(dx, d)
 	return true
 }
 
@@ -442,18 +407,12 @@ func TestLinearCrossEntropySum(t *testing.T) {
 // whether it was asked to mask dx.
 type maskTrace struct {
 	fusedLinear
-	gradsMasks, xentMasks, xMasks *[]bool
+	gradsMasks, xentMasks *[]bool
 }
 
 func (m maskTrace) LinearGrads(dx, dw, db, g, y, x, w tensor.Buffer, n, in, out int, accX, accW, accB bool) {
 	*m.gradsMasks = append(*m.gradsMasks, !y.Empty())
 	m.fusedLinear.LinearGrads(dx, dw, db, g, y, x, w, n, in, out, accX, accW, accB)
-}
-
-func (m maskTrace) LinearGradsMasked(dx, dw, db, g, y, x, w, xmask tensor.Buffer, n, in, out int, accW, accB bool) bool {
-	*m.gradsMasks = append(*m.gradsMasks, !y.Empty())
-	*m.xMasks = append(*m.xMasks, true)
-	return m.fusedLinear.LinearGradsMasked(dx, dw, db, g, y, x, w, xmask, n, in, out, accW, accB)
 }
 
 func (m maskTrace) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, labels tensor.Buffer, n, in, classes int, reluX bool) bool {
@@ -472,8 +431,8 @@ func TestReLUMaskAppliedOnce(t *testing.T) {
 		extraSum bool
 		want     bool // LinearReLU's backward given its output
 	}{{"the cross entropy alone", false, false}, {"and a sum of the ReLU's output", true, true}} {
-		var gradsMasks, xentMasks, xMasks []bool
-		b := maskTrace{fusedLinear{tensor.Complete(tensor.CPU)}, &gradsMasks, &xentMasks, &xMasks}
+		var gradsMasks, xentMasks []bool
+		b := maskTrace{fusedLinear{tensor.Complete(tensor.CPU)}, &gradsMasks, &xentMasks}
 		s := tensor.NewScope()
 		x := tensor.FromFloat32(b, s, []float32{1, 2, -1, 0.5, 0, 3}, 2, 3)
 		w1 := tensor.FromFloat32(b, s, []float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6, -1, 1, 0.25}, 3, 3).SetRequiresGrad(true)
@@ -492,38 +451,6 @@ func TestReLUMaskAppliedOnce(t *testing.T) {
 		// The last call is LinearReLU's (the cross entropy's own is first).
 		if len(gradsMasks) != 2 || gradsMasks[1] != c.want {
 			t.Errorf("%s: LinearGrads given the ReLU's output: %v, want [false %v]", c.name, gradsMasks, c.want)
-		}
-		s.Release()
-	}
-}
-
-// A three-layer MLP, LinearCrossEntropy(LinearReLU(LinearReLU(x))): the
-// cross entropy masks the second layer's gradient, the second layer's
-// product the first's, from the mask the first kept, so that neither
-// LinearReLU masks its own. With the first layer's output also summed into
-// the loss, the first layer masks its gradient itself.
-func TestReLUMaskHandedOn(t *testing.T) {
-	for _, extraSum := range []bool{false, true} {
-		var gradsMasks, xentMasks, xMasks []bool
-		b := maskTrace{fusedLinear{tensor.Complete(tensor.CPU)}, &gradsMasks, &xentMasks, &xMasks}
-		s := tensor.NewScope()
-		x := tensor.FromFloat32(b, s, []float32{1, 2, -1, 0.5, 0, 3}, 2, 3)
-		w1 := tensor.FromFloat32(b, s, []float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6, -1, 1, 0.25}, 3, 3).SetRequiresGrad(true)
-		w2 := tensor.FromFloat32(b, s, []float32{0.2, 0.1, -0.3, -0.5, 0.6, 0.1, 0.3, 0.3, 0.3}, 3, 3).SetRequiresGrad(true)
-		w3 := tensor.FromFloat32(b, s, []float32{0.3, -0.1, 0.2, 0.7, 0.1, -0.4}, 2, 3).SetRequiresGrad(true)
-		labels := tensor.FromInt32(b, s, []int32{1, 0}, 2)
-		h1 := tensor.LinearReLU(x, w1, nil)
-		loss := tensor.LinearCrossEntropy(tensor.LinearReLU(h1, w2, nil), w3, nil, labels)
-		if extraSum {
-			loss = tensor.Add(loss, tensor.Sum(h1))
-		}
-		loss.Backward()
-		// Calls in order: the cross entropy's weight gradients, the second
-		// layer's (through the kept mask, unless the sum's part of h1's
-		// gradient came first), the first layer's.
-		want := []bool{false, false, extraSum}
-		if !extraSum && len(xMasks) != 1 || !slices.Equal(gradsMasks, want) {
-			t.Errorf("sum %v: masked input gradients %v, LinearGrads given the ReLU's output %v, want %v", extraSum, xMasks, gradsMasks, want)
 		}
 		s.Release()
 	}
