@@ -835,23 +835,11 @@ func mlpCase() agCase {
 		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
 			x, w1, b1, w2, b2 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4])
 			h := linear64(x, w1, b1, n, inF, hid)
-			r := make([]float64, len(h))
-			for i, a := range h {
-				r[i] = math.Max(a, 0)
-			}
-			z := linear64(r, w2, b2, n, hid, cls)
-			z32 := make([]float32, len(z))
-			for i, a := range z {
-				z32[i] = float32(a)
-			}
+			r := relu64(append([]float64(nil), h...))
 			// The loss at float32-rounded logits: what the device sees.
-			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			loss, _, dz, _ := refCE(rounded32(linear64(r, w2, b2, n, hid, cls)), lab, n, cls)
 			dr, dw2, db2 := linearGrads64(scaled(dz, float64(g[0])), r, w2, n, hid, cls)
-			for i := range dr {
-				if h[i] <= 0 {
-					dr[i] = 0
-				}
-			}
+			maskNonPositive(dr, h)
 			dx, dw1, db1 := linearGrads64(dr, x, w1, n, inF, hid)
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
 		},
@@ -882,31 +870,17 @@ func reluXentCase(name string, n, inF, hid, cls, sum int, direct bool) agCase {
 		},
 		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
 			x, w1, b1, w2, b2 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4])
-			h := linear64(x, w1, b1, n, inF, hid)
-			var hs float64
-			for i, a := range h {
-				h[i] = math.Max(a, 0)
-				hs += h[i]
-			}
-			z := linear64(h, w2, b2, n, hid, cls)
-			z32 := make([]float32, len(z))
-			for i, a := range z {
-				z32[i] = float32(a)
-			}
-			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			h := relu64(linear64(x, w1, b1, n, inF, hid))
+			loss, _, dz, _ := refCE(rounded32(linear64(h, w2, b2, n, hid, cls)), lab, n, cls)
 			dh, dw2, db2 := linearGrads64(scaled(dz, float64(g[0])), h, w2, n, hid, cls)
-			for i := range dh {
-				if sum != 0 {
-					dh[i] += 0.125 * float64(g[0])
-				}
-				if h[i] <= 0 {
-					dh[i] = 0
-				}
-			}
-			dx, dw1, db1 := linearGrads64(dh, x, w1, n, inF, hid)
 			if sum != 0 {
-				loss += 0.125 * hs
+				for i, a := range h {
+					dh[i] += 0.125 * float64(g[0])
+					loss += 0.125 * a
+				}
 			}
+			maskNonPositive(dh, h)
+			dx, dw1, db1 := linearGrads64(dh, x, w1, n, inF, hid)
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2}
 		},
 	}
@@ -929,35 +903,44 @@ func reluChainCase(name string, n, inF, h1, h2, cls int) agCase {
 		},
 		ref: func(v [][]float32, lab []int32, g []float32) ([]float64, [][]float64) {
 			x, w1, b1, w2, b2, w3, b3 := f64(v[0]), f64(v[1]), f64(v[2]), f64(v[3]), f64(v[4]), f64(v[5]), f64(v[6])
-			relu := func(h []float64) []float64 {
-				for i, a := range h {
-					h[i] = math.Max(a, 0)
-				}
-				return h
-			}
-			mask := func(d, h []float64) {
-				for i := range d {
-					if h[i] <= 0 {
-						d[i] = 0
-					}
-				}
-			}
-			a1 := relu(linear64(x, w1, b1, n, inF, h1))
-			a2 := relu(linear64(a1, w2, b2, n, h1, h2))
-			z := linear64(a2, w3, b3, n, h2, cls)
-			z32 := make([]float32, len(z))
-			for i, a := range z {
-				z32[i] = float32(a)
-			}
-			loss, _, dz, _ := refCE(z32, lab, n, cls)
+			a1 := relu64(linear64(x, w1, b1, n, inF, h1))
+			a2 := relu64(linear64(a1, w2, b2, n, h1, h2))
+			loss, _, dz, _ := refCE(rounded32(linear64(a2, w3, b3, n, h2, cls)), lab, n, cls)
 			d2, dw3, db3 := linearGrads64(scaled(dz, float64(g[0])), a2, w3, n, h2, cls)
-			mask(d2, a2)
+			maskNonPositive(d2, a2)
 			d1, dw2, db2 := linearGrads64(d2, a1, w2, n, h1, h2)
-			mask(d1, a1)
+			maskNonPositive(d1, a1)
 			dx, dw1, db1 := linearGrads64(d1, x, w1, n, inF, h1)
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2, dw3, db3}
 		},
 	}
+}
+
+// relu64 sets h to max(h, 0) and returns it.
+func relu64(h []float64) []float64 {
+	for i, a := range h {
+		h[i] = math.Max(a, 0)
+	}
+	return h
+}
+
+// maskNonPositive zeroes d where h <= 0: a ReLU's backward pass, h its
+// input or its output.
+func maskNonPositive(d, h []float64) {
+	for i := range d {
+		if h[i] <= 0 {
+			d[i] = 0
+		}
+	}
+}
+
+// rounded32 is z rounded to float32 (logits as a device holds them).
+func rounded32(z []float64) []float32 {
+	out := make([]float32, len(z))
+	for i, a := range z {
+		out[i] = float32(a)
+	}
+	return out
 }
 
 // fanoutCase uses an intermediate tensor three times: h = Linear(x),
