@@ -19,6 +19,14 @@ import (
 // results carry such errors: twice the tolerance.
 const tolAG = 2e-5
 
+// tolWide is the tolerance of the MLP-width composites (reluXentCase,
+// reluChainCase at 1024 hidden units): their input gradients are float32
+// sums of a thousand terms of mixed sign, whose rounding a normwise bound
+// overstates less than it understates (2e-4 of 3.4 seen on the CPU). What
+// those cases check, a ReLU's mask applied once and where it belongs, moves
+// the elements it gets wrong by their whole value.
+const tolWide = 5e-4
+
 // agInput describes one input of an autograd case.
 type agInput struct {
 	shape []int
@@ -857,7 +865,7 @@ func reluXentCase(name string, n, inF, hid, cls, sum int, direct bool) agCase {
 	return agCase{
 		name:   name,
 		inputs: []agInput{inK("grid", n, inF), inK("grid", hid, inF), inK("grid", hid), in(true, cls, hid), in(true, cls)},
-		labels: [2]int{n, cls}, direct: direct, tol: tolAG,
+		labels: [2]int{n, cls}, direct: direct, tol: wideTol(hid),
 		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
 			h := tensor.LinearReLU(t[0], t[1], t[2])
 			switch sum {
@@ -896,7 +904,7 @@ func reluChainCase(name string, n, inF, h1, h2, cls int) agCase {
 		name: name,
 		inputs: []agInput{inK("grid", n, inF), inK("grid", h1, inF), inK("grid", h1), inK("grid", h2, h1), inK("grid", h2),
 			in(true, cls, h2), in(true, cls)},
-		labels: [2]int{n, cls}, direct: true, tol: tolAG,
+		labels: [2]int{n, cls}, direct: true, tol: wideTol(h1),
 		fwd: func(t []*tensor.Tensor, lab *tensor.Tensor) *tensor.Tensor {
 			a := tensor.LinearReLU(t[0], t[1], t[2])
 			return tensor.LinearCrossEntropy(tensor.LinearReLU(a, t[3], t[4]), t[5], t[6], lab)
@@ -914,6 +922,14 @@ func reluChainCase(name string, n, inF, h1, h2, cls int) agCase {
 			return []float64{loss}, [][]float64{dx, dw1, db1, dw2, db2, dw3, db3}
 		},
 	}
+}
+
+// wideTol is tolAG, or tolWide for sums over more than 256 hidden units.
+func wideTol(hidden int) float64 {
+	if hidden > 256 {
+		return tolWide
+	}
+	return tolAG
 }
 
 // relu64 sets h to max(h, 0) and returns it.
