@@ -391,7 +391,11 @@ func (e *engine) sinkZeroed(t *Tensor) Buffer {
 
 // pass adds a computed gradient g (shape of t, possibly strided or shared)
 // into the gradient of t.
-func (e *engine) pass(t *Tensor, g *Tensor) {
+func (e *engine) pass(t *Tensor, g *Tensor) { e.passMasked(t, g, false) }
+
+// passMasked is pass for a gradient already through t's ReLU mask when
+// masked (sinkMasked).
+func (e *engine) passMasked(t *Tensor, g *Tensor, masked bool) {
 	if t == nil || !t.requiresGrad {
 		return
 	}
@@ -402,7 +406,7 @@ func (e *engine) pass(t *Tensor, g *Tensor) {
 		g = g.copyDense(e.scopeFor(t))
 		defer g.Release()
 	}
-	dst, acc := e.sink(t)
+	dst, acc := e.sinkMasked(t, masked)
 	if acc {
 		Complete(b).Axpy(dst, 1, g.buffer())
 	} else {
@@ -428,14 +432,5 @@ func (e *engine) giveMasked(t *Tensor, g *Tensor, masked bool) {
 		}
 		return
 	}
-	if masked && g.IsContiguous() {
-		dst, acc := e.sinkMasked(t, true)
-		if acc {
-			Complete(t.st.b).Axpy(dst, 1, g.buffer())
-		} else {
-			t.st.b.Copy(dst, g.buffer())
-		}
-		return
-	}
-	e.pass(t, g)
+	e.passMasked(t, g, masked)
 }
