@@ -347,11 +347,13 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 		return
 	}
 	if clSmallConv(c) {
-		act := tensor.OpIdentity
-		if g.ReLU {
-			act = tensor.OpReLU
-		}
-		b.convSmallChannelsLast(op, py, px, pw, pbias, act, c)
+		dh, dw := g.Dilation()
+		n8 := c.yLen / 8
+		args := []any{py, px, pw, pbias, flag(g.ReLU),
+			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
+			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8)}
+		b.launch(op, b.kernel("ember_cl_conv_small"), n8, append(args, dividerArgs(g.K/8, c.ow, c.oh)...)...)
 		return
 	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, b.filterForm(op, wf, c), c) {
@@ -370,81 +372,6 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 	b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
 	b.Conv2dLowp(yf, xf, w, bias, g)
 	b.ToChannelsLast(y, yf, g.N, g.K, c.p)
-}
-
-// convSmallChannelsLast queues ember_cl_conv_small: y = act(x * w +
-// bias) (act OpIdentity: none).
-func (b *Backend) convSmallChannelsLast(op string, py, px, pw, pbias uintptr, act tensor.UnaryOp, c convShape) {
-	g := c.g
-	dh, dw := g.Dilation()
-	n8 := c.yLen / 8
-	code := int32(0)
-	if act != tensor.OpIdentity {
-		code = int32(act)
-	}
-	args := []any{py, px, pw, pbias, code,
-		i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
-		i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
-		i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8)}
-	b.launch(op, b.kernel("ember_cl_conv_small"), n8, append(args, dividerArgs(g.K/8, c.ow, c.oh)...)...)
-}
-
-// ConvActChannelsLast implements tensor.ChannelsLastConvActBackend: a
-// first layer's convolution (ember_cl_conv_small) followed by GELU (by
-// erf or tanh), whose filter gradient kernel can recompute z.
-func (b *Backend) ConvActChannelsLast(g tensor.ConvGeom, act tensor.UnaryOp) bool {
-	if act != tensor.OpGELU && act != tensor.OpGELUTanh || g.ReLU || !b.ConvChannelsLast(g) {
-		return false
-	}
-	c := convShapeOf("conv_act_channels_last", g)
-	return clSmallConv(c) && actFilterGradSmall(c)
-}
-
-// Conv2dActChannelsLast implements tensor.ChannelsLastConvActBackend: the
-// activation in ember_cl_conv_small's store.
-func (b *Backend) Conv2dActChannelsLast(y, x, w, bias tensor.Buffer, g tensor.ConvGeom, act tensor.UnaryOp) {
-	const op = "conv2d_act_channels_last"
-	c := b.convActShape(op, g, act)
-	py, px := b.clPtr(op, "y", y, c.yLen), b.clPtr(op, "x", x, c.xLen)
-	need(op, "w", w, c.wLen)
-	pw, pbias := b.f32(op, w), b.f32Opt(op, "bias", bias, g.K)
-	if c.yLen == 0 {
-		return
-	}
-	b.convSmallChannelsLast(op, py, px, pw, pbias, act, c)
-}
-
-// Conv2dActBackwardChannelsLast implements
-// tensor.ChannelsLastConvActBackend. Without dx, one kernel reads x and dy
-// and recomputes z (ember_cl_conv_act_dw_small) for dw and db; with dx,
-// z's gradient is written out (the convolution again, then the
-// activation's backward pass) for the input gradient's cuDNN pass.
-func (b *Backend) Conv2dActBackwardChannelsLast(dx, dw, db, dy, x, w, bias tensor.Buffer, g tensor.ConvGeom, act tensor.UnaryOp) {
-	const op = "conv2d_act_backward_channels_last"
-	c := b.convActShape(op, g, act)
-	if !dx.Empty() || dw.Empty() {
-		tensor.ConvActBackwardChannelsLastComposed(b, dx, dw, db, dy, x, w, bias, g, act)
-		return
-	}
-	pdy, px := b.clPtr(op, "dy", dy, c.yLen), b.clPtr(op, "x", x, c.xLen)
-	need(op, "w", w, c.wLen)
-	need(op, "dw", dw, c.wLen)
-	pw, pdw := b.f32(op, w), b.f32(op, dw)
-	pbias, pdb := b.f32Opt(op, "bias", bias, g.K), b.f32Opt(op, "db", db, g.K)
-	if c.yLen == 0 {
-		return
-	}
-	b.filterGradSmallActChannelsLast(op, pdw, pdb, px, pdy, pw, pbias, act, c)
-}
-
-// convActShape is g's shape, checked to be one ConvActChannelsLast takes.
-func (b *Backend) convActShape(op string, g tensor.ConvGeom, act tensor.UnaryOp) convShape {
-	if !b.ConvActChannelsLast(g, act) {
-		panic(fmt.Sprintf("cuda: %s: activation op %d after %+v: not a fused form (ConvActChannelsLast)", op, act, g))
-	}
-	c := convShapeOf(op, g)
-	clChannels(op, g.K)
-	return c
 }
 
 // clSmallConv reports whether c's forward pass takes ember_cl_conv_small:

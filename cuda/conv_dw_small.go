@@ -1,10 +1,6 @@
 package cuda
 
-import (
-	"math"
-
-	"github.com/ember-ml/ember/tensor"
-)
+import "math"
 
 // The filter gradient of convolutions with few taps under autocast
 // (kernels/conv.cu, ember_conv_dw_small and its join): a network's first
@@ -40,50 +36,30 @@ func smallFilterGrad(c convShape) bool {
 // not 0, and x): ember_conv_dw_small over blocks of positions, then its
 // join.
 func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, 0, px, pdy, []any{pmask}, nil, c)
+	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, px, pdy, []any{pmask}, nil, c)
 }
 
 // filterGradSmallChannelsLast is filterGradSmall of x and dy held
 // channels-last (ember_cl_conv_dw_small).
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, 0, px, pdy, nil, dividerArgs(c.p, c.ow, c.g.C), c)
-}
-
-// actFilterGradSmall reports whether the gradients of act(c's
-// convolution) go to ember_cl_conv_act_dw_small: a small filter gradient
-// with room for the bias gradient's tap.
-func actFilterGradSmall(c convShape) bool { return smallFilterGrad(c) && c.crs < dwsMaxCRS }
-
-// filterGradSmallActChannelsLast queues dw += and db += (pdb may be 0)
-// the gradients of y = act(z), z = ember_cl_conv_small's output of x, w
-// and bias, given dy of y (ember_cl_conv_act_dw_small, which recomputes
-// z): the weight gradient as filterGradSmallChannelsLast sums it from
-// bfloat16(dy·act'(z)), the bias gradient the sum of the same.
-func (b *Backend) filterGradSmallActChannelsLast(op string, pdw, pdb, px, pdy, pw, pbias uintptr, act tensor.UnaryOp, c convShape) {
-	b.filterGradSmallOf(op, "ember_cl_conv_act_dw_small", pdw, pdb, px, pdy, []any{pw, pbias, int32(act), flag(pdb != 0)},
-		dividerArgs(c.p, c.ow, c.g.C), c)
+	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, px, pdy, nil, dividerArgs(c.p, c.ow, c.g.C), c)
 }
 
 // filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with
-// mid the ones after dy and extra after the last) and its join, which
-// adds the bias gradient's sums into pdb where it is not 0.
-func (b *Backend) filterGradSmallOf(op, kernel string, pdw, pdb, px, pdy uintptr, mid, extra []any, c convShape) {
+// mask the ones after dy and extra after the last) and its join.
+func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mask, extra []any, c convShape) {
 	tiles := (c.np + dwsTile - 1) / dwsTile
 	per := (tiles + dwsBlocks - 1) / dwsBlocks * dwsTile
 	blocks := (c.np + per - 1) / per
 	pairs := c.g.K * c.crs
-	sums := pairs
-	if pdb != 0 {
-		sums += c.g.K
-	}
-	ws := b.workspace(op, 8*sums*blocks)
+	ws := b.workspace(op, 8*pairs*blocks)
 	defer b.release(ws)
 	d := c.dims
-	args := append(append([]any{ws.Ptr(), px, pdy}, mid...), d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
+	args := append(append([]any{ws.Ptr(), px, pdy}, mask...), d[0], d[1], d[2], d[3], i32arg(op, c.g.K), d[4], d[5], d[6], d[7], d[8], d[9],
 		d[10], d[11], c.dil[0], c.dil[1], i32arg(op, per))
 	args = append(args, extra...)
 	devCheck(op, b.x.launch(b.kernel(kernel), Dim3{X: blocks, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, args))
 	const warps = blockSize / 32
-	b.launchGrid(op, b.kernel("ember_conv_dw_small_join"), (sums+warps-1)/warps, blockSize,
-		pdw, ws.Ptr(), i32arg(op, pairs), i32arg(op, blocks), pdb, i32arg(op, c.g.K))
+	b.launchGrid(op, b.kernel("ember_conv_dw_small_join"), (pairs+warps-1)/warps, blockSize,
+		pdw, ws.Ptr(), i32arg(op, pairs), i32arg(op, blocks))
 }

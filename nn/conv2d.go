@@ -110,17 +110,6 @@ func (c *Conv2d) ForwardReLU(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Conv2dReLU(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
 
-// ForwardAct applies the convolution followed by act (tensor.OpReLU,
-// OpGELU or OpGELUTanh) as tensor.Conv2dWithAct does: as one operation
-// where the backend fuses the pair.
-func (c *Conv2d) ForwardAct(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Tensor {
-	o := tensor.ConvOptions{Stride: [2]int{c.Stride, c.Stride}, Padding: [2]int{c.Padding, c.Padding}}
-	if c.Options != nil {
-		o = *c.Options
-	}
-	return tensor.Conv2dWithAct(x, c.Weight, c.Bias, o, act)
-}
-
 // ForwardReLUMaxPool applies the convolution, ReLU and max pooling over
 // disjoint k×k windows (stride k), as MaxPool2d{k, k} after ForwardReLU.
 // Backends that fuse the three (the CUDA backend) store only the pooled

@@ -13,7 +13,7 @@ import (
 // its layers on its own. Before a forward pass it looks at consecutive
 // layers and runs a group that a rule of fusionRules matches through one
 // fused tensor operation: a convolution with its ReLU and a max pooling
-// over disjoint windows, a convolution with its ReLU or GELU, batch norm with its
+// over disjoint windows, a convolution with its ReLU, batch norm with its
 // ReLU or GELU, a linear layer with its ReLU, layer norm or an activation
 // with the linear layer after it (under autocast they write the product's
 // bfloat16 operand); CrossEntropyLoss and LossSum run a last Linear layer
@@ -68,22 +68,6 @@ var fusionRules = []fusionRule{
 		},
 		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
 			return ls[0].Module.(*Conv2d).ForwardReLU(x)
-		},
-	},
-	{
-		// A convolution and the GELU after it: one operation where the
-		// backend fuses the pair (tensor.Conv2dWithAct), which stores
-		// neither the GELU's input nor its gradient. Not where the GELU
-		// starts a run of activations that the pointwise rule fuses.
-		name: "conv2d+gelu",
-		match: func(ls []Layer) int {
-			if len(ls) >= 2 && isConv(ls[0].Module) && isGELU(ls[1].Module) && pointwiseRun(ls[1:]) < 2 {
-				return 2
-			}
-			return 0
-		},
-		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
-			return ls[0].Module.(*Conv2d).ForwardAct(x, bnActivation(ls[1].Module))
 		},
 	},
 	{
@@ -465,12 +449,6 @@ func isReLU(m Module) bool {
 		return true
 	}
 	return false
-}
-
-// isGELU reports whether m is a GELU layer (either form).
-func isGELU(m Module) bool {
-	act := bnActivation(m)
-	return act == tensor.OpGELU || act == tensor.OpGELUTanh
 }
 
 func isConv(m Module) bool {

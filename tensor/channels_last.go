@@ -199,54 +199,6 @@ type ChannelsLastFilterBackend interface {
 	Conv2dBackwardChannelsLastFilter(dx, dw, db, dy, x, w, wf Buffer, g ConvGeom)
 }
 
-// ChannelsLastConvActBackend is a ChannelsLastBackend that runs some
-// convolutions together with the activation after them: the forward pass
-// writes act(z) alone, z the convolution's output, and the backward pass
-// recomputes z from x instead of keeping it, so the step stores and reads
-// one tensor of the layer's size less each way.
-type ChannelsLastConvActBackend interface {
-	ChannelsLastBackend
-	// ConvActChannelsLast reports whether Conv2dActChannelsLast and its
-	// backward take g (ReLU false) and act.
-	ConvActChannelsLast(g ConvGeom, act UnaryOp) bool
-	// Conv2dActChannelsLast sets y = act(z) rounded to bfloat16, z
-	// Conv2dChannelsLast's y (rounded): what the convolution and
-	// UnaryChannelsLast give one after the other.
-	Conv2dActChannelsLast(y, x, w, bias Buffer, g ConvGeom, act UnaryOp)
-	// Conv2dActBackwardChannelsLast is Conv2dBackwardChannelsLast of the
-	// gradient of z, UnaryBackwardChannelsLast's dy·act'(z), given dy of y.
-	Conv2dActBackwardChannelsLast(dx, dw, db, dy, x, w, bias Buffer, g ConvGeom, act UnaryOp)
-}
-
-// ChannelsLastDevice is a Backend with the form: every backend that has
-// it (the composed forms below allocate).
-type ChannelsLastDevice interface {
-	Backend
-	ChannelsLastBackend
-}
-
-// ConvActChannelsLastComposed is Conv2dActChannelsLast as its two
-// operations, for a backend (or a geometry) without a fused form.
-func ConvActChannelsLastComposed(cl ChannelsLastBackend, y, x, w, bias Buffer, g ConvGeom, act UnaryOp) {
-	cl.Conv2dChannelsLast(y, x, w, bias, g)
-	cl.UnaryChannelsLast(y, y, act, y.Len)
-}
-
-// ConvActBackwardChannelsLastComposed is Conv2dActBackwardChannelsLast as
-// the operations it stands for: z again, its gradient, the convolution's
-// backward pass.
-func ConvActBackwardChannelsLastComposed(cl ChannelsLastDevice, dx, dw, db, dy, x, w, bias Buffer, g ConvGeom, act UnaryOp) {
-	n := dy.Len
-	z, err := cl.Alloc(n, BFloat16)
-	if err != nil {
-		panic(&Error{Op: "alloc", Err: err})
-	}
-	defer cl.Free(z) // after the reads queued below
-	cl.Conv2dChannelsLast(z, x, w, bias, g)
-	cl.UnaryBackwardChannelsLast(z, dy, z, act, n)
-	cl.Conv2dBackwardChannelsLast(dx, dw, db, z, x, w, g)
-}
-
 // releaseTemp releases t when it is not nil.
 func releaseTemp(t *Tensor) {
 	if t != nil {

@@ -33,21 +33,6 @@ func narrow(dst, src Buffer, n int) {
 // ConvChannelsLast takes what ConvLowp takes: every geometry.
 func (c *cpuBackend) ConvChannelsLast(g ConvGeom) bool { return c.ConvLowp(g) }
 
-// ConvActChannelsLast: the CPU takes every GELU after a channels-last
-// convolution, composing it (the reference of the fused operation's
-// plumbing: what a backend's fused kernels must match).
-func (c *cpuBackend) ConvActChannelsLast(g ConvGeom, act UnaryOp) bool {
-	return (act == OpGELU || act == OpGELUTanh) && !g.ReLU && c.ConvChannelsLast(g)
-}
-
-func (c *cpuBackend) Conv2dActChannelsLast(y, x, w, bias Buffer, g ConvGeom, act UnaryOp) {
-	ConvActChannelsLastComposed(c, y, x, w, bias, g, act)
-}
-
-func (c *cpuBackend) Conv2dActBackwardChannelsLast(dx, dw, db, dy, x, w, bias Buffer, g ConvGeom, act UnaryOp) {
-	ConvActBackwardChannelsLastComposed(c, dx, dw, db, dy, x, w, bias, g, act)
-}
-
 func (*cpuBackend) ToChannelsLast(dst, src Buffer, n, c, inner int) {
 	d, s := bf16(dst)[:n*c*inner], f32(src)[:n*c*inner]
 	for i := 0; i < n; i++ {

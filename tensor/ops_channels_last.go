@@ -90,47 +90,6 @@ func convolveChannelsLast(cl ChannelsLastBackend, s *Scope, x, w, b *Tensor, g C
 	return out
 }
 
-// convolveActChannelsLast is act(convolveChannelsLast(...)) as one
-// operation of ca's (x may be held either way). It keeps x (or its copy
-// in the form), not z: the backward pass recomputes z.
-func convolveActChannelsLast(ca ChannelsLastConvActBackend, s *Scope, x, w, b *Tensor, g ConvGeom, act UnaryOp) *Tensor {
-	be := x.st.b
-	out := newChannelsLast(be, s, g.N, g.K, g.OutH(), g.OutW())
-	wb, bb := w.buffer(), optBuffer(b) // before x's form (convolveChannelsLast says why)
-	xb, tmp := channelsLastInput(ca, s, x)
-	ca.Conv2dActChannelsLast(out.st.buf, xb, wb, bb, g, act)
-	var xForm *Tensor
-	record(out, "conv2d_act_channels_last", func(dy *Tensor, e *engine) {
-		ts := e.scopeFor(x)
-		wb, bb := w.buffer(), optBuffer(b)
-		var db Buffer
-		if b != nil {
-			db = e.sinkZeroed(b)
-		}
-		dw := e.sinkZeroed(w)
-		dyb, dyTmp := channelsLastInput(ca, ts, dy)
-		xb, xTmp := Buffer{}, (*Tensor)(nil)
-		if xForm != nil {
-			xb = xForm.buffer()
-		} else {
-			xb, xTmp = channelsLastInput(ca, ts, x)
-		}
-		dx, finish := e.sinkChannelsLast(ca, x)
-		ca.Conv2dActBackwardChannelsLast(dx, dw, db, dyb, xb, wb, bb, g, act)
-		finish()
-		releaseTemp(dyTmp)
-		releaseTemp(xTmp)
-	}, x, w, b)
-	if tmp != nil && out.node != nil {
-		xForm = tmp
-		saveFor(out, tmp)
-	} else {
-		releaseTemp(tmp)
-	}
-	readsNot(out, true) // x, w and b are what it reads
-	return out
-}
-
 // batchNormChannelsLast is batchNorm of x [N, C, H, W] held channels-last.
 func batchNormChannelsLast(cl ChannelsLastBackend, s *Scope, x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
 	be := x.st.b

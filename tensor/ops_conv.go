@@ -48,48 +48,6 @@ func Conv2dWithReLU(x, w, b *Tensor, o ConvOptions) *Tensor {
 	return convolve(x, w, b, g)
 }
 
-// Conv2dWithAct is act(Conv2dWith(x, w, b, o)) for act OpReLU, OpGELU
-// or OpGELUTanh (nn.GELU's two forms). ReLU is Conv2dWithReLU. A GELU is
-// one operation where the backend runs the pair so
-// (ChannelsLastConvActBackend: under bfloat16 autocast, for the
-// geometries it names), which stores only the activation's output and
-// recomputes the convolution's in the backward pass; elsewhere it is the
-// two operations. Either way the values are those of the two operations.
-func Conv2dWithAct(x, w, b *Tensor, o ConvOptions, act UnaryOp) *Tensor {
-	switch act {
-	case OpReLU:
-		return Conv2dWithReLU(x, w, b, o)
-	case OpGELU, OpGELUTanh:
-	default:
-		panic(fmt.Sprintf("tensor: Conv2dWithAct: activation op %d; want OpReLU, OpGELU or OpGELUTanh", act))
-	}
-	x, w, g := convGeomWith("Conv2dWithAct", x, w, b, o, false)
-	if out := convolveAct(x, w, b, g, act); out != nil {
-		return out
-	}
-	return GELU(convolve(x, w, b, g), act == OpGELUTanh)
-}
-
-// convolveAct is Conv2dWithAct's fused operation where the backend takes
-// g and act; nil, having done nothing, elsewhere.
-func convolveAct(x, w, b *Tensor, g ConvGeom, act UnaryOp) *Tensor {
-	be := x.st.b
-	s := scopeOf(x, w, b)
-	lb, ok := be.(LowPrecisionConvBackend)
-	if !ok || s.Autocast() != BFloat16 || !lb.ConvLowp(g) {
-		return nil
-	}
-	cl, ok := channelsLastOf(be, s)
-	if !ok || !channelsLastChannels(g.K) || !cl.ConvChannelsLast(g) {
-		return nil
-	}
-	ca, ok := cl.(ChannelsLastConvActBackend)
-	if !ok || !ca.ConvActChannelsLast(g, act) {
-		return nil
-	}
-	return convolveActChannelsLast(ca, s, x, w, b, g, act)
-}
-
 // convolve records Conv2d's forward and backward for a checked geometry.
 func convolve(x, w, b *Tensor, g ConvGeom) *Tensor {
 	be := x.st.b

@@ -569,8 +569,8 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // network's first layer on one or three input channels), where cuDNN's
 // kernels leave most of the GPU idle, directly from and into the form.
 
-// ember_cl_conv_small sets y [N, OH, OW, K] = bfloat16(act(z)), z =
-// bfloat16(Σ x·w) + bias, for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
+// ember_cl_conv_small sets y [N, OH, OW, K] = bfloat16(act(bfloat16(Σ
+// x·w) + bias)) for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
 // rounded to bfloat16 as it is read; K·C·R·S <= 4096), as
 // Conv2dChannelsLast: a thread per output position and eight output
 // channels, the products exact and summed in float32 in (r, s, c) order
@@ -581,12 +581,9 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // eight weights of a thread are two 16-byte reads, which the threads of a
 // warp at other positions share. Indices are 32-bit (the host checks the
 // sizes), divided by ember_divide with the host's dividers of K/8, OW and
-// OH: none per tap. act is 0 (none) or an EMBER_BN_ACT_* code; an
-// activation other than ReLU reads z rounded to bfloat16, as the
-// activation's own pass over the convolution's output would (ReLU
-// commutes with the rounding).
+// OH: none per tap.
 extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
-                                               const float* bias, int act, int C, int H, int W, int K, int R, int S,
+                                               const float* bias, int relu, int C, int H, int W, int K, int R, int S,
                                                int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int n8,
                                                unsigned int gMul, unsigned int gShift, unsigned int owMul,
                                                unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
@@ -632,11 +629,7 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
         for (int j = 0; j < 8; j++) {
             float v = ember_bf16_round(acc[j]);
             if (bias) v += bias[g * 8 + j];
-            if (act == EMBER_BN_ACT_RELU) {
-                if (!(v > 0.f || v != v)) v = 0.f;
-            } else if (act) {
-                v = ember_cl_act(act, ember_bf16_round(v));
-            }
+            if (relu && !(v > 0.f || v != v)) v = 0.f;
             out[j] = v;
         }
         ember_cl_store8(y + (long long)pos * K + g * 8, out);
@@ -652,41 +645,21 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
 // thread sums a 4 x 4 tile of (k, tap) pairs over one slice of the
 // positions (two 16-byte shared reads for sixteen products), and the
 // slices are added in a fixed order at the end (deterministic).
-//
-// ember_cl_conv_act_dw_small is the same for y = act(z), z the output of
-// ember_cl_conv_small (its weights w and bias; act an EMBER_BN_ACT_*
-// code), given dy of y: it recomputes z at each position from the tile's
-// patches, exactly as the forward pass summed it, and takes the gradient
-// of z as bfloat16(dy·act'(z)), what the activation's own backward pass
-// would have written; nothing of z is kept between the passes. With db
-// set it also sums z's gradient per channel, as a tap of constant 1
-// (C·R·S < EMBER_CL_DWS_CRS), into partial[(K·C·R·S + k)·blocks + b].
 #define EMBER_CL_DWS_TP 96
 #define EMBER_CL_DWS_K 64
 #define EMBER_CL_DWS_CRS 16
-template <bool Act>
-__device__ __forceinline__ void ember_cl_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
-                                                  const float* w, const float* bias, int act, int db, int N, int C,
-                                                  int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW,
-                                                  int OH, int OW, int DH, int DW, int per, unsigned int pMul,
-                                                  unsigned int pShift, unsigned int owMul, unsigned int owShift,
-                                                  unsigned int cMul, unsigned int cShift) {
+extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
+                                                  int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
+                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per,
+                                                  unsigned int pMul, unsigned int pShift, unsigned int owMul,
+                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift) {
     __shared__ __attribute__((aligned(16))) float sdy[EMBER_CL_DWS_TP * EMBER_CL_DWS_K];
     __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP * EMBER_CL_DWS_CRS];
-    __shared__ __attribute__((aligned(16))) float sw[Act ? EMBER_CL_DWS_CRS * EMBER_CL_DWS_K : 4];
-    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, ones = Act && db ? 1 : 0, CRS4 = (CRS + ones + 3) & ~3;
+    const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, CRS4 = (CRS + 3) & ~3;
     const int KG = K >> 2, TG = CRS4 >> 2, tiles = KG * TG, slices = blockDim.x / tiles;
     const int tile = threadIdx.x % tiles, slice = threadIdx.x / tiles;
     const int kg = tile / TG, tg = tile - kg * TG;
     const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
-    if (Act) {
-        // The weights tap-major ([C·R·S][K]), rounded as the forward pass
-        // reads them.
-        for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) {
-            const int k = i / CRS, t = i - k * CRS;
-            sw[t * K + k] = ember_bf16_round(w[i]);
-        }
-    }
     float acc[16];
 #pragma unroll
     for (int m = 0; m < 16; m++) acc[m] = 0.0f;
@@ -696,18 +669,16 @@ __device__ __forceinline__ void ember_cl_dw_small(double* partial, const unsigne
         // dy's tile: [tp][K] bfloat16 is contiguous (K a multiple of 8), so
         // eight values a thread, 16 bytes at a time.
         const unsigned short* dyt = dy + (long long)t0 * K;
-        if (!Act) {
-            for (int e = threadIdx.x * 8; e < EMBER_CL_DWS_TP * K; e += blockDim.x * 8) {
-                float v[8];
-                if (e < tp * K) {
-                    ember_cl_load8(dyt + e, v);
-                } else {
+        for (int e = threadIdx.x * 8; e < EMBER_CL_DWS_TP * K; e += blockDim.x * 8) {
+            float v[8];
+            if (e < tp * K) {
+                ember_cl_load8(dyt + e, v);
+            } else {
 #pragma unroll
-                    for (int m = 0; m < 8; m++) v[m] = 0.0f;
-                }
-                reinterpret_cast<ember_f4*>(sdy + e)[0] = {v[0], v[1], v[2], v[3]};
-                reinterpret_cast<ember_f4*>(sdy + e)[1] = {v[4], v[5], v[6], v[7]};
+                for (int m = 0; m < 8; m++) v[m] = 0.0f;
             }
+            reinterpret_cast<ember_f4*>(sdy + e)[0] = {v[0], v[1], v[2], v[3]};
+            reinterpret_cast<ember_f4*>(sdy + e)[1] = {v[4], v[5], v[6], v[7]};
         }
         // The patches: a thread per (position, input channel), its R·S taps
         // (the host's dividers of C, OH·OW and OW).
@@ -726,57 +697,8 @@ __device__ __forceinline__ void ember_cl_dw_small(double* partial, const unsigne
             }
         }
         for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * (CRS4 - CRS); e += blockDim.x) {
-            const int j = e / (CRS4 - CRS), t = CRS + (e - j * (CRS4 - CRS));
-            sx[j * CRS4 + t] = ones && t == CRS ? 1.0f : 0.0f; // the padding taps, and db's
-        }
-        if (Act) {
-            __syncthreads(); // the patches
-            for (int e = threadIdx.x * 8; e < EMBER_CL_DWS_TP * K; e += blockDim.x * 8) {
-                float v[8];
-#pragma unroll
-                for (int m = 0; m < 8; m++) v[m] = 0.0f;
-                if (e < tp * K) {
-                    ember_cl_load8(dyt + e, v);
-                    const int j = e / K, k0 = e - j * K;
-                    const int q = t0 + j, n = (int)ember_divide((unsigned int)q, pMul, pShift), p = q - n * P;
-                    const int oh = (int)ember_divide((unsigned int)p, owMul, owShift), ow = p - oh * OW;
-                    float z[8];
-#pragma unroll
-                    for (int m = 0; m < 8; m++) z[m] = 0.0f;
-                    // ember_cl_conv_small's sum: the taps inside the image
-                    // in (r, s, c) order.
-                    for (int r = 0; r < R; r++) {
-                        const int h = oh * SH - PH + r * DH;
-                        if (h < 0 || h >= H) continue;
-                        for (int s = 0; s < S; s++) {
-                            const int wc = ow * SW - PW + s * DW;
-                            if (wc < 0 || wc >= W) continue;
-                            for (int c = 0; c < C; c++) {
-                                const int t = c * RS + r * S + s;
-                                const float xv = sx[j * CRS4 + t];
-                                const ember_f4 w0 = reinterpret_cast<const ember_f4*>(sw + t * K + k0)[0];
-                                const ember_f4 w1 = reinterpret_cast<const ember_f4*>(sw + t * K + k0)[1];
-                                z[0] = __fmaf_rn(xv, w0.x, z[0]);
-                                z[1] = __fmaf_rn(xv, w0.y, z[1]);
-                                z[2] = __fmaf_rn(xv, w0.z, z[2]);
-                                z[3] = __fmaf_rn(xv, w0.w, z[3]);
-                                z[4] = __fmaf_rn(xv, w1.x, z[4]);
-                                z[5] = __fmaf_rn(xv, w1.y, z[5]);
-                                z[6] = __fmaf_rn(xv, w1.z, z[6]);
-                                z[7] = __fmaf_rn(xv, w1.w, z[7]);
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int m = 0; m < 8; m++) {
-                        float zm = ember_bf16_round(z[m]);
-                        if (bias) zm += bias[k0 + m];
-                        v[m] = ember_bf16_round(ember_cl_act_grad(act, ember_bf16_round(zm), v[m]));
-                    }
-                }
-                reinterpret_cast<ember_f4*>(sdy + e)[0] = {v[0], v[1], v[2], v[3]};
-                reinterpret_cast<ember_f4*>(sdy + e)[1] = {v[4], v[5], v[6], v[7]};
-            }
+            const int j = e / (CRS4 - CRS);
+            sx[j * CRS4 + CRS + (e - j * (CRS4 - CRS))] = 0.0f; // the padding taps
         }
         __syncthreads();
         if (slice < slices) {
@@ -802,29 +724,6 @@ __device__ __forceinline__ void ember_cl_dw_small(double* partial, const unsigne
         float sum = 0.0f;
         for (int sl = 0; sl < slices; sl++) sum += red[sl * tiles * 16 + e];
         const int tl = e >> 4, m = e & 15, k = (tl / TG) * 4 + (m >> 2), t = (tl % TG) * 4 + (m & 3);
-        if (t < CRS) {
-            partial[(long long)(k * CRS + t) * gridDim.x + blockIdx.x] = (double)sum;
-        } else if (ones && t == CRS) {
-            partial[(long long)(K * CRS + k) * gridDim.x + blockIdx.x] = (double)sum;
-        }
+        if (t < CRS) partial[(long long)(k * CRS + t) * gridDim.x + blockIdx.x] = (double)sum;
     }
-}
-
-extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
-                                                  int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
-                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per,
-                                                  unsigned int pMul, unsigned int pShift, unsigned int owMul,
-                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift) {
-    ember_cl_dw_small<false>(partial, x, dy, 0, 0, 0, 0, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per,
-                             pMul, pShift, owMul, owShift, cMul, cShift);
-}
-
-extern "C" __global__ void ember_cl_conv_act_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
-                                                      const float* w, const float* bias, int act, int db, int N, int C,
-                                                      int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW,
-                                                      int OH, int OW, int DH, int DW, int per, unsigned int pMul,
-                                                      unsigned int pShift, unsigned int owMul, unsigned int owShift,
-                                                      unsigned int cMul, unsigned int cShift) {
-    ember_cl_dw_small<true>(partial, x, dy, w, bias, act, db, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per,
-                            pMul, pShift, owMul, owShift, cMul, cShift);
 }

@@ -417,19 +417,14 @@ extern "C" __global__ void ember_conv_dw_small(double* partial, const float* x, 
 
 // ember_conv_dw_small_join: dw[i] += bfloat16(the parts partial sums of
 // pair i, in order by lane then a fixed xor tree), a warp per pair; 1-D
-// blocks of a multiple of 32 threads. Where db is not null, the nb sums
-// after the pairs' are the bias gradient's (ember_cl_conv_act_dw_small):
-// db[k] += the sum, in float32 as a bias gradient is kept.
-extern "C" __global__ void ember_conv_dw_small_join(float* dw, const double* partial, int pairs, int parts, float* db,
-                                                    int nb) {
+// blocks of a multiple of 32 threads.
+extern "C" __global__ void ember_conv_dw_small_join(float* dw, const double* partial, int pairs, int parts) {
     const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
-    const int all = db ? pairs + nb : pairs;
-    for (int i = blockIdx.x * wpb + (threadIdx.x >> 5); i < all; i += gridDim.x * wpb) {
+    for (int i = blockIdx.x * wpb + (threadIdx.x >> 5); i < pairs; i += gridDim.x * wpb) {
         const double* p = partial + (long long)i * parts;
         double s = 0.0;
         for (int j = lane; j < parts; j += 32) s += p[j];
         s = ember_warp_sum_d(s);
-        if (lane == 0 && i < pairs) dw[i] += ember_bf16_round((float)s);
-        if (lane == 0 && i >= pairs) db[i - pairs] = (float)((double)db[i - pairs] + s);
+        if (lane == 0) dw[i] += ember_bf16_round((float)s);
     }
 }

@@ -14,13 +14,11 @@
 //     12]: within (2 + x²/2)·1e-6 of the value (of |cdf| + |x·pdf| for the
 //     derivative; the exponential's argument, -x²/2, is rounded to float);
 //   - a first layer's direct convolution (ember_cl_conv_small, with bias
-//     and ReLU or GELU) against a float sum over the taps: within one
-//     bfloat16 step of the sum and of the result;
+//     and ReLU) against a float sum over the taps: within one bfloat16
+//     step of the sum and of the result;
 //   - its filter gradient (ember_cl_conv_dw_small, then conv.cu's join)
 //     against a double sum of the products, rounded and added: within one
-//     bfloat16 step and 1e-5 of the sum of |products|; after GELU, the
-//     fused kernel (ember_cl_conv_act_dw_small) that recomputes z, its
-//     dw so and its bias gradient within 1e-5 of the sum of |terms|.
+//     bfloat16 step and 1e-5 of the sum of |products|.
 // Exit status: the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -172,21 +170,15 @@ struct divider {
 
 struct cgeom { int N, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW; };
 
-// convsmall runs the direct convolution with act (0, ReLU or GELU) and
-// its filter gradient: for GELU the fused kernel that recomputes z and
-// also sums the bias gradient (ember_cl_conv_act_dw_small), else the plain
-// one of dy.
-static void convsmall(const cgeom& g, int act, bool bias, int per) {
+static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     const int OH = (g.H + 2 * g.PH - g.DH * (g.R - 1) - 1) / g.SH + 1, OW = (g.W + 2 * g.PW - g.DW * (g.S - 1) - 1) / g.SW + 1;
     const int CRS = g.C * g.R * g.S, P = OH * OW, NP = g.N * P;
-    const bool fused = act == EMBER_BN_ACT_GELU;
     std::vector<unsigned short> x = randomBits((size_t)g.N * g.H * g.W * g.C, 1, 0.5f), dy = randomBits((size_t)NP * g.K, 1, 0);
-    std::vector<float> w(g.K * CRS), b(g.K), dw(g.K * CRS), db(g.K);
+    std::vector<float> w(g.K * CRS), b(g.K), dw(g.K * CRS);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& v : w) v = normal(rng);
     for (auto& v : b) v = normal(rng);
     for (auto& v : dw) v = normal(rng);
-    for (auto& v : db) v = normal(rng);
     std::vector<unsigned short> y((size_t)NP * g.K);
     const int n8 = NP * g.K / 8;
     unsigned short* py = y.data();
@@ -194,29 +186,22 @@ static void convsmall(const cgeom& g, int act, bool bias, int per) {
     const float *pw = w.data(), *pb = bias ? b.data() : nullptr;
     const divider dg = divider::of(g.K / 8), dow = divider::of(OW), doh = divider::of(OH), dp = divider::of(P), dc = divider::of(g.C);
     launch(3, 64, [=] {
-        ember_cl_conv_small(py, px, pw, pb, act, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8,
+        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8,
                             dg.mul, dg.shift, dow.mul, dow.shift, doh.mul, doh.shift);
     });
-    // The filter gradient's kernel takes at most 16 taps, the fused one 15
-    // (its bias tap: conv_dw_small.go).
-    const bool dw16 = fused ? CRS < 16 : CRS <= 16;
-    const bool withDB = fused && bias;
-    const int blocks = (NP + per - 1) / per, pairs = g.K * CRS, sums = pairs + (withDB ? g.K : 0);
-    std::vector<double> part((size_t)sums * blocks);
+    const bool dw16 = CRS <= 16; // the filter gradient's kernel takes at most 16 taps (conv_dw_small.go)
+    const int blocks = (NP + per - 1) / per, pairs = g.K * CRS;
+    std::vector<double> part((size_t)pairs * blocks);
     double* pp = part.data();
-    if (dw16 && fused) launch(blocks, 256, [=] {
-        ember_cl_conv_act_dw_small(pp, px, pdy, pw, pb, act, withDB, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW,
-                                   OH, OW, g.DH, g.DW, per, dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift);
-    });
-    if (dw16 && !fused) launch(blocks, 256, [=] {
+    if (dw16) launch(blocks, 256, [=] {
         ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
                                dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift);
     });
-    std::vector<float> dw0(dw), db0(db);
-    float *pdw = dw.data(), *pdb = withDB ? db.data() : nullptr;
-    if (dw16) launch((sums + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdw, pp, pairs, blocks, pdb, g.K); });
+    std::vector<float> dw0(dw);
+    float* pdw = dw.data();
+    if (dw16) launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdw, pp, pairs, blocks); });
     int bad = 0;
-    std::vector<double> sum(pairs), mag(pairs), bsum(g.K), bmag(g.K);
+    std::vector<double> sum(pairs), mag(pairs);
     for (int n = 0; n < g.N; n++)
         for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++)
@@ -227,40 +212,24 @@ static void convsmall(const cgeom& g, int act, bool bias, int per) {
                         const int c = t / (g.R * g.S), r = t % (g.R * g.S) / g.S, s = t % g.S;
                         const int h = oh * g.SH - g.PH + r * g.DH, wc = ow * g.SW - g.PW + s * g.DW;
                         if (h < 0 || h >= g.H || wc < 0 || wc >= g.W) continue;
-                        acc += widen(x[(((size_t)n * g.H + h) * g.W + wc) * g.C + c]) * bf(w[k * CRS + t]);
-                    }
-                    float v = bf(acc) + (bias ? b[k] : 0.0f);
-                    if (act == EMBER_BN_ACT_RELU && !(v > 0 || v != v)) v = 0;
-                    // z's gradient as the activation's own pass writes it.
-                    double gz = widen(dy[o]);
-                    if (fused) {
-                        gz = bf(ember_cl_act_grad(act, bf(v), widen(dy[o])));
-                        v = ember_cl_act(act, bf(v));
-                    }
-                    const double want = bf(v);
-                    bad += !check(close(widen(y[o]), want, fabs(acc) / 128), "conv y", o, widen(y[o]), want);
-                    for (int t = 0; t < CRS; t++) {
-                        const int c = t / (g.R * g.S), r = t % (g.R * g.S) / g.S, s = t % g.S;
-                        const int h = oh * g.SH - g.PH + r * g.DH, wc = ow * g.SW - g.PW + s * g.DW;
-                        if (h < 0 || h >= g.H || wc < 0 || wc >= g.W) continue;
-                        const double p = gz * widen(x[(((size_t)n * g.H + h) * g.W + wc) * g.C + c]);
+                        const float xv = widen(x[(((size_t)n * g.H + h) * g.W + wc) * g.C + c]);
+                        acc += xv * bf(w[k * CRS + t]);
+                        const double p = (double)widen(dy[o]) * xv;
                         sum[k * CRS + t] += p;
                         mag[k * CRS + t] += fabs(p);
                     }
-                    bsum[k] += gz;
-                    bmag[k] += fabs(gz);
+                    float v = bf(acc) + (bias ? b[k] : 0.0f);
+                    if (relu && !(v > 0 || v != v)) v = 0;
+                    const double want = bf(v);
+                    bad += !check(close(widen(y[o]), want, fabs(acc) / 128), "conv y", o, widen(y[o]), want);
                 }
     for (int i = 0; i < pairs && dw16; i++) {
         const double want = dw0[i] + bf((float)sum[i]);
         bad += !check(fabs(dw[i] - want) <= fabs(want) / 128 + 1e-5 * mag[i] + 1e-30, "conv dw", i, dw[i], want);
     }
-    for (int k = 0; k < g.K && dw16; k++) {
-        const double want = withDB ? db0[k] + bsum[k] : db0[k]; // untouched without the bias tap
-        bad += !check(fabs(db[k] - want) <= 1e-6 * fabs(want) + 1e-5 * bmag[k] + 1e-30, "conv db", k, db[k], want);
-    }
-    printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d act=%d bias=%d, %d blocks%s: %s\n",
-           g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, act, bias, blocks,
-           dw16 ? (fused ? " (z recomputed)" : "") : " (forward only)", bad ? "FAIL" : "ok");
+    printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d relu=%d bias=%d, %d blocks%s: %s\n", g.N,
+           g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, relu, bias, blocks, dw16 ? "" : " (forward only)",
+           bad ? "FAIL" : "ok");
 }
 
 static void gelu() {
@@ -295,14 +264,10 @@ int main() {
     batchnorm(1500, 24, 11, true);
     batchnorm(2001, 16, 13, true, true); // g through dx's memory
     batchnorm(150, 24, 11, false, true);
-    const int relu = EMBER_BN_ACT_RELU, gelu = EMBER_BN_ACT_GELU;
-    convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, relu, true, 96);  // ResNet-9's first layer in small: several blocks
-    convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, 0, false, 96);    // airbench's whitening layer in small
-    convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, gelu, true, 96);  // the same with its GELU: z recomputed, db
-    convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, relu, false, 96); // strides, one-sided padding, dilation
-    convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, gelu, true, 96);  // the same with GELU: the taps outside skipped
-    convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, gelu, false, 96);  // GELU, no bias: no bias tap
-    convsmall({3, 1, 10, 10, 64, 4, 4, 1, 1, 1, 1, 1, 1}, 0, true, 192);  // the most taps and channels; tiles of a block
-    convsmall({2, 3, 9, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1}, relu, true, 96);   // 27 taps: the direct forward only
+    convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
+    convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
+    convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
+    convsmall({3, 1, 10, 10, 64, 4, 4, 1, 1, 1, 1, 1, 1}, false, true, 192); // the most taps and channels; tiles of a block
+    convsmall({2, 3, 9, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);     // 27 taps: the direct forward only
     return failed > 99 ? 99 : failed;
 }

@@ -129,86 +129,6 @@ func RunChannelsLast(t *testing.T, b tensor.Backend) {
 			})
 		}
 	}
-
-	ca, ok := b.(tensor.ChannelsLastConvActBackend)
-	if !ok {
-		return
-	}
-	dev, ok := b.(tensor.ChannelsLastDevice)
-	if !ok {
-		t.Fatalf("backend %s: a ChannelsLastConvActBackend that is not a tensor.Backend", b.Name())
-	}
-	for _, g := range []tensor.ConvGeom{
-		{N: 2, C: 3, H: 9, W: 9, K: 24, R: 2, S: 2, StrideH: 1, StrideW: 1},
-		{N: 16, C: 3, H: 32, W: 32, K: 24, R: 2, S: 2, StrideH: 1, StrideW: 1}, // airbench's first layer: many blocks
-		{N: 3, C: 1, H: 12, W: 12, K: 64, R: 3, S: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1},
-		{N: 2, C: 2, H: 11, W: 9, K: 16, R: 3, S: 2, StrideH: 2, StrideW: 1, PadH: 1, DilationW: 2},
-	} {
-		for _, act := range []tensor.UnaryOp{tensor.OpGELU, tensor.OpGELUTanh} {
-			for _, bias := range []bool{false, true} {
-				t.Run(fmt.Sprintf("conv+act %d %+v bias=%v", act, g, bias), func(t *testing.T) {
-					if !ca.ConvActChannelsLast(g, act) {
-						t.Skipf("backend %s does not fuse the geometry with act %d", b.Name(), act)
-					}
-					h.with(t).convAct(ca, dev, ref, g, act, bias)
-				})
-			}
-		}
-	}
-}
-
-// convAct checks Conv2dActChannelsLast and its backward pass against the
-// CPU's and against the backend's own two operations
-// (tensor.ConvActChannelsLastComposed and its backward): the output bit
-// for bit (the fused pass must round as the two do), the gradients within
-// the bounds of conv (sums in another order).
-func (h clHarness) convAct(ca tensor.ChannelsLastConvActBackend, dev tensor.ChannelsLastDevice, ref tensor.ChannelsLastBackend,
-	g tensor.ConvGeom, act tensor.UnaryOp, withBias bool) {
-	xLen, yLen := g.N*g.C*g.H*g.W, g.N*g.K*g.OutH()*g.OutW()
-	x, w := h.bf16From(h.normal(xLen)), h.f32(h.normal(g.WeightLen()))
-	var bias clBuf
-	if withBias {
-		bias = h.f32(h.normal(g.K))
-	}
-	y, two := h.bf16(yLen), h.bf16(yLen)
-	ca.Conv2dActChannelsLast(y.on, x.on, w.on, bias.on, g, act)
-	tensor.ConvActChannelsLastComposed(dev, two.on, x.on, w.on, bias.on, g, act)
-	h.sameBF16("y against the two operations", y, h.bits(two))
-	wy := hostBF16(yLen)
-	tensor.ConvActChannelsLastComposed(tensor.CPU.(tensor.ChannelsLastDevice), wy, x.host, w.host, bias.host, g, act)
-	h.closeBF16("y", y, readBF16(wy), math.Ldexp(1, -7))
-
-	dy := h.bf16From(h.normal(yLen))
-	dw0, db0 := h.normal(g.WeightLen()), h.normal(g.K) // added to
-	for _, withDX := range []bool{false, true} {
-		var dx, dx2 clBuf
-		if withDX {
-			dx, dx2 = h.bf16(xLen), h.bf16(xLen)
-		}
-		dw, dw2 := h.f32(dw0), h.f32(dw0)
-		var db, db2 clBuf
-		if withBias {
-			db, db2 = h.f32(db0), h.f32(db0)
-		}
-		ca.Conv2dActBackwardChannelsLast(dx.on, dw.on, db.on, dy.on, x.on, w.on, bias.on, g, act)
-		tensor.ConvActBackwardChannelsLastComposed(dev, dx2.on, dw2.on, db2.on, dy.on, x.on, w.on, bias.on, g, act)
-		wdx := hostBF16(xLen)
-		if !withDX {
-			wdx = tensor.Buffer{}
-		}
-		tensor.ConvActBackwardChannelsLastComposed(tensor.CPU.(tensor.ChannelsLastDevice), wdx, dw.host, db.host, dy.host, x.host, w.host, bias.host, g, act)
-		pass := fmt.Sprintf(" (dx wanted %v)", withDX)
-		h.close32("dw against the two operations"+pass, dw, h.got(dw2), math.Ldexp(1, -7))
-		h.close32("dw"+pass, dw, readF32(tensor.CPU, dw.host), math.Ldexp(1, -7))
-		if withBias {
-			h.close32("db against the two operations"+pass, db, h.got(db2), 0)
-			h.close32("db"+pass, db, readF32(tensor.CPU, db.host), 1e-3)
-		}
-		if withDX {
-			h.sameBF16("dx against the two operations", dx, h.bits(dx2))
-			h.closeBF16("dx", dx, readBF16(wdx), math.Ldexp(1, -7))
-		}
-	}
 }
 
 // clHarness holds what the checks of RunChannelsLast share.
@@ -287,13 +207,6 @@ func (h clHarness) bf16From(v []float32) clBuf {
 // bf16 is an output: n bfloat16 values on the test backend.
 func (h clHarness) bf16(n int) clBuf {
 	return h.bf16From(make([]float32, n))
-}
-
-// bits is c's bfloat16 values on the test backend.
-func (h clHarness) bits(c clBuf) []uint16 {
-	out := make([]uint16, c.n)
-	h.b.Download(out, c.on)
-	return out
 }
 
 func (h clHarness) got(c clBuf) []float32 {
