@@ -455,3 +455,10 @@ func TestReLUMaskAppliedOnce(t *testing.T) {
 		s.Release()
 	}
 }
+
+// TestCPUChannelsLastAgainstItself runs RunChannelsLast on the CPU, the
+// reference itself: every check must hold with nothing rounded apart,
+// which keeps the harness's own code running where there is no GPU.
+func TestCPUChannelsLastAgainstItself(t *testing.T) {
+	RunChannelsLast(t, tensor.CPU)
+}
