@@ -133,10 +133,15 @@ func (b *Backend) clSums(op string, gout, x, dy, mean, inv, w, bias uintptr, act
 // clTab is ember_cl_bn_finalize's table of c channels (six rows).
 func (b *Backend) clTab(op string, c int) Block { return b.workspace(op, 4*6*c) }
 
-// clFinalize queues ember_cl_bn_finalize over c channels (a block each).
+// clFinalizeThreads is ember_cl_bn_finalize's block (EMBER_CL_FIN_THREADS):
+// 128 threads a channel, so that each has a few of the partials' loads.
+const clFinalizeThreads = 1024
+
+// clFinalize queues ember_cl_bn_finalize over c channels (a block each
+// eight).
 func (b *Backend) clFinalize(op string, part uintptr, nb, c, rows, mode int, x, saveMean, saveInvStd, runMean, runVar uintptr,
 	momentum, eps float32, w, bias, dweight, dbias uintptr, accW, accB bool, tab uintptr) {
-	devCheck(op, b.x.launch(b.kernel("ember_cl_bn_finalize"), Dim3{X: c, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}, []any{part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
+	devCheck(op, b.x.launch(b.kernel("ember_cl_bn_finalize"), Dim3{X: c / 8, Y: 1, Z: 1}, Dim3{X: clFinalizeThreads, Y: 1, Z: 1}, []any{part, i32arg(op, nb), i32arg(op, c), int64(rows), int32(mode),
 		x, saveMean, saveInvStd, runMean, runVar, momentum, eps, w, bias, dweight, dbias, flag(accW), flag(accB), tab}))
 }
 

@@ -265,8 +265,8 @@ extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* d
     ember_cl_channel_sums<EMBER_CL_SUM, 4, false>(part, 0, 0, dy, 0, 0, 0, 0, 0, rows, C);
 }
 
-// ember_cl_bn_finalize adds the nb blocks' partial sums of channel c (a
-// block each, in double, by a fixed tree) and from them:
+// ember_cl_bn_finalize adds the nb blocks' partial sums of each channel
+// (in double, in a fixed order) and from them:
 //   EMBER_CL_STATS: training batch norm's mean and 1/√(var+eps) into
 //     saveMean and saveInvStd, the running statistics updated as torch
 //     does (when runMean is not null);
@@ -280,52 +280,101 @@ extern "C" __global__ void ember_cl_dy_sums(float* part, const unsigned short* d
 // ember_cl_apply reads of each channel: the mean, 1/std, weight (1 when
 // w is null), bias (0 when b is null) and, for the gradient, the two
 // means.
+//
+// A block of EMBER_CL_FIN_THREADS takes eight channels (C is a multiple of
+// eight): thread (slot, j) adds channel 8·blockIdx.x + j's partials slot,
+// slot + slots, ..., so that a warp reads four rows' 32 contiguous bytes a
+// load and a thread's few loads are in flight together; the slots' sums
+// are then added by halves. The last steps' operands (the shift, the
+// running statistics, 1/std, the parameters, the gradients added to) are
+// loaded before the sums, off the kernel's end. (A block a channel, its
+// threads 4-byte loads C floats apart and its last steps a chain of
+// dependent loads, took 5.4-7.0 µs a launch; docs/performance.md, round
+// 30.)
+#define EMBER_CL_FIN_THREADS 1024
 extern "C" __global__ void ember_cl_bn_finalize(const float* part, int nb, int C, long long rows, int mode,
                                                 const unsigned short* x, float* saveMean, float* saveInvStd,
                                                 float* runMean, float* runVar, float momentum, float eps,
                                                 const float* w, const float* b, float* dweight, float* dbias,
                                                 int accW, int accB, float* tab) {
-    const int c = blockIdx.x;
-    double s1 = 0.0, s2 = 0.0;
-    for (int q = threadIdx.x; q < nb; q += blockDim.x) {
-        s1 += (double)part[(long long)q * C + c];
-        s2 += (double)part[((long long)nb + q) * C + c];
+    __shared__ double red[2][EMBER_CL_FIN_THREADS];
+    const int j = threadIdx.x & 7, slot = threadIdx.x >> 3, slots = blockDim.x >> 3;
+    const int c = blockIdx.x * 8 + j;
+    // The last steps' operands, by the threads that take them.
+    double shift = 0.0, rm = 0.0, rv = 0.0, inv = 0.0, oldB = 0.0, oldW = 0.0;
+    float wv = 1.f, bv = 0.f, mean = 0.f, invStd = 0.f;
+    if (slot == 0) {
+        if (mode == EMBER_CL_STATS) shift = (double)ember_f32_from_bf16(x[c]);
+        if ((mode == EMBER_CL_STATS && runMean) || mode == EMBER_CL_EVAL) {
+            rm = (double)runMean[c];
+            rv = (double)runVar[c];
+        }
+        if (mode == EMBER_CL_BN_GRAD) {
+            mean = saveMean[c];
+            inv = (double)saveInvStd[c];
+            if (dbias && accB) oldB = (double)dbias[c];
+            if (dweight && accW) oldW = (double)dweight[c];
+        }
+        if (mode == EMBER_CL_SUM) oldB = (double)dbias[c];
+        if (w) wv = w[c];
+        if (b) bv = b[c];
     }
-    s1 = ember_block_sum_d(s1);
-    s2 = ember_block_sum_d(s2);
-    if (threadIdx.x != 0) return;
+    double s1 = 0.0, s2 = 0.0;
+    if (mode != EMBER_CL_EVAL) {
+#pragma unroll 4
+        for (int q = slot; q < nb; q += slots) {
+            s1 += (double)part[(long long)q * C + c];
+            if (mode != EMBER_CL_SUM) s2 += (double)part[((long long)nb + q) * C + c];
+        }
+    }
+    red[0][threadIdx.x] = s1;
+    red[1][threadIdx.x] = s2;
+    __syncthreads();
+    for (int half = slots >> 1; half > 0; half >>= 1) {
+        if (slot < half) {
+            red[0][threadIdx.x] += red[0][threadIdx.x + half * 8];
+            red[1][threadIdx.x] += red[1][threadIdx.x + half * 8];
+        }
+        __syncthreads();
+    }
+    if (slot != 0) return;
+    s1 = red[0][j];
+    s2 = red[1][j];
     const double m = (double)rows;
     if (mode == EMBER_CL_STATS) {
-        const double shift = (double)ember_f32_from_bf16(x[c]);
         const double d = s1 / m;
         double var = s2 / m - d * d;
         if (var < 0.0) var = 0.0;
         const double mu = shift + d;
-        saveMean[c] = (float)mu;
-        saveInvStd[c] = (float)(1.0 / sqrt(var + (double)eps));
+        mean = (float)mu;
+        invStd = (float)(1.0 / sqrt(var + (double)eps));
+        saveMean[c] = mean;
+        saveInvStd[c] = invStd;
         if (runMean) {
             const double mom = (double)momentum;
-            runMean[c] = (float)((1.0 - mom) * (double)runMean[c] + mom * mu);
-            runVar[c] = (float)((1.0 - mom) * (double)runVar[c] + mom * var * m / (m - 1.0));
+            runMean[c] = (float)((1.0 - mom) * rm + mom * mu);
+            runVar[c] = (float)((1.0 - mom) * rv + mom * var * m / (m - 1.0));
         }
     } else if (mode == EMBER_CL_BN_GRAD) {
-        const double inv = (double)saveInvStd[c];
         const double sx = s2 * inv; // Σ g·x̂
-        if (dbias) dbias[c] = (float)(accB ? (double)dbias[c] + s1 : s1);
-        if (dweight) dweight[c] = (float)(accW ? (double)dweight[c] + sx : sx);
+        if (dbias) dbias[c] = (float)(oldB + s1);
+        if (dweight) dweight[c] = (float)(oldW + sx);
         tab[4 * C + c] = (float)(s1 / m);
         tab[5 * C + c] = (float)(sx / m);
+        invStd = (float)inv;
     } else if (mode == EMBER_CL_SUM) {
-        dbias[c] = (float)((double)dbias[c] + s1);
+        dbias[c] = (float)(oldB + s1);
         return;
     } else {
-        saveMean[c] = runMean[c];
-        saveInvStd[c] = (float)(1.0 / sqrt((double)runVar[c] + (double)eps));
+        mean = (float)rm;
+        invStd = (float)(1.0 / sqrt(rv + (double)eps));
+        saveMean[c] = mean;
+        saveInvStd[c] = invStd;
     }
-    tab[c] = saveMean[c];
-    tab[C + c] = saveInvStd[c];
-    tab[2 * C + c] = w ? w[c] : 1.f;
-    tab[3 * C + c] = b ? b[c] : 0.f;
+    tab[c] = mean;
+    tab[C + c] = invStd;
+    tab[2 * C + c] = wv;
+    tab[3 * C + c] = bv;
 }
 
 // The elementwise passes of ember_cl_apply.

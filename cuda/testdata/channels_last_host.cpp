@@ -109,10 +109,10 @@ static void batchnorm(int rows, int C, int act, bool affine, bool gInDx = false)
     unsigned short *py = y.data(), *pdx = dx.data();
     const long long n8 = (long long)rows * C / 8;
     launch(nb, nt, [=] { ember_cl_stats(pp, px, rows, C); });
-    launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 0, px, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
+    launch(C / 8, EMBER_CL_FIN_THREADS, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 0, px, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
     launch(2, nt, [=] { ember_cl_bn_apply(py, px, pt, act, rows, C); });
     launch(nb, nt, [=] { ember_cl_grad_sums(pp, gInDx ? pdx : nullptr, px, pdy, pm, pinv, pw, pb, act, rows, C); });
-    launch(C, nt, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 1, nullptr, pm, pinv, nullptr, nullptr, 0, 0, pw, pb, pdw, pdb, 1, 1, pt); });
+    launch(C / 8, EMBER_CL_FIN_THREADS, [=] { ember_cl_bn_finalize(pp, nb, C, rows, 1, nullptr, pm, pinv, nullptr, nullptr, 0, 0, pw, pb, pdw, pdb, 1, 1, pt); });
     if (gInDx) {
         launch(3, nt, [=] { ember_cl_bn_dx(pdx, px, pdx, pt, 0, 1, rows, C); });
     } else {
