@@ -353,12 +353,13 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 	}
 	if clSmallConv(c) {
 		dh, dw := g.Dilation()
-		n8 := c.yLen / 8
+		gb := clSmallGroups(g.K / 8)
+		items := c.yLen / (8 * gb)
 		args := []any{py, px, pw, pbias, flag(g.ReLU),
 			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
 			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
-			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, n8)}
-		b.launch(op, b.kernel("ember_cl_conv_small"), n8, append(args, dividerArgs(g.K/8, c.ow, c.oh)...)...)
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, items), int32(gb)}
+		b.launch(op, b.kernel("ember_cl_conv_small"), items, append(args, dividerArgs(g.K/(8*gb), c.ow, c.oh)...)...)
 		return
 	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, b.filterForm(op, wf, c), c) {
@@ -377,6 +378,18 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 	b.FromChannelsLast(xf, x, g.N, g.C, g.H*g.W, false)
 	b.Conv2dLowp(yf, xf, w, bias, g)
 	b.ToChannelsLast(y, yf, g.N, g.K, c.p)
+}
+
+// clSmallGroups is how many of g eight-channel groups a thread of
+// ember_cl_conv_small takes: the most that divides g, up to four
+// (EMBER_CL_SMALL_GROUPS).
+func clSmallGroups(g int) int {
+	for gb := 4; gb > 1; gb-- {
+		if g%gb == 0 {
+			return gb
+		}
+	}
+	return 1
 }
 
 // clSmallConv reports whether c's forward pass takes ember_cl_conv_small:

@@ -22,13 +22,21 @@ const (
 	dwsMaxK   = 64
 	dwsMaxCRS = 16
 	dwsBlocks = 1024
+	// clDwsTileMax is ember_cl_conv_dw_small's most positions a tile
+	// (EMBER_CL_DWS_TP_MAX).
+	clDwsTileMax = 256
 )
+
+// clDwsTile is ember_cl_conv_dw_small's positions a tile for k output
+// channels: what its dy tile of dwsTile·dwsMaxK floats holds, at most
+// clDwsTileMax.
+func clDwsTile(k int) int { return min(clDwsTileMax, dwsTile*dwsMaxK/k) }
 
 // smallFilterGrad reports whether the filter gradient of c goes to
 // ember_conv_dw_small.
 func smallFilterGrad(c convShape) bool {
 	return c.groups == 1 && c.crs > 0 && c.crs <= dwsMaxCRS && c.g.K > 0 && c.g.K <= dwsMaxK &&
-		c.np > 0 && c.np <= math.MaxInt32-dwsTile*dwsBlocks
+		c.np > 0 && c.np <= math.MaxInt32-clDwsTileMax*dwsBlocks
 }
 
 // filterGradSmall queues dw += bfloat16(the filter gradient of the
@@ -36,20 +44,22 @@ func smallFilterGrad(c convShape) bool {
 // not 0, and x): ember_conv_dw_small over blocks of positions, then its
 // join.
 func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_conv_dw_small", pdw, px, pdy, []any{pmask}, nil, c)
+	b.filterGradSmallOf(op, "ember_conv_dw_small", dwsTile, pdw, px, pdy, []any{pmask}, nil, c)
 }
 
 // filterGradSmallChannelsLast is filterGradSmall of x and dy held
 // channels-last (ember_cl_conv_dw_small).
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
-	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", pdw, px, pdy, nil, dividerArgs(c.p, c.ow, c.g.C), c)
+	tile := clDwsTile(c.g.K)
+	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", tile, pdw, px, pdy, nil, append(dividerArgs(c.p, c.ow, c.g.C), int32(tile)), c)
 }
 
 // filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with
-// mask the ones after dy and extra after the last) and its join.
-func (b *Backend) filterGradSmallOf(op, kernel string, pdw, px, pdy uintptr, mask, extra []any, c convShape) {
-	tiles := (c.np + dwsTile - 1) / dwsTile
-	per := (tiles + dwsBlocks - 1) / dwsBlocks * dwsTile
+// mask the ones after dy and extra after the last; tiles of tile
+// positions) and its join.
+func (b *Backend) filterGradSmallOf(op, kernel string, tile int, pdw, px, pdy uintptr, mask, extra []any, c convShape) {
+	tiles := (c.np + tile - 1) / tile
+	per := (tiles + dwsBlocks - 1) / dwsBlocks * tile
 	blocks := (c.np + per - 1) / per
 	pairs := c.g.K * c.crs
 	ws := b.workspace(op, 8*pairs*blocks)

@@ -621,36 +621,41 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // ember_cl_conv_small sets y [N, OH, OW, K] = bfloat16(act(bfloat16(Σ
 // x·w) + bias)) for x [N, H, W, C] (bfloat16) and w [K, C·R·S] (float32,
 // rounded to bfloat16 as it is read; K·C·R·S <= 4096), as
-// Conv2dChannelsLast: a thread per output position and eight output
-// channels, the products exact and summed in float32 in (r, s, c) order
-// (a product of two bfloat16 values is exact in float32, so the explicit
-// fused multiply-adds round as separate ones would, in half the
-// instructions of the module's --fmad=false).
+// Conv2dChannelsLast: a thread per output position and GB groups of eight
+// output channels (the host's clSmallGroups: up to EMBER_CL_SMALL_GROUPS,
+// so that a tap's load and its address serve GB·8 sums, not 8), the
+// products exact and summed in float32 in (r, s, c) order (a product of
+// two bfloat16 values is exact in float32, so the explicit fused
+// multiply-adds round as separate ones would, in half the instructions of
+// the module's --fmad=false).
 // The weights sit in shared memory tap-major ([C·R·S][K]), so that a tap's
 // eight weights of a thread are two 16-byte reads, which the threads of a
 // warp at other positions share. Indices are 32-bit (the host checks the
-// sizes), divided by ember_divide with the host's dividers of K/8, OW and
-// OH: none per tap.
+// sizes), divided by ember_divide with the host's dividers of K/(8·GB),
+// OW and OH: none per tap.
+#define EMBER_CL_SMALL_GROUPS 4
 extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
                                                const float* bias, int relu, int C, int H, int W, int K, int R, int S,
-                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int n8,
-                                               unsigned int gMul, unsigned int gShift, unsigned int owMul,
+                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int items,
+                                               int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul,
                                                unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
     __shared__ __attribute__((aligned(16))) float sw[4096];
-    const int RS = R * S, CRS = C * RS, G = K >> 3;
+    const int RS = R * S, CRS = C * RS, GI = (K >> 3) / GB;
     for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) {
         const int k = i / CRS, t = i - k * CRS, c = t / RS, rs = t - c * RS;
         sw[(rs * C + c) * K + k] = ember_bf16_round(w[i]);
     }
     __syncthreads();
-    EMBER_LOOP(int, i, n8) {
-        const int pos = (int)ember_divide((unsigned int)i, gMul, gShift), g = i - pos * G;
+    EMBER_LOOP(int, i, items) {
+        const int pos = (int)ember_divide((unsigned int)i, gMul, gShift), g0 = (i - pos * GI) * GB;
         const int q = (int)ember_divide((unsigned int)pos, owMul, owShift), ow = pos - q * OW;
         const int n = (int)ember_divide((unsigned int)q, ohMul, ohShift), oh = q - n * OH;
         const unsigned short* xn = x + (long long)n * H * W * C;
-        float acc[8];
+        float acc[EMBER_CL_SMALL_GROUPS][8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) acc[j] = 0.f;
+        for (int b = 0; b < EMBER_CL_SMALL_GROUPS; b++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[b][j] = 0.f;
         for (int r = 0; r < R; r++) {
             const int h = oh * SH - PH + r * DH;
             if (h < 0 || h >= H) continue;
@@ -658,30 +663,42 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
                 const int wc = ow * SW - PW + s * DW;
                 if (wc < 0 || wc >= W) continue;
                 const unsigned short* xp = xn + (h * W + wc) * C;
-                const float* wk = sw + (r * S + s) * C * K + g * 8;
+                const float* wk = sw + (r * S + s) * C * K + g0 * 8;
                 for (int c = 0; c < C; c++, wk += K) {
                     const float xv = ember_f32_from_bf16(xp[c]);
-                    const ember_f4 w0 = reinterpret_cast<const ember_f4*>(wk)[0], w1 = reinterpret_cast<const ember_f4*>(wk)[1];
-                    acc[0] = __fmaf_rn(xv, w0.x, acc[0]);
-                    acc[1] = __fmaf_rn(xv, w0.y, acc[1]);
-                    acc[2] = __fmaf_rn(xv, w0.z, acc[2]);
-                    acc[3] = __fmaf_rn(xv, w0.w, acc[3]);
-                    acc[4] = __fmaf_rn(xv, w1.x, acc[4]);
-                    acc[5] = __fmaf_rn(xv, w1.y, acc[5]);
-                    acc[6] = __fmaf_rn(xv, w1.z, acc[6]);
-                    acc[7] = __fmaf_rn(xv, w1.w, acc[7]);
+#pragma unroll
+                    for (int b = 0; b < EMBER_CL_SMALL_GROUPS; b++) {
+                        if (b < GB) {
+                            const ember_f4 w0 = reinterpret_cast<const ember_f4*>(wk + b * 8)[0];
+                            const ember_f4 w1 = reinterpret_cast<const ember_f4*>(wk + b * 8)[1];
+                            acc[b][0] = __fmaf_rn(xv, w0.x, acc[b][0]);
+                            acc[b][1] = __fmaf_rn(xv, w0.y, acc[b][1]);
+                            acc[b][2] = __fmaf_rn(xv, w0.z, acc[b][2]);
+                            acc[b][3] = __fmaf_rn(xv, w0.w, acc[b][3]);
+                            acc[b][4] = __fmaf_rn(xv, w1.x, acc[b][4]);
+                            acc[b][5] = __fmaf_rn(xv, w1.y, acc[b][5]);
+                            acc[b][6] = __fmaf_rn(xv, w1.z, acc[b][6]);
+                            acc[b][7] = __fmaf_rn(xv, w1.w, acc[b][7]);
+                        }
+                    }
                 }
             }
         }
-        float out[8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float v = ember_bf16_round(acc[j]);
-            if (bias) v += bias[g * 8 + j];
-            if (relu && !(v > 0.f || v != v)) v = 0.f;
-            out[j] = v;
+        for (int b = 0; b < EMBER_CL_SMALL_GROUPS; b++) {
+            if (b < GB) {
+                const int g = g0 + b;
+                float out[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    float v = ember_bf16_round(acc[b][j]);
+                    if (bias) v += bias[g * 8 + j];
+                    if (relu && !(v > 0.f || v != v)) v = 0.f;
+                    out[j] = v;
+                }
+                ember_cl_store8(y + (long long)pos * K + g * 8, out);
+            }
         }
-        ember_cl_store8(y + (long long)pos * K + g * 8, out);
     }
 }
 
@@ -694,16 +711,20 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
 // thread sums a 4 x 4 tile of (k, tap) pairs over one slice of the
 // positions (two 16-byte shared reads for sixteen products), and the
 // slices are added in a fixed order at the end (deterministic).
+// A tile holds TP positions (conv_dw_small.go's clDwsTile): as many as
+// dy's shared tile holds for K channels, at most EMBER_CL_DWS_TP_MAX, so
+// that a block of few channels passes its phases and barriers fewer times.
 #define EMBER_CL_DWS_TP 96
+#define EMBER_CL_DWS_TP_MAX 256
 #define EMBER_CL_DWS_K 64
 #define EMBER_CL_DWS_CRS 16
 extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
                                                   int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
                                                   int PH, int PW, int OH, int OW, int DH, int DW, int per,
                                                   unsigned int pMul, unsigned int pShift, unsigned int owMul,
-                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift) {
+                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift, int TP) {
     __shared__ __attribute__((aligned(16))) float sdy[EMBER_CL_DWS_TP * EMBER_CL_DWS_K];
-    __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP * EMBER_CL_DWS_CRS];
+    __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP_MAX * EMBER_CL_DWS_CRS];
     const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, CRS4 = (CRS + 3) & ~3;
     const int KG = K >> 2, TG = CRS4 >> 2, tiles = KG * TG, slices = blockDim.x / tiles;
     const int tile = threadIdx.x % tiles, slice = threadIdx.x / tiles;
@@ -712,13 +733,13 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
     float acc[16];
 #pragma unroll
     for (int m = 0; m < 16; m++) acc[m] = 0.0f;
-    for (int t0 = lo; t0 < hi; t0 += EMBER_CL_DWS_TP) {
-        const int tp = hi - t0 < EMBER_CL_DWS_TP ? hi - t0 : EMBER_CL_DWS_TP;
+    for (int t0 = lo; t0 < hi; t0 += TP) {
+        const int tp = hi - t0 < TP ? hi - t0 : TP;
         __syncthreads(); // the last tile read
         // dy's tile: [tp][K] bfloat16 is contiguous (K a multiple of 8), so
         // eight values a thread, 16 bytes at a time.
         const unsigned short* dyt = dy + (long long)t0 * K;
-        for (int e = threadIdx.x * 8; e < EMBER_CL_DWS_TP * K; e += blockDim.x * 8) {
+        for (int e = threadIdx.x * 8; e < TP * K; e += blockDim.x * 8) {
             float v[8];
             if (e < tp * K) {
                 ember_cl_load8(dyt + e, v);
@@ -731,7 +752,7 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
         }
         // The patches: a thread per (position, input channel), its R·S taps
         // (the host's dividers of C, OH·OW and OW).
-        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * C; e += blockDim.x) {
+        for (int e = threadIdx.x; e < TP * C; e += blockDim.x) {
             const int j = (int)ember_divide((unsigned int)e, cMul, cShift), c = e - j * C;
             float* row = sx + j * CRS4 + c * RS;
             const int q = t0 + j, n = (int)ember_divide((unsigned int)q, pMul, pShift), p = q - n * P;
@@ -745,7 +766,7 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
                 }
             }
         }
-        for (int e = threadIdx.x; e < EMBER_CL_DWS_TP * (CRS4 - CRS); e += blockDim.x) {
+        for (int e = threadIdx.x; e < TP * (CRS4 - CRS); e += blockDim.x) {
             const int j = e / (CRS4 - CRS);
             sx[j * CRS4 + CRS + (e - j * (CRS4 - CRS))] = 0.0f; // the padding taps
         }

@@ -185,17 +185,28 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     const unsigned short *px = x.data(), *pdy = dy.data();
     const float *pw = w.data(), *pb = bias ? b.data() : nullptr;
     const divider dg = divider::of(g.K / 8), dow = divider::of(OW), doh = divider::of(OH), dp = divider::of(P), dc = divider::of(g.C);
+    // conv_small thread's groups of eight channels (channels_last.go's
+    // clSmallGroups).
+    int gb = 1;
+    for (int t = 4; t > 1 && gb == 1; t--)
+        if ((g.K / 8) % t == 0) gb = t;
+    const int items = n8 / gb;
+    const divider dgi = divider::of(g.K / 8 / gb);
     launch(3, 64, [=] {
-        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, n8,
-                            dg.mul, dg.shift, dow.mul, dow.shift, doh.mul, doh.shift);
+        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, items,
+                            gb, dgi.mul, dgi.shift, dow.mul, dow.shift, doh.mul, doh.shift);
     });
     const bool dw16 = CRS <= 16; // the filter gradient's kernel takes at most 16 taps (conv_dw_small.go)
+    // Its tile (conv_dw_small.go's clDwsTile), per as many tiles as 96
+    // positions would be.
+    const int tile = std::min(256, 96 * 64 / g.K);
+    per = per / 96 * tile;
     const int blocks = (NP + per - 1) / per, pairs = g.K * CRS;
     std::vector<double> part((size_t)pairs * blocks);
     double* pp = part.data();
     if (dw16) launch(blocks, 256, [=] {
         ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
-                               dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift);
+                               dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift, tile);
     });
     std::vector<float> dw0(dw);
     float* pdw = dw.data();
