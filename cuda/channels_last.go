@@ -359,7 +359,7 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
 			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
 			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, items), int32(gb)}
-		b.launch(op, b.kernel("ember_cl_conv_small"), items, append(args, dividerArgs(g.K/(8*gb), c.ow, c.oh)...)...)
+		b.launch(op, b.kernel(clSmallKernel(g, false)), items, append(args, dividerArgs(g.K/(8*gb), c.ow, c.oh)...)...)
 		return
 	}
 	if dg, ok := b.lowpGeom(c); ok && dg.nhwc && c.crs > 0 && b.conv2dChannelsLastCuDNN(op, dg, py, px, pw, b.filterForm(op, wf, c), c) {
@@ -390,6 +390,29 @@ func clSmallGroups(g int) int {
 		}
 	}
 	return 1
+}
+
+// clSmallKernels are the entry points of ember_cl_conv_small and
+// ember_cl_conv_dw_small compiled for a C, R and S (common first layers:
+// their taps unroll); clSmallKernel picks.
+var clSmallKernels = map[[3]int][2]string{
+	{3, 2, 2}: {"ember_cl_conv_small_c3r2s2", "ember_cl_conv_dw_small_c3r2s2"},
+	{1, 3, 3}: {"ember_cl_conv_small_c1r3s3", "ember_cl_conv_dw_small_c1r3s3"},
+	{3, 3, 3}: {"ember_cl_conv_small_c3r3s3", "ember_cl_conv_dw_small_c3r3s3"},
+}
+
+// clSmallKernel is g's entry point of ember_cl_conv_small (filterGrad
+// false) or ember_cl_conv_dw_small: one compiled for its C, R and S where
+// there is one, else the one that takes any.
+func clSmallKernel(g tensor.ConvGeom, filterGrad bool) string {
+	i := 0
+	if filterGrad {
+		i = 1
+	}
+	if k, ok := clSmallKernels[[3]int{g.C, g.R, g.S}]; ok {
+		return k[i]
+	}
+	return [2]string{"ember_cl_conv_small", "ember_cl_conv_dw_small"}[i]
 }
 
 // clSmallConv reports whether c's forward pass takes ember_cl_conv_small:

@@ -51,7 +51,7 @@ func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c conv
 // channels-last (ember_cl_conv_dw_small).
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
 	tile := clDwsTile(c.g.K)
-	b.filterGradSmallOf(op, "ember_cl_conv_dw_small", tile, pdw, px, pdy, nil, append(dividerArgs(c.p, c.ow, c.g.C), int32(tile)), c)
+	b.filterGradSmallOf(op, clSmallKernel(c.g, true), tile, pdw, px, pdy, nil, append(dividerArgs(c.p, c.ow, c.g.C), int32(tile)), c)
 }
 
 // filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with

@@ -634,11 +634,16 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // sizes), divided by ember_divide with the host's dividers of K/(8·GB),
 // OW and OH: none per tap.
 #define EMBER_CL_SMALL_GROUPS 4
-extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w,
-                                               const float* bias, int relu, int C, int H, int W, int K, int R, int S,
-                                               int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int items,
-                                               int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul,
-                                               unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+// CT, RT, ST: C, R and S fixed when compiled (0: as passed), so that a
+// common first layer's taps unroll and their loads are issued together.
+template <int CT, int RT, int ST>
+__device__ __forceinline__ void ember_cl_conv_small_of(unsigned short* y, const unsigned short* x, const float* w,
+                                                       const float* bias, int relu, int Cr, int H, int W, int K, int Rr,
+                                                       int Sr, int SH, int SW, int PH, int PW, int DH, int DW, int OH,
+                                                       int OW, int items, int GB, unsigned int gMul, unsigned int gShift,
+                                                       unsigned int owMul, unsigned int owShift, unsigned int ohMul,
+                                                       unsigned int ohShift) {
+    const int C = CT ? CT : Cr, R = RT ? RT : Rr, S = ST ? ST : Sr;
     __shared__ __attribute__((aligned(16))) float sw[4096];
     const int RS = R * S, CRS = C * RS, GI = (K >> 3) / GB;
     for (int i = threadIdx.x; i < K * CRS; i += blockDim.x) {
@@ -656,14 +661,17 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
         for (int b = 0; b < EMBER_CL_SMALL_GROUPS; b++)
 #pragma unroll
             for (int j = 0; j < 8; j++) acc[b][j] = 0.f;
+#pragma unroll
         for (int r = 0; r < R; r++) {
             const int h = oh * SH - PH + r * DH;
             if (h < 0 || h >= H) continue;
+#pragma unroll
             for (int s = 0; s < S; s++) {
                 const int wc = ow * SW - PW + s * DW;
                 if (wc < 0 || wc >= W) continue;
                 const unsigned short* xp = xn + (h * W + wc) * C;
                 const float* wk = sw + (r * S + s) * C * K + g0 * 8;
+#pragma unroll
                 for (int c = 0; c < C; c++, wk += K) {
                     const float xv = ember_f32_from_bf16(xp[c]);
 #pragma unroll
@@ -702,6 +710,38 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
     }
 }
 
+#define EMBER_CL_CONV_SMALL_ARGS                                                                                         \
+    y, x, w, bias, relu, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW, OH, OW, items, GB, gMul, gShift, owMul, owShift,      \
+        ohMul, ohShift
+
+// The entry points: any geometry, and the first layers of airbench (3
+// channels, 2x2), of a net on gray images (1, 3x3) and of one on colour
+// images (3, 3x3), whose taps unroll (clSmallKernel picks).
+extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
+        int items, int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul, unsigned int owShift,
+        unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_of<0, 0, 0>(EMBER_CL_CONV_SMALL_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_c3r2s2(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
+        int items, int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul, unsigned int owShift,
+        unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_of<3, 2, 2>(EMBER_CL_CONV_SMALL_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_c1r3s3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
+        int items, int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul, unsigned int owShift,
+        unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_of<1, 3, 3>(EMBER_CL_CONV_SMALL_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_c3r3s3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW,
+        int items, int GB, unsigned int gMul, unsigned int gShift, unsigned int owMul, unsigned int owShift,
+        unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_of<3, 3, 3>(EMBER_CL_CONV_SMALL_ARGS);
+}
+
 // ember_cl_conv_dw_small is conv.cu's ember_conv_dw_small (the filter
 // gradient of such a convolution: partial sums per block of positions,
 // which ember_conv_dw_small_join adds into dw) reading x [N, H, W, C] and
@@ -718,11 +758,14 @@ extern "C" __global__ void ember_cl_conv_small(unsigned short* y, const unsigned
 #define EMBER_CL_DWS_TP_MAX 256
 #define EMBER_CL_DWS_K 64
 #define EMBER_CL_DWS_CRS 16
-extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy,
-                                                  int N, int C, int H, int W, int K, int R, int S, int SH, int SW,
-                                                  int PH, int PW, int OH, int OW, int DH, int DW, int per,
-                                                  unsigned int pMul, unsigned int pShift, unsigned int owMul,
-                                                  unsigned int owShift, unsigned int cMul, unsigned int cShift, int TP) {
+template <int CT, int RT, int ST>
+__device__ __forceinline__ void ember_cl_conv_dw_small_of(double* partial, const unsigned short* x,
+                                                          const unsigned short* dy, int N, int Cr, int H, int W, int K,
+                                                          int Rr, int Sr, int SH, int SW, int PH, int PW, int OH, int OW,
+                                                          int DH, int DW, int per, unsigned int pMul, unsigned int pShift,
+                                                          unsigned int owMul, unsigned int owShift, unsigned int cMul,
+                                                          unsigned int cShift, int TP) {
+    const int C = CT ? CT : Cr, R = RT ? RT : Rr, S = ST ? ST : Sr;
     __shared__ __attribute__((aligned(16))) float sdy[EMBER_CL_DWS_TP * EMBER_CL_DWS_K];
     __shared__ __attribute__((aligned(16))) float sx[EMBER_CL_DWS_TP_MAX * EMBER_CL_DWS_CRS];
     const int P = OH * OW, NP = N * P, RS = R * S, CRS = C * RS, CRS4 = (CRS + 3) & ~3;
@@ -757,8 +800,10 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
             float* row = sx + j * CRS4 + c * RS;
             const int q = t0 + j, n = (int)ember_divide((unsigned int)q, pMul, pShift), p = q - n * P;
             const int oh = (int)ember_divide((unsigned int)p, owMul, owShift), ow = p - oh * OW;
+#pragma unroll
             for (int r = 0; r < R; r++) {
                 const int h = oh * SH - PH + r * DH;
+#pragma unroll
                 for (int s = 0; s < S; s++) {
                     const int wc = ow * SW - PW + s * DW;
                     const bool in = j < tp && h >= 0 && h < H && wc >= 0 && wc < W;
@@ -766,9 +811,10 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
                 }
             }
         }
-        for (int e = threadIdx.x; e < TP * (CRS4 - CRS); e += blockDim.x) {
-            const int j = e / (CRS4 - CRS);
-            sx[j * CRS4 + CRS + (e - j * (CRS4 - CRS))] = 0.0f; // the padding taps
+        const int pad = CRS4 - CRS, padOr1 = pad ? pad : 1; // (a divisor when compiled as 0)
+        for (int e = threadIdx.x; e < TP * pad; e += blockDim.x) {
+            const int j = e / padOr1;
+            sx[j * CRS4 + CRS + (e - j * pad)] = 0.0f; // the padding taps
         }
         __syncthreads();
         if (slice < slices) {
@@ -796,4 +842,30 @@ extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigne
         const int tl = e >> 4, m = e & 15, k = (tl / TG) * 4 + (m >> 2), t = (tl % TG) * 4 + (m & 3);
         if (t < CRS) partial[(long long)(k * CRS + t) * gridDim.x + blockIdx.x] = (double)sum;
     }
+}
+
+// The entry points, as ember_cl_conv_small's (clSmallKernel picks).
+extern "C" __global__ void ember_cl_conv_dw_small(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_of<0, 0, 0>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift, owMul, owShift, cMul, cShift, TP);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_c3r2s2(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_of<3, 2, 2>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift, owMul, owShift, cMul, cShift, TP);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_c1r3s3(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_of<1, 3, 3>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift, owMul, owShift, cMul, cShift, TP);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_c3r3s3(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_of<3, 3, 3>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift, owMul, owShift, cMul, cShift, TP);
 }

@@ -192,9 +192,14 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
         if ((g.K / 8) % t == 0) gb = t;
     const int items = n8 / gb;
     const divider dgi = divider::of(g.K / 8 / gb);
+    // The entry point channels_last.go's clSmallKernel picks.
+    auto conv = ember_cl_conv_small;
+    if (g.C == 3 && g.R == 2 && g.S == 2) conv = ember_cl_conv_small_c3r2s2;
+    if (g.C == 1 && g.R == 3 && g.S == 3) conv = ember_cl_conv_small_c1r3s3;
+    if (g.C == 3 && g.R == 3 && g.S == 3) conv = ember_cl_conv_small_c3r3s3;
     launch(3, 64, [=] {
-        ember_cl_conv_small(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, items,
-                            gb, dgi.mul, dgi.shift, dow.mul, dow.shift, doh.mul, doh.shift);
+        conv(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, items, gb, dgi.mul,
+             dgi.shift, dow.mul, dow.shift, doh.mul, doh.shift);
     });
     const bool dw16 = CRS <= 16; // the filter gradient's kernel takes at most 16 taps (conv_dw_small.go)
     // Its tile (conv_dw_small.go's clDwsTile), per as many tiles as 96
@@ -204,8 +209,12 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     const int blocks = (NP + per - 1) / per, pairs = g.K * CRS;
     std::vector<double> part((size_t)pairs * blocks);
     double* pp = part.data();
+    auto dwk = ember_cl_conv_dw_small;
+    if (g.C == 3 && g.R == 2 && g.S == 2) dwk = ember_cl_conv_dw_small_c3r2s2;
+    if (g.C == 1 && g.R == 3 && g.S == 3) dwk = ember_cl_conv_dw_small_c1r3s3;
+    if (g.C == 3 && g.R == 3 && g.S == 3) dwk = ember_cl_conv_dw_small_c3r3s3;
     if (dw16) launch(blocks, 256, [=] {
-        ember_cl_conv_dw_small(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
+        dwk(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
                                dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift, tile);
     });
     std::vector<float> dw0(dw);
