@@ -9,7 +9,9 @@
 //   - batch norm's statistics, output (with ReLU or GELU) and gradients
 //     against a double two-pass reference: statistics within 1e-5
 //     relative, outputs within one bfloat16 step, dx within one step plus
-//     1e-3 of the largest;
+//     1e-3 of the largest; its finish's other modes (a bias gradient's
+//     sum, the evaluation statistics) against a double sum and bit for
+//     bit;
 //   - the form's GELU and its derivative against double erfc over [-12,
 //     12]: within (2 + x²/2)·1e-6 of the value (of |cdf| + |x·pdf| for the
 //     derivative; the exponential's argument, -x²/2, is rounded to float);
@@ -128,6 +130,7 @@ static void batchnorm(int rows, int C, int act, bool affine, bool gInDx = false)
         bad += !check(fabs(mean[c] - mu) <= 1e-5 * fabs(mu), "mean", c, mean[c], mu);
         bad += !check(fabs(inv[c] - iv) <= 1e-5 * iv, "1/std", c, inv[c], iv);
         bad += !check(fabs(rv[c] - (0.9 * 2 + 0.1 * var * rows / (rows - 1))) <= 1e-5 * rv[c], "running var", c, rv[c], 0.9 * 2 + 0.1 * var * rows / (rows - 1));
+        bad += !check(fabs(rm[c] - (0.9 * 0.5 + 0.1 * mu)) <= 1e-5 * (1 + fabs(rm[c])), "running mean", c, rm[c], 0.9 * 0.5 + 0.1 * mu);
         double sg = 0, sgx = 0, biggest = 0;
         std::vector<double> g(rows), xh(rows);
         for (int r = 0; r < rows; r++) {
@@ -155,6 +158,34 @@ static void batchnorm(int rows, int C, int act, bool affine, bool gInDx = false)
         }
     }
     printf("batch norm rows=%d C=%d act=%d affine=%d g in dx=%d: %s\n", rows, C, act, affine, gInDx, bad ? "FAIL" : "ok");
+}
+
+// finalizeModes runs ember_cl_bn_finalize's other two modes over C
+// channels: EMBER_CL_SUM (a bias gradient: dbias += the nb partials' sum,
+// against a double sum) and EMBER_CL_EVAL (the statistics and the table
+// from the running statistics, exactly as the kernel's float and double
+// steps give them).
+static void finalizeModes(int nb, int C) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> part(2 * nb * C), db(C), rm(C), rv(C), w(C), b(C), mean(C), inv(C), tab(6 * C);
+    for (auto& v : part) v = normal(rng);
+    for (int c = 0; c < C; c++) db[c] = normal(rng), rm[c] = normal(rng), rv[c] = 0.5f + fabsf(normal(rng)), w[c] = normal(rng), b[c] = normal(rng);
+    std::vector<float> db0(db);
+    const float *pp = part.data(), *pw = w.data(), *pb = b.data();
+    float *pdb = db.data(), *prm = rm.data(), *prv = rv.data(), *pm = mean.data(), *pinv = inv.data(), *pt = tab.data();
+    launch(C / 8, EMBER_CL_FIN_THREADS, [=] { ember_cl_bn_finalize(pp, nb, C, 1000, 2, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr, pdb, 0, 1, nullptr); });
+    launch(C / 8, EMBER_CL_FIN_THREADS, [=] { ember_cl_bn_finalize(nullptr, 0, C, 1000, 3, nullptr, pm, pinv, prm, prv, 0.1f, 1e-5f, pw, pb, nullptr, nullptr, 0, 0, pt); });
+    int bad = 0;
+    for (int c = 0; c < C; c++) {
+        double s = 0, mag = 0;
+        for (int q = 0; q < nb; q++) s += part[(size_t)q * C + c], mag += fabs(part[(size_t)q * C + c]);
+        const double want = db0[c] + s;
+        bad += !check(fabs(db[c] - want) <= 1e-6 * (fabs(want) + mag), "dbias (sum)", c, db[c], want);
+        const float wantInv = (float)(1.0 / sqrt((double)rv[c] + (double)1e-5f));
+        bad += !check(mean[c] == rm[c] && inv[c] == wantInv, "evaluation statistics", c, inv[c], wantInv);
+        bad += !check(tab[c] == rm[c] && tab[C + c] == wantInv && tab[2 * C + c] == w[c] && tab[3 * C + c] == b[c], "evaluation table", c, tab[c], rm[c]);
+    }
+    printf("batch norm finish nb=%d C=%d, sum and evaluation: %s\n", nb, C, bad ? "FAIL" : "ok");
 }
 
 // divider is cuda/divider.go's newDivider: ember_divide's multiplier and
@@ -284,6 +315,8 @@ int main() {
     batchnorm(1500, 24, 11, true);
     batchnorm(2001, 16, 13, true, true); // g through dx's memory
     batchnorm(150, 24, 11, false, true);
+    finalizeModes(300, 24); // slots take several partials each
+    finalizeModes(5, 64);
     convsmall({2, 1, 9, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);   // ResNet-9's first layer in small: several blocks
     convsmall({3, 3, 8, 8, 24, 2, 2, 1, 1, 0, 0, 1, 1}, false, false, 96);  // airbench's whitening layer in small
     convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
