@@ -322,5 +322,7 @@ int main() {
     convsmall({2, 2, 11, 9, 16, 3, 2, 2, 1, 1, 0, 1, 2}, true, false, 96);  // strides, one-sided padding, dilation
     convsmall({3, 1, 10, 10, 64, 4, 4, 1, 1, 1, 1, 1, 1}, false, true, 192); // the most taps and channels; tiles of a block
     convsmall({2, 3, 9, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);     // 27 taps: the direct forward only
+    convsmall({2, 1, 7, 9, 48, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 96);   // three groups a thread, two threads a position
+    convsmall({2, 2, 8, 7, 40, 2, 3, 1, 2, 0, 1, 1, 1}, true, false, 96);   // five groups: one a thread
     return failed > 99 ? 99 : failed;
 }
