@@ -115,3 +115,21 @@ func TestGPUConvFilterGradSmallMatchesCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallConvPartitions checks the host's choices for the first layer's
+// channels-last kernels against their shared arrays and group limit, for
+// every channel count the form takes up to dwsMaxK: the filter gradient's
+// tile of positions fits its dy tile (dwsTile·dwsMaxK floats) and its
+// patch tile (clDwsTileMax positions), and the direct convolution's
+// groups a thread divide the count's groups of eight, at most four
+// (EMBER_CL_SMALL_GROUPS).
+func TestSmallConvPartitions(t *testing.T) {
+	for k := 8; k <= dwsMaxK; k += 8 {
+		if tile := clDwsTile(k); tile < 1 || tile > clDwsTileMax || tile*k > dwsTile*dwsMaxK {
+			t.Errorf("K=%d: a tile of %d positions (at most %d, and %d floats of dy)", k, tile, clDwsTileMax, dwsTile*dwsMaxK)
+		}
+		if gb := clSmallGroups(k / 8); gb < 1 || gb > 4 || (k/8)%gb != 0 {
+			t.Errorf("K=%d: %d groups a thread, for %d groups", k, gb, k/8)
+		}
+	}
+}
