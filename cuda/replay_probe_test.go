@@ -84,3 +84,56 @@ func TestGPUReplayUploadProbe(t *testing.T) {
 		t.Logf("%-44s %6.2f µs a replay", c.name, float64(best.Microseconds())/reps)
 	}
 }
+
+// TestGPUClusterLaunchProbe times the tiled linear kernels (linear.cu) from
+// a captured graph of 20 launches, with their split sums through thread
+// block clusters and through the workspace and counters, beside cuBLASLt,
+// at one row (a 64th of the multiply-adds of the 64-row case, so that what
+// is left is the launch's and the split's fixed cost) and at 64. It prints
+// µs a launch; it asserts nothing about time. It runs only with
+// EMBER_REPLAY_PROBE=1.
+func TestGPUClusterLaunchProbe(t *testing.T) {
+	if os.Getenv("EMBER_REPLAY_PROBE") != "1" {
+		t.Skip("the cluster probe runs with EMBER_REPLAY_PROBE=1")
+	}
+	b := newGPUBackend(t, BackendOptions{})
+	if !b.clusters() {
+		t.Skip("no thread block clusters")
+	}
+	const launches, reps = 20, 200
+	for _, c := range []struct{ n, in, out int }{{1, 1024, 1024}, {64, 1024, 1024}, {1, 512, 64}, {64, 512, 64}} {
+		x := tensor.Zeros(b, nil, c.n*c.in)
+		w := tensor.Zeros(b, nil, c.out*c.in)
+		y := tensor.Zeros(b, nil, c.n*c.out)
+		for _, path := range []string{"clusters", "workspace", "cuBLASLt"} {
+			b.noClusters, b.ltWide, b.ltEverywhere = path == "workspace", false, path == "cuBLASLt"
+			g, err := b.Capture(func() {
+				for range launches {
+					b.Linear(y.Buffer(), x.Buffer(), w.Buffer(), tensor.Buffer{}, c.n, c.in, c.out, true)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			best := time.Duration(1 << 62)
+			for range 4 {
+				t0 := time.Now()
+				for range reps {
+					if err := g.Replay(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				best = min(best, time.Since(t0))
+			}
+			g.Close()
+			t.Logf("%dx%d->%d %-10s %6.2f µs a launch", c.n, c.in, c.out, path, float64(best.Nanoseconds())/1e3/(reps*launches))
+		}
+		b.noClusters, b.ltWide, b.ltEverywhere = false, true, false
+		x.Release()
+		w.Release()
+		y.Release()
+	}
+}
