@@ -106,12 +106,23 @@ func TestGPUClusterLaunchProbe(t *testing.T) {
 		w := tensor.Zeros(b, nil, c.out*c.in)
 		y := tensor.Zeros(b, nil, c.n*c.out)
 		for _, path := range []string{"clusters", "workspace", "cuBLASLt"} {
-			b.noClusters, b.ltWide, b.ltEverywhere = path == "workspace", false, path == "cuBLASLt"
-			g, err := b.Capture(func() {
-				for range launches {
-					b.Linear(y.Buffer(), x.Buffer(), w.Buffer(), tensor.Buffer{}, c.n, c.in, c.out, true)
-				}
+			var g *StepGraph
+			var err error
+			// The tiled kernels are withPath's "lt>256" (wide layers off
+			// cuBLASLt), with or without clusters; cuBLASLt is its "lt".
+			mode := "lt>256"
+			if path == "cuBLASLt" {
+				mode = "lt"
+			}
+			b.noClusters = path == "workspace"
+			withPath(b, mode, func() {
+				g, err = b.Capture(func() {
+					for range launches {
+						b.Linear(y.Buffer(), x.Buffer(), w.Buffer(), tensor.Buffer{}, c.n, c.in, c.out, true)
+					}
+				})
 			})
+			b.noClusters = false
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +142,6 @@ func TestGPUClusterLaunchProbe(t *testing.T) {
 			g.Close()
 			t.Logf("%dx%d->%d %-10s %6.2f µs a launch", c.n, c.in, c.out, path, float64(best.Nanoseconds())/1e3/(reps*launches))
 		}
-		b.noClusters, b.ltWide, b.ltEverywhere = false, true, false
 		x.Release()
 		w.Release()
 		y.Release()
