@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -154,7 +155,11 @@ func geomName(g tensor.ConvGeom) string {
 // gradient, weightGradsBeside) run on the side stream. Each also as
 // trainer.CaptureStep runs it: a first step eager, then the step captured
 // with its memory placed by a plan from a rehearsal (CapturePlanned), which
-// must follow the plan without a miss.
+// must follow the plan without a miss; and so again with the update
+// StepAndZeroGrad and the gradients cleared after the rehearsal (as the
+// trainer runs it; the MLP's are then written over rather than added to
+// zeros), against eager steps that clear them the same way, which match
+// the first eager steps within float32 roundings.
 func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	if b.side == nil {
@@ -176,7 +181,7 @@ func TestGPUCapturedStepMatchesEager(t *testing.T) {
 	// fc3's gradients; fc2's weight gradient beside its input gradient;
 	// fc2's bias gradient (its output gradient came masked from fc3's
 	// cross entropy).
-	mlp := stepNet{name: "MLP", forks: 3, make: func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter) {
+	mlp := stepNet{name: "MLP", forks: 3, clears: true, make: func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter) {
 		m := models.NewMLP(b, 1, 28*28, 10)
 		return func(x, lab *tensor.Tensor) *tensor.Tensor {
 			h := m.FC2.ForwardReLU(m.FC1.ForwardReLU(x.Reshape(x.Dim(0), 28*28)))
@@ -197,6 +202,9 @@ type stepNet struct {
 	name  string
 	make  func(b tensor.Backend) (func(x, lab *tensor.Tensor) *tensor.Tensor, []nn.Parameter)
 	forks int64
+	// clears: every gradient is written whole, so that a step whose
+	// update is StepAndZeroGrad leaves them cleared (optim's grads.go).
+	clears bool
 }
 
 func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) {
@@ -215,7 +223,11 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 			idxs[s][i], labs[s][i] = int32(rng.IntN(m)), int32(rng.IntN(10))
 		}
 	}
-	const eagerRun, capturedRun, plannedRun = 0, 1, 2
+	// clearedRun is plannedRun as the trainer runs it: StepAndZeroGrad,
+	// and the gradients cleared after the rehearsal where its backward
+	// pass showed that they are written whole.
+	// eagerClearedRun is eagerRun as clearedRun updates.
+	const eagerRun, capturedRun, plannedRun, clearedRun, eagerClearedRun = 0, 1, 2, 3, 4
 	run := func(mode int) [][]float32 {
 		loss, params := net.make(b)
 		opt, err := optim.NewSGD(params, optim.SGDConfig{LR: 0.05, Momentum: 0.9})
@@ -232,16 +244,29 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 			scope.Reset()
 			x := tensor.GatherNormalize(scope, images, idx, 1/(255*0.3081), -0.1307/0.3081)
 			l := loss(x, lab)
+			if mode >= clearedRun {
+				// As the trainer: the update zeroes the gradients, or
+				// clears them (optim's grads.go).
+				l.Backward()
+				opt.StepAndZeroGrad()
+				return
+			}
 			opt.ZeroGrad()
 			l.Backward()
 			opt.Step()
+		}
+		if mode >= clearedRun {
+			opt.ZeroGrad()
 		}
 		var g *StepGraph
 		for s := range steps {
 			b.Upload(idx.Buffer(), idxs[s])
 			b.Upload(lab.Buffer(), labs[s])
-			if mode == eagerRun || (mode == plannedRun && s == 0) {
+			if mode == eagerRun || mode == eagerClearedRun || (mode >= plannedRun && s == 0) {
 				step()
+				if mode == eagerClearedRun && s == 0 {
+					opt.ClearGrad() // as clearedRun's capture does
+				}
 				continue
 			}
 			if g == nil {
@@ -260,13 +285,19 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 						}
 						scope.Reset()
 						opt.Rewind()
+						if mode == clearedRun {
+							for _, p := range params {
+								p.Tensor.RestoreGradCleared(false) // as before the rehearsal
+							}
+							opt.ClearGrad()
+						}
 					})
 				}
 				if err != nil {
 					t.Fatalf("Capture: %v", err)
 				}
 				defer g.Close()
-				if mode == plannedRun {
+				if mode >= plannedRun {
 					span, misses, err := g.Planned()
 					t.Logf("%s batch %d: planned capture: span %.1f MiB, %d misses, %v", net.name, batch, float64(span)/(1<<20), misses, err)
 					if b.PlansGraphMemory() && (err != nil || misses != 0) {
@@ -286,16 +317,34 @@ func capturedStepMatchesEager(t *testing.T, b *Backend, batch int, net stepNet) 
 		var out [][]float32
 		for _, p := range params {
 			out = append(out, downloadF(b, p.Tensor.Buffer()))
+			if mode >= clearedRun && p.Tensor.GradCleared() != net.clears {
+				t.Errorf("%s batch %d: %s's gradient cleared %v after the replays, want %v", net.name, batch, p.Name, p.Tensor.GradCleared(), net.clears)
+			}
 		}
 		return out
 	}
 	eager := run(eagerRun)
-	for _, mode := range []int{capturedRun, plannedRun} {
+	eagerCleared := run(eagerClearedRun)
+	for i := range eager {
+		// Products that write rather than add to zeros may take other
+		// algorithms: the same parameters within float32 roundings.
+		for j, v := range eager[i] {
+			if d := math.Abs(float64(eagerCleared[i][j] - v)); d > 1e-5*(1+math.Abs(float64(v))) {
+				t.Errorf("%s batch %d: parameter %d [%d] is %g with the gradients cleared, %g zeroed", net.name, batch, i, j, eagerCleared[i][j], v)
+				break
+			}
+		}
+	}
+	for _, mode := range []int{capturedRun, plannedRun, clearedRun} {
 		replayed := run(mode)
+		eager := eager
+		if mode == clearedRun {
+			eager = eagerCleared
+		}
 		for i := range eager {
 			if !sameBits(eager[i], replayed[i]) {
 				j := firstDiff(eager[i], replayed[i])
-				t.Errorf("%s batch %d (planned %v): parameter %d after %d steps: replayed [%d] %g, eager %g", net.name, batch, mode == plannedRun, i, steps, j, replayed[i][j], eager[i][j])
+				t.Errorf("%s batch %d (mode %d): parameter %d after %d steps: replayed [%d] %g, eager %g", net.name, batch, mode, i, steps, j, replayed[i][j], eager[i][j])
 			}
 		}
 	}

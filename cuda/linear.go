@@ -299,9 +299,9 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 		if pdw != 0 {
 			b.product(op, pdw, pg, px, out, in, n, true, accW)
 		}
-		if pdb != 0 && accB && b.side != nil && b.ltFirst(n, in, out) && biasColsRowsPerBlock(n) >= n {
+		if pdb != 0 && b.side != nil && b.ltFirst(n, in, out) && biasColsRowsPerBlock(n) >= n {
 			// g came masked (no y): db off the main stream, as above.
-			b.biasGradAside(op, pdb, pg, n, out)
+			b.biasGradAside(op, pdb, pg, n, out, accB)
 			pdb = 0
 		}
 		if pdb != 0 {
@@ -322,10 +322,11 @@ func (b *Backend) linearGrads(op string, pdx, pdw, pdb, pg, py, px, pw uintptr, 
 // launches take the same algorithms one after the other, so both give the
 // same bits. False, having queued nothing, when it does not apply.
 func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr, n, in, out int, accX, accW, accB bool) bool {
-	// Added into, db takes one block row of bias_grad_cols (no partials
-	// to finish): up to 128 rows.
-	sideDB := pdb != 0 && accB
-	if b.side == nil || !b.ltFirst(n, in, out) || n > linearTiledRows || n*in*out == 0 || sideDB && biasColsRowsPerBlock(n) < n ||
+	// db on the side lane takes one block row of bias_grad_cols (no
+	// partials to finish): up to 128 rows; above, cuBLASLt's epilogue
+	// writes it, which cannot add into it.
+	sideDB := pdb != 0 && biasColsRowsPerBlock(n) >= n
+	if b.side == nil || !b.ltFirst(n, in, out) || n > linearTiledRows || n*in*out == 0 || pdb != 0 && !sideDB && accB ||
 		overlaps(pdx, 4*n*in, pdw, 4*out*in) || pdb != 0 && (overlaps(pdb, 4*out, pdx, 4*n*in) || overlaps(pdb, 4*out, pdw, 4*out*in)) {
 		return false
 	}
@@ -355,18 +356,19 @@ func (b *Backend) weightGradsBeside(op string, pdx, pdw, pdb, pg, px, pw uintptr
 	}))
 	b.ltCalls.Add(1)
 	if sideDB {
-		b.biasGradAside(op, pdb, pg, n, out)
+		b.biasGradAside(op, pdb, pg, n, out, accB)
 	}
 	return true
 }
 
-// biasGradAside adds db [out] += the column sums of g [n, out] (n at most
-// 128: one block row of ember_bias_grad_cols) as a task detached on the
-// side lane: nothing before the optimiser reads db, so the main stream
-// goes on without waiting for it (in a capture; eagerly it runs at once).
-func (b *Backend) biasGradAside(op string, pdb, pg uintptr, n, out int) {
+// biasGradAside sets (adds, with acc) db [out] to the column sums of g
+// [n, out] (n at most 128: one block row of ember_bias_grad_cols) as a
+// task detached on the side lane: nothing before the optimiser reads db,
+// so the main stream goes on without waiting for it (in a capture;
+// eagerly it runs at once).
+func (b *Backend) biasGradAside(op string, pdb, pg uintptr, n, out int, acc bool) {
 	devCheck(op, b.x.detach([]span{{pg, 4 * n * out, false}, {pdb, 4 * out, true}}, func(ex executor) {
-		b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, true)
+		b.biasGradColsOn(ex, op, pdb, 0, 0, pg, 0, n, out, n, 1, acc)
 	}))
 }
 

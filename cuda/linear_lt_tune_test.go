@@ -19,12 +19,16 @@ import (
 // heuristics' first? Each time is per product, from a captured graph of
 // ltBenchCalls products replayed (the gaps between them are a captured
 // step's), the median of 11 samples. It runs only with
-// EMBER_LT_CANDIDATES=1 and prints one line per algorithm.
+// EMBER_LT_CANDIDATES=1 and prints one line per algorithm;
+// EMBER_LT_CANDIDATES_PREC=tf32 times the TF32 products instead, =bf16
+// the bfloat16 ones (bfloat16 operands, float32 results), as autocast
+// would run them.
 func TestGPULtCandidatesBench(t *testing.T) {
 	if os.Getenv("EMBER_LT_CANDIDATES") != "1" {
 		t.Skip("EMBER_LT_CANDIDATES=1 times cuBLASLt's candidate algorithms")
 	}
-	b := newGPUBackend(t, BackendOptions{})
+	prec := os.Getenv("EMBER_LT_CANDIDATES_PREC")
+	b := newGPUBackend(t, BackendOptions{TF32: prec == "tf32"})
 	requireLt(t, b)
 	lx, ok := b.x.(ltExec)
 	if !ok {
@@ -39,10 +43,23 @@ func TestGPULtCandidatesBench(t *testing.T) {
 		t.Cleanup(func() { b.Free(v) })
 		return b.f32("bench", v)
 	}
+	// in is an operand of the products: bfloat16 when timing those.
+	in := buf
+	if prec == "bf16" {
+		in = func(n int, seed uint32) uintptr {
+			v, err := b.Alloc(n, tensor.BFloat16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Free(v) })
+			return b.ptr("bench", v, tensor.BFloat16)
+		}
+	}
 	const n = 64
-	x1, w1, b1, h1 := buf(n*784, 1), buf(1024*784, 2), buf(1024, 3), buf(n*1024, 4)
-	w2, b2, h2 := buf(1024*1024, 5), buf(1024, 6), buf(n*1024, 7)
-	g2, d1, dw1, dw2, db := buf(n*1024, 8), buf(n*1024, 9), buf(1024*784, 10), buf(1024*1024, 11), buf(1024, 12)
+	x1, w1, b1, h1 := in(n*784, 1), in(1024*784, 2), buf(1024, 3), in(n*1024, 4)
+	w2, b2, h2 := in(1024*1024, 5), buf(1024, 6), buf(n*1024, 7)
+	g2, d1, dw1, dw2, db := in(n*1024, 8), in(n*1024, 9), buf(1024*784, 10), buf(1024*1024, 11), buf(1024, 12)
+	out := buf(n*1024, 13)
 	type product struct {
 		name           string
 		g              LtGemm
@@ -70,6 +87,14 @@ func TestGPULtCandidatesBench(t *testing.T) {
 		{name: "fc1 dw+db", g: dwGemm(784, driver.LtBGradA, false), a: d1, bb: x1, c: dw1, bias: db},
 	}
 	for _, p := range products {
+		if prec == "bf16" {
+			// The operands are bfloat16 (their values do not matter for
+			// the time); the float32 cuBLAS path is not comparable.
+			p.g.BF16, p.cublas = true, nil
+			if p.c == h1 || p.c == d1 {
+				p.c = out // a float32 result
+			}
+		}
 		g, ok := b.ltPlan(p.g, p.a, p.bb, p.c, p.bias)
 		if !ok {
 			t.Logf("%s: cuBLASLt has no plan", p.name)

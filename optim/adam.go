@@ -172,16 +172,35 @@ func (a *Adam) Prepare() {
 }
 
 // ZeroGrad zeroes all gradients in one backend call.
-func (a *Adam) ZeroGrad() { a.flatP.Backend().Fill(a.flatG.Buffer(), 0) }
+func (a *Adam) ZeroGrad() {
+	a.flatP.Backend().Fill(a.flatG.Buffer(), 0)
+	unclearGrads(a.params)
+}
+
+// ClearGrad zeroes all gradients as ZeroGrad does, or, where the last
+// backward pass wrote each of them whole, by clearing them for the next one
+// to write over (grads.go), as SGD.ClearGrad.
+func (a *Adam) ClearGrad() {
+	if !writtenWhole(a.params) {
+		a.ZeroGrad()
+		return
+	}
+	clearGrads(a.params)
+}
 
 // Step applies one update to every parameter from its accumulated gradient.
 func (a *Adam) Step() { a.step(false) }
 
 // StepAndZeroGrad is Step then ZeroGrad in the same pass over the
-// gradients.
+// gradients, or, where the backward pass before it found every gradient
+// cleared (ClearGrad), with the gradients cleared again for the next one
+// to write over (grads.go).
 func (a *Adam) StepAndZeroGrad() { a.step(true) }
 
 func (a *Adam) step(zeroGrad bool) {
+	lazy := zeroGrad && clearedAfresh(a.params)
+	settleGrads(a.params)
+	zeroGrad = zeroGrad && !lazy
 	if a.prepared != a.steps+1 {
 		a.Prepare()
 	}
@@ -213,6 +232,9 @@ func (a *Adam) step(zeroGrad bool) {
 			onHost(b, bufs, func(x []tensor.Buffer) { cpuOptim.Adam(x[0], x[1], x[2], x[3], x[4], x[5], h) })
 		}
 	}
+	if lazy {
+		clearGrads(a.params)
+	}
 	a.steps++
 }
 
@@ -234,8 +256,12 @@ func (a *Adam) Steps() int { return a.steps }
 // by group).
 func (a *Adam) Parameters() []nn.Parameter { return a.params }
 
-// Gradients is the packed gradient buffer (what ClipGradNorm scales).
-func (a *Adam) Gradients() *tensor.Tensor { return a.flatG }
+// Gradients is the packed gradient buffer (what ClipGradNorm scales), with
+// the zeros of any gradient still cleared written.
+func (a *Adam) Gradients() *tensor.Tensor {
+	settleGrads(a.params)
+	return a.flatG
+}
 
 // Moments returns the packed first and second moments (exp_avg and
 // exp_avg_sq) and, with amsgrad, the running maximum (else nil).

@@ -115,18 +115,36 @@ func (s *SGD) Release() {
 // ZeroGrad zeroes all gradients in one backend call.
 func (s *SGD) ZeroGrad() {
 	s.flatP.Backend().Fill(s.flatG.Buffer(), 0)
+	unclearGrads(s.params)
+}
+
+// ClearGrad zeroes all gradients as ZeroGrad does, or, where the last
+// backward pass wrote each of them whole, by clearing them for the next one
+// to write over (grads.go): call it before a captured step whose update is
+// StepAndZeroGrad, so that the capture clears the gradients too.
+func (s *SGD) ClearGrad() {
+	if !writtenWhole(s.params) {
+		s.ZeroGrad()
+		return
+	}
+	clearGrads(s.params)
 }
 
 // Step applies one update to every parameter from its accumulated gradient.
 func (s *SGD) Step() { s.step(false) }
 
 // StepAndZeroGrad is Step then ZeroGrad as one backend call: each gradient
-// is set to zero as the update reads it. A training loop that calls it
-// after every backward pass (and ZeroGrad once, before the first) needs no
-// separate fill of the gradients per step.
+// is set to zero as the update reads it, or, where the backward pass
+// before it found every gradient cleared (ClearGrad), cleared again for
+// the next one to write over (grads.go). A training loop that calls it after every backward pass (and
+// ZeroGrad once, before the first) needs no separate fill of the gradients
+// per step.
 func (s *SGD) StepAndZeroGrad() { s.step(true) }
 
 func (s *SGD) step(zeroGrad bool) {
+	lazy := zeroGrad && clearedAfresh(s.params)
+	settleGrads(s.params)
+	zeroGrad = zeroGrad && !lazy
 	var v tensor.Buffer
 	if s.momentum != nil {
 		v = s.momentum.Buffer()
@@ -139,6 +157,9 @@ func (s *SGD) step(zeroGrad bool) {
 		s.stepDevice(v, h)
 	} else {
 		tensor.Complete(s.flatP.Backend()).SGD(s.flatP.Buffer(), s.flatG.Buffer(), v, h)
+	}
+	if lazy {
+		clearGrads(s.params)
 	}
 	s.steps++
 }

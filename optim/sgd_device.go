@@ -129,5 +129,9 @@ func (s *SGD) stepDevice(v tensor.Buffer, h tensor.SGDStep) {
 	ob.SGDDevice(s.flatP.Buffer(), s.flatG.Buffer(), v, s.dev.buf.Buffer(), h)
 }
 
-// Gradients is the packed gradient buffer (what ClipGradNorm scales).
-func (s *SGD) Gradients() *tensor.Tensor { return s.flatG }
+// Gradients is the packed gradient buffer (what ClipGradNorm scales), with
+// the zeros of any gradient still cleared written.
+func (s *SGD) Gradients() *tensor.Tensor {
+	settleGrads(s.params)
+	return s.flatG
+}

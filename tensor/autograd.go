@@ -40,8 +40,15 @@ func (t *Tensor) SetRequiresGrad(on bool) *Tensor {
 }
 
 // Grad is the accumulated gradient of a leaf tensor, nil before the first
-// Backward that reaches it.
-func (t *Tensor) Grad() *Tensor { return t.grad }
+// Backward that reaches it. After ClearGrad it reads as zero: Grad writes
+// the zeros itself when no Backward has written the gradient since.
+func (t *Tensor) Grad() *Tensor {
+	if t.gradCleared {
+		t.gradCleared = false
+		t.grad.st.b.Fill(t.grad.buffer(), 0)
+	}
+	return t.grad
+}
 
 // SetGrad installs g (same shape) as the gradient buffer of a leaf tensor:
 // optimisers use it to place all gradients in one buffer.
@@ -49,8 +56,47 @@ func (t *Tensor) SetGrad(g *Tensor) {
 	if g != nil {
 		mustSameShape("SetGrad", t, g)
 	}
-	t.grad = g
+	t.grad, t.gradCleared = g, false
 }
+
+// ClearGrad sets the accumulated gradient to zero without writing it: the
+// next Backward that reaches t writes its first part over the buffer
+// instead of adding it to zeros (as PyTorch's zero_grad(set_to_none=True)
+// lets the next backward pass start afresh, with the memory kept). That
+// spares a pass writing zeros over every gradient and, in the products
+// that make them, a read of those zeros. Until then the gradient reads as
+// zero (Grad writes the zeros if asked first).
+func (t *Tensor) ClearGrad() {
+	if t.grad != nil {
+		t.gradCleared = true
+	}
+}
+
+// GradCleared reports whether t's gradient is cleared (ClearGrad) and not
+// written since.
+func (t *Tensor) GradCleared() bool { return t.gradCleared }
+
+// GradWrittenWhole reports whether the last Backward that reached t could
+// have written its gradient over the buffer: the operation that gave the
+// first part writes rather than only adds (a kernel that adds with
+// atomics, a convolution's filter gradient, an embedding's scatter, needs
+// zeros under it). An optimiser clears the gradients of such parameters
+// (ClearGrad) instead of writing zeros over them; false before the first
+// Backward.
+func (t *Tensor) GradWrittenWhole() bool { return t.gradWhole }
+
+// GradWrittenAfresh reports whether the last Backward that reached t found
+// its gradient cleared, so that the gradient it left does not depend on
+// what the buffer held before (its first part was written over the
+// buffer, or over zeros written for it then). A captured step whose
+// update clears the gradients again replays correctly only if its
+// backward pass did so.
+func (t *Tensor) GradWrittenAfresh() bool { return t.gradFresh }
+
+// RestoreGradCleared puts back the mark GradCleared reported earlier, for
+// work recorded but never run (a failed graph capture, a rehearsal of one):
+// the gradient's memory holds what it held then, so it must read as it did.
+func (t *Tensor) RestoreGradCleared(cleared bool) { t.gradCleared = cleared && t.grad != nil }
 
 // SetGradReadyHook makes every later Backward call fn(t) as soon as the
 // gradient of the leaf t is complete for that pass: every operation that
@@ -112,9 +158,11 @@ func Function(op string, out *Tensor, backward func(g *Tensor) []*Tensor, inputs
 }
 
 // ZeroGrad sets the accumulated gradient to zero (keeping its memory, so
-// that the next step allocates nothing).
+// that the next step allocates nothing), writing the zeros now; ClearGrad
+// leaves them to the next Backward.
 func (t *Tensor) ZeroGrad() {
 	if t.grad != nil {
+		t.gradCleared = false
 		t.st.b.Fill(t.grad.buffer(), 0)
 	}
 }
@@ -321,6 +369,8 @@ type engine struct {
 	// says so of the gradient being propagated.
 	masked     map[*Tensor]bool
 	gradMasked bool
+	// leaves are the leaves whose gradient has had a part in this pass.
+	leaves map[*Tensor]bool
 }
 
 func (e *engine) scopeFor(t *Tensor) *Scope {
@@ -339,6 +389,12 @@ func (e *engine) sink(t *Tensor) (Buffer, bool) { return e.sinkMasked(t, false) 
 // t's ReLU mask (g·[t > 0]) when masked: t's backward may then skip the
 // mask if every other part of t's gradient comes masked too (reluOut).
 func (e *engine) sinkMasked(t *Tensor, masked bool) (Buffer, bool) {
+	return e.sinkAs(t, masked, true)
+}
+
+// sinkAs is sinkMasked for a caller that can overwrite the buffer (whole)
+// or can only add into it (sinkZeroed's callers).
+func (e *engine) sinkAs(t *Tensor, masked, whole bool) (Buffer, bool) {
 	if t == nil || !t.requiresGrad {
 		return Buffer{}, false
 	}
@@ -348,6 +404,17 @@ func (e *engine) sinkMasked(t *Tensor, masked bool) (Buffer, bool) {
 		}
 		if t.grad == nil { // a scoped leaf's gradient goes with its scope
 			t.grad = Zeros(t.st.b, t.scope, t.shape...)
+		}
+		if !e.leaves[t] { // the pass's first part decides GradWrittenWhole and GradWrittenAfresh
+			if e.leaves == nil {
+				e.leaves = map[*Tensor]bool{}
+			}
+			e.leaves[t] = true
+			t.gradWhole, t.gradFresh = whole, t.gradCleared
+		}
+		if t.gradCleared { // zero: this first part is written, not added
+			t.gradCleared = false
+			return t.grad.buffer(), false
 		}
 		return t.grad.buffer(), true
 	}
@@ -382,7 +449,7 @@ func (e *engine) unmasked(t *Tensor) { delete(e.masked, t) }
 
 // sinkZeroed is sink for operations that can only add into their output.
 func (e *engine) sinkZeroed(t *Tensor) Buffer {
-	buf, acc := e.sink(t)
+	buf, acc := e.sinkAs(t, false, false)
 	if !buf.Empty() && !acc {
 		t.st.b.Fill(buf, 0)
 	}

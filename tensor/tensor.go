@@ -20,6 +20,9 @@ type Tensor struct {
 
 	requiresGrad bool
 	grad         *Tensor
+	gradCleared  bool // ClearGrad's: grad counts as zero until Backward writes it
+	gradWhole    bool // GradWrittenWhole's
+	gradFresh    bool // GradWrittenAfresh's
 	node         *node
 	consumed     bool          // computed, and its node was used up by a Backward
 	gradHook     func(*Tensor) // SetGradReadyHook's: called when Backward's gradient is complete

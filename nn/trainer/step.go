@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ember-ml/ember/cuda"
+	"github.com/ember-ml/ember/nn"
 	"github.com/ember-ml/ember/tensor"
 )
 
@@ -48,6 +49,14 @@ type StepOptions struct {
 	// (tensor.Scope.SetReleaseInBackward), which lowers the step's peak
 	// memory; the loss the step returns stays readable.
 	KeepIntermediates bool
+	// ZeroesGrads says that the step ends with the optimiser's
+	// StepAndZeroGrad, so that each begins from zero gradients (the
+	// trainer's do). A planned capture then clears them (the optimiser's
+	// ClearGrad, where its rehearsal's backward pass wrote every gradient
+	// whole), so that the captured step writes each gradient over its
+	// buffer instead of zeroing it and adding to the zeros (optim's
+	// grads.go).
+	ZeroesGrads bool
 	// NoMemoryPlan captures the step with its memory placed as it comes,
 	// without the rehearsal that plans it (a step with collective
 	// communication: the rehearsal's collectives would never run).
@@ -203,6 +212,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		before = opt.Steps()
 	}
 	var loss *tensor.Tensor
+	marks := clearedMarks(opt)
 	// The eager step's tensors go first, so that Capture gives their
 	// memory back before the graph's pool takes its own.
 	st.scope.Reset()
@@ -220,6 +230,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 			for opt != nil && opt.Steps() > before {
 				opt.Rewind()
 			}
+			s.restoreGrads(marks)
 		})
 	} else {
 		graph, err = g.Capture(record)
@@ -228,6 +239,7 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 		if opt != nil && opt.Steps() > before {
 			opt.Rewind() // counted on the host, never ran
 		}
+		s.restoreGrads(marks)
 		if errors.Is(err, cuda.ErrSearchFirst) {
 			// Convolutions: this eager step times their algorithms, the
 			// next one is captured.
@@ -258,6 +270,44 @@ func (s *Step) capture(st *shapeStep) (*tensor.Tensor, bool, error) {
 	}
 	st.replayed = true
 	return loss, true, nil
+}
+
+// gradMarks are the cleared marks of an optimiser's gradients
+// (tensor.Tensor.ClearGrad) before a capture: a step recorded but never
+// run (a failed capture, a planned capture's rehearsal) has written none
+// of the gradients its backward pass marked as written, nor cleared those
+// its update marked, so the marks go back to these.
+type gradMarks struct {
+	params  []nn.Parameter
+	cleared []bool
+}
+
+// clearedMarks records the marks of opt's parameters (none when opt does
+// not list them).
+func clearedMarks(opt Replayer) gradMarks {
+	lister, ok := opt.(interface{ Parameters() []nn.Parameter })
+	if !ok {
+		return gradMarks{}
+	}
+	m := gradMarks{params: lister.Parameters()}
+	m.cleared = make([]bool, len(m.params))
+	for i, p := range m.params {
+		m.cleared[i] = p.Tensor.GradCleared()
+	}
+	return m
+}
+
+// restoreGrads puts the recorded marks back after a step recorded but
+// never run; with ZeroesGrads, the gradients are then cleared where the
+// step's backward pass showed that it writes them whole (they were zero
+// before the step).
+func (s *Step) restoreGrads(m gradMarks) {
+	for i, p := range m.params {
+		p.Tensor.RestoreGradCleared(m.cleared[i])
+	}
+	if c, ok := s.opt.Optimizer.(interface{ ClearGrad() }); ok && s.opt.ZeroesGrads {
+		c.ClearGrad()
+	}
 }
 
 // Lend runs f, work queued between steps (an evaluation between epochs),

@@ -326,7 +326,7 @@ func (r *run) loop(ctx context.Context) error {
 		r.reduceGradients()
 		opt.StepAndZeroGrad()
 		return loss
-	}, StepOptions{Optimizer: opt, Eager: c.Eager, Logf: r.logf, Hint: c.GraphHint, Autocast: c.Autocast,
+	}, StepOptions{Optimizer: opt, Eager: c.Eager, Logf: r.logf, Hint: c.GraphHint, Autocast: c.Autocast, ZeroesGrads: true,
 		// A rehearsal would queue collectives that never run, which the
 		// other ranks' communicators would count.
 		NoMemoryPlan: r.par.world > 1})
