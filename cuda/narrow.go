@@ -31,11 +31,15 @@ func byClasses(classes int) int {
 	return 1
 }
 
+// linearXentKernels are the fused last layers and losses by byClasses,
+// then by whether the rows are read in float4 pieces.
+var linearXentKernels = [2][2]string{{"ember_linear_xent_c16", "ember_linear_xent_c16_v4"}, {"ember_linear_xent_c32", "ember_linear_xent_c32_v4"}}
+
 // linearGradsNarrowKernels are the gradient kernels by byClasses.
 var linearGradsNarrowKernels = [2]string{"ember_linear_grads_narrow_c16", "ember_linear_grads_narrow_c32"}
 
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
-// launch of ember_linear_xent for the logits, their cross entropy, its
+// launch of ember_linear_xent_c16 (or its other forms) for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
 // xentRows rows; with reluX, dx is written through x's ReLU mask (x > 0) in
 // the same pass. It reports false for other sizes.
@@ -55,18 +59,22 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 	if pdl != 0 {
 		pdx = b.f32Opt(op, "dx", dx, n*in)
 	}
-	// A block per row, a warp per logit: the fastest of 1-3 rows per block
-	// (fewer warps wait at each of the block's barriers).
-	// The kernel takes rows·classes <= 32 (its shared arrays).
-	const rows = 1
-	blocks := min((n+rows-1)/rows, maxGrid)
+	// A block a row at a time, its threads over the row's pieces (float4
+	// where the rows and w allow): up to 256 threads, fewer for short rows.
+	v4 := 0
+	if in%4 == 0 && aligned16(px) && aligned16(pw) {
+		v4 = 1
+	}
+	pieces := in / (1 + 3*v4)
+	blocks := min(n, maxGrid)
+	threads := min(max((pieces+31)/32*32, 32), 256)
 	var part Block
 	if blocks > 1 {
 		part = b.workspace(op, 8*blocks)
 		defer b.release(part)
 	}
-	b.launchGrid(op, b.kernel("ember_linear_xent"), blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
-		i32arg(op, n), i32arg(op, in), i32arg(op, classes), i32arg(op, rows), flag(reluX), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
+	b.launchGrid(op, b.kernel(linearXentKernels[byClasses(classes)][v4]), blocks, threads, pl, psum, pdl, pdx, px, pw, pb, py,
+		i32arg(op, n), i32arg(op, in), i32arg(op, classes), flag(reluX), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }
 
