@@ -330,7 +330,7 @@ var blockSized = map[string]bool{
 	"ember_gemm_small": true, "ember_gemm_small_t": true, "ember_unpool_t_bias": true,
 	"ember_conv_pool_dw_direct": true, "ember_conv_pool_dw_finish": true,
 	"ember_conv_pool_dw_5x5": true, "ember_conv_pool_dw_3x3": true,
-	"ember_linear_grads_small": true, "ember_linear_xent_c16": true, "ember_linear_xent_c32": true, "ember_linear_xent_c16_v4": true, "ember_linear_xent_c32_v4": true, "ember_linear_grads_narrow_c16": true, "ember_linear_grads_narrow_c32": true,
+	"ember_linear_grads_small": true, "ember_linear_xent": true, "ember_linear_xent_c16": true, "ember_linear_xent_c32": true, "ember_linear_xent_c16_v4": true, "ember_linear_xent_c32_v4": true, "ember_linear_grads_narrow_c16": true, "ember_linear_grads_narrow_c32": true,
 	"ember_conv_relu_pool_rt_5x5": true, "ember_conv_relu_pool_rt_5x5_s1": true, "ember_conv_relu_pool_rt_5x5_s8": true,
 	"ember_conv_relu_pool_rt_3x3": true, "ember_conv_relu_pool_rt_3x3_s1": true, "ember_conv_relu_pool_rt_3x3_s8": true,
 	"ember_conv_dx_rt_5x5": true, "ember_conv_dx_rt_3x3": true, "ember_conv_dx_rt_pooled_5x5": true, "ember_conv_dx_rt_pooled_3x3": true,

@@ -31,6 +31,15 @@ func byClasses(classes int) int {
 	return 1
 }
 
+// xentBlock is the threads of a block of ember_linear_xent_c16 and its
+// other forms, which take rows of at least 4·xentBlock inputs (read in
+// float4 pieces where the rows and w are aligned, else single floats): a
+// thread's loads of a row are then all issued at once. Shorter rows go to
+// ember_linear_xent (a warp a logit), which measured faster at LeNet's
+// 500 inputs: 106.2-106.3 against 107.6-107.7 us a step
+// (docs/performance.md, round 32).
+const xentBlock = 256
+
 // linearXentKernels are the fused last layers and losses by byClasses,
 // then by whether the rows are read in float4 pieces.
 var linearXentKernels = [2][2]string{{"ember_linear_xent_c16", "ember_linear_xent_c16_v4"}, {"ember_linear_xent_c32", "ember_linear_xent_c32_v4"}}
@@ -39,7 +48,8 @@ var linearXentKernels = [2][2]string{{"ember_linear_xent_c16", "ember_linear_xen
 var linearGradsNarrowKernels = [2]string{"ember_linear_grads_narrow_c16", "ember_linear_grads_narrow_c32"}
 
 // LinearCrossEntropy implements tensor.LinearCrossEntropyBackend: one
-// launch of ember_linear_xent_c16 (or its other forms) for the logits, their cross entropy, its
+// launch of ember_linear_xent (or ember_linear_xent_c16 and its other
+// forms, for long rows) for the logits, their cross entropy, its
 // gradient and the input's gradient, for 1 to narrowOut classes and up to
 // xentRows rows; with reluX, dx is written through x's ReLU mask (x > 0) in
 // the same pass. It reports false for other sizes.
@@ -59,21 +69,26 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 	if pdl != 0 {
 		pdx = b.f32Opt(op, "dx", dx, n*in)
 	}
-	// A block a row at a time, its threads over the row's pieces (float4
-	// where the rows and w allow): up to 256 threads, fewer for short rows.
 	v4 := 0
 	if in%4 == 0 && aligned16(px) && aligned16(pw) {
 		v4 = 1
 	}
-	pieces := in / (1 + 3*v4)
 	blocks := min(n, maxGrid)
-	threads := min(max((pieces+31)/32*32, 32), 256)
 	var part Block
 	if blocks > 1 {
 		part = b.workspace(op, 8*blocks)
 		defer b.release(part)
 	}
-	b.launchGrid(op, b.kernel(linearXentKernels[byClasses(classes)][v4]), blocks, threads, pl, psum, pdl, pdx, px, pw, pb, py,
+	if in < 4*xentBlock {
+		// Short rows: a block a row, a warp a logit (rows·classes <= 32).
+		const rows = 1
+		b.launchGrid(op, b.kernel("ember_linear_xent"), blocks, rows*classes*32, pl, psum, pdl, pdx, px, pw, pb, py,
+			i32arg(op, n), i32arg(op, in), i32arg(op, classes), i32arg(op, rows), flag(reluX), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
+		return true
+	}
+	// A block a row at a time, its threads over the row's pieces (float4
+	// where the rows and w allow).
+	b.launchGrid(op, b.kernel(linearXentKernels[byClasses(classes)][v4]), blocks, xentBlock, pl, psum, pdl, pdx, px, pw, pb, py,
 		i32arg(op, n), i32arg(op, in), i32arg(op, classes), flag(reluX), part.Ptr(), b.tileCounters.Ptr()+4*xentDone)
 	return true
 }

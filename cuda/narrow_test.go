@@ -17,7 +17,8 @@ import (
 // with several blocks the second must find the blocks' counter back at zero
 // and give the same bits. The shapes cover LeNet's fc2 at batch 64 and
 // the largest batch taken, one block, 17 and 32 classes, one class, odd
-// widths and weights at offsets of 4 and 8 bytes.
+// widths and weights at offsets of 4 and 8 bytes, and rows long enough for
+// the kernels that spread a row over a block (the MLP's 1,024 inputs).
 func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
 	h := &gpuCPU{t: t, g: b}
@@ -33,6 +34,12 @@ func TestGPULinearCrossEntropyMatchesUnfused(t *testing.T) {
 		{1, 40, 7, 0, true},
 		{33, 20, 1, 0, true},
 		{70, 130, 10, 2, false},
+		// Rows of a block's worth of pieces (ember_linear_xent_c16 and
+		// its other forms): float4 pieces, 10 and 20 classes; single
+		// floats (w unaligned), 25 classes.
+		{64, 1024, 10, 0, true},
+		{40, 2048, 20, 0, true},
+		{16, 1030, 25, 1, false},
 	} {
 		name := fmt.Sprintf("%dx%d·%dx%d bias=%v w at +%d", c.n, c.in, c.in, c.classes, c.bias, 4*c.wOff)
 		xs := gridRandom(c.n*c.in, 11)

@@ -22,7 +22,116 @@
 // the logits (also added to lossSum[0], a running total, when not null). A
 // label outside [0, classes) makes its row NaN.
 //
-// A block takes a row at a time (1-D blocks of a multiple of 32 threads):
+// ember_linear_xent, for rows of fewer than a block's worth of pieces
+// (LeNet's fc2, 500 inputs: 1.7% slower a step with the kernels below,
+// docs/performance.md, round 32): a block of rows·classes warps
+// (rows·classes <= 32) takes that many rows at a time: warp (i, c) forms logit c of row i as ember_gemm_small does
+// (lanes take k = lane, lane+32, ..., a xor tree adds them: the same bits),
+// warp i then does row i's softmax from shared memory, and the whole block
+// forms the rows' dx, a thread per element. Every chain of dependent loads
+// is short: designs with a warp per row, or a block's warps splitting the
+// columns of several rows with a register per class, took 10 to 16 us at
+// batch 64 for the same work. The row losses are added in double in row
+// order; with several blocks, block b writes partial[b], and the last block
+// to finish (counted in *doneOrNull, which it resets) adds the partials in
+// a fixed tree, so the loss does not depend on which block finishes last.
+extern "C" __global__ void __launch_bounds__(1024)
+ember_linear_xent(float* loss, float* lossSumOrNull, float* dlogitsOrNull, float* dxOrNull, const float* x, const float* w,
+                  const float* biasOrNull, const int* labels, int n, int in, int classes, int rows, int reluX,
+                  double* partialOrNull, int* doneOrNull) {
+    __shared__ float zs[32];      // the block's logits, then their gradients: [rows][classes]
+    __shared__ double rowLoss[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float nf = (float)n;
+    double bsum = 0.0;  // thread 0's
+    for (int r0 = blockIdx.x * rows; r0 < n; r0 += gridDim.x * rows) {
+        // The softmax warps' label and bias, loaded now rather than after
+        // the logits (two round trips off the chain).
+        const int rs = r0 + warp;
+        const int y = (warp < rows && rs < n) ? labels[rs] : 0;
+        const float bl = (warp < rows && biasOrNull != 0 && lane < classes) ? biasOrNull[lane] : 0.0f;
+        {
+            const int i = warp / classes, c = warp - i * classes, r = r0 + i;
+            float s = 0.0f;
+            if (r < n) {
+                const float* xr = x + (long long)r * in;
+                const float* wc = w + (long long)c * in;
+#pragma unroll 4
+                for (int k = lane; k < in; k += 32) s = __fmaf_rn(xr[k], wc[k], s);
+            }
+            s = ember_warp_sum(s);
+            if (lane == 0) zs[warp] = s;
+        }
+        __syncthreads();
+        float d = 0.0f;
+        if (warp < rows) {
+            const int r = r0 + warp;
+            const bool row = r < n;  // the same in the whole warp
+            const float z = (row && lane < classes) ? zs[warp * classes + lane] + bl : ember_neg_inf();
+            const float m = ember_warp_max(z);
+            const float e = lane < classes ? expf(z - m) : 0.0f;
+            const float se = ember_warp_sum(e);
+            const bool bad = y < 0 || y >= classes;
+            const float zy = __shfl_sync(0xffffffffu, z, bad ? 0 : y);
+            d = e / se / nf;
+            if (lane == y) d -= 1.0f / nf;
+            if (bad) d = ember_nan();
+            if (lane == 0) rowLoss[warp] = !row ? 0.0 : bad ? (double)ember_nan() : (double)((m - zy) + logf(se));
+            if (row && dlogitsOrNull != 0 && lane < classes) dlogitsOrNull[(long long)r * classes + lane] = d;
+        }
+        __syncthreads();  // every warp has read zs
+        if (warp < rows && lane < classes) zs[warp * classes + lane] = d;
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < rows && r0 + i < n; i++) bsum += rowLoss[i];
+        }
+        __syncthreads();
+        if (dxOrNull != 0) {
+            const int count = ember_imin(rows, n - r0) * in;
+            for (int e = threadIdx.x; e < count; e += blockDim.x) {
+                const int i = e / in, k = e - i * in;
+                float o = 0.0f;
+                for (int c = 0; c < classes; c++) o = __fmaf_rn(zs[i * classes + c], w[(long long)c * in + k], o);
+                const long long at = (long long)(r0 + i) * in + k;
+                // Through x's ReLU mask (x a ReLU's output), as narrow_g.
+                if (reluX && !(x[at] > 0.0f)) o = 0.0f;
+                dxOrNull[at] = o;
+            }
+        }
+        __syncthreads();  // zs and rowLoss are the next rows'
+    }
+    __shared__ int lastBlock;
+    if (threadIdx.x == 0) {
+        if (gridDim.x == 1) {
+            const float l = (float)(bsum / (double)n);
+            loss[0] = l;
+            if (lossSumOrNull != 0) lossSumOrNull[0] += l;
+        } else {
+            partialOrNull[blockIdx.x] = bsum;
+            ember_fence_acq_rel();
+            lastBlock = atomicAdd(doneOrNull, 1) == (int)gridDim.x - 1;
+        }
+    }
+    if (gridDim.x == 1) return;
+    __syncthreads();
+    if (!lastBlock) return;
+    // The last block adds the partials with all its threads (one L2 round
+    // trip each, all in flight; thread 0 alone took one after the other)
+    // in a fixed tree.
+    ember_fence_acq_rel();
+    double t = 0.0;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) t += __ldcg(partialOrNull + b);
+    t = ember_block_sum_d(t);
+    if (threadIdx.x == 0) {
+        const float l = (float)(t / (double)n);
+        loss[0] = l;
+        if (lossSumOrNull != 0) lossSumOrNull[0] += l;
+        *doneOrNull = 0;
+    }
+}
+
+// ember_linear_xent_c16 and its other forms, for longer rows (the MLP's
+// 1,024 inputs): a block takes a row at a time (1-D blocks of a multiple
+// of 32 threads):
 // thread t takes the row's V-float pieces t, t + blockDim.x, ... (V = 4
 // where the rows and w are 16-byte aligned, else 1) and keeps a partial
 // logit per class (CMAX >= classes registers), so that all of a row's
@@ -33,8 +142,8 @@
 // it (L1). The loops over the classes stop at classes (a branch, not
 // predicated instructions for the unused registers). The earlier design,
 // a warp a logit with each lane's loads in a chain and the input gradient
-// a loop of class loads per element, took 9-11 us at batch 64 for 1,024
-// inputs (docs/performance.md, round 32). The row losses are added in
+// a loop of class loads per element (ember_linear_xent above), took 9-11
+// us at batch 64 for 1,024 inputs (docs/performance.md, round 32). The row losses are added in
 // double in row order; with several blocks, block b writes partial[b], and
 // the last block to finish (counted in *doneOrNull, which it resets) adds
 // the partials in a fixed tree, so the loss does not depend on which block

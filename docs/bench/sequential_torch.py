@@ -5,7 +5,10 @@ Trains nn.Sequential models on MNIST with SGD (momentum 0.9), batch BS,
 drop_last, 2 epochs, the training set already on the GPU as float32, and
 prints one JSON line per model: seconds per epoch, test accuracy.
 
-Usage: python3 sequential_torch.py MNIST_DIR [BS] [LR] [mlp,lenet]
+Usage: python3 sequential_torch.py MNIST_DIR [BS] [LR] [mlp,lenet] [fp32|tf32]
+
+tf32 lets the products and convolutions round their inputs to TF32 on
+tensor cores (torch.backends.*.allow_tf32), as train --precision tf32.
 """
 import gzip, json, os, sys, time
 import numpy as np
@@ -42,6 +45,8 @@ def main():
     bs = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     lr = float(sys.argv[3]) if len(sys.argv) > 3 else 0.01
     names = (sys.argv[4] if len(sys.argv) > 4 else "mlp").split(",")
+    precision = sys.argv[5] if len(sys.argv) > 5 else "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True
     xtr, ytr, xte, yte = (torch.from_numpy(a).to("cuda") for a in load(d))
     n = xtr.shape[0]
@@ -65,7 +70,7 @@ def main():
             times.append(time.perf_counter() - t0)
         with torch.no_grad():
             acc = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item() for i in range(0, xte.shape[0], 1000)) / xte.shape[0]
-        print(json.dumps(dict(fw="torch-eager-sequential", model=name, version=torch.__version__, bs=bs, lr=lr,
+        print(json.dumps(dict(fw="torch-eager-sequential", model=name, version=torch.__version__, precision=precision, bs=bs, lr=lr,
                               epoch_s=[round(t, 4) for t in times], test_acc=round(100 * acc, 2))), flush=True)
 
 
