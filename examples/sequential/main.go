@@ -198,7 +198,8 @@ func trainOne(b tensor.Backend, name string, train, test *data.Dataset, o option
 		loss.Backward()
 		sgd.StepAndZeroGrad()
 		return loss
-	}, trainer.StepOptions{Optimizer: sgd, Eager: o.noGraph, Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }})
+	}, trainer.StepOptions{Optimizer: sgd, Eager: o.noGraph, ZeroesGrads: true, // the step ends with StepAndZeroGrad
+		Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func ExampleCaptureStep() {
 		loss.Backward()
 		sgd.StepAndZeroGrad()
 		return loss
-	}, trainer.StepOptions{Optimizer: sgd, Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) }})
+	}, trainer.StepOptions{Optimizer: sgd, ZeroesGrads: true, Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) }})
 	if err != nil {
 		panic(err)
 	}

@@ -53,9 +53,9 @@ type StepOptions struct {
 	// StepAndZeroGrad, so that each begins from zero gradients (the
 	// trainer's do). A planned capture then clears them (the optimiser's
 	// ClearGrad, where its rehearsal's backward pass wrote every gradient
-	// whole), so that the captured step writes each gradient over its
-	// buffer instead of zeroing it and adding to the zeros (optim's
-	// grads.go).
+	// whole), and so does the first eager step, so that the later steps
+	// write each gradient over its buffer instead of zeroing it and adding
+	// to the zeros (optim's grads.go).
 	ZeroesGrads bool
 	// NoMemoryPlan captures the step with its memory placed as it comes,
 	// without the rehearsal that plans it (a step with collective
@@ -76,6 +76,7 @@ type Step struct {
 	reason  string // why the step runs eagerly, "" while it is replayed
 	said    bool
 	attempt bool // capture may still be tried
+	cleared bool // an eager step has cleared the gradients (ZeroesGrads)
 }
 
 // shapeStep is the step of one batch shape: its scope, and its graph and
@@ -305,8 +306,8 @@ func (s *Step) restoreGrads(m gradMarks) {
 	for i, p := range m.params {
 		p.Tensor.RestoreGradCleared(m.cleared[i])
 	}
-	if c, ok := s.opt.Optimizer.(interface{ ClearGrad() }); ok && s.opt.ZeroesGrads {
-		c.ClearGrad()
+	if s.opt.ZeroesGrads {
+		s.clearGrads()
 	}
 }
 
@@ -390,8 +391,22 @@ func (s *Step) eager(st *shapeStep) (loss *tensor.Tensor, err error) {
 	err = tensor.Guard(func() {
 		st.scope.Reset()
 		loss = s.step(st.scope)
+		if s.opt.ZeroesGrads && !s.cleared {
+			// Its backward pass has shown which gradients are written
+			// whole; the later updates keep them cleared.
+			s.cleared = true
+			s.clearGrads()
+		}
 	})
 	return loss, err
+}
+
+// clearGrads clears the optimiser's gradients (its ClearGrad: where the
+// last backward pass wrote each of them whole, else zeros written).
+func (s *Step) clearGrads() {
+	if c, ok := s.opt.Optimizer.(interface{ ClearGrad() }); ok {
+		c.ClearGrad()
+	}
 }
 
 // Close releases the scopes and graphs of every batch shape. The Step must
