@@ -136,9 +136,9 @@ func (s *SGD) Step() { s.step(false) }
 // StepAndZeroGrad is Step then ZeroGrad as one backend call: each gradient
 // is set to zero as the update reads it, or, where the backward pass
 // before it found every gradient cleared (ClearGrad), cleared again for
-// the next one to write over (grads.go). A training loop that calls it after every backward pass (and
-// ZeroGrad once, before the first) needs no separate fill of the gradients
-// per step.
+// the next one to write over (grads.go). A training loop that calls it
+// after every backward pass (and ZeroGrad once, before the first) needs
+// no separate fill of the gradients per step.
 func (s *SGD) StepAndZeroGrad() { s.step(true) }
 
 func (s *SGD) step(zeroGrad bool) {

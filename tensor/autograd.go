@@ -77,12 +77,12 @@ func (t *Tensor) ClearGrad() {
 func (t *Tensor) GradCleared() bool { return t.gradCleared }
 
 // GradWrittenWhole reports whether the last Backward that reached t could
-// have written its gradient over the buffer: the operation that gave the
-// first part writes rather than only adds (a kernel that adds with
-// atomics, a convolution's filter gradient, an embedding's scatter, needs
-// zeros under it). An optimiser clears the gradients of such parameters
-// (ClearGrad) instead of writing zeros over them; false before the first
-// Backward.
+// have written its gradient over the buffer: the operation that gave its
+// first part can write, rather than only add (a convolution's filter
+// gradient or an embedding's scatter adds, and needs zeros under it). An
+// optimiser clears (ClearGrad) rather than zeroes the gradients of
+// parameters whose gradients are all written whole. False before the
+// first Backward.
 func (t *Tensor) GradWrittenWhole() bool { return t.gradWhole }
 
 // GradWrittenAfresh reports whether the last Backward that reached t found
