@@ -33,7 +33,7 @@ func byClasses(classes int) int {
 
 // xentBlock is the threads of a block of ember_linear_xent_c16 and its
 // other forms, which take rows of at least 4·xentBlock inputs (read in
-// float4 pieces where the rows and w are aligned, else single floats): a
+// float4 pieces where the rows, w and dx are aligned, else single floats): a
 // thread's loads of a row are then all issued at once. Shorter rows go to
 // ember_linear_xent (a warp a logit), which measured faster at LeNet's
 // 500 inputs: 106.2-106.3 against 107.6-107.7 us a step
@@ -70,7 +70,7 @@ func (b *Backend) LinearCrossEntropy(loss, lossSum, dlogits, dx, x, w, bias, lab
 		pdx = b.f32Opt(op, "dx", dx, n*in)
 	}
 	v4 := 0
-	if in%4 == 0 && aligned16(px) && aligned16(pw) {
+	if in%4 == 0 && aligned16(px) && aligned16(pw) && (pdx == 0 || aligned16(pdx)) {
 		v4 = 1
 	}
 	blocks := min(n, maxGrid)
