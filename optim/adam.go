@@ -180,13 +180,7 @@ func (a *Adam) ZeroGrad() {
 // ClearGrad zeroes all gradients as ZeroGrad does, or, where the last
 // backward pass wrote each of them whole, by clearing them for the next one
 // to write over (grads.go), as SGD.ClearGrad.
-func (a *Adam) ClearGrad() {
-	if !writtenWhole(a.params) {
-		a.ZeroGrad()
-		return
-	}
-	clearGrads(a.params)
-}
+func (a *Adam) ClearGrad() { clearOrZero(a.params, a.ZeroGrad) }
 
 // Step applies one update to every parameter from its accumulated gradient.
 func (a *Adam) Step() { a.step(false) }

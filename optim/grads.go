@@ -52,6 +52,16 @@ func writtenWhole(params []nn.Parameter) bool {
 	return true
 }
 
+// clearOrZero is an optimiser's ClearGrad: the gradients cleared where
+// the last backward pass wrote each of them whole, else zeroed by zero.
+func clearOrZero(params []nn.Parameter, zero func()) {
+	if !writtenWhole(params) {
+		zero()
+		return
+	}
+	clearGrads(params)
+}
+
 // clearGrads marks every gradient cleared.
 func clearGrads(params []nn.Parameter) {
 	for _, p := range params {

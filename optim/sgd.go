@@ -122,13 +122,7 @@ func (s *SGD) ZeroGrad() {
 // backward pass wrote each of them whole, by clearing them for the next one
 // to write over (grads.go): call it before a captured step whose update is
 // StepAndZeroGrad, so that the capture clears the gradients too.
-func (s *SGD) ClearGrad() {
-	if !writtenWhole(s.params) {
-		s.ZeroGrad()
-		return
-	}
-	clearGrads(s.params)
-}
+func (s *SGD) ClearGrad() { clearOrZero(s.params, s.ZeroGrad) }
 
 // Step applies one update to every parameter from its accumulated gradient.
 func (s *SGD) Step() { s.step(false) }
