@@ -66,6 +66,10 @@ type convPlan struct {
 	algo   [dirCount]convAlgo
 	found  [dirCount]bool  // algo was measured and is kept
 	failed [dirCount]error // no algorithm qualifies: this direction takes im2col
+	// padForward says whether the forward pass runs on channels padded
+	// to a multiple of 32 (conv_pad.go), through the plan pad.
+	padForward int
+	pad        *convPlan
 }
 
 // dnnConvs is the Backend's cuDNN state. mu serializes every use of the

@@ -20,7 +20,8 @@
 //     step of the sum and of the result;
 //   - its filter gradient (ember_cl_conv_dw_small, then conv.cu's join)
 //     against a double sum of the products, rounded and added: within one
-//     bfloat16 step and 1e-5 of the sum of |products|.
+//     bfloat16 step and 1e-5 of the sum of |products|;
+//   - the channel padding of a convolution's input, bit for bit.
 // Exit status: the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -303,6 +304,22 @@ static void gelu() {
     printf("GELU over [-12, 12]: largest relative error %.2e, of the derivative %.2e: %s\n", worst, worstGrad, bad ? "FAIL" : "ok");
 }
 
+// padChannels: ember_cl_pad_channels copies each row's C channels bit for
+// bit and zeroes the rest up to CP.
+static void padChannels(long long rows, int C, int CP) {
+    std::vector<unsigned short> x = randomBits((size_t)rows * C, 1, 0), y((size_t)rows * CP, 0x1234);
+    unsigned short* py = y.data();
+    const unsigned short* px = x.data();
+    launch(3, 64, [=] { ember_cl_pad_channels(py, px, rows, C / 8, CP / 8); });
+    int bad = 0;
+    for (long long r = 0; r < rows; r++)
+        for (int c = 0; c < CP; c++) {
+            const unsigned short want = c < C ? x[r * C + c] : 0;
+            bad += !check(y[r * CP + c] == want, "pad", r * CP + c, widen(y[r * CP + c]), widen(want));
+        }
+    printf("channels padded, %lld rows of %d to %d: %s\n", rows, C, CP, bad ? "FAIL" : "ok");
+}
+
 int main() {
     gelu();
     maxpool(2, 16, 7, 7, 2, false);
@@ -324,5 +341,8 @@ int main() {
     convsmall({2, 3, 9, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 96);     // 27 taps: the direct forward only
     convsmall({2, 1, 7, 9, 48, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 96);   // three groups a thread, two threads a position
     convsmall({2, 2, 8, 7, 40, 2, 3, 1, 2, 0, 1, 1, 1}, true, false, 96);   // five groups: one a thread
+    padChannels(1000, 24, 32); // airbench's layer after its whitening
+    padChannels(37, 40, 64);
+    padChannels(5, 8, 32);
     return failed > 99 ? 99 : failed;
 }
