@@ -535,6 +535,10 @@ const (
 	nhwcSmallInner = 32
 )
 
+// nhwcRowsMax is cast.cu's EMBER_NHWC_ROWS_MAX: casts to NHWC of at most
+// that many channels (an image's) take a thread a row, not the tiles.
+const nhwcRowsMax = 4
+
 // nhwcTileChannels is the channels of a cast's tile: the smallest power of
 // two from 8 to 64 that holds ch, so that few lanes idle on narrow layers
 // (24 channels: a tile of 32) and wide ones move 64 at a time.
@@ -587,6 +591,10 @@ func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc
 			return
 		}
 		b.launch(op, b.kernel("ember_to_nhwc_small_bf16"), n*ch*inner, h, src, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner))
+		return
+	}
+	if ch <= nhwcRowsMax {
+		b.launch(op, b.kernel("ember_to_nhwc_rows_bf16"), n*inner, h, src, mask, i32arg(op, ch), i32arg(op, inner), int64(n*inner))
 		return
 	}
 	grid, tc := nhwcGrid(n, ch, inner)

@@ -19,7 +19,8 @@ import (
 func TestNHWCCastKernelsOnHost(t *testing.T) {
 	var run []string
 	for _, s := range [][3]int{
-		{3, 3, 17},   // three channels (a network's input), odd: element stores
+		{3, 3, 17},   // three channels (a network's input), odd: element stores; the rows kernel
+		{2, 4, 45},   // four channels: the rows kernel's widest
 		{2, 24, 31},  // 24 channels in a tile of 32, rows across images
 		{5, 64, 9},   // 3x3 planes, one tile of 64
 		{1, 130, 40}, // three channel tiles, the last of 2

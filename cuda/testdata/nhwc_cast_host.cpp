@@ -6,7 +6,8 @@
 // and checks every element bit for bit against a plain loop over the
 // layouts: with and without the mask, bias, ReLU and accumulation, odd and
 // even channel counts, planes no multiple of the tile's rows; and, for the
-// shapes of a filter, the slab kernels. Exit status:
+// shapes of a filter, the slab kernels; for at most four channels, the
+// thread-a-row kernel against the tiled one. Exit status:
 // the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -42,6 +43,14 @@ static int run(int n, int C, int P, int tc, bool masked, bool biased, bool relu,
                     if (got != want && bad++ < 5) printf("to n=%d C=%d P=%d tc=%d: (%d,%d,%d) = %04x, want %04x\n", n, C, P, tc, b, c, p, got, want);
                 }
         if (h[0] != 0x1234 || h[1] != 0x1234) bad++, printf("to n=%d C=%d P=%d: wrote before h\n", n, C, P);
+        if (C <= EMBER_NHWC_ROWS_MAX) {
+            // The thread-a-row kernel for few channels: the same bits.
+            std::vector<unsigned short> hr(len + 2, 0x1234);
+            unsigned short* pr = hr.data() + 2;
+            launch(3, 1, 64, [=] { ember_to_nhwc_rows_bf16(pr, px, pm, C, P, rows); });
+            for (long long i = 0; i < len + 2; i++)
+                if (hr[i] != h[i] && bad++ < 5) printf("rows n=%d C=%d P=%d: element %lld = %04x, want %04x\n", n, C, P, i - 2, hr[i], h[i]);
+        }
     }
     // From NHWC: y[n][c][p] = float32(h[n][p][c]) + bias, ReLU; or += .
     {
