@@ -580,7 +580,11 @@ func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pd
 		b.release(dwh)
 	}
 	if pdx != 0 {
-		b.runDNN(op, p, dirBackwardData, da, wh, pdy, 0, pdx)
+		if tp, ta := b.dataGradAsForward(op, p, da, pw, wh, pdy, pdx, c); tp != nil {
+			b.dataGradForward(op, tp, ta, pw, pdy, pdx, c)
+		} else {
+			b.runDNN(op, p, dirBackwardData, da, wh, pdy, 0, pdx)
+		}
 	}
 	return true
 }

@@ -67,9 +67,11 @@ type convPlan struct {
 	found  [dirCount]bool  // algo was measured and is kept
 	failed [dirCount]error // no algorithm qualifies: this direction takes im2col
 	// padForward says whether the forward pass runs on channels padded
-	// to a multiple of 32 (conv_pad.go), through the plan pad.
-	padForward int
-	pad        *convPlan
+	// to a multiple of 32 (conv_pad.go), through the plan pad; dxForward
+	// whether the data gradient runs as a forward pass (conv_dgrad.go),
+	// through the plan dxPlan. Each is an alt state.
+	padForward, dxForward int
+	pad, dxPlan           *convPlan
 }
 
 // dnnConvs is the Backend's cuDNN state. mu serializes every use of the

@@ -27,13 +27,32 @@ func padChannelsTo(c int) int {
 	return (c + 31) &^ 31
 }
 
-// A plan's forward pass on padded channels: not yet measured, measured
-// slower, or measured faster (convPlan.pad holds the padded plan).
+// Another way to run a plan's direction (the forward pass on padded
+// channels, conv_pad.go; the data gradient as a forward pass,
+// conv_dgrad.go): not yet measured, measured slower than the direction's
+// own, or measured faster (and taken from then on).
 const (
-	padUndecided = iota
-	padNo
-	padYes
+	altUndecided = iota
+	altSlower
+	altFaster
 )
+
+// altFaster times own and alt, two ways of one direction on the call's
+// buffers (each run once to warm, then timed), and reports whether alt
+// took less time; what names alt in the kernel log. s.mu is held.
+func (b *Backend) altFaster(what string, p *convPlan, own, alt func()) bool {
+	s := b.dnn
+	run := func(f func()) func() error { return func() error { f(); return nil } }
+	tOwn, err := s.clock(run(own), run(own))
+	var tAlt time.Duration
+	if err == nil {
+		tAlt, err = s.clock(run(alt), run(alt))
+	}
+	if w := b.opt.KernelLog; w != nil {
+		fmt.Fprintf(w, "cuda: cuDNN %s of %s: %v against %v, err %v\n", what, p.geom, tAlt, tOwn, err)
+	}
+	return err == nil && tAlt < tOwn
+}
 
 // padChannels queues dst [rows, cp] = src [rows, c] with channels c to cp
 // zero (bfloat16, channels multiples of 8, 16-byte aligned).
@@ -67,16 +86,16 @@ func (b *Backend) forwardPadded(op string, pp *convPlan, a convAlgo, py, px, wh 
 // inside a capture an undecided plan runs unpadded. s.mu is held.
 func (b *Backend) paddedForward(op string, p *convPlan, a convAlgo, py, px, wh uintptr, c convShape) (*convPlan, convAlgo) {
 	switch p.padForward {
-	case padYes:
+	case altFaster:
 		return p.pad, p.pad.algo[dirForward]
-	case padNo:
+	case altSlower:
 		return nil, convAlgo{}
 	}
 	cp := padChannelsTo(c.g.C)
 	if b.capturing.Load() && cp != c.g.C {
 		return nil, convAlgo{}
 	}
-	p.padForward = padNo
+	p.padForward = altSlower
 	s := b.dnn
 	if cp == c.g.C || c.groups != 1 || s.clock == nil {
 		return nil, convAlgo{}
@@ -90,19 +109,11 @@ func (b *Backend) paddedForward(op string, p *convPlan, a convAlgo, py, px, wh u
 	if !ok {
 		return nil, convAlgo{}
 	}
-	plain := func() error { b.runDNN(op, p, dirForward, a, px, wh, 0, py); return nil }
-	padded := func() error { b.forwardPadded(op, pp, pa, py, px, wh, c); return nil }
-	tPlain, err := s.clock(plain, plain)
-	var tPad time.Duration
-	if err == nil {
-		tPad, err = s.clock(padded, padded)
-	}
-	if w := b.opt.KernelLog; w != nil {
-		fmt.Fprintf(w, "cuda: cuDNN forward of %s on channels padded to %d: %v against %v unpadded, err %v\n", p.geom, cp, tPad, tPlain, err)
-	}
-	if err != nil || tPad >= tPlain {
+	if !b.altFaster(fmt.Sprintf("forward on channels padded to %d", cp), p,
+		func() { b.runDNN(op, p, dirForward, a, px, wh, 0, py) },
+		func() { b.forwardPadded(op, pp, pa, py, px, wh, c) }) {
 		return nil, convAlgo{}
 	}
-	p.padForward, p.pad = padYes, pp
+	p.padForward, p.pad = altFaster, pp
 	return pp, pa
 }

@@ -640,6 +640,20 @@ extern "C" __global__ void ember_cl_pad_channels(unsigned short* dst, const unsi
     }
 }
 
+// ember_cl_filter_flip_bf16 writes wt [C][R][S][K] = bfloat16(w[k][c][R-1-r]
+// [S-1-s]) from a float32 filter w [K][C][R][S]: the filter of the
+// convolution whose forward pass is w's data gradient at stride 1
+// (conv_dgrad.go), a thread per element of wt.
+extern "C" __global__ void ember_cl_filter_flip_bf16(unsigned short* wt, const float* w, int K, int C, int R, int S,
+                                                     long long n) {
+    EMBER_LOOP(long long, o, n) {
+        const int k = (int)(o % K);
+        const long long q = o / K;
+        const int s = (int)(q % S), r = (int)((q / S) % R), c = (int)(q / ((long long)S * R));
+        wt[o] = ember_bf16_from_f32(w[(((long long)k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]);
+    }
+}
+
 // A convolution with few taps per output channel (C·R·S <= 32: a
 // network's first layer on one or three input channels), where cuDNN's
 // kernels leave most of the GPU idle, directly from and into the form.

@@ -21,7 +21,8 @@
 //   - its filter gradient (ember_cl_conv_dw_small, then conv.cu's join)
 //     against a double sum of the products, rounded and added: within one
 //     bfloat16 step and 1e-5 of the sum of |products|;
-//   - the channel padding of a convolution's input, bit for bit.
+//   - the channel padding of a convolution's input, and the flipped
+//     filter of its data gradient's forward pass, bit for bit.
 // Exit status: the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -320,6 +321,29 @@ static void padChannels(long long rows, int C, int CP) {
     printf("channels padded, %lld rows of %d to %d: %s\n", rows, C, CP, bad ? "FAIL" : "ok");
 }
 
+// flipFilter: ember_cl_filter_flip_bf16 writes wt[c][r][s][k] = w[k][c][R-1-r][S-1-s]
+// rounded to bfloat16, bit for bit.
+static void flipFilter(int K, int C, int R, int S) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> w((size_t)K * C * R * S);
+    for (auto& v : w) v = normal(rng);
+    std::vector<unsigned short> wt(w.size(), 0x1234);
+    unsigned short* pt = wt.data();
+    const float* pw = w.data();
+    const long long n = (long long)w.size();
+    launch(2, 64, [=] { ember_cl_filter_flip_bf16(pt, pw, K, C, R, S, n); });
+    int bad = 0;
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s < S; s++)
+                for (int k = 0; k < K; k++) {
+                    const long long o = (((long long)c * R + r) * S + s) * K + k;
+                    const unsigned short want = bits(w[(((long long)k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]);
+                    bad += !check(wt[o] == want, "flipped filter", o, widen(wt[o]), widen(want));
+                }
+    printf("filter %dx%dx%dx%d flipped: %s\n", K, C, R, S, bad ? "FAIL" : "ok");
+}
+
 int main() {
     gelu();
     maxpool(2, 16, 7, 7, 2, false);
@@ -344,5 +368,7 @@ int main() {
     padChannels(1000, 24, 32); // airbench's layer after its whitening
     padChannels(37, 40, 64);
     padChannels(5, 8, 32);
+    flipFilter(64, 24, 3, 3);
+    flipFilter(8, 5, 3, 2);
     return failed > 99 ? 99 : failed;
 }
