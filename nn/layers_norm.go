@@ -110,12 +110,7 @@ func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Te
 		// graph.
 		// Seen as [1], so that backends take their dense one-dimensional
 		// path rather than a rank-0 one.
-		count := n.NumBatchesTracked.Reshape(1)
-		next := tensor.AddScalar(count, 1)
-		tensor.CopyTensor(count, next)
-		if next.Scope() == nil {
-			next.Release()
-		}
+		tensor.AddScalarInPlace(n.NumBatchesTracked.Reshape(1), 1)
 	}
 	return y
 }

@@ -507,6 +507,18 @@ func PowScalar(x *Tensor, p float32) *Tensor { return unary("pow_scalar", OpPowS
 // AddScalar returns x + c.
 func AddScalar(x *Tensor, c float32) *Tensor { return unary("add_scalar", OpAddScalar, x, c, 0) }
 
+// AddScalarInPlace adds c to each element of x, a contiguous float32
+// tensor outside autograd (a counter, running statistics): one pass over
+// x's memory, where CopyTensor(x, AddScalar(x, c)) writes a new tensor
+// and copies it back. It panics where x takes part in autograd.
+func AddScalarInPlace(x *Tensor, c float32) {
+	if x.DType() != Float32 || !x.IsContiguous() || x.requiresGrad || x.node != nil {
+		panic(fmt.Sprintf("tensor: AddScalarInPlace of %s %v (requires grad %v, contiguous %v); want a contiguous float32 tensor outside autograd",
+			x.DType(), x.shape, x.requiresGrad || x.node != nil, x.IsContiguous()))
+	}
+	x.st.b.Unary(OpAddScalar, x.buffer(), denseView(x), x.shape, c, 0)
+}
+
 // MulScalar returns x·c.
 func MulScalar(x *Tensor, c float32) *Tensor { return unary("mul_scalar", OpMulScalar, x, c, 0) }
 
