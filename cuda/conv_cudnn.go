@@ -619,7 +619,9 @@ func (b *Backend) fromLowpOn(ex executor, op string, dst, h, bias uintptr, n, ch
 	onGrid := func(f *Function, grid, block int, args ...any) {
 		devCheck(op, ex.launch(f, Dim3{X: grid, Y: 1, Z: 1}, Dim3{X: block, Y: 1, Z: 1}, args))
 	}
-	onElems := func(f *Function, count int, args ...any) { devCheck(op, ex.launch(f, gridFor(count), Dim3{X: blockSize, Y: 1, Z: 1}, args)) }
+	onElems := func(f *Function, count int, args ...any) {
+		devCheck(op, ex.launch(f, gridFor(count), Dim3{X: blockSize, Y: 1, Z: 1}, args))
+	}
 	if !nhwc || ch == 1 || inner == 1 {
 		if accumulate {
 			onElems(b.kernel("ember_add_bf16_f32"), n*ch*inner, dst, h, int64(n*ch*inner), flag(true))
