@@ -219,6 +219,51 @@ func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weigh
 	b.release(tab)
 }
 
+// BatchNormMaxPoolBackwardChannelsLast implements
+// tensor.ChannelsLastPoolNormBackend: BatchNormBackwardChannelsLast's sums
+// and finish over the pooled rows p, then one pass
+// (ember_cl_bn_dx_maxpool_backward) that computes each pooled row's input
+// gradient and writes it, and the zeros around it, into dx's windows.
+// The gradient of the activation, g, goes to a workspace the size of p.
+func (b *Backend) BatchNormMaxPoolBackwardChannelsLast(dx, dweight, dbias, dy, p, idx, weight, bias, saveMean, saveInvStd tensor.Buffer, pool tensor.PoolGeom, training bool, act tensor.UnaryOp, accW, accB bool) {
+	const op = "batch_norm_maxpool_backward_channels_last"
+	if dx.Empty() {
+		rows := pool.N * pool.OutH() * pool.OutW()
+		b.BatchNormBackwardChannelsLast(tensor.Buffer{}, dweight, dbias, dy, p, weight, bias, saveMean, saveInvStd, rows, pool.C, training, act, accW, accB)
+		return
+	}
+	clPool(op, pool)
+	c := pool.C
+	rows := pool.N * pool.OutH() * pool.OutW()
+	n := rows * c
+	pdx := b.clPtr(op, "dx", dx, pool.N*pool.H*pool.W*c)
+	pdy, pp, pi := b.clPtr(op, "dy", dy, n), b.clPtr(op, "p", p, n), b.clIdx(op, idx, n)
+	pm, pinv, pw, pb := b.clStatsParams(op, saveMean, saveInvStd, weight, bias, c)
+	pdw, pdb := b.f32Opt(op, "dweight", dweight, c), b.f32Opt(op, "dbias", dbias, c)
+	if n == 0 {
+		return
+	}
+	gin := pdy
+	var gw Block
+	if act != tensor.OpIdentity {
+		gw = b.workspace(op, 2*n)
+		defer b.release(gw)
+		gin = gw.Ptr()
+	}
+	part, nb := b.clSums(op, gw.Ptr(), pp, pdy, pm, pinv, pw, pb, act, rows, c, clBNGrad)
+	tab := b.clTab(op, c)
+	defer b.release(tab)
+	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, pm, pinv, 0, 0, 0, 0, pw, pb, pdw, pdb, accW, accB, tab.Ptr())
+	b.release(part)
+	r := blockSize / (c / 8)
+	grid := Dim3{X: max(1, min((rows+r-1)/r, clRowBlocksPerSM*b.dev.MultiprocessorCount())), Y: 1, Z: 1}
+	devCheck(op, b.x.launch(b.kernel("ember_cl_bn_dx_maxpool_backward"), grid, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{pdx, pp, gin, pi, tab.Ptr(), flag(training), i32arg(op, pool.H), i32arg(op, pool.W), i32arg(op, c),
+			i32arg(op, pool.OutH()), i32arg(op, pool.OutW()), i32arg(op, pool.KH), i32arg(op, pool.KW), int64(rows)}))
+}
+
+var _ tensor.ChannelsLastPoolNormBackend = (*Backend)(nil)
+
 // clActivation checks an activation of the form.
 func clActivation(op string, act tensor.UnaryOp) {
 	if act != tensor.OpReLU && act != tensor.OpGELU && act != tensor.OpGELUTanh {

@@ -13,10 +13,11 @@ import (
 // its layers on its own. Before a forward pass it looks at consecutive
 // layers and runs a group that a rule of fusionRules matches through one
 // fused tensor operation: a convolution with its ReLU and a max pooling
-// over disjoint windows, a convolution with its ReLU, batch norm with its
-// ReLU or GELU, a linear layer with its ReLU, layer norm or an activation
-// with the linear layer after it (under autocast they write the product's
-// bfloat16 operand); CrossEntropyLoss and LossSum run a last Linear layer
+// over disjoint windows, a convolution with its ReLU, max pooling with the
+// batch norm (and activation) after it, batch norm with its ReLU or GELU,
+// a linear layer with its ReLU, layer norm or an activation with the
+// linear layer after it (under autocast they write the product's bfloat16
+// operand); CrossEntropyLoss and LossSum run a last Linear layer
 // and the loss as one operation. The fused operations compute what the
 // layers do one by one (up to the order of the sums), and each falls back
 // to those layers' operations on a backend without a fused form, so
@@ -68,6 +69,31 @@ var fusionRules = []fusionRule{
 		},
 		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
 			return ls[0].Module.(*Conv2d).ForwardReLU(x)
+		},
+	},
+	{
+		// Max pooling, batch norm and its activation (or none): batch
+		// norm's input gradient goes straight into the pooling's
+		// (tensor.MaxPoolBatchNormAct), the pooled gradient never written.
+		name: "maxpool2d+batchnorm+act",
+		match: func(ls []Layer) int {
+			if len(ls) < 2 || disjointPool(ls[0].Module) == 0 {
+				return 0
+			}
+			if _, ok := ls[1].Module.(*BatchNorm2d); !ok || batchNormOf(ls[1].Module) == nil {
+				return 0
+			}
+			if len(ls) >= 3 && bnActivation(ls[2].Module) != tensor.OpIdentity {
+				return 3
+			}
+			return 2
+		},
+		forward: func(ls []Layer, x *tensor.Tensor) *tensor.Tensor {
+			var act Module
+			if len(ls) == 3 {
+				act = ls[2].Module
+			}
+			return batchNormOf(ls[1].Module).forwardPoolAct(disjointPool(ls[0].Module), ls[0].Module, ls[1].Module, act, x)
 		},
 	},
 	{

@@ -312,3 +312,75 @@ func TestFusionAutocastUnseenNet(t *testing.T) {
 		sameValues(t, fmt.Sprintf("gradient %d", i), gotGrads[i], wantGrads[i], 0)
 	}
 }
+
+// TestMaxPoolBatchNormFusion: a max pooling with the batch norm after it
+// (and its GELU, or none) runs as one operation
+// (tensor.MaxPoolBatchNormAct), under autocast's channels-last form and
+// without it; the outputs, the running statistics and every gradient are
+// those of the same layers with an Identity between the pooling and the
+// batch norm (which keeps them apart, batch norm and its GELU still one
+// operation), bit for bit, over two training steps.
+func TestMaxPoolBatchNormFusion(t *testing.T) {
+	b := tensor.CPU
+	rng := rand.New(rand.NewPCG(31, 32))
+	conv, conv2 := nn.NewConv2d(b, rng, 3, 8, 3), nn.NewConv2d(b, rng, 8, 16, 3)
+	conv.Padding, conv2.Padding = 1, 1
+	pool1, bn1, pool2, bn2 := nn.NewMaxPool2d(2), nn.NewBatchNorm2d(b, 8), nn.NewMaxPool2d(3), nn.NewBatchNorm2d(b, 16)
+	fc := nn.NewLinear(b, rng, 16, 4)
+	m := &nn.Sequential{Layers: []nn.Layer{
+		{"conv", conv}, {"pool1", pool1}, {"bn1", bn1}, {"gelu", nn.GELU{}},
+		{"conv2", conv2}, {"pool2", pool2}, {"bn2", bn2}, {"flat", nn.Flatten{}}, {"fc", fc},
+	}}
+	apart := &nn.Sequential{Layers: []nn.Layer{
+		{"conv", conv}, {"pool1", pool1}, {"id1", nn.Identity{}}, {"bn1", bn1}, {"gelu", nn.GELU{}},
+		{"conv2", conv2}, {"pool2", pool2}, {"id2", nn.Identity{}}, {"bn2", bn2}, {"flat", nn.Flatten{}}, {"fc", fc},
+	}}
+	defer releaseState(m)
+	want := []string{"conv", "pool1+bn1+gelu (maxpool2d+batchnorm+act)", "conv2", "pool2+bn2 (maxpool2d+batchnorm+act)", "flat", "fc"}
+	if got := m.FusionPlan(); !slices.Equal(got, want) {
+		t.Errorf("plan %q, want %q", got, want)
+	}
+	if got := apart.FusionPlan(); got[3] != "bn1+gelu (batchnorm+act)" {
+		t.Errorf("the reference's plan %q does not keep batch norm and GELU one operation", got)
+	}
+	xs := layerNormals(rng, 4*3*7*7)
+	state := nn.StateTensors(m)
+	initial := make([][]float32, len(state))
+	for i, p := range state {
+		initial[i] = p.Tensor.Float32s()
+	}
+	for _, autocast := range []bool{false, true} {
+		run := func(net *nn.Sequential) [][]float32 {
+			for i, p := range state {
+				b.Upload(p.Tensor.Buffer(), initial[i])
+			}
+			var out [][]float32
+			for step := range 2 {
+				s := tensor.NewScope()
+				if autocast {
+					s.SetAutocast(tensor.BFloat16)
+				}
+				x := tensor.FromFloat32(b, s, xs, 4, 3, 7, 7).SetRequiresGrad(true)
+				y := net.Forward(x)
+				nn.ZeroGrad(net)
+				w := tensor.FromFloat32(b, s, layerNormals(rand.New(rand.NewPCG(9, uint64(step))), y.Len()), y.Shape()...)
+				tensor.Sum(tensor.Mul(y, w)).Backward()
+				out = append(out, y.Float32s(), x.Grad().Float32s())
+				for _, p := range nn.Parameters(net) {
+					out = append(out, p.Tensor.Grad().Float32s())
+				}
+				s.Release()
+			}
+			for _, p := range state {
+				out = append(out, p.Tensor.Float32s()) // the running statistics and counts
+			}
+			return out
+		}
+		ref, got := run(apart), run(m)
+		for i := range ref {
+			if !slices.Equal(got[i], ref[i]) {
+				t.Errorf("autocast %v: result %d differs fused (%v...) from apart (%v...)", autocast, i, got[i][:min(3, len(got[i]))], ref[i][:min(3, len(ref[i]))])
+			}
+		}
+	}
+}

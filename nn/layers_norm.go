@@ -86,12 +86,14 @@ func (n *BatchNorm) Training() bool { return !n.evaluating }
 
 // forward normalises x, which the caller has checked.
 func (n *BatchNorm) forward(x *tensor.Tensor) *tensor.Tensor {
-	return n.forwardWith(x, tensor.OpIdentity)
+	return n.forwardWith(x, tensor.OpIdentity, 0)
 }
 
-// forwardWith normalises x and applies act (OpIdentity: none) in the same
-// operation; with statistics from all ranks act must be OpIdentity.
-func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Tensor {
+// forwardWith normalises x, max-pooled first over disjoint pool×pool
+// windows when pool > 0, and applies act (OpIdentity: none) in the same
+// operation; with statistics from all ranks act must be OpIdentity and
+// pool 0.
+func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp, pool int) *tensor.Tensor {
 	training := !n.evaluating || n.RunningMean == nil
 	var y *tensor.Tensor
 	// Without running statistics evaluation uses the batch's too, but
@@ -101,6 +103,8 @@ func (n *BatchNorm) forwardWith(x *tensor.Tensor, act tensor.UnaryOp) *tensor.Te
 	// self.training).
 	if training && !n.evaluating && n.sync != nil {
 		y = n.syncForward(x)
+	} else if pool > 0 {
+		y = tensor.MaxPoolBatchNormAct(x, pool, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps, act)
 	} else {
 		y = tensor.BatchNormAct(x, n.Weight, n.Bias, n.RunningMean, n.RunningVar, training, n.Momentum, n.Eps, act)
 	}
@@ -129,7 +133,29 @@ func (n *BatchNorm) forwardAct(bn, act Module, x *tensor.Tensor) *tensor.Tensor 
 	case *BatchNorm1d:
 		l.check(x)
 	}
-	return n.forwardWith(x, bnActivation(act))
+	return n.forwardWith(x, bnActivation(act), 0)
+}
+
+// forwardPoolAct is act(bn(pool(x))) for pool a MaxPool2d over disjoint
+// k×k windows and act nil or an activation that bnActivation takes: one
+// operation each way (tensor.MaxPoolBatchNormAct), or the layers one
+// after the other where the statistics come from all ranks.
+func (n *BatchNorm) forwardPoolAct(k int, pool, bn, act Module, x *tensor.Tensor) *tensor.Tensor {
+	if n.sync != nil && !n.evaluating {
+		y := bn.Forward(pool.Forward(x))
+		if act != nil {
+			y = act.Forward(y)
+		}
+		return y
+	}
+	if l, ok := bn.(*BatchNorm2d); ok {
+		l.check(x) // pooling keeps the rank and the channels
+	}
+	op := tensor.OpIdentity
+	if act != nil {
+		op = bnActivation(act)
+	}
+	return n.forwardWith(x, op, k)
 }
 
 // BatchNorm1d normalises [N, C] or [N, C, L] input per channel, as

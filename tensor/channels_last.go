@@ -78,6 +78,18 @@ type ChannelsLastBackend interface {
 	MaxPoolBackwardChannelsLast(dx, dy, idx Buffer, p PoolGeom)
 }
 
+// ChannelsLastPoolNormBackend is a ChannelsLastBackend whose batch norm
+// backward pass can hand its input gradient straight to the max pooling
+// before it (MaxPoolBatchNormAct): the pooled gradient is never written.
+type ChannelsLastPoolNormBackend interface {
+	ChannelsLastBackend
+	// BatchNormMaxPoolBackwardChannelsLast is BatchNormBackwardChannelsLast
+	// over p, the pooled rows [N·OH·OW, C] of pool, followed by
+	// MaxPoolBackwardChannelsLast of its input gradient through idx into
+	// dx [N, H, W, C] (skipped where dx is empty), with the same results.
+	BatchNormMaxPoolBackwardChannelsLast(dx, dweight, dbias, dy, p, idx, weight, bias, saveMean, saveInvStd Buffer, pool PoolGeom, training bool, act UnaryOp, accW, accB bool)
+}
+
 // channelsLastForm is the shape of a storage held channels-last: its
 // memory is bfloat16 [n, h, w, c] for a float32 tensor [n, c, h, w].
 type channelsLastForm struct{ n, c, h, w int }

@@ -5,7 +5,7 @@ package tensor
 // takes) and rounds the result to bfloat16. That is the form's meaning,
 // and the reference the GPU's kernels are checked against.
 
-var _ ChannelsLastBackend = (*cpuBackend)(nil)
+var _ ChannelsLastPoolNormBackend = (*cpuBackend)(nil)
 
 // hostF32 is a float32 host buffer of n elements.
 func hostF32(n int) Buffer {
@@ -168,5 +168,19 @@ func (cb *cpuBackend) MaxPoolBackwardChannelsLast(dx, dy, idx Buffer, p PoolGeom
 				d[((n*p.H+h)*p.W+w)*p.C+c] = g[o]
 			}
 		}
+	}
+}
+
+// BatchNormMaxPoolBackwardChannelsLast is the two passes, through the
+// pooled gradient.
+func (cb *cpuBackend) BatchNormMaxPoolBackwardChannelsLast(dx, dweight, dbias, dy, p, idx, weight, bias, saveMean, saveInvStd Buffer, pool PoolGeom, training bool, act UnaryOp, accW, accB bool) {
+	rows := pool.N * pool.OutH() * pool.OutW()
+	var dp Buffer
+	if !dx.Empty() {
+		dp = Buffer{Mem: &cpuMem{h: make([]uint16, rows*pool.C)}, Len: rows * pool.C, DType: BFloat16}
+	}
+	cb.BatchNormBackwardChannelsLast(dp, dweight, dbias, dy, p, weight, bias, saveMean, saveInvStd, rows, pool.C, training, act, accW, accB)
+	if !dx.Empty() {
+		cb.MaxPoolBackwardChannelsLast(dx, dp, idx, pool)
 	}
 }

@@ -119,6 +119,59 @@ func batchNormChannelsLast(cl ChannelsLastBackend, s *Scope, x, weight, bias, ru
 	return out
 }
 
+// maxPoolBatchNormChannelsLast is MaxPoolBatchNormAct of x held
+// channels-last, on a backend with ChannelsLastPoolNormBackend: the
+// pooling's and batch norm's forward passes as apart, one backward pass
+// (nil where x or the backend is not so, or the windows are too large).
+func maxPoolBatchNormChannelsLast(x *Tensor, k int, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
+	if k < 1 || k*k > 256 || len(x.shape) != 4 || x.shape[2] < k || x.shape[3] < k {
+		return nil
+	}
+	cl, xb, ok := heldOn(x)
+	if !ok {
+		return nil
+	}
+	pn, ok := cl.(ChannelsLastPoolNormBackend)
+	if !ok {
+		return nil
+	}
+	_, g := poolGeomOf("MaxPoolBatchNormAct", x, PoolOptions{Kernel: [2]int{k, k}})
+	oh, ow := g.OutH(), g.OutW()
+	checkBatchNorm([]int{g.N, g.C, oh, ow}, x, weight, bias, runningMean, runningVar, training)
+	if weight != nil {
+		weight = weight.Contiguous()
+	}
+	if bias != nil {
+		bias = bias.Contiguous()
+	}
+	s := scopeOf(x, weight, bias)
+	if training && s.replaying() {
+		// Recompute's second run: the first updated the statistics.
+		runningMean, runningVar = nil, nil
+	}
+	be := x.st.b
+	rows, c := g.N*oh*ow, g.C
+	p := newChannelsLast(be, s, g.N, c, oh, ow)
+	idx := EmptyOf(be, s, Uint8, p.Len())
+	cl.MaxPoolChannelsLast(p.st.buf, idx.buffer(), xb, g)
+	out := newChannelsLast(be, s, g.N, c, oh, ow)
+	mean, inv := Empty(be, s, c), Empty(be, s, c)
+	cl.BatchNormChannelsLast(out.st.buf, mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
+		p.st.buf, optBuffer(weight), optBuffer(bias), rows, c, training, momentum, eps, act)
+	record(out, "maxpool_batch_norm_channels_last", func(dy *Tensor, e *engine) {
+		dw, db, accW, accB := affineSinks(e, weight, bias)
+		dyb, dyTmp := channelsLastInput(cl, e.scopeFor(x), dy)
+		dx, finish := e.sinkChannelsLast(cl, x)
+		pn.BatchNormMaxPoolBackwardChannelsLast(dx, dw, db, dyb, p.st.buf, idx.buffer(), optBuffer(weight), optBuffer(bias),
+			mean.buffer(), inv.buffer(), g, training, act, accW, accB)
+		finish()
+		releaseTemp(dyTmp)
+	}, x, weight, bias)
+	saveFor(out, p, idx, mean, inv)
+	readsNot(out, true, x) // the pooled values and positions are what it reads
+	return out
+}
+
 // heldOn is x's memory in the form and its backend's ChannelsLastBackend,
 // when x is held that way in a scope whose autocast keeps the form.
 func heldOn(x *Tensor) (ChannelsLastBackend, Buffer, bool) {

@@ -45,6 +45,26 @@ func BatchNormAct(x, weight, bias, runningMean, runningVar *Tensor, training boo
 	return batchNorm(x, weight, bias, runningMean, runningVar, training, momentum, eps, act)
 }
 
+// MaxPoolBatchNormAct is BatchNormAct(MaxPool2d(x, k, k), ...): batch
+// norm, and its activation, of x [N, C, H, W] max-pooled over disjoint
+// k×k windows. Where x is held channels-last on a backend with
+// ChannelsLastPoolNormBackend its backward pass takes batch norm's input
+// gradient straight into the pooling's, without writing the pooled
+// gradient; elsewhere it is the two operations. Either way the results
+// are the two operations', bit for bit.
+func MaxPoolBatchNormAct(x *Tensor, k int, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
+	if !BatchNormActivation(act) {
+		panic(fmt.Sprintf("tensor: MaxPoolBatchNormAct with activation op %d; want OpIdentity, OpReLU, OpGELU or OpGELUTanh", act))
+	}
+	if y := maxPoolBatchNormChannelsLast(x, k, weight, bias, runningMean, runningVar, training, momentum, eps, act); y != nil {
+		return y
+	}
+	p := MaxPool2d(x, k, k)
+	y := BatchNormAct(p, weight, bias, runningMean, runningVar, training, momentum, eps, act)
+	ReleaseInput(p, y)
+	return y
+}
+
 // batchNorm is BatchNorm followed by act through BatchNormActBackend, or
 // BatchNorm alone for OpIdentity.
 func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float32, act UnaryOp) *Tensor {
@@ -53,29 +73,7 @@ func batchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, 
 	}
 	n, c := x.shape[0], x.shape[1]
 	inner := numel(x.shape[2:])
-	for _, p := range []struct {
-		name string
-		t    *Tensor
-	}{{"weight", weight}, {"bias", bias}, {"running mean", runningMean}, {"running var", runningVar}} {
-		if p.t != nil && (len(p.t.shape) != 1 || p.t.shape[0] != c) {
-			panic(fmt.Sprintf("tensor: BatchNorm %s %v for input %v; want [%d]", p.name, p.t.shape, x.shape, c))
-		}
-	}
-	if (runningMean == nil) != (runningVar == nil) {
-		panic("tensor: BatchNorm needs both running statistics or neither")
-	}
-	if !training && runningMean == nil {
-		panic(fmt.Sprintf("tensor: BatchNorm of %v in evaluation mode without running statistics", x.shape))
-	}
-	if training && n*inner < 2 {
-		panic(fmt.Sprintf("tensor: BatchNorm in training of %v: more than one value per channel needed", x.shape))
-	}
-	sameBackend(nonNil(x, weight, bias, runningMean, runningVar)...)
-	for _, r := range nonNil(runningMean, runningVar) {
-		if !r.IsContiguous() {
-			panic("tensor: BatchNorm running statistics must be contiguous (they are updated in place)")
-		}
-	}
+	checkBatchNorm(x.shape, x, weight, bias, runningMean, runningVar, training)
 	x = x.Contiguous()
 	if weight != nil {
 		weight = weight.Contiguous()
@@ -268,4 +266,35 @@ func affineSinks(e *engine, weight, bias *Tensor) (dw, db Buffer, accW, accB boo
 		db, accB = e.sink(bias)
 	}
 	return dw, db, accW, accB
+}
+
+// checkBatchNorm panics where batch norm of an input of shape ([N, C,
+// ...]; x's own, or what pooling x gives) cannot take its parameters and
+// statistics.
+func checkBatchNorm(shape []int, x, weight, bias, runningMean, runningVar *Tensor, training bool) {
+	n, c := shape[0], shape[1]
+	inner := numel(shape[2:])
+	for _, p := range []struct {
+		name string
+		t    *Tensor
+	}{{"weight", weight}, {"bias", bias}, {"running mean", runningMean}, {"running var", runningVar}} {
+		if p.t != nil && (len(p.t.shape) != 1 || p.t.shape[0] != c) {
+			panic(fmt.Sprintf("tensor: BatchNorm %s %v for input %v; want [%d]", p.name, p.t.shape, shape, c))
+		}
+	}
+	if (runningMean == nil) != (runningVar == nil) {
+		panic("tensor: BatchNorm needs both running statistics or neither")
+	}
+	if !training && runningMean == nil {
+		panic(fmt.Sprintf("tensor: BatchNorm of %v in evaluation mode without running statistics", shape))
+	}
+	if training && n*inner < 2 {
+		panic(fmt.Sprintf("tensor: BatchNorm in training of %v: more than one value per channel needed", shape))
+	}
+	sameBackend(nonNil(x, weight, bias, runningMean, runningVar)...)
+	for _, r := range nonNil(runningMean, runningVar) {
+		if !r.IsContiguous() {
+			panic("tensor: BatchNorm running statistics must be contiguous (they are updated in place)")
+		}
+	}
 }

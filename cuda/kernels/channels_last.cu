@@ -614,6 +614,68 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
     }
 }
 
+// ember_cl_bn_dx_maxpool_backward is ember_cl_bn_dx over the pooled rows
+// [N·OH·OW, C] (x, the pooled values; g, the gradient of batch norm's
+// output, act's derivative already in it) followed by
+// ember_cl_maxpool_backward of its result into dx [N, H, W, C], in one
+// pass: the pooled gradient, rounded to bfloat16 as ember_cl_bn_dx
+// stores it, goes straight to its window's position. Threads as
+// ember_cl_bn_rows's (a thread's eight channels fixed, their constants
+// folded from tab once), a pooled row at a time.
+extern "C" __global__ void ember_cl_bn_dx_maxpool_backward(unsigned short* dx, const unsigned short* x,
+                                                           const unsigned short* g, const unsigned char* idx,
+                                                           const float* tab, int training, int H, int W, int C,
+                                                           int OH, int OW, int KH, int KW, long long rows) {
+    const int G = C >> 3, R = blockDim.x / G;
+    const int r = threadIdx.x / G, c0 = (threadIdx.x % G) * 8;
+    if (r >= R) return;
+    float a[8], d[8], e[8];
+    {
+        float mean[8], inv[8], wv[8], bv[8], m1[8], m2[8], unused;
+        ember_cl_tab8(tab + c0, mean);
+        ember_cl_tab8(tab + C + c0, inv);
+        ember_cl_tab8(tab + 2 * C + c0, wv);
+        ember_cl_tab8(tab + 3 * C + c0, bv);
+        ember_cl_tab8(tab + 4 * C + c0, m1);
+        ember_cl_tab8(tab + 5 * C + c0, m2);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            ember_cl_fold(mean[j], inv[j], wv[j], bv[j], a[j], unused);
+            d[j] = training ? a[j] * inv[j] * m2[j] : 0.f;
+            e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
+        }
+    }
+    for (long long row = (long long)blockIdx.x * R + r; row < rows; row += (long long)gridDim.x * R) {
+        const long long o = row * C + c0;
+        float xv[8], gv[8], gp[8];
+        ember_cl_load8(x + o, xv);
+        ember_cl_load8(g + o, gv);
+        const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            gp[j] = ember_f32_from_bf16(ember_bf16_from_f32(__fmaf_rn(a[j], gv[j], __fmaf_rn(-d[j], xv[j], e[j]))));
+        const int ox = (int)(row % OW);
+        const int oy = (int)((row / OW) % OH);
+        const long long img = row / ((long long)OW * OH);
+        const int h0 = oy * KH, w0 = ox * KW;
+        const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
+        const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
+        for (int h = h0; h < h1; h++) {
+            for (int wc = w0; wc < w1; wc++) {
+                const int rr = h - h0, ss = wc - w0;
+                const unsigned int me = (rr < KH && ss < KW) ? (unsigned int)(rr * KW + ss) : 0x100u;
+                float out[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const unsigned int at = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
+                    out[j] = at == me ? gp[j] : 0.f;
+                }
+                ember_cl_store8(dx + ((img * H + h) * W + wc) * C + c0, out);
+            }
+        }
+    }
+}
+
 // ember_cl_pad_channels widens rows of c channels to cp (both multiples
 // of eight, c < cp): dst [rows, cp] from src [rows, c] (bfloat16), the
 // channels from c on zero. A convolution's input and filter padded so, to

@@ -21,6 +21,8 @@
 //   - its filter gradient (ember_cl_conv_dw_small, then conv.cu's join)
 //     against a double sum of the products, rounded and added: within one
 //     bfloat16 step and 1e-5 of the sum of |products|;
+//   - batch norm's input gradient taken into max pooling's gradient in one
+//     pass, against the two passes, bit for bit;
 //   - the channel padding of a convolution's input, and the flipped
 //     filter of its data gradient's forward pass, bit for bit.
 // Exit status: the number of failed checks (at most 99).
@@ -344,6 +346,37 @@ static void flipFilter(int K, int C, int R, int S) {
     printf("filter %dx%dx%dx%d flipped: %s\n", K, C, R, S, bad ? "FAIL" : "ok");
 }
 
+// bnDxPool: ember_cl_bn_dx_maxpool_backward against ember_cl_bn_dx into
+// the pooled gradient, then ember_cl_maxpool_backward: the same bits.
+static void bnDxPool(int N, int C, int H, int W, int K, bool training) {
+    const int OH = H / K, OW = W / K;
+    const long long rows = (long long)N * OH * OW, n = rows * C, full = (long long)N * H * W * C;
+    std::vector<unsigned short> x = randomBits(n, 2, 1), g = randomBits(n, 1, 0), dp(n), dx1(full, 0x1234), dx2(full, 0x4321);
+    std::vector<unsigned char> idx(n);
+    for (auto& v : idx) v = (unsigned char)(rng() % (K * K));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> tab(6 * C);
+    for (int c = 0; c < C; c++) {
+        tab[c] = normal(rng);                    // mean
+        tab[C + c] = 0.5f + fabsf(normal(rng)); // 1/std
+        tab[2 * C + c] = normal(rng);            // weight
+        tab[3 * C + c] = normal(rng);            // bias
+        tab[4 * C + c] = 0.1f * normal(rng);     // mean of g
+        tab[5 * C + c] = 0.1f * normal(rng);     // mean of g·x̂
+    }
+    unsigned short *pdp = dp.data(), *p1 = dx1.data(), *p2 = dx2.data();
+    const unsigned short *px = x.data(), *pg = g.data();
+    const unsigned char* pi = idx.data();
+    const float* pt = tab.data();
+    const int tr = training;
+    launch(3, 64, [=] { ember_cl_bn_dx_maxpool_backward(p1, px, pg, pi, pt, tr, H, W, C, OH, OW, K, K, rows); });
+    launch(2, 64, [=] { ember_cl_bn_dx(pdp, px, pg, pt, 0, tr, rows, C); });
+    launch(2, 64, [=] { ember_cl_maxpool_backward(p2, pdp, pi, H, W, C, OH, OW, K, K, n / 8); });
+    int bad = 0;
+    for (long long i = 0; i < full; i++) bad += !check(dx1[i] == dx2[i], "pooled batch norm dx", i, widen(dx1[i]), widen(dx2[i]));
+    printf("batch norm dx into max pooling N=%d C=%d %dx%d k=%d training=%d: %s\n", N, C, H, W, K, training, bad ? "FAIL" : "ok");
+}
+
 int main() {
     gelu();
     maxpool(2, 16, 7, 7, 2, false);
@@ -369,6 +402,9 @@ int main() {
     padChannels(37, 40, 64);
     padChannels(5, 8, 32);
     flipFilter(64, 24, 3, 3);
+    bnDxPool(2, 16, 7, 7, 2, true); // the row and column past the last window zeroed
+    bnDxPool(3, 24, 9, 6, 3, false);
+    bnDxPool(2, 64, 5, 8, 2, true); // several rows a thread
     flipFilter(8, 5, 3, 2);
     return failed > 99 ? 99 : failed;
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ember-ml/ember/tensor"
@@ -109,6 +110,22 @@ func RunChannelsLast(t *testing.T, b tensor.Backend) {
 			h.sameBF16("y", y, readBF16(wy))
 			h.sameBF16("dx", dx, readBF16(wdx))
 		})
+	}
+
+	if pn, ok := b.(tensor.ChannelsLastPoolNormBackend); ok {
+		for _, p := range []tensor.PoolGeom{
+			{N: 2, C: 16, H: 7, W: 7, KH: 2, KW: 2, StrideH: 2, StrideW: 2}, // a row and column past the last window
+			{N: 3, C: 24, H: 9, W: 6, KH: 3, KW: 3, StrideH: 3, StrideW: 3},
+			{N: 2, C: 64, H: 4, W: 6, KH: 2, KW: 2, StrideH: 2, StrideW: 2},
+		} {
+			for _, act := range []tensor.UnaryOp{tensor.OpIdentity, tensor.OpGELU} {
+				for _, training := range []bool{true, false} {
+					t.Run(fmt.Sprintf("maxpool+batchnorm backward %+v act=%d training=%v", p, act, training), func(t *testing.T) {
+						h.with(t).poolNorm(pn, p, act, training)
+					})
+				}
+			}
+		}
 	}
 
 	for _, g := range []tensor.ConvGeom{
@@ -312,6 +329,53 @@ func (h clHarness) batchNorm(cl, ref tensor.ChannelsLastBackend, rows, c int, ac
 	if affine {
 		h.close32("dweight", dw, readF32(tensor.CPU, dw.host), 0)
 		h.close32("dbias", db, readF32(tensor.CPU, db.host), 0)
+	}
+}
+
+// poolNorm checks BatchNormMaxPoolBackwardChannelsLast against the two
+// passes it replaces on the same backend (batch norm's backward pass into
+// the pooled gradient, then the pooling's): the same bits.
+func (h clHarness) poolNorm(pn tensor.ChannelsLastPoolNormBackend, p tensor.PoolGeom, act tensor.UnaryOp, training bool) {
+	rows, c := p.N*p.OutH()*p.OutW(), p.C
+	n, full := rows*c, p.N*p.H*p.W*c
+	in := h.normal(full)
+	for i := range in {
+		in[i] = 1 + 2*in[i]
+	}
+	x, dy := h.bf16From(in), h.bf16From(h.normal(n))
+	pooled := h.bf16(n)
+	idx, err := h.b.Alloc(n, tensor.Uint8)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	pn.MaxPoolChannelsLast(pooled.on, idx, x.on, p)
+	w, bias := h.f32(h.normal(c)), h.f32(h.normal(c))
+	vars := make([]float32, c)
+	for i := range vars {
+		vars[i] = 0.5 + float32(i%3)
+	}
+	rm, rv := h.f32(h.normal(c)), h.f32(vars)
+	mean, inv, y := h.f32(make([]float32, c)), h.f32(make([]float32, c)), h.bf16(n)
+	pn.BatchNormChannelsLast(y.on, mean.on, inv.on, rm.on, rv.on, pooled.on, w.on, bias.on, rows, c, training, 0.1, 1e-5, act)
+
+	dx, dw, db := h.bf16(full), h.f32(make([]float32, c)), h.f32(make([]float32, c))
+	pn.BatchNormMaxPoolBackwardChannelsLast(dx.on, dw.on, db.on, dy.on, pooled.on, idx, w.on, bias.on, mean.on, inv.on, p, training, act, false, false)
+	dp, dx2, dw2, db2 := h.bf16(n), h.bf16(full), h.f32(make([]float32, c)), h.f32(make([]float32, c))
+	pn.BatchNormBackwardChannelsLast(dp.on, dw2.on, db2.on, dy.on, pooled.on, w.on, bias.on, mean.on, inv.on, rows, c, training, act, false, false)
+	pn.MaxPoolBackwardChannelsLast(dx2.on, dp.on, idx, p)
+	want := h.got(dx2)
+	bits := make([]uint16, len(want))
+	for i, v := range want {
+		bits[i] = tensor.BFloat16Bits(v) // exact: v is a bfloat16 widened
+	}
+	h.sameBF16("dx", dx, bits)
+	for _, v := range []struct {
+		what      string
+		got, want clBuf
+	}{{"dweight", dw, dw2}, {"dbias", db, db2}} {
+		if g, w := h.got(v.got), h.got(v.want); !slices.Equal(g, w) {
+			h.t.Errorf("%s = %v, want %v (the two passes')", v.what, g, w)
+		}
 	}
 }
 
