@@ -325,7 +325,11 @@ func (b *Backend) MaxPoolChannelsLast(y, idx, x tensor.Buffer, p tensor.PoolGeom
 	n8 := p.N * oh * ow * p.C / 8
 	py, px := b.clPtr(op, "y", y, 8*n8), b.clPtr(op, "x", x, p.N*p.H*p.W*p.C)
 	pi := b.clIdx(op, idx, 8*n8)
-	b.launch(op, b.kernel("ember_cl_maxpool"), n8, py, pi, px, i32arg(op, p.H), i32arg(op, p.W), i32arg(op, p.C),
+	kernel := "ember_cl_maxpool"
+	if p.KH == 2 && p.KW == 2 {
+		kernel = "ember_cl_maxpool2" // the window's loads issued together
+	}
+	b.launch(op, b.kernel(kernel), n8, py, pi, px, i32arg(op, p.H), i32arg(op, p.W), i32arg(op, p.C),
 		i32arg(op, oh), i32arg(op, ow), i32arg(op, p.KH), i32arg(op, p.KW), int64(n8))
 }
 

@@ -538,9 +538,14 @@ struct __attribute__((aligned(8))) ember_cl8b {
 // the window (row·KW + column, KH·KW <= 256) into idx, a thread per output
 // position and eight channels: the windows' parts past the edge (ceil
 // mode) are skipped, the first maximum wins and a NaN wins over numbers
-// (the last NaN), as cpu.go's MaxPool2d.
-extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* idx, const unsigned short* x, int H,
-                                            int W, int C, int OH, int OW, int KH, int KW, long long n8) {
+// (the last NaN), as cpu.go's MaxPool2d. KT > 0 fixes KH = KW = KT when
+// compiled: the window's loads are then issued together, where a loop of
+// runtime length waits for each before the next (ember_cl_maxpool2, the
+// 2x2 windows of most networks).
+template <int KT>
+__device__ __forceinline__ void ember_cl_maxpool_of(unsigned short* y, unsigned char* idx, const unsigned short* x,
+                                                    int H, int W, int C, int OH, int OW, int KHr, int KWr, long long n8) {
+    const int KH = KT ? KT : KHr, KW = KT ? KT : KWr;
     const int G = C >> 3;
     EMBER_LOOP(long long, i, n8) {
         const int g = (int)(i % G);
@@ -550,22 +555,48 @@ extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* id
         const long long img = pos / ((long long)OW * OH);
         float best[8], v[8];
         unsigned int at[8];
-        int first = 1;
-        for (int r = 0; r < KH; r++) {
-            const int h = oy * KH + r;
-            if (h >= H) break;
-            for (int s = 0; s < KW; s++) {
-                const int wc = ox * KW + s;
-                if (wc >= W) break;
-                ember_cl_load8(x + ((img * H + h) * W + wc) * C + g * 8, v);
+        if (KT) {
+            // Every in-bounds tap's row loaded first, then compared in
+            // the same order as below.
+            ember_cl8 raw[KT * KT];
+#pragma unroll
+            for (int t = 0; t < KT * KT; t++) {
+                const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+                if (h < H && wc < W) raw[t] = *reinterpret_cast<const ember_cl8*>(x + ((img * H + h) * W + wc) * C + g * 8);
+            }
+            int first = 1;
+#pragma unroll
+            for (int t = 0; t < KT * KT; t++) {
+                const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+                if (h >= H || wc >= W) continue;
+                ember_cl_unpack8(raw[t], v);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     if (first || v[j] > best[j] || v[j] != v[j]) {
                         best[j] = v[j];
-                        at[j] = (unsigned int)(r * KW + s);
+                        at[j] = (unsigned int)t;
                     }
                 }
                 first = 0;
+            }
+        } else {
+            int first = 1;
+            for (int r = 0; r < KH; r++) {
+                const int h = oy * KH + r;
+                if (h >= H) break;
+                for (int s = 0; s < KW; s++) {
+                    const int wc = ox * KW + s;
+                    if (wc >= W) break;
+                    ember_cl_load8(x + ((img * H + h) * W + wc) * C + g * 8, v);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        if (first || v[j] > best[j] || v[j] != v[j]) {
+                            best[j] = v[j];
+                            at[j] = (unsigned int)(r * KW + s);
+                        }
+                    }
+                    first = 0;
+                }
             }
         }
         ember_cl_store8(y + pos * C + g * 8, best);
@@ -574,6 +605,16 @@ extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* id
         b.hi = at[4] | (at[5] << 8) | (at[6] << 16) | (at[7] << 24);
         *reinterpret_cast<ember_cl8b*>(idx + pos * C + g * 8) = b;
     }
+}
+
+extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* idx, const unsigned short* x, int H,
+                                            int W, int C, int OH, int OW, int KH, int KW, long long n8) {
+    ember_cl_maxpool_of<0>(y, idx, x, H, W, C, OH, OW, KH, KW, n8);
+}
+
+extern "C" __global__ void ember_cl_maxpool2(unsigned short* y, unsigned char* idx, const unsigned short* x, int H,
+                                             int W, int C, int OH, int OW, int KH, int KW, long long n8) {
+    ember_cl_maxpool_of<2>(y, idx, x, H, W, C, OH, OW, KH, KW, n8);
 }
 
 // ember_cl_maxpool_backward sets dx [N, H, W, C]: a thread per window

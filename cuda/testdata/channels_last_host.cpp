@@ -94,6 +94,18 @@ static void maxpool(int N, int C, int H, int W, int K, bool ceil) {
                     want[((size_t)n * H * W + at) * C + c] = widen(dy[o]);
                 }
     for (size_t i = 0; i < x.size(); i++) bad += !check(widen(dx[i]) == want[i], "maxpool dx", i, widen(dx[i]), want[i]);
+    if (K == 2) {
+        // The entry point compiled for 2x2 windows: the same bits.
+        std::vector<unsigned short> y2(y.size(), 0x1234);
+        std::vector<unsigned char> idx2(idx.size(), 0xee);
+        unsigned short* py2 = y2.data();
+        unsigned char* pi2 = idx2.data();
+        launch(3, 64, [=] { ember_cl_maxpool2(py2, pi2, px, H, W, C, OH, OW, K, K, n8); });
+        for (size_t i = 0; i < y.size(); i++) {
+            bad += !check(y2[i] == y[i], "maxpool2 y", i, widen(y2[i]), widen(y[i]));
+            bad += !check(idx2[i] == idx[i], "maxpool2 idx", i, idx2[i], idx[i]);
+        }
+    }
     printf("maxpool N=%d C=%d %dx%d window %d ceil=%d: %s\n", N, C, H, W, K, ceil, bad ? "FAIL" : "ok");
 }
 
