@@ -622,48 +622,18 @@ func (b *Backend) conv2dBackwardChannelsLastCuDNN(op string, dg convDescGeom, pd
 	if !ok {
 		return false
 	}
-	var tp *convPlan
-	var ta convAlgo
-	if pdx != 0 {
-		tp, ta = b.dataGradAsForward(op, p, da, pw, wh, pdy, pdx, c)
-	}
-	// Two pairs of independent work, each a fork and a join inside a
-	// capture (parallel): the transposed pass's flipped filter beside the
-	// filter gradient, then that gradient's cast to float32 beside the
-	// data gradient, so that neither small cast waits in line.
-	var dwh, wt Block
 	if pdw != 0 {
-		dwh = b.workspace(op, 2*c.wLen)
-		defer b.release(dwh)
+		dwh := b.workspace(op, 2*c.wLen)
+		b.runDNN(op, p, dirBackwardFilter, fa, px, pdy, 0, dwh.Ptr())
+		b.fromLowp(op, pdw, dwh.Ptr(), 0, g.K, g.C/c.groups, g.R*g.S, false, true, dg.nhwc)
+		b.release(dwh)
 	}
-	if tp != nil {
-		wt = b.workspace(op, 2*c.wLen)
-		defer b.release(wt)
-	}
-	b.alongside(op, tp != nil, func(ex executor) { b.flipFilterOn(ex, op, wt.Ptr(), pw, c) }, func() {
-		if pdw != 0 {
-			b.runDNN(op, p, dirBackwardFilter, fa, px, pdy, 0, dwh.Ptr())
-		}
-	})
-	b.alongside(op, pdw != 0, func(ex executor) {
-		b.fromLowpOn(ex, op, pdw, dwh.Ptr(), 0, g.K, g.C/c.groups, g.R*g.S, false, true, dg.nhwc)
-	}, func() {
-		switch {
-		case tp != nil:
-			b.runDNN(op, tp, dirForward, ta, pdy, wt.Ptr(), 0, pdx)
-		case pdx != 0:
+	if pdx != 0 {
+		if tp, ta := b.dataGradAsForward(op, p, da, pw, wh, pdy, pdx, c); tp != nil {
+			b.dataGradForward(op, tp, ta, pw, pdy, pdx, c)
+		} else {
 			b.runDNN(op, p, dirBackwardData, da, wh, pdy, 0, pdx)
 		}
-	})
-	return true
-}
-
-// alongside queues main, and side on the side lane beside it when withSide
-// (parallel: a fork and a join inside a capture, in order outside one).
-func (b *Backend) alongside(op string, withSide bool, side func(ex executor), main func()) {
-	if !withSide {
-		main()
-		return
 	}
-	devCheck(op, b.x.parallel(side, main))
+	return true
 }

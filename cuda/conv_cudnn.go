@@ -608,39 +608,28 @@ func (b *Backend) toLowp(op string, h, src, mask uintptr, n, ch, inner int, nhwc
 // ReLU when relu, or dst += float32(h) when accumulate; h is [n, inner,
 // ch] when nhwc.
 func (b *Backend) fromLowp(op string, dst, h, bias uintptr, n, ch, inner int, relu, accumulate bool, nhwc bool) {
-	b.fromLowpOn(b.x, op, dst, h, bias, n, ch, inner, relu, accumulate, nhwc)
-}
-
-// fromLowpOn is fromLowp queued on ex (the side lane's, or b.x).
-func (b *Backend) fromLowpOn(ex executor, op string, dst, h, bias uintptr, n, ch, inner int, relu, accumulate bool, nhwc bool) {
 	if n*ch*inner == 0 {
 		return
 	}
-	onGrid := func(f *Function, grid, block int, args ...any) {
-		devCheck(op, ex.launch(f, Dim3{X: grid, Y: 1, Z: 1}, Dim3{X: block, Y: 1, Z: 1}, args))
-	}
-	onElems := func(f *Function, count int, args ...any) {
-		devCheck(op, ex.launch(f, gridFor(count), Dim3{X: blockSize, Y: 1, Z: 1}, args))
-	}
 	if !nhwc || ch == 1 || inner == 1 {
 		if accumulate {
-			onElems(b.kernel("ember_add_bf16_f32"), n*ch*inner, dst, h, int64(n*ch*inner), flag(true))
+			b.launch(op, b.kernel("ember_add_bf16_f32"), n*ch*inner, dst, h, int64(n*ch*inner), flag(true))
 			return
 		}
-		onElems(b.kernel("ember_conv_out_bf16"), n*ch*inner, dst, h, bias, int64(n*ch*inner), int64(ch), int64(inner), flag(relu))
+		b.launch(op, b.kernel("ember_conv_out_bf16"), n*ch*inner, dst, h, bias, int64(n*ch*inner), int64(ch), int64(inner), flag(relu))
 		return
 	}
 	if inner < nhwcSmallInner && bias == 0 && !relu {
 		if nhwcSlab(n, ch, inner) {
-			onGrid(b.kernel("ember_from_nhwc_slab_bf16"), min(n, maxGrid), nhwcThreads,
+			b.launchGrid(op, b.kernel("ember_from_nhwc_slab_bf16"), min(n, maxGrid), nhwcThreads,
 				append([]any{dst, h, i32arg(op, ch), i32arg(op, inner), i32arg(op, n), flag(accumulate)}, dividerArgs(ch, inner)...)...)
 			return
 		}
-		onElems(b.kernel("ember_from_nhwc_small_bf16"), n*ch*inner, dst, h, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner), flag(accumulate))
+		b.launch(op, b.kernel("ember_from_nhwc_small_bf16"), n*ch*inner, dst, h, i32arg(op, ch), i32arg(op, inner), int64(n*ch*inner), flag(accumulate))
 		return
 	}
 	grid, tc := nhwcGrid(n, ch, inner)
-	devCheck(op, ex.launch(b.kernel("ember_from_nhwc_bf16"), grid, Dim3{X: nhwcThreads, Y: 1, Z: 1},
+	devCheck(op, b.x.launch(b.kernel("ember_from_nhwc_bf16"), grid, Dim3{X: nhwcThreads, Y: 1, Z: 1},
 		[]any{dst, h, bias, i32arg(op, ch), i32arg(op, inner), int64(n * inner), i32arg(op, tc), flag(relu), flag(accumulate)}))
 }
 

@@ -31,21 +31,15 @@ func transposedGeom(dg convDescGeom) (convDescGeom, bool) {
 // done releases.
 func (b *Backend) flippedFilter(op string, pw uintptr, c convShape) (wt uintptr, done func()) {
 	g := c.g
-	blk := b.workspace(op, 2*g.K*g.C*g.R*g.S)
-	b.flipFilterOn(b.x, op, blk.Ptr(), pw, c)
+	n := g.K * g.C * g.R * g.S
+	blk := b.workspace(op, 2*n)
+	b.launch(op, b.kernel("ember_cl_filter_flip_bf16"), n, blk.Ptr(), pw,
+		i32arg(op, g.K), i32arg(op, g.C), i32arg(op, g.R), i32arg(op, g.S), int64(n))
 	return blk.Ptr(), func() { b.release(blk) }
 }
 
-// flipFilterOn queues flippedFilter's cast into wt on ex.
-func (b *Backend) flipFilterOn(ex executor, op string, wt, pw uintptr, c convShape) {
-	g := c.g
-	n := g.K * g.C * g.R * g.S
-	devCheck(op, ex.launch(b.kernel("ember_cl_filter_flip_bf16"), gridFor(n), Dim3{X: blockSize, Y: 1, Z: 1},
-		[]any{wt, pw, i32arg(op, g.K), i32arg(op, g.C), i32arg(op, g.R), i32arg(op, g.S), int64(n)}))
-}
-
 // dataGradForward queues dx = conv(dy, wt) through tp, the transposed
-// geometry's plan, with its algorithm a, the flipped filter cast first.
+// geometry's plan, with its algorithm a.
 func (b *Backend) dataGradForward(op string, tp *convPlan, a convAlgo, pw, pdy, pdx uintptr, c convShape) {
 	wt, done := b.flippedFilter(op, pw, c)
 	defer done()

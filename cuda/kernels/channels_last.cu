@@ -557,17 +557,19 @@ __device__ __forceinline__ void ember_cl_maxpool_of(unsigned short* y, unsigned 
         unsigned int at[8];
         if (KT) {
             // Every in-bounds tap's row loaded first, then compared in
-            // the same order as below.
-            ember_cl8 raw[KT * KT];
+            // the same order as below. (KS: KT, kept positive for the
+            // runtime instance, which never comes here.)
+            constexpr int KS = KT > 0 ? KT : 1;
+            ember_cl8 raw[KS * KS];
 #pragma unroll
-            for (int t = 0; t < KT * KT; t++) {
-                const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+            for (int t = 0; t < KS * KS; t++) {
+                const int h = oy * KS + t / KS, wc = ox * KS + t % KS;
                 if (h < H && wc < W) raw[t] = *reinterpret_cast<const ember_cl8*>(x + ((img * H + h) * W + wc) * C + g * 8);
             }
             int first = 1;
 #pragma unroll
-            for (int t = 0; t < KT * KT; t++) {
-                const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+            for (int t = 0; t < KS * KS; t++) {
+                const int h = oy * KS + t / KS, wc = ox * KS + t % KS;
                 if (h >= H || wc >= W) continue;
                 ember_cl_unpack8(raw[t], v);
 #pragma unroll
