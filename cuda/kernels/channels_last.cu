@@ -664,7 +664,7 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
 // pass: the pooled gradient, rounded to bfloat16 as ember_cl_bn_dx
 // stores it, goes straight to its window's position. Threads as
 // ember_cl_bn_rows's (a thread's eight channels fixed, their constants
-// folded from tab once), a pooled row at a time.
+// folded from tab once, two pooled rows' loads in flight).
 extern "C" __global__ void ember_cl_bn_dx_maxpool_backward(unsigned short* dx, const unsigned short* x,
                                                            const unsigned short* g, const unsigned char* idx,
                                                            const float* tab, int training, int H, int W, int C,
@@ -688,32 +688,50 @@ extern "C" __global__ void ember_cl_bn_dx_maxpool_backward(unsigned short* dx, c
             e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
         }
     }
-    for (long long row = (long long)blockIdx.x * R + r; row < rows; row += (long long)gridDim.x * R) {
-        const long long o = row * C + c0;
-        float xv[8], gv[8], gp[8];
-        ember_cl_load8(x + o, xv);
-        ember_cl_load8(g + o, gv);
-        const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
+    // Two rows' loads in flight at a time, as ember_cl_bn_rows's.
+    const long long stride = (long long)gridDim.x * R;
+    for (long long row = (long long)blockIdx.x * R + r; row < rows; row += 2 * stride) {
+        const bool two = row + stride < rows;
+        ember_cl8 xr[2], gr[2];
+        ember_cl8b br[2];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            gp[j] = ember_f32_from_bf16(ember_bf16_from_f32(__fmaf_rn(a[j], gv[j], __fmaf_rn(-d[j], xv[j], e[j]))));
-        const int ox = (int)(row % OW);
-        const int oy = (int)((row / OW) % OH);
-        const long long img = row / ((long long)OW * OH);
-        const int h0 = oy * KH, w0 = ox * KW;
-        const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
-        const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
-        for (int h = h0; h < h1; h++) {
-            for (int wc = w0; wc < w1; wc++) {
-                const int rr = h - h0, ss = wc - w0;
-                const unsigned int me = (rr < KH && ss < KW) ? (unsigned int)(rr * KW + ss) : 0x100u;
-                float out[8];
+        for (int u = 0; u < 2; u++) {
+            if (u == 0 || two) {
+                const long long o = (row + u * stride) * C + c0;
+                xr[u] = *reinterpret_cast<const ember_cl8*>(x + o);
+                gr[u] = *reinterpret_cast<const ember_cl8*>(g + o);
+                br[u] = *reinterpret_cast<const ember_cl8b*>(idx + o);
+            }
+        }
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const unsigned int at = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
-                    out[j] = at == me ? gp[j] : 0.f;
+        for (int u = 0; u < 2; u++) {
+            if (u == 1 && !two) break;
+            const long long q = row + u * stride;
+            float xv[8], gv[8], gp[8];
+            ember_cl_unpack8(xr[u], xv);
+            ember_cl_unpack8(gr[u], gv);
+            const ember_cl8b b = br[u];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                gp[j] = ember_f32_from_bf16(ember_bf16_from_f32(__fmaf_rn(a[j], gv[j], __fmaf_rn(-d[j], xv[j], e[j]))));
+            const int ox = (int)(q % OW);
+            const int oy = (int)((q / OW) % OH);
+            const long long img = q / ((long long)OW * OH);
+            const int h0 = oy * KH, w0 = ox * KW;
+            const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
+            const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
+            for (int h = h0; h < h1; h++) {
+                for (int wc = w0; wc < w1; wc++) {
+                    const int rr = h - h0, ss = wc - w0;
+                    const unsigned int me = (rr < KH && ss < KW) ? (unsigned int)(rr * KW + ss) : 0x100u;
+                    float out[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const unsigned int at = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
+                        out[j] = at == me ? gp[j] : 0.f;
+                    }
+                    ember_cl_store8(dx + ((img * H + h) * W + wc) * C + c0, out);
                 }
-                ember_cl_store8(dx + ((img * H + h) * W + wc) * C + c0, out);
             }
         }
     }
