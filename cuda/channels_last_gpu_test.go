@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ember-ml/ember/tensor"
 	"github.com/ember-ml/ember/tensor/tensortest"
@@ -52,18 +51,7 @@ func TestGPUConvChannelsLastBench(t *testing.T) {
 		}
 		x, dy, y, dx := bf(c.xLen), bf(c.yLen), bf(c.yLen), bf(c.xLen)
 		w, dw := gpuBuf(t, b, randFloats(rng, c.wLen)), gpuBuf(t, b, randFloats(rng, c.wLen))
-		timeIt := func(f func()) float64 {
-			for range warm {
-				f()
-			}
-			gpuCheck(t, b.Synchronize())
-			start := time.Now()
-			for range iters {
-				f()
-			}
-			gpuCheck(t, b.Synchronize())
-			return float64(time.Since(start).Microseconds()) / iters
-		}
+		timeIt := func(f func()) float64 { return wallMicros(t, b, warm, iters, f) }
 		fwd := timeIt(func() { b.Conv2dChannelsLast(y, x, w, tensor.Buffer{}, g) })
 		bdx := timeIt(func() { b.Conv2dBackwardChannelsLast(dx, tensor.Buffer{}, tensor.Buffer{}, dy, x, w, g) })
 		bdw := timeIt(func() { b.Conv2dBackwardChannelsLast(tensor.Buffer{}, dw, tensor.Buffer{}, dy, x, w, g) })

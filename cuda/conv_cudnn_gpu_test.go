@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ember-ml/ember/tensor"
 	"github.com/ember-ml/ember/tensor/tensortest"
@@ -196,18 +195,7 @@ func TestGPUConvCuDNNBench(t *testing.T) {
 		for i, b := range []*Backend{dnn, plain} {
 			xb, wb, bb, dyb := gpuBuf(t, b, x), gpuBuf(t, b, w), gpuBuf(t, b, bias), gpuBuf(t, b, dy)
 			yb, dxb, dwb, dbb := gpuBuf(t, b, dy), gpuBuf(t, b, x), gpuBuf(t, b, w), gpuBuf(t, b, bias)
-			timeIt := func(f func()) float64 {
-				for range warm {
-					f()
-				}
-				gpuCheck(t, b.Synchronize())
-				start := time.Now()
-				for range iters {
-					f()
-				}
-				gpuCheck(t, b.Synchronize())
-				return float64(time.Since(start).Microseconds()) / iters
-			}
+			timeIt := func(f func()) float64 { return wallMicros(t, b, warm, iters, f) }
 			us[i][0] = timeIt(func() { b.Conv2d(yb, xb, wb, bb, g) })
 			us[i][1] = timeIt(func() { b.Conv2dBackward(dxb, dwb, dbb, dyb, xb, wb, tensor.Buffer{}, g) })
 		}

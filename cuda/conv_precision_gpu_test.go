@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ember-ml/ember/tensor"
 )
@@ -247,18 +246,7 @@ func TestGPUConvPrecisionBench(t *testing.T) {
 					return func() { b.Conv2dBackwardLowp(dx, dw, db, dyb, xb, wb, tensor.Buffer{}, g) }
 				}
 			}
-			timeIt := func(f func()) float64 {
-				for range warm {
-					f()
-				}
-				gpuCheck(t, b.Synchronize())
-				start := time.Now()
-				for range iters {
-					f()
-				}
-				gpuCheck(t, b.Synchronize())
-				return float64(time.Since(start).Microseconds()) / iters
-			}
+			timeIt := func(f func()) float64 { return wallMicros(t, b, warm, iters, f) }
 			none := tensor.Buffer{}
 			t.Logf("%-16s %-12s %9.1f %9.1f %9.1f %9.1f", fmt.Sprintf("%dx%d %d->%d", g.H, g.W, g.C, g.K), r.name,
 				timeIt(fwd), timeIt(bwd(dxb, dwb, dbb)), timeIt(bwd(dxb, none, none)), timeIt(bwd(none, dwb, none)))

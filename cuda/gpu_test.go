@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ember-ml/ember/cuda/driver"
 )
@@ -68,4 +69,20 @@ func gpuCheck(t testing.TB, err error) {
 // (driver.CheckRowMajorGemm).
 func rowMajorGemm(transA, transB bool, m, n, k, lda, ldb, ldc int) (struct{}, error) {
 	return struct{}{}, driver.CheckRowMajorGemm(transA, transB, m, n, k, lda, ldb, ldc)
+}
+
+// wallMicros is the wall time of one call of f in µs: warm calls, then
+// iters timed between device synchronisations.
+func wallMicros(t testing.TB, b *Backend, warm, iters int, f func()) float64 {
+	t.Helper()
+	for range warm {
+		f()
+	}
+	gpuCheck(t, b.Synchronize())
+	start := time.Now()
+	for range iters {
+		f()
+	}
+	gpuCheck(t, b.Synchronize())
+	return float64(time.Since(start).Microseconds()) / float64(iters)
 }

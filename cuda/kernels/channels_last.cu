@@ -400,14 +400,36 @@ __device__ __forceinline__ void ember_cl_tab8(const float* p, float v[8]) {
     v[7] = b.w;
 }
 
+// ember_cl_tab_consts folds channels c0..c0+7's constants from tab
+// once: z = x·a + c (ember_cl_fold) and, with dx, dx = a·g + (e - d·x),
+// d = a·inv·m2 and e = d·mean - a·m1 (0 out of training).
+__device__ __forceinline__ void ember_cl_tab_consts(const float* tab, int C, int c0, bool dx, int training, float a[8],
+                                                    float c[8], float d[8], float e[8]) {
+    float mean[8], inv[8], wv[8], bv[8];
+    ember_cl_tab8(tab + c0, mean);
+    ember_cl_tab8(tab + C + c0, inv);
+    ember_cl_tab8(tab + 2 * C + c0, wv);
+    ember_cl_tab8(tab + 3 * C + c0, bv);
+#pragma unroll
+    for (int j = 0; j < 8; j++) ember_cl_fold(mean[j], inv[j], wv[j], bv[j], a[j], c[j]);
+    if (!dx) return;
+    float m1[8], m2[8];
+    ember_cl_tab8(tab + 4 * C + c0, m1);
+    ember_cl_tab8(tab + 5 * C + c0, m2);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        d[j] = training ? a[j] * inv[j] * m2[j] : 0.f;
+        e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
+    }
+}
+
 // ember_cl_bn_rows runs batch norm's pass of the mode (EMBER_CL_BN: y =
 // act(z); EMBER_CL_BN_DX: y = dx, training's with the means of g and
 // g·x̂ from tab) over [rows, C]: thread (g, r) of a block of R =
 // blockDim.x / (C/8) rows takes channels 8g..8g+7 of every
 // (gridDim.x·R)-th row from row blockIdx.x·R + r, two rows' loads in
 // flight. A thread's channels never change, so it folds its channels'
-// constants from tab once: z = x·a + c (ember_cl_fold) and dx = a·g +
-// (e - d·x), d = a·inv·m2 and e = d·mean - a·m1 (0 out of training). A
+// constants from tab once (ember_cl_tab_consts). A
 // thread a group of eight elements, reloading its channels' twelve
 // tab values each time, kept three tenths of the SMs' warps busy on the
 // H200 (docs/performance.md, round 22). (C/8) <= blockDim.x.
@@ -418,25 +440,7 @@ __device__ __forceinline__ void ember_cl_bn_rows(unsigned short* y, const unsign
     const int r = threadIdx.x / G, c0 = (threadIdx.x % G) * 8;
     if (r >= R) return;
     float a[8], c[8], d[8], e[8];
-    {
-        float mean[8], inv[8], wv[8], bv[8];
-        ember_cl_tab8(tab + c0, mean);
-        ember_cl_tab8(tab + C + c0, inv);
-        ember_cl_tab8(tab + 2 * C + c0, wv);
-        ember_cl_tab8(tab + 3 * C + c0, bv);
-#pragma unroll
-        for (int j = 0; j < 8; j++) ember_cl_fold(mean[j], inv[j], wv[j], bv[j], a[j], c[j]);
-        if (mode == EMBER_CL_BN_DX) {
-            float m1[8], m2[8];
-            ember_cl_tab8(tab + 4 * C + c0, m1);
-            ember_cl_tab8(tab + 5 * C + c0, m2);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                d[j] = training ? a[j] * inv[j] * m2[j] : 0.f;
-                e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
-            }
-        }
-    }
+    ember_cl_tab_consts(tab, C, c0, mode == EMBER_CL_BN_DX, training, a, c, d, e);
     const long long stride = (long long)gridDim.x * R;
     for (long long row = (long long)blockIdx.x * R + r; row < rows; row += 2 * stride) {
         const bool two = row + stride < rows;
@@ -619,11 +623,34 @@ extern "C" __global__ void ember_cl_maxpool2(unsigned short* y, unsigned char* i
     ember_cl_maxpool_of<2>(y, idx, x, H, W, C, OH, OW, KH, KW, n8);
 }
 
+// ember_cl_window_grad writes the window of pooled position (img, oy, ox)
+// in dx [N, H, W, C], channels c0..c0+7: gv where ember_cl_maxpool's
+// positions b name the element and zero elsewhere; the last window of a
+// row or column also zeroes the inputs past it (no window holds them).
+__device__ __forceinline__ void ember_cl_window_grad(unsigned short* dx, const float gv[8], const ember_cl8b b, long long img,
+                                                     int oy, int ox, int H, int W, int C, int OH, int OW, int KH, int KW,
+                                                     int c0) {
+    const int h0 = oy * KH, w0 = ox * KW;
+    const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
+    const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
+    for (int h = h0; h < h1; h++) {
+        for (int wc = w0; wc < w1; wc++) {
+            const int r = h - h0, s = wc - w0;
+            const unsigned int me = (r < KH && s < KW) ? (unsigned int)(r * KW + s) : 0x100u;
+            float out[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const unsigned int a = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
+                out[j] = a == me ? gv[j] : 0.f;
+            }
+            ember_cl_store8(dx + ((img * H + h) * W + wc) * C + c0, out);
+        }
+    }
+}
+
 // ember_cl_maxpool_backward sets dx [N, H, W, C]: a thread per window
-// and eight channels writes its window's part of dx, dy where
-// ember_cl_maxpool's idx names the position and zero elsewhere; the last
-// window of a row or column also zeroes the inputs past it (no window
-// holds them).
+// and eight channels writes its window's part of dx
+// (ember_cl_window_grad).
 extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const unsigned short* dy,
                                                      const unsigned char* idx, int H, int W, int C, int OH, int OW,
                                                      int KH, int KW, long long n8) {
@@ -638,22 +665,7 @@ extern "C" __global__ void ember_cl_maxpool_backward(unsigned short* dx, const u
         const ember_cl8b b = *reinterpret_cast<const ember_cl8b*>(idx + o);
         float gv[8];
         ember_cl_load8(dy + o, gv);
-        const int h0 = oy * KH, w0 = ox * KW;
-        const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
-        const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
-        for (int h = h0; h < h1; h++) {
-            for (int wc = w0; wc < w1; wc++) {
-                const int r = h - h0, s = wc - w0;
-                const unsigned int me = (r < KH && s < KW) ? (unsigned int)(r * KW + s) : 0x100u;
-                float out[8];
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const unsigned int a = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
-                    out[j] = a == me ? gv[j] : 0.f;
-                }
-                ember_cl_store8(dx + ((img * H + h) * W + wc) * C + g * 8, out);
-            }
-        }
+        ember_cl_window_grad(dx, gv, b, img, oy, ox, H, W, C, OH, OW, KH, KW, g * 8);
     }
 }
 
@@ -672,22 +684,8 @@ extern "C" __global__ void ember_cl_bn_dx_maxpool_backward(unsigned short* dx, c
     const int G = C >> 3, R = blockDim.x / G;
     const int r = threadIdx.x / G, c0 = (threadIdx.x % G) * 8;
     if (r >= R) return;
-    float a[8], d[8], e[8];
-    {
-        float mean[8], inv[8], wv[8], bv[8], m1[8], m2[8], unused;
-        ember_cl_tab8(tab + c0, mean);
-        ember_cl_tab8(tab + C + c0, inv);
-        ember_cl_tab8(tab + 2 * C + c0, wv);
-        ember_cl_tab8(tab + 3 * C + c0, bv);
-        ember_cl_tab8(tab + 4 * C + c0, m1);
-        ember_cl_tab8(tab + 5 * C + c0, m2);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            ember_cl_fold(mean[j], inv[j], wv[j], bv[j], a[j], unused);
-            d[j] = training ? a[j] * inv[j] * m2[j] : 0.f;
-            e[j] = training ? __fmaf_rn(d[j], mean[j], -(a[j] * m1[j])) : 0.f;
-        }
-    }
+    float a[8], c[8], d[8], e[8];
+    ember_cl_tab_consts(tab, C, c0, true, training, a, c, d, e);
     // Two rows' loads in flight at a time, as ember_cl_bn_rows's.
     const long long stride = (long long)gridDim.x * R;
     for (long long row = (long long)blockIdx.x * R + r; row < rows; row += 2 * stride) {
@@ -716,23 +714,7 @@ extern "C" __global__ void ember_cl_bn_dx_maxpool_backward(unsigned short* dx, c
                 gp[j] = ember_f32_from_bf16(ember_bf16_from_f32(__fmaf_rn(a[j], gv[j], __fmaf_rn(-d[j], xv[j], e[j]))));
             const int ox = (int)(q % OW);
             const int oy = (int)((q / OW) % OH);
-            const long long img = q / ((long long)OW * OH);
-            const int h0 = oy * KH, w0 = ox * KW;
-            const int h1 = oy == OH - 1 ? H : ember_imin(h0 + KH, H);
-            const int w1 = ox == OW - 1 ? W : ember_imin(w0 + KW, W);
-            for (int h = h0; h < h1; h++) {
-                for (int wc = w0; wc < w1; wc++) {
-                    const int rr = h - h0, ss = wc - w0;
-                    const unsigned int me = (rr < KH && ss < KW) ? (unsigned int)(rr * KW + ss) : 0x100u;
-                    float out[8];
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const unsigned int at = ((j < 4 ? b.lo : b.hi) >> (8 * (j & 3))) & 0xffu;
-                        out[j] = at == me ? gp[j] : 0.f;
-                    }
-                    ember_cl_store8(dx + ((img * H + h) * W + wc) * C + c0, out);
-                }
-            }
+            ember_cl_window_grad(dx, gp, b, q / ((long long)OW * OH), oy, ox, H, W, C, OH, OW, KH, KW, c0);
         }
     }
 }
