@@ -216,7 +216,11 @@
 // convolution whose activations are held channels-last
 // (tensor.ChannelsLastBackend, channels_last.go) reads and writes them
 // with no cast at all, and reads its filter from a bfloat16 copy made once
-// a step for both passes (tensor.ChannelsLastFilterBackend).
+// a step for both passes (tensor.ChannelsLastFilterBackend). Such a
+// convolution also times two other ways on its first call and keeps the
+// faster: the forward pass on input channels padded to a multiple of 32
+// (conv_pad.go), and at stride 1 the data gradient as the forward pass of
+// the flipped filter (conv_dgrad.go).
 // Without it, or with BackendOptions.NoCuDNN (EMBER_CUDNN=0 through
 // OptionsFromEnv), they run as im2col + cuBLAS (float32 under autocast);
 // Backend.CuDNN says which and why.
