@@ -509,8 +509,7 @@ func (b *Backend) conv2dChannelsLastCuDNN(op string, dg convDescGeom, py, px, pw
 	if !ok {
 		return false
 	}
-	if pp, pa := b.paddedForward(op, p, a, py, px, wh, c); pp != nil {
-		b.forwardPadded(op, pp, pa, py, px, wh, c)
+	if pp, pa := b.paddedForward(op, p, a, py, px, wh, c); pp != nil && b.forwardPadded(op, pp, pa, py, px, wh, c) {
 		return true
 	}
 	b.runDNN(op, p, dirForward, a, px, wh, 0, py)

@@ -134,13 +134,18 @@ func TestGPUConvForwardPaddedMatches(t *testing.T) {
 		pg := dg
 		pg.c = padChannelsTo(g.C)
 		pp := s.plan(pg)
-		xp, wp, padDone := b.paddedBuffers(op, px, wh, c, pg.c)
+		xp, wp, padDone, ok := b.paddedBuffers(op, px, wh, c, pg.c)
+		if !ok {
+			t.Fatalf("%+v: no room for the padded copies", g)
+		}
 		pa, ok := b.algoFor(op, pp, dirForward, xp, wp, py2, 0)
 		padDone()
 		if !ok {
 			t.Fatalf("%+v: no forward algorithm at %d channels", g, pg.c)
 		}
-		b.forwardPadded(op, pp, pa, py2, px, wh, c)
+		if !b.forwardPadded(op, pp, pa, py2, px, wh, c) {
+			t.Fatalf("%+v: the padded pass found no room", g)
+		}
 		done()
 		s.mu.Unlock()
 		sameWithinRounding(t, b, fmt.Sprintf("%dx%d %d->%d padded to %d", g.H, g.W, g.C, g.K, pg.c), y1, y2, c.yLen)

@@ -61,22 +61,37 @@ func (b *Backend) padChannels(op string, dst, src uintptr, rows, c, cp int) {
 }
 
 // paddedBuffers pads x and the filter wh of c's convolution to cp channels
-// into workspaces, which done releases.
-func (b *Backend) paddedBuffers(op string, px, wh uintptr, c convShape, cp int) (xp, wp uintptr, done func()) {
+// into workspaces, which done releases; ok is false, with nothing queued,
+// where the device has no room for them.
+func (b *Backend) paddedBuffers(op string, px, wh uintptr, c convShape, cp int) (xp, wp uintptr, done func(), ok bool) {
 	g := c.g
 	rows, taps := g.N*g.H*g.W, g.K*g.R*g.S
-	xb, wb := b.workspace(op, 2*rows*cp), b.workspace(op, 2*taps*cp)
+	xb, err := b.alloc.Alloc(2*rows*cp, b.stream)
+	if err != nil {
+		return 0, 0, nil, false
+	}
+	wb, err := b.alloc.Alloc(2*taps*cp, b.stream)
+	if err != nil {
+		b.release(xb)
+		return 0, 0, nil, false
+	}
 	b.padChannels(op, xb.Ptr(), px, rows, g.C, cp)
 	b.padChannels(op, wb.Ptr(), wh, taps, g.C, cp)
-	return xb.Ptr(), wb.Ptr(), func() { b.release(xb); b.release(wb) }
+	return xb.Ptr(), wb.Ptr(), func() { b.release(xb); b.release(wb) }, true
 }
 
 // forwardPadded queues y = conv(x, wh) through pp, the plan of c's
-// geometry on padded channels, with its algorithm a.
-func (b *Backend) forwardPadded(op string, pp *convPlan, a convAlgo, py, px, wh uintptr, c convShape) {
-	xp, wp, done := b.paddedBuffers(op, px, wh, c, pp.geom.c)
+// geometry on padded channels, with its algorithm a; false, with nothing
+// queued, where the padded copies find no room (the caller then runs the
+// convolution as it is).
+func (b *Backend) forwardPadded(op string, pp *convPlan, a convAlgo, py, px, wh uintptr, c convShape) bool {
+	xp, wp, done, ok := b.paddedBuffers(op, px, wh, c, pp.geom.c)
+	if !ok {
+		return false
+	}
 	defer done()
 	b.runDNN(op, pp, dirForward, a, xp, wp, 0, py)
+	return true
 }
 
 // paddedForward returns the plan of p's forward pass on padded channels
@@ -103,7 +118,10 @@ func (b *Backend) paddedForward(op string, p *convPlan, a convAlgo, py, px, wh u
 	dg := p.geom
 	dg.c = cp
 	pp := s.plan(dg)
-	xp, wp, done := b.paddedBuffers(op, px, wh, c, cp)
+	xp, wp, done, ok := b.paddedBuffers(op, px, wh, c, cp)
+	if !ok {
+		return nil, convAlgo{}
+	}
 	pa, ok := b.algoFor(op, pp, dirForward, xp, wp, py, 0)
 	done()
 	if !ok {
@@ -111,7 +129,11 @@ func (b *Backend) paddedForward(op string, p *convPlan, a convAlgo, py, px, wh u
 	}
 	if !b.altFaster(fmt.Sprintf("forward on channels padded to %d", cp), p,
 		func() { b.runDNN(op, p, dirForward, a, px, wh, 0, py) },
-		func() { b.forwardPadded(op, pp, pa, py, px, wh, c) }) {
+		func() {
+			if !b.forwardPadded(op, pp, pa, py, px, wh, c) {
+				b.runDNN(op, p, dirForward, a, px, wh, 0, py)
+			}
+		}) {
 		return nil, convAlgo{}
 	}
 	p.padForward, p.pad = altFaster, pp
