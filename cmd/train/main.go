@@ -111,7 +111,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.download, "download", false, "download MNIST into --data (or ./mnist) from the canonical mirrors first")
 	fs.IntVar(&o.limit, "limit", 0, "train on the first N images (or text windows) only (0 = all)")
 	fs.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images (or validation windows) only (0 = all)")
-	fs.StringVar(&o.save, "save", "lenet.safetensors", "checkpoint path (safetensors; training state goes beside it)")
+	fs.StringVar(&o.save, "save", "", "checkpoint path (safetensors; training state goes beside it; default MODEL.safetensors, lenet.safetensors for LeNet)")
 	fs.StringVar(&o.resume, "resume", "", "continue from this checkpoint")
 	fs.IntVar(&o.logInterval, "log-interval", 100, "steps between progress lines")
 	fs.StringVar(&o.metrics, "metrics", "", "write one CSV row per epoch to this file")
@@ -146,6 +146,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if !o.set["save"] {
+		o.save = o.model + ".safetensors" // a resume replaces it with the checkpoint it continues
+	}
 	if err := o.check(); err != nil {
 		return nil, err
 	}

@@ -452,3 +452,28 @@ func TestOtherModelAndOptimizer(t *testing.T) {
 		t.Errorf("resume as lenet: exit %d, %s", code, errOut)
 	}
 }
+
+// TestDefaultSavePath: without --save the checkpoint is named after the
+// model (lenet.safetensors for the default), and --save still wins; an
+// empty --save is a usage error naming the flag.
+func TestDefaultSavePath(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "lenet.safetensors"},
+		{[]string{"--model", "mlp"}, "mlp.safetensors"},
+		{[]string{"--model", "resnet9", "--save", "r9/run.safetensors"}, "r9/run.safetensors"},
+	} {
+		o, err := parseFlags(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if o.save != c.want {
+			t.Errorf("%v: save %q, want %q", c.args, o.save, c.want)
+		}
+	}
+	if _, err := parseFlags([]string{"--save", ""}, io.Discard); err == nil || !strings.Contains(err.Error(), "--save") {
+		t.Errorf("--save \"\": error %v, want one naming --save", err)
+	}
+}
