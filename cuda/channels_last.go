@@ -111,10 +111,7 @@ const clRowBlocksPerSM = 8
 // ember_cl_bn_finalize adds few partials. Batch norm's gradient sums also
 // write g = dy·act'(z) to gout where it is not 0.
 func (b *Backend) clSums(op string, gout, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
-	g := c / 8
-	r := blockSize / g
-	nb := max(1, min((rows+r-1)/r, 4*b.dev.MultiprocessorCount()))
-	part := b.workspace(op, 4*2*nb*c)
+	part, nb := b.clPartials(op, rows, c)
 	grid, block := Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}
 	var err error
 	switch mode {
@@ -128,6 +125,15 @@ func (b *Backend) clSums(op string, gout, x, dy, mean, inv, w, bias uintptr, act
 	}
 	devCheck(op, err)
 	return part, nb
+}
+
+// clPartials is the grid of ember_cl_channel_sums's kernels (and of
+// ember_cl_maxpool_stats, which must match them) over rows of c channels
+// and a new workspace for its partial sums.
+func (b *Backend) clPartials(op string, rows, c int) (Block, int) {
+	r := blockSize / (c / 8)
+	nb := max(1, min((rows+r-1)/r, 4*b.dev.MultiprocessorCount()))
+	return b.workspace(op, 4*2*nb*c), nb
 }
 
 // clTab is ember_cl_bn_finalize's table of c channels (six rows).
@@ -160,13 +166,24 @@ func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar
 	py, px := b.clPtr(op, "y", y, n), b.clPtr(op, "x", x, n)
 	pm, pi, pw, pb := b.clStatsParams(op, saveMean, saveInvStd, weight, bias, c)
 	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
+	if training && rows < 2 {
+		panic(fmt.Sprintf("cuda: %s: %d rows in training", op, rows))
+	}
+	var part Block
+	nb := 0
+	if training {
+		part, nb = b.clSums(op, 0, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
+	}
+	b.clNormalize(op, part, nb, py, px, pm, pi, prm, prv, pw, pb, rows, c, training, momentum, eps, act)
+}
+
+// clNormalize finishes batch norm's forward pass over x's rows: the
+// statistics from the partial sums part of nb blocks (training; the
+// workspace is released) or the running statistics, then y = act(z).
+func (b *Backend) clNormalize(op string, part Block, nb int, py, px, pm, pi, prm, prv, pw, pb uintptr, rows, c int, training bool, momentum, eps float32, act tensor.UnaryOp) {
 	tab := b.clTab(op, c)
 	defer b.release(tab)
 	if training {
-		if rows < 2 {
-			panic(fmt.Sprintf("cuda: %s: %d rows in training", op, rows))
-		}
-		part, nb := b.clSums(op, 0, px, 0, 0, 0, 0, 0, 0, rows, c, clStats)
 		b.clFinalize(op, part.Ptr(), nb, c, rows, clStats, px, pm, pi, prm, prv, momentum, eps, pw, pb, 0, 0, false, false, tab.Ptr())
 		b.release(part)
 	} else {
@@ -175,7 +192,39 @@ func (b *Backend) BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar
 		}
 		b.clFinalize(op, 0, 0, c, rows, clEval, 0, pm, pi, prm, prv, momentum, eps, pw, pb, 0, 0, false, false, tab.Ptr())
 	}
-	b.clApply(op, py, px, 0, tab.Ptr(), 0, act, clBN, training, n, c)
+	b.clApply(op, py, px, 0, tab.Ptr(), 0, act, clBN, training, rows*c, c)
+}
+
+// MaxPoolBatchNormChannelsLast implements
+// tensor.ChannelsLastPoolNormBackend: in training the pooling writes
+// batch norm's partial sums of its output as it goes
+// (ember_cl_maxpool_stats), so that the statistics need no pass over p;
+// the results are those of MaxPoolChannelsLast then
+// BatchNormChannelsLast, bit for bit.
+func (b *Backend) MaxPoolBatchNormChannelsLast(y, p, idx, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, pool tensor.PoolGeom, training bool, momentum, eps float32, act tensor.UnaryOp) {
+	const op = "maxpool_batch_norm_channels_last"
+	rows := pool.N * pool.OutH() * pool.OutW()
+	if !training || rows < 2 {
+		b.MaxPoolChannelsLast(p, idx, x, pool)
+		b.BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, p, weight, bias, rows, pool.C, training, momentum, eps, act)
+		return
+	}
+	clPool(op, pool)
+	c := pool.C
+	n := rows * c
+	py, pp, px := b.clPtr(op, "y", y, n), b.clPtr(op, "p", p, n), b.clPtr(op, "x", x, pool.N*pool.H*pool.W*c)
+	pi := b.clIdx(op, idx, n)
+	pm, pinv, pw, pb := b.clStatsParams(op, saveMean, saveInvStd, weight, bias, c)
+	prm, prv := b.f32Opt(op, "runMean", runMean, c), b.f32Opt(op, "runVar", runVar, c)
+	kernel := "ember_cl_maxpool_stats"
+	if pool.KH == 2 && pool.KW == 2 {
+		kernel = "ember_cl_maxpool2_stats"
+	}
+	part, nb := b.clPartials(op, rows, c)
+	devCheck(op, b.x.launch(b.kernel(kernel), Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},
+		[]any{part.Ptr(), pp, pi, px, i32arg(op, pool.H), i32arg(op, pool.W), i32arg(op, c), i32arg(op, pool.OutH()),
+			i32arg(op, pool.OutW()), i32arg(op, pool.KH), i32arg(op, pool.KW), int64(rows)}))
+	b.clNormalize(op, part, nb, py, pp, pm, pinv, prm, prv, pw, pb, rows, c, true, momentum, eps, act)
 }
 
 func (b *Backend) BatchNormBackwardChannelsLast(dx, dweight, dbias, dy, x, weight, bias, saveMean, saveInvStd tensor.Buffer, rows, c int, training bool, act tensor.UnaryOp, accW, accB bool) {

@@ -78,11 +78,18 @@ type ChannelsLastBackend interface {
 	MaxPoolBackwardChannelsLast(dx, dy, idx Buffer, p PoolGeom)
 }
 
-// ChannelsLastPoolNormBackend is a ChannelsLastBackend whose batch norm
-// backward pass can hand its input gradient straight to the max pooling
-// before it (MaxPoolBatchNormAct): the pooled gradient is never written.
+// ChannelsLastPoolNormBackend is a ChannelsLastBackend that runs a max
+// pooling and the batch norm after it as one operation each way
+// (MaxPoolBatchNormAct): forward, the statistics may be gathered as the
+// pooling writes its output; backward, batch norm's input gradient goes
+// straight to the pooling's windows, and the pooled gradient is never
+// written.
 type ChannelsLastPoolNormBackend interface {
 	ChannelsLastBackend
+	// MaxPoolBatchNormChannelsLast is MaxPoolChannelsLast of x into p and
+	// idx followed by BatchNormChannelsLast of p into y, with the same
+	// results (a backend may gather the statistics as it pools).
+	MaxPoolBatchNormChannelsLast(y, p, idx, saveMean, saveInvStd, runMean, runVar, x, weight, bias Buffer, pool PoolGeom, training bool, momentum, eps float32, act UnaryOp)
 	// BatchNormMaxPoolBackwardChannelsLast is BatchNormBackwardChannelsLast
 	// over p, the pooled rows [N·OH·OW, C] of pool, followed by
 	// MaxPoolBackwardChannelsLast of its input gradient through idx into

@@ -171,6 +171,12 @@ func (cb *cpuBackend) MaxPoolBackwardChannelsLast(dx, dy, idx Buffer, p PoolGeom
 	}
 }
 
+// MaxPoolBatchNormChannelsLast is the two passes.
+func (cb *cpuBackend) MaxPoolBatchNormChannelsLast(y, p, idx, saveMean, saveInvStd, runMean, runVar, x, weight, bias Buffer, pool PoolGeom, training bool, momentum, eps float32, act UnaryOp) {
+	cb.MaxPoolChannelsLast(p, idx, x, pool)
+	cb.BatchNormChannelsLast(y, saveMean, saveInvStd, runMean, runVar, p, weight, bias, pool.N*pool.OutH()*pool.OutW(), pool.C, training, momentum, eps, act)
+}
+
 // BatchNormMaxPoolBackwardChannelsLast is the two passes, through the
 // pooled gradient.
 func (cb *cpuBackend) BatchNormMaxPoolBackwardChannelsLast(dx, dweight, dbias, dy, p, idx, weight, bias, saveMean, saveInvStd Buffer, pool PoolGeom, training bool, act UnaryOp, accW, accB bool) {

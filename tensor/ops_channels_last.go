@@ -150,14 +150,13 @@ func maxPoolBatchNormChannelsLast(x *Tensor, k int, weight, bias, runningMean, r
 		runningMean, runningVar = nil, nil
 	}
 	be := x.st.b
-	rows, c := g.N*oh*ow, g.C
+	c := g.C
 	p := newChannelsLast(be, s, g.N, c, oh, ow)
 	idx := EmptyOf(be, s, Uint8, p.Len())
-	cl.MaxPoolChannelsLast(p.st.buf, idx.buffer(), xb, g)
 	out := newChannelsLast(be, s, g.N, c, oh, ow)
 	mean, inv := Empty(be, s, c), Empty(be, s, c)
-	cl.BatchNormChannelsLast(out.st.buf, mean.buffer(), inv.buffer(), optBuffer(runningMean), optBuffer(runningVar),
-		p.st.buf, optBuffer(weight), optBuffer(bias), rows, c, training, momentum, eps, act)
+	pn.MaxPoolBatchNormChannelsLast(out.st.buf, p.st.buf, idx.buffer(), mean.buffer(), inv.buffer(), optBuffer(runningMean),
+		optBuffer(runningVar), xb, optBuffer(weight), optBuffer(bias), g, training, momentum, eps, act)
 	record(out, "maxpool_batch_norm_channels_last", func(dy *Tensor, e *engine) {
 		dw, db, accW, accB := affineSinks(e, weight, bias)
 		dyb, dyTmp := channelsLastInput(cl, e.scopeFor(x), dy)

@@ -153,6 +153,34 @@ __device__ __forceinline__ void ember_cl_rows_sum(int act, const ember_cl8 xr[U]
     }
 }
 
+// ember_cl_block_partials adds the block's rows' sums s1, s2 of channels
+// c0..c0+7 (thread (c0/8, r) of R rows; mine: r < R) in shared memory, in
+// row order, and writes the block's two partial sums of each channel to
+// part[b·C + c] and part[(gridDim.x + b)·C + c]. Every thread must call
+// it; R·C <= 2048.
+__device__ __forceinline__ void ember_cl_block_partials(float* part, bool mine, int R, int C, int c0, const float s1[8],
+                                                        const float s2[8]) {
+    __shared__ float sh[2][2048];
+    if (mine) {
+        const int r = threadIdx.x / (C >> 3);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sh[0][r * C + c0 + j] = s1[j];
+            sh[1][r * C + c0 + j] = s2[j];
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t1 = 0.f, t2 = 0.f;
+        for (int q = 0; q < R; q++) {
+            t1 += sh[0][q * C + c];
+            t2 += sh[1][q * C + c];
+        }
+        part[(long long)blockIdx.x * C + c] = t1;
+        part[((long long)gridDim.x + blockIdx.x) * C + c] = t2;
+    }
+}
+
 // ember_cl_channel_sums writes two partial sums per channel of [rows, C]
 // (the mode's, fixed at compile time so that each kernel keeps only its
 // own registers)
@@ -170,7 +198,6 @@ template <int mode, int U, bool P>
 __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned short* gout, const unsigned short* x,
                                                       const unsigned short* dy, const float* mean, const float* inv,
                                                       const float* w, const float* b, int act, long long rows, int C) {
-    __shared__ float sh[2][2048];
     const int G = C >> 3;
     const int R = blockDim.x / G;
     const int g = threadIdx.x % G;
@@ -232,22 +259,8 @@ __device__ __forceinline__ void ember_cl_channel_sums(float* part, unsigned shor
             ember_cl_accumulate(mode, act, xv, gv, sub, a, c, s1, s2, go);
             if (mode == EMBER_CL_BN_GRAD && gout) ember_cl_store8(gout + at, go);
         }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            sh[0][r * C + c0 + j] = s1[j];
-            sh[1][r * C + c0 + j] = s2[j];
-        }
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float t1 = 0.f, t2 = 0.f;
-        for (int q = 0; q < R; q++) {
-            t1 += sh[0][q * C + c];
-            t2 += sh[1][q * C + c];
-        }
-        part[(long long)blockIdx.x * C + c] = t1;
-        part[((long long)gridDim.x + blockIdx.x) * C + c] = t2;
-    }
+    ember_cl_block_partials(part, r < R, R, C, c0, s1, s2);
 }
 
 // The three sums of ember_cl_channel_sums, a kernel each.
@@ -545,11 +558,91 @@ struct __attribute__((aligned(8))) ember_cl8b {
 // (the last NaN), as cpu.go's MaxPool2d. KT > 0 fixes KH = KW = KT when
 // compiled: the window's loads are then issued together, where a loop of
 // runtime length waits for each before the next (ember_cl_maxpool2, the
-// 2x2 windows of most networks).
+// 2x2 windows of most networks). ember_cl_window_max takes one window's
+// maxima and their positions.
+// ember_cl_window_load loads the in-bounds taps of a KT×KT window (KT >
+// 0) at channels c0..c0+7, all issued before any is used.
+template <int KT>
+__device__ __forceinline__ void ember_cl_window_load(const unsigned short* x, long long img, int oy, int ox, int H, int W,
+                                                     int C, int c0, ember_cl8 raw[KT * KT]) {
+#pragma unroll
+    for (int t = 0; t < KT * KT; t++) {
+        const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+        if (h < H && wc < W) raw[t] = *reinterpret_cast<const ember_cl8*>(x + ((img * H + h) * W + wc) * C + c0);
+    }
+}
+
+// ember_cl_window_reduce takes the maxima of ember_cl_window_load's taps
+// and their positions, in the order of ember_cl_window_max's loop.
+template <int KT>
+__device__ __forceinline__ void ember_cl_window_reduce(const ember_cl8 raw[KT * KT], int oy, int ox, int H, int W,
+                                                       float best[8], unsigned int at[8]) {
+    float v[8];
+    int first = 1;
+#pragma unroll
+    for (int t = 0; t < KT * KT; t++) {
+        const int h = oy * KT + t / KT, wc = ox * KT + t % KT;
+        if (h >= H || wc >= W) continue;
+        ember_cl_unpack8(raw[t], v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (first || v[j] > best[j] || v[j] != v[j]) {
+                best[j] = v[j];
+                at[j] = (unsigned int)t;
+            }
+        }
+        first = 0;
+    }
+}
+
+template <int KT>
+__device__ __forceinline__ void ember_cl_window_max(const unsigned short* x, long long img, int oy, int ox, int H, int W,
+                                                    int C, int KHr, int KWr, int c0, float best[8], unsigned int at[8]) {
+    if (KT) {
+        // (KS: KT, kept positive for the runtime instance, which never
+        // comes here.)
+        constexpr int KS = KT > 0 ? KT : 1;
+        ember_cl8 raw[KS * KS];
+        ember_cl_window_load<KS>(x, img, oy, ox, H, W, C, c0, raw);
+        ember_cl_window_reduce<KS>(raw, oy, ox, H, W, best, at);
+        return;
+    }
+    const int KH = KHr, KW = KWr;
+    float v[8];
+    int first = 1;
+    for (int r = 0; r < KH; r++) {
+        const int h = oy * KH + r;
+        if (h >= H) break;
+        for (int s = 0; s < KW; s++) {
+            const int wc = ox * KW + s;
+            if (wc >= W) break;
+            ember_cl_load8(x + ((img * H + h) * W + wc) * C + c0, v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (first || v[j] > best[j] || v[j] != v[j]) {
+                    best[j] = v[j];
+                    at[j] = (unsigned int)(r * KW + s);
+                }
+            }
+            first = 0;
+        }
+    }
+}
+
+// ember_cl_pool_store writes a pooled row's eight channels at o: the
+// maxima (bfloat16 already: stored exactly) to y, their positions to idx.
+__device__ __forceinline__ void ember_cl_pool_store(unsigned short* y, unsigned char* idx, long long o, const float best[8],
+                                                    const unsigned int at[8]) {
+    ember_cl_store8(y + o, best);
+    ember_cl8b b;
+    b.lo = at[0] | (at[1] << 8) | (at[2] << 16) | (at[3] << 24);
+    b.hi = at[4] | (at[5] << 8) | (at[6] << 16) | (at[7] << 24);
+    *reinterpret_cast<ember_cl8b*>(idx + o) = b;
+}
+
 template <int KT>
 __device__ __forceinline__ void ember_cl_maxpool_of(unsigned short* y, unsigned char* idx, const unsigned short* x,
-                                                    int H, int W, int C, int OH, int OW, int KHr, int KWr, long long n8) {
-    const int KH = KT ? KT : KHr, KW = KT ? KT : KWr;
+                                                    int H, int W, int C, int OH, int OW, int KH, int KW, long long n8) {
     const int G = C >> 3;
     EMBER_LOOP(long long, i, n8) {
         const int g = (int)(i % G);
@@ -557,59 +650,10 @@ __device__ __forceinline__ void ember_cl_maxpool_of(unsigned short* y, unsigned 
         const int ox = (int)(pos % OW);
         const int oy = (int)((pos / OW) % OH);
         const long long img = pos / ((long long)OW * OH);
-        float best[8], v[8];
+        float best[8];
         unsigned int at[8];
-        if (KT) {
-            // Every in-bounds tap's row loaded first, then compared in
-            // the same order as below. (KS: KT, kept positive for the
-            // runtime instance, which never comes here.)
-            constexpr int KS = KT > 0 ? KT : 1;
-            ember_cl8 raw[KS * KS];
-#pragma unroll
-            for (int t = 0; t < KS * KS; t++) {
-                const int h = oy * KS + t / KS, wc = ox * KS + t % KS;
-                if (h < H && wc < W) raw[t] = *reinterpret_cast<const ember_cl8*>(x + ((img * H + h) * W + wc) * C + g * 8);
-            }
-            int first = 1;
-#pragma unroll
-            for (int t = 0; t < KS * KS; t++) {
-                const int h = oy * KS + t / KS, wc = ox * KS + t % KS;
-                if (h >= H || wc >= W) continue;
-                ember_cl_unpack8(raw[t], v);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    if (first || v[j] > best[j] || v[j] != v[j]) {
-                        best[j] = v[j];
-                        at[j] = (unsigned int)t;
-                    }
-                }
-                first = 0;
-            }
-        } else {
-            int first = 1;
-            for (int r = 0; r < KH; r++) {
-                const int h = oy * KH + r;
-                if (h >= H) break;
-                for (int s = 0; s < KW; s++) {
-                    const int wc = ox * KW + s;
-                    if (wc >= W) break;
-                    ember_cl_load8(x + ((img * H + h) * W + wc) * C + g * 8, v);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        if (first || v[j] > best[j] || v[j] != v[j]) {
-                            best[j] = v[j];
-                            at[j] = (unsigned int)(r * KW + s);
-                        }
-                    }
-                    first = 0;
-                }
-            }
-        }
-        ember_cl_store8(y + pos * C + g * 8, best);
-        ember_cl8b b;
-        b.lo = at[0] | (at[1] << 8) | (at[2] << 16) | (at[3] << 24);
-        b.hi = at[4] | (at[5] << 8) | (at[6] << 16) | (at[7] << 24);
-        *reinterpret_cast<ember_cl8b*>(idx + pos * C + g * 8) = b;
+        ember_cl_window_max<KT>(x, img, oy, ox, H, W, C, KH, KW, g * 8, best, at);
+        ember_cl_pool_store(y, idx, pos * C + g * 8, best, at);
     }
 }
 
@@ -621,6 +665,103 @@ extern "C" __global__ void ember_cl_maxpool(unsigned short* y, unsigned char* id
 extern "C" __global__ void ember_cl_maxpool2(unsigned short* y, unsigned char* idx, const unsigned short* x, int H,
                                              int W, int C, int OH, int OW, int KH, int KW, long long n8) {
     ember_cl_maxpool_of<2>(y, idx, x, H, W, C, OH, OW, KH, KW, n8);
+}
+
+// A pooled row's window (img, oy, ox), moved by a fixed number of rows
+// without a division (ember_cl_pos_add).
+struct ember_cl_pos {
+    long long img;
+    int oy, ox;
+};
+
+__device__ __forceinline__ ember_cl_pos ember_cl_pos_of(long long row, int OH, int OW) {
+    const long long t = row / OW;
+    return ember_cl_pos{t / OH, (int)(t % OH), (int)(row % OW)};
+}
+
+// ember_cl_pos_add moves p by d (ember_cl_pos_of of a row count).
+__device__ __forceinline__ void ember_cl_pos_add(ember_cl_pos& p, const ember_cl_pos d, int OH, int OW) {
+    p.ox += d.ox;
+    const int cx = p.ox >= OW;
+    if (cx) p.ox -= OW;
+    p.oy += d.oy + cx;
+    const int cy = p.oy >= OH;
+    if (cy) p.oy -= OH;
+    p.img += d.img + cy;
+}
+
+// ember_cl_maxpool_stats_of is ember_cl_maxpool_of and ember_cl_stats
+// over its output in one pass: batch norm's statistics of the pooled
+// rows without reading them again. Threads as ember_cl_channel_sums's
+// (thread (g, r) takes channels 8g..8g+7 of every (gridDim.x·R)-th
+// pooled row), the same shift (pooled row 0), the same additions in the
+// same order and the same partials, so that ember_cl_bn_finalize gives
+// the bits it gives from ember_cl_stats over y with the same grid.
+// For KT > 0 two rows' windows are loaded before either is reduced.
+template <int KT>
+__device__ __forceinline__ void ember_cl_maxpool_stats_of(float* part, unsigned short* y, unsigned char* idx,
+                                                          const unsigned short* x, int H, int W, int C, int OH, int OW,
+                                                          int KH, int KW, long long rows) {
+    const int G = C >> 3, R = blockDim.x / G;
+    const int r = threadIdx.x / G, c0 = (threadIdx.x % G) * 8;
+    float s1[8], s2[8], sub[8], unused[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        s1[j] = 0.f;
+        s2[j] = 0.f;
+        unused[j] = 0.f;
+    }
+    if (r < R) {
+        float best[8], go[8];
+        unsigned int at[8];
+        ember_cl_window_max<KT>(x, 0, 0, 0, H, W, C, KH, KW, c0, sub, at);
+        const long long stride = (long long)gridDim.x * R;
+        long long row = (long long)blockIdx.x * R + r;
+        ember_cl_pos p = ember_cl_pos_of(row, OH, OW);
+        const ember_cl_pos d = ember_cl_pos_of(stride, OH, OW);
+        if (KT) {
+            // Two rows' windows loaded before either is reduced.
+            constexpr int KS = KT > 0 ? KT : 1;
+            for (; row < rows; row += 2 * stride) {
+                const bool two = row + stride < rows;
+                ember_cl_pos q = p;
+                ember_cl_pos_add(q, d, OH, OW);
+                ember_cl8 r0[KS * KS], r1[KS * KS];
+                ember_cl_window_load<KS>(x, p.img, p.oy, p.ox, H, W, C, c0, r0);
+                if (two) ember_cl_window_load<KS>(x, q.img, q.oy, q.ox, H, W, C, c0, r1);
+                ember_cl_window_reduce<KS>(r0, p.oy, p.ox, H, W, best, at);
+                ember_cl_pool_store(y, idx, row * C + c0, best, at);
+                ember_cl_accumulate(EMBER_CL_STATS, 0, best, unused, sub, unused, unused, s1, s2, go);
+                if (two) {
+                    ember_cl_window_reduce<KS>(r1, q.oy, q.ox, H, W, best, at);
+                    ember_cl_pool_store(y, idx, (row + stride) * C + c0, best, at);
+                    ember_cl_accumulate(EMBER_CL_STATS, 0, best, unused, sub, unused, unused, s1, s2, go);
+                }
+                p = q;
+                ember_cl_pos_add(p, d, OH, OW);
+            }
+        } else {
+            for (; row < rows; row += stride) {
+                ember_cl_window_max<KT>(x, p.img, p.oy, p.ox, H, W, C, KH, KW, c0, best, at);
+                ember_cl_pool_store(y, idx, row * C + c0, best, at);
+                ember_cl_accumulate(EMBER_CL_STATS, 0, best, unused, sub, unused, unused, s1, s2, go);
+                ember_cl_pos_add(p, d, OH, OW);
+            }
+        }
+    }
+    ember_cl_block_partials(part, r < R, R, C, c0, s1, s2);
+}
+
+extern "C" __global__ void ember_cl_maxpool_stats(float* part, unsigned short* y, unsigned char* idx,
+                                                  const unsigned short* x, int H, int W, int C, int OH, int OW, int KH,
+                                                  int KW, long long rows) {
+    ember_cl_maxpool_stats_of<0>(part, y, idx, x, H, W, C, OH, OW, KH, KW, rows);
+}
+
+extern "C" __global__ void ember_cl_maxpool2_stats(float* part, unsigned short* y, unsigned char* idx,
+                                                   const unsigned short* x, int H, int W, int C, int OH, int OW, int KH,
+                                                   int KW, long long rows) {
+    ember_cl_maxpool_stats_of<2>(part, y, idx, x, H, W, C, OH, OW, KH, KW, rows);
 }
 
 // ember_cl_window_grad writes the window of pooled position (img, oy, ox)

@@ -24,7 +24,11 @@
 //   - batch norm's input gradient taken into max pooling's gradient in one
 //     pass, against the two passes, bit for bit;
 //   - the channel padding of a convolution's input, and the flipped
-//     filter of its data gradient's forward pass, bit for bit.
+//     filter of its data gradient's forward pass, bit for bit;
+//   - max pooling with batch norm's sums of its output in the same pass,
+//     against the two passes, bit for bit;
+//   - the elementwise passes (an activation, its gradient, a bias, an
+//     addition) against the same function of each element, bit for bit.
 // Exit status: the number of failed checks (at most 99).
 #include "host_launch.h"
 
@@ -107,6 +111,72 @@ static void maxpool(int N, int C, int H, int W, int K, bool ceil) {
         }
     }
     printf("maxpool N=%d C=%d %dx%d window %d ceil=%d: %s\n", N, C, H, W, K, ceil, bad ? "FAIL" : "ok");
+}
+
+// same is bitwise equality, a NaN equal to any NaN.
+static bool same(float a, float b) { return memcmp(&a, &b, 4) == 0 || (a != a && b != b); }
+
+// maxpoolStats: ember_cl_maxpool_stats (ember_cl_maxpool2_stats for 2x2
+// windows) against ember_cl_maxpool then ember_cl_stats over its output
+// on the same grid: the same pooled values, positions and partial sums.
+static void maxpoolStats(int N, int C, int H, int W, int K, bool ceil) {
+    const int OH = ceil ? (H + K - 1) / K : H / K, OW = ceil ? (W + K - 1) / K : W / K;
+    const int rows = N * OH * OW, nt = 256, R = nt / (C / 8), nb = std::min((rows + R - 1) / R, 3);
+    std::vector<unsigned short> x = randomBits((size_t)N * H * W * C, 1.5f, 0.25f);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = 0; // ties
+    std::vector<unsigned short> y1(rows * C), y2(rows * C, 0x1234);
+    std::vector<unsigned char> i1(rows * C), i2(rows * C, 0xee);
+    std::vector<float> p1(2 * nb * C), p2(2 * nb * C, -1);
+    const unsigned short* px = x.data();
+    unsigned short *py1 = y1.data(), *py2 = y2.data();
+    unsigned char *pi1 = i1.data(), *pi2 = i2.data();
+    float *pp1 = p1.data(), *pp2 = p2.data();
+    const long long n8 = (long long)rows * C / 8;
+    launch(3, 64, [=] { ember_cl_maxpool(py1, pi1, px, H, W, C, OH, OW, K, K, n8); });
+    launch(nb, nt, [=] { ember_cl_stats(pp1, py1, rows, C); });
+    if (K == 2) {
+        launch(nb, nt, [=] { ember_cl_maxpool2_stats(pp2, py2, pi2, px, H, W, C, OH, OW, K, K, rows); });
+    } else {
+        launch(nb, nt, [=] { ember_cl_maxpool_stats(pp2, py2, pi2, px, H, W, C, OH, OW, K, K, rows); });
+    }
+    int bad = 0;
+    for (size_t i = 0; i < y1.size(); i++) {
+        bad += !check(y2[i] == y1[i], "pooled y", i, widen(y2[i]), widen(y1[i]));
+        bad += !check(i2[i] == i1[i], "pooled idx", i, i2[i], i1[i]);
+    }
+    for (size_t i = 0; i < p1.size(); i++) bad += !check(same(p2[i], p1[i]), "partial sum", i, p2[i], p1[i]);
+    printf("maxpool with statistics N=%d C=%d %dx%d window %d ceil=%d (%d blocks): %s\n", N, C, H, W, K, ceil, nb, bad ? "FAIL" : "ok");
+}
+
+// pointwise: ember_cl_pointwise of each kind over [rows, C] on a small
+// grid (threads take several groups, two at a time, and an odd one last)
+// against the same function of each element, bit for bit.
+static void pointwise(int rows, int C, int kind, int act) {
+    std::vector<unsigned short> x = randomBits((size_t)rows * C, 2, 0), dy = randomBits((size_t)rows * C, 1, 0.5f);
+    std::vector<float> bias(C);
+    for (int c = 0; c < C; c++) bias[c] = 0.1f * c - 1;
+    std::vector<unsigned short> y(x.size(), 0x1234);
+    const unsigned short *px = x.data(), *pdy = dy.data();
+    const float* pb = bias.data();
+    unsigned short* py = y.data();
+    const long long n8 = (long long)rows * C / 8;
+    launch(3, 64, [=] { ember_cl_pointwise(py, px, pdy, pb, act, kind, n8, C); });
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        const float xv = widen(x[i]), gv = widen(dy[i]);
+        float want;
+        switch (kind) {
+        case EMBER_CL_ACT: want = ember_cl_act(act, xv); break;
+        case EMBER_CL_BIAS:
+            want = xv + bias[i % C];
+            if (act) want = ember_cl_act(act, want);
+            break;
+        case EMBER_CL_ACT_GRAD: want = ember_cl_act_grad(act, xv, gv); break;
+        default: want = xv + gv;
+        }
+        bad += !check(y[i] == bits(want), "pointwise y", i, widen(y[i]), bf(want));
+    }
+    printf("pointwise rows=%d C=%d kind=%d act=%d: %s\n", rows, C, kind, act, bad ? "FAIL" : "ok");
 }
 
 // batchnorm runs the passes of batch norm over [rows, C]; with gInDx, as
@@ -394,6 +464,20 @@ int main() {
     maxpool(2, 16, 7, 7, 2, false);
     maxpool(2, 8, 7, 5, 2, true);
     maxpool(1, 24, 9, 6, 3, false);
+    maxpoolStats(2, 16, 7, 7, 2, false);
+    maxpoolStats(2, 8, 7, 5, 2, true);  // ceil mode's partial windows
+    maxpoolStats(1, 24, 9, 6, 3, false); // a window of runtime size
+    maxpoolStats(4, 16, 16, 14, 2, false); // several rows a thread
+    maxpoolStats(2, 64, 6, 6, 2, false);
+    maxpoolStats(4, 64, 24, 24, 2, false); // six rows a thread, two at a time
+    maxpoolStats(8, 24, 18, 17, 2, true);  // 85 rows a block, an odd row last
+    maxpoolStats(4, 64, 21, 21, 3, false); // several rows a thread, one at a time
+    pointwise(101, 24, EMBER_CL_ACT, 13);
+    pointwise(101, 24, EMBER_CL_ACT_GRAD, 13);
+    pointwise(203, 40, EMBER_CL_BIAS, 11); // a channel that moves by the stride
+    pointwise(203, 40, EMBER_CL_BIAS, 0);
+    pointwise(64, 16, EMBER_CL_ADD, 0);
+    pointwise(3, 8, EMBER_CL_ACT, 11); // fewer groups than threads
     batchnorm(200, 16, 0, true);
     batchnorm(150, 24, 11, false);
     batchnorm(97, 8, 13, true);

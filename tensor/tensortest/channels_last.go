@@ -120,7 +120,7 @@ func RunChannelsLast(t *testing.T, b tensor.Backend) {
 		} {
 			for _, act := range []tensor.UnaryOp{tensor.OpIdentity, tensor.OpGELU} {
 				for _, training := range []bool{true, false} {
-					t.Run(fmt.Sprintf("maxpool+batchnorm backward %+v act=%d training=%v", p, act, training), func(t *testing.T) {
+					t.Run(fmt.Sprintf("maxpool+batchnorm %+v act=%d training=%v", p, act, training), func(t *testing.T) {
 						h.with(t).poolNorm(pn, p, act, training)
 					})
 				}
@@ -354,21 +354,43 @@ func (h clHarness) poolNorm(pn tensor.ChannelsLastPoolNormBackend, p tensor.Pool
 	for i := range vars {
 		vars[i] = 0.5 + float32(i%3)
 	}
-	rm, rv := h.f32(h.normal(c)), h.f32(vars)
+	rm0 := h.normal(c)
+	rm, rv := h.f32(rm0), h.f32(vars)
 	mean, inv, y := h.f32(make([]float32, c)), h.f32(make([]float32, c)), h.bf16(n)
 	pn.BatchNormChannelsLast(y.on, mean.on, inv.on, rm.on, rv.on, pooled.on, w.on, bias.on, rows, c, training, 0.1, 1e-5, act)
+
+	// The forward pass as one operation: the two passes' bits.
+	fp, fy := h.bf16(n), h.bf16(n)
+	fidx, err := h.b.Alloc(n, tensor.Uint8)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	frm, frv := h.f32(rm0), h.f32(vars)
+	fmean, finv := h.f32(make([]float32, c)), h.f32(make([]float32, c))
+	pn.MaxPoolBatchNormChannelsLast(fy.on, fp.on, fidx, fmean.on, finv.on, frm.on, frv.on, x.on, w.on, bias.on, p, training, 0.1, 1e-5, act)
+	h.sameBF16("fused y", fy, bitsOf(h.got(y)))
+	h.sameBF16("fused pooled", fp, bitsOf(h.got(pooled)))
+	gotIdx, wantIdx := make([]uint8, n), make([]uint8, n)
+	h.b.Download(gotIdx, fidx)
+	h.b.Download(wantIdx, idx)
+	if !slices.Equal(gotIdx, wantIdx) {
+		h.t.Errorf("fused idx differs from the pooling's")
+	}
+	for _, v := range []struct {
+		what      string
+		got, want clBuf
+	}{{"fused mean", fmean, mean}, {"fused 1/std", finv, inv}, {"fused running mean", frm, rm}, {"fused running var", frv, rv}} {
+		if g, w := h.got(v.got), h.got(v.want); !slices.Equal(g, w) {
+			h.t.Errorf("%s = %v, want %v (the two passes')", v.what, g, w)
+		}
+	}
 
 	dx, dw, db := h.bf16(full), h.f32(make([]float32, c)), h.f32(make([]float32, c))
 	pn.BatchNormMaxPoolBackwardChannelsLast(dx.on, dw.on, db.on, dy.on, pooled.on, idx, w.on, bias.on, mean.on, inv.on, p, training, act, false, false)
 	dp, dx2, dw2, db2 := h.bf16(n), h.bf16(full), h.f32(make([]float32, c)), h.f32(make([]float32, c))
 	pn.BatchNormBackwardChannelsLast(dp.on, dw2.on, db2.on, dy.on, pooled.on, w.on, bias.on, mean.on, inv.on, rows, c, training, act, false, false)
 	pn.MaxPoolBackwardChannelsLast(dx2.on, dp.on, idx, p)
-	want := h.got(dx2)
-	bits := make([]uint16, len(want))
-	for i, v := range want {
-		bits[i] = tensor.BFloat16Bits(v) // exact: v is a bfloat16 widened
-	}
-	h.sameBF16("dx", dx, bits)
+	h.sameBF16("dx", dx, bitsOf(h.got(dx2)))
 	for _, v := range []struct {
 		what      string
 		got, want clBuf
@@ -377,6 +399,16 @@ func (h clHarness) poolNorm(pn tensor.ChannelsLastPoolNormBackend, p tensor.Pool
 			h.t.Errorf("%s = %v, want %v (the two passes')", v.what, g, w)
 		}
 	}
+}
+
+// bitsOf is the bfloat16 bits of values read back from bfloat16 memory
+// (exact: each is a bfloat16 widened).
+func bitsOf(v []float32) []uint16 {
+	bits := make([]uint16, len(v))
+	for i, f := range v {
+		bits[i] = tensor.BFloat16Bits(f)
+	}
+	return bits
 }
 
 // conv checks Conv2dChannelsLast and its backward pass.
