@@ -323,7 +323,7 @@ var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "
 // blockSized lists the kernels that need blockDim a multiple of 32 (warp
 // shuffles, block reductions).
 var blockSized = map[string]bool{
-	"ember_sum": true, "ember_sum_final": true, "ember_reduce_rows_sum4": true, "ember_reduce_rows_sum4_l2": true, "ember_reduce_channel_rows": true, "ember_reduce_channel_rows_l2": true, "ember_bias_grad_rows": true,
+	"ember_sum": true, "ember_sum_final": true, "ember_reduce_rows_sum4": true, "ember_reduce_rows_sum4_l2": true, "ember_reduce_channel_rows": true, "ember_reduce_channel_rows_l2": true, "ember_reduce_channel_rows_long": true, "ember_reduce_channel_rows_long_l2": true, "ember_bias_grad_rows": true,
 	"ember_bias_grad_cols": true, "ember_bias_grad_finish": true,
 	"ember_cross_entropy": true, "ember_argmax": true,
 	"ember_class_loss_count": true, "ember_class_loss_rows": true, "ember_class_loss_cols": true, "ember_class_loss_final": true,

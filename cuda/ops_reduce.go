@@ -175,6 +175,14 @@ const (
 	chanRowsMin = 128
 )
 
+// Rows of more than chanRowsLong4 float4 and at most chanRowsLong7 take
+// the kernel's _long entry points: seven float4 loads a lane instead of
+// four, one batch a row.
+const (
+	chanRowsLong4 = 4 * 32
+	chanRowsLong7 = 7 * 32
+)
+
 // meanScale is the factor of a sum's kernels that take one (a mean of n is
 // the sum times 1/n, in double, rounded once).
 func meanScale(op tensor.ReduceOp, n int) float64 {
@@ -256,8 +264,14 @@ func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintp
 			defer b.release(ws)
 			part, counters = ws.Ptr(), b.tileCounters.Ptr()+4*chanDone
 		}
+		long, streamed := inner/4 > chanRowsLong4 && inner/4 <= chanRowsLong7, b.streamed(4*outer*channels*inner)
 		kernel := "ember_reduce_channel_rows"
-		if !b.streamed(4 * outer * channels * inner) {
+		switch {
+		case long && streamed:
+			kernel = "ember_reduce_channel_rows_long"
+		case long:
+			kernel = "ember_reduce_channel_rows_long_l2"
+		case !streamed:
 			kernel = "ember_reduce_channel_rows_l2"
 		}
 		devCheck(name, b.x.launch(b.kernel(kernel), Dim3{X: int(i32arg(name, channels)), Y: splits, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1},

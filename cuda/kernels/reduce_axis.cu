@@ -519,8 +519,8 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // channels, inner], for inner a multiple of 4 from a 16-byte aligned x
 // (ember_scaled_store). Grid (channels, splits): block
 // (c, s) takes rows [s * rowsPer, s * rowsPer + rowsPer) of channel c, a
-// warp a row at a time, each lane issuing its four float4 loads of the
-// row's next 128 before it adds them (in float within a float4, in double
+// warp a row at a time, each lane issuing its V float4 loads of the
+// row's next 32·V before it adds them (in float within a float4, in double
 // across). A channel split over several blocks is joined by the last of
 // them to finish (ember_last_arrival on countersOrNull[c]), in a fixed
 // order. One launch instead of ember_reduce_channels and its join, whose
@@ -528,7 +528,7 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // rounds 20 and 21). As the rows' sums, two entry points: the load is
 // chosen when compiled (ember_ld_once without _l2). At most 256 threads a
 // block.
-template <bool Once>
+template <bool Once, int V>
 __device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x,
                                                    long long outer, long long channels, long long inner, long long rowsPer,
                                                    double scale, int acc) {
@@ -541,12 +541,12 @@ __device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOr
     double s = 0.0;
     for (long long o = o0 + warp; o < o1; o += nw) {
         const ember_f4* row = base + o * rowStride;
-        for (long long q0 = lane; q0 < innerV; q0 += 128) {
-            ember_f4 v[4];
+        for (long long q0 = lane; q0 < innerV; q0 += 32 * V) {
+            ember_f4 v[V];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_read(row + q0 + 32 * j, Once) : ember_f4{0.f, 0.f, 0.f, 0.f};
+            for (int j = 0; j < V; j++) v[j] = q0 + 32 * j < innerV ? ember_ld_read(row + q0 + 32 * j, Once) : ember_f4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int j = 0; j < 4; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
+            for (int j = 0; j < V; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
         }
     }
     s = ember_block_sum_d(s);
@@ -566,10 +566,28 @@ __device__ __forceinline__ void ember_channel_rows(float* dst, double* partialOr
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
                               long long channels, long long inner, long long rowsPer, double scale, int acc) {
-    ember_channel_rows<true>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
+    ember_channel_rows<true, 4>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
 }
 extern "C" __global__ void __launch_bounds__(256, 8)
     ember_reduce_channel_rows_l2(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x, long long outer,
                                  long long channels, long long inner, long long rowsPer, double scale, int acc) {
-    ember_channel_rows<false>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
+    ember_channel_rows<false, 4>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
+}
+
+// _long: seven float4 a lane, for rows of 129 to 224 float4 (a 28x28
+// image's 196: one batch of loads a row where four float4 a lane take
+// two, the second three lanes in eight idle). Rows of at most 128 float4
+// keep four: seven left more lanes idle there (docs/performance.md,
+// rounds 21 and 34).
+extern "C" __global__ void __launch_bounds__(256, 8)
+    ember_reduce_channel_rows_long(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x,
+                                   long long outer, long long channels, long long inner, long long rowsPer, double scale,
+                                   int acc) {
+    ember_channel_rows<true, 7>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(256, 8)
+    ember_reduce_channel_rows_long_l2(float* dst, double* partialOrNull, unsigned* countersOrNull, const float* x,
+                                      long long outer, long long channels, long long inner, long long rowsPer,
+                                      double scale, int acc) {
+    ember_channel_rows<false, 7>(dst, partialOrNull, countersOrNull, x, outer, channels, inner, rowsPer, scale, acc);
 }

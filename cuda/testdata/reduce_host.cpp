@@ -129,6 +129,15 @@ int main(int argc, char** argv) {
                             ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
                     });
                 }, chanIdx, outer * inner);
+                // The entry points of seven float4 a lane, on the same rows.
+                run("reduce_channel_rows_long", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
+                    launch((unsigned)ch, (unsigned)rsplits, nt, [=] {
+                        if (v.op == EMBER_R_MEAN)
+                            ember_reduce_channel_rows_long_l2(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
+                        else
+                            ember_reduce_channel_rows_long(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
+                    });
+                }, chanIdx, outer * inner);
                 if (rowGrid > 0)
                     run("reduce_rows_sum4", outer * ch, 0, 0, [&](float* pd, double*, unsigned*) {
                         launch((unsigned)rowGrid, 1, nt, [=] {

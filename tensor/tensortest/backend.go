@@ -563,7 +563,9 @@ func testReduceChannels(e *env) {
 		{40000, 3, 9}, {256, 3, 784}, {3, 2, 70001}, {2, 1, 65536},
 		// float4 rows of a channel: several a warp, and more channels
 		// than the GPU's per-channel join splits
-		{1000, 4, 132}, {3, 700, 256}}
+		{1000, 4, 132}, {3, 700, 256},
+		// rows just past 128 float4: the per-channel kernel's seven a lane
+		{7, 3, 516}}
 	for _, sh := range shapes {
 		outer, ch, inner := sh[0], sh[1], sh[2]
 		for _, v := range []struct {
