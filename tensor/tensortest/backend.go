@@ -564,8 +564,9 @@ func testReduceChannels(e *env) {
 		// float4 rows of a channel: several a warp, and more channels
 		// than the GPU's per-channel join splits
 		{1000, 4, 132}, {3, 700, 256},
-		// rows just past 128 float4: the per-channel kernel's seven a lane
-		{7, 3, 516}}
+		// rows just past 128 float4 (the per-channel kernel's seven a
+		// lane) and of 49 (ResNet-9's 14x14 images), an odd count of them
+		{7, 3, 516}, {5, 3, 196}}
 	for _, sh := range shapes {
 		outer, ch, inner := sh[0], sh[1], sh[2]
 		for _, v := range []struct {
