@@ -73,7 +73,9 @@
 //     that round their result as they write it), ChannelsLastBackend and
 //     ChannelsLastFilterBackend (autocast's bfloat16 channels-last
 //     activations, and a filter cast once a step for both of a
-//     convolution's passes, channels_last.go), CausalSoftmaxBackend,
+//     convolution's passes, channels_last.go), ChannelsLastPoolNormBackend
+//     (a max pooling and the batch norm after it, MaxPoolBatchNormAct,
+//     one operation each way), CausalSoftmaxBackend,
 //     AttentionBackend (fused scaled dot-product attention; without it,
 //     the composed products and softmax), FusedBackend, and the fused
 //     ConvPoolBackend, BiasReLUBackend, LinearBackend and
