@@ -121,23 +121,21 @@ int main(int argc, char** argv) {
                 }
             }, chanIdx, outer * inner);
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
-                run("reduce_channel_rows", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
-                    launch((unsigned)ch, (unsigned)rsplits, nt, [=] {
-                        if (v.op == EMBER_R_MEAN)
-                            ember_reduce_channel_rows_l2(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
-                        else
-                            ember_reduce_channel_rows(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
-                    });
-                }, chanIdx, outer * inner);
-                // The entry points of seven float4 a lane, on the same rows.
-                run("reduce_channel_rows_long", ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
-                    launch((unsigned)ch, (unsigned)rsplits, nt, [=] {
-                        if (v.op == EMBER_R_MEAN)
-                            ember_reduce_channel_rows_long_l2(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
-                        else
-                            ember_reduce_channel_rows_long(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc);
-                    });
-                }, chanIdx, outer * inner);
+                // Both widths of the per-channel rows' kernel on the same
+                // rows: four float4 a lane, and seven (_long); the means
+                // through the plain loads (_l2), the sums streamed.
+                using chanRows = decltype(&ember_reduce_channel_rows);
+                const struct {
+                    const char* name;
+                    chanRows streamed, l2;
+                } widths[] = {{"reduce_channel_rows", ember_reduce_channel_rows, ember_reduce_channel_rows_l2},
+                              {"reduce_channel_rows_long", ember_reduce_channel_rows_long, ember_reduce_channel_rows_long_l2}};
+                for (const auto& kw : widths)
+                    run(kw.name, ch, (int)ch * rsplits, (int)ch, [&](float* pd, double* pp, unsigned* pc) {
+                        const chanRows k = v.op == EMBER_R_MEAN ? kw.l2 : kw.streamed;
+                        launch((unsigned)ch, (unsigned)rsplits, nt,
+                               [=] { k(pd, pp, pc, x, outer, ch, inner, rowsPer, scale(outer * inner), v.acc); });
+                    }, chanIdx, outer * inner);
                 if (rowGrid > 0)
                     run("reduce_rows_sum4", outer * ch, 0, 0, [&](float* pd, double*, unsigned*) {
                         launch((unsigned)rowGrid, 1, nt, [=] {
