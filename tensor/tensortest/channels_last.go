@@ -332,9 +332,11 @@ func (h clHarness) batchNorm(cl, ref tensor.ChannelsLastBackend, rows, c int, ac
 	}
 }
 
-// poolNorm checks BatchNormMaxPoolBackwardChannelsLast against the two
-// passes it replaces on the same backend (batch norm's backward pass into
-// the pooled gradient, then the pooling's): the same bits.
+// poolNorm checks MaxPoolBatchNormChannelsLast and
+// BatchNormMaxPoolBackwardChannelsLast against the two passes each
+// replaces on the same backend (the pooling, then batch norm; batch norm's
+// backward pass into the pooled gradient, then the pooling's): the same
+// bits, statistics and running statistics included.
 func (h clHarness) poolNorm(pn tensor.ChannelsLastPoolNormBackend, p tensor.PoolGeom, act tensor.UnaryOp, training bool) {
 	rows, c := p.N*p.OutH()*p.OutW(), p.C
 	n, full := rows*c, p.N*p.H*p.W*c
