@@ -550,16 +550,6 @@ struct __attribute__((aligned(8))) ember_cl8b {
     unsigned int lo, hi;
 };
 
-// ember_cl_maxpool takes the maximum of each KH×KW window moved by its
-// own size over x [N, H, W, C] into y [N, OH, OW, C], and its position in
-// the window (row·KW + column, KH·KW <= 256) into idx, a thread per output
-// position and eight channels: the windows' parts past the edge (ceil
-// mode) are skipped, the first maximum wins and a NaN wins over numbers
-// (the last NaN), as cpu.go's MaxPool2d. KT > 0 fixes KH = KW = KT when
-// compiled: the window's loads are then issued together, where a loop of
-// runtime length waits for each before the next (ember_cl_maxpool2, the
-// 2x2 windows of most networks). ember_cl_window_max takes one window's
-// maxima and their positions.
 // ember_cl_window_load loads the in-bounds taps of a KT×KT window (KT >
 // 0) at channels c0..c0+7, all issued before any is used.
 template <int KT>
@@ -595,6 +585,9 @@ __device__ __forceinline__ void ember_cl_window_reduce(const ember_cl8 raw[KT * 
     }
 }
 
+// ember_cl_window_max takes the maxima of window (img, oy, ox) at
+// channels c0..c0+7 and their positions in it, as ember_cl_maxpool says:
+// for KT > 0 its taps loaded together, else one at a time.
 template <int KT>
 __device__ __forceinline__ void ember_cl_window_max(const unsigned short* x, long long img, int oy, int ox, int H, int W,
                                                     int C, int KHr, int KWr, int c0, float best[8], unsigned int at[8]) {
@@ -640,6 +633,15 @@ __device__ __forceinline__ void ember_cl_pool_store(unsigned short* y, unsigned 
     *reinterpret_cast<ember_cl8b*>(idx + o) = b;
 }
 
+// ember_cl_maxpool takes the maximum of each KH×KW window moved by its
+// own size over x [N, H, W, C] into y [N, OH, OW, C], and its position in
+// the window (row·KW + column, KH·KW <= 256) into idx, a thread per output
+// position and eight channels: the windows' parts past the edge (ceil
+// mode) are skipped, the first maximum wins and a NaN wins over numbers
+// (the last NaN), as cpu.go's MaxPool2d. KT > 0 fixes KH = KW = KT when
+// compiled: the window's loads are then issued together, where a loop of
+// runtime length waits for each before the next (ember_cl_maxpool2, the
+// 2x2 windows of most networks).
 template <int KT>
 __device__ __forceinline__ void ember_cl_maxpool_of(unsigned short* y, unsigned char* idx, const unsigned short* x,
                                                     int H, int W, int C, int OH, int OW, int KH, int KW, long long n8) {
