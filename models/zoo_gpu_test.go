@@ -282,15 +282,6 @@ func newZooStepper(z *zooEnv, opt replayer, step func(s *tensor.Scope) *tensor.T
 	return &zooStepper{gpu: z.gpu, scope: z.newScope(), step: step, opt: opt, try: z.gpu != nil && os.Getenv("EMBER_ZOO_GRAPH") != "0"}
 }
 
-// scoped copies x into a new tensor of s: the operations on it put their
-// results in s too, so that resetting s frees a step's tensors (the fixed
-// input tensors a captured step reads belong to no scope).
-func scoped(s *tensor.Scope, x *tensor.Tensor) *tensor.Tensor {
-	c := tensor.EmptyOf(x.Backend(), s, x.DType(), x.Shape()...)
-	tensor.CopyTensor(c, x)
-	return c
-}
-
 func (z *zooStepper) eager() *tensor.Tensor {
 	z.scope.Reset()
 	return z.step(z.scope)
@@ -677,7 +668,7 @@ func zooAirbench(t *testing.T, z *zooEnv) {
 	defer sgd.Release()
 	sgd.ZeroGrad()
 	st := newZooStepper(z, sgd, func(s *tensor.Scope) *tensor.Tensor {
-		loss := m.Loss(scoped(s, xb), yb)
+		loss := m.Loss(s.Borrow(xb), yb)
 		loss.Backward()
 		sgd.StepAndZeroGrad()
 		return loss
@@ -765,7 +756,7 @@ func zooGPT(t *testing.T, z *zooEnv, text *data.Text) {
 	hx, hy := make([]int32, bsz*ctx), make([]int32, bsz*ctx)
 	adam.ZeroGrad()
 	st := newZooStepper(z, adam, func(s *tensor.Scope) *tensor.Tensor {
-		loss := m.Loss(scoped(s, ids), targets)
+		loss := m.Loss(s.Borrow(ids), targets)
 		loss.Backward()
 		optim.ClipGradNorm(s, adam.Gradients(), 1.0)
 		adam.StepAndZeroGrad()

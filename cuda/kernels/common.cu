@@ -123,6 +123,26 @@ __device__ __forceinline__ void ember_fence_acq_rel() { __atomic_thread_fence(__
 __device__ __forceinline__ void ember_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 #endif
 
+// 2^x and 1/x by the hardware's approximations, subnormal results flushed
+// to zero: one instruction each (ex2.approx.ftz, rcp.approx.ftz), where
+// exp2f's and __fdividef's non-flushing forms add a range fix of a few
+// more. The host emulation computes them exactly.
+#ifdef EMBER_HOST_EMU
+__device__ __forceinline__ float ember_ex2_ftz(float x) { return exp2f(x); }
+__device__ __forceinline__ float ember_rcp_ftz(float x) { return 1.0f / x; }
+#else
+__device__ __forceinline__ float ember_ex2_ftz(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float ember_rcp_ftz(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+#endif
+
 // ember_ld_once loads 16 bytes that the kernel reads once and never writes:
 // through the read-only path, without a line in L1
 // (ld.global.nc.L1::no_allocate). In the reductions' sweeps on the H200 it
@@ -331,8 +351,12 @@ __device__ __forceinline__ unsigned int ember_bf16x2_from_f32(float lo, float hi
 #ifdef EMBER_CVT_BF16X2
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    if (lo != lo) r = (r & 0xffff0000u) | 0x7fc0u;
-    if (hi != hi) r = (r & 0x0000ffffu) | 0x7fc00000u;
+    // One test of the pair on the common path (two compares and a branch,
+    // where a fix of each half unconditionally took six instructions).
+    if (__builtin_expect(lo != lo || hi != hi, 0)) {
+        if (lo != lo) r = (r & 0xffff0000u) | 0x7fc0u;
+        if (hi != hi) r = (r & 0x0000ffffu) | 0x7fc00000u;
+    }
     return r;
 #else
     return (unsigned int)ember_bf16_from_f32(lo) | ((unsigned int)ember_bf16_from_f32(hi) << 16);
