@@ -218,6 +218,7 @@ type Backend struct {
 	bundle *KernelBundle        // precompiled units (kernels_bundle.go); nil: none
 	fnMu   sync.RWMutex         // guards fns
 	fns    map[string]*Function // the kernels of the units compiled so far, by extern "C" name
+	waves  sync.Map             // waveKey → int: wave's answers
 	x      executor             // where device work goes: the GPU, or a recorder in tests
 	name   string
 
@@ -649,6 +650,27 @@ func (b *Backend) kernel(name string) *Function {
 		panic(fmt.Sprintf("cuda: no kernel named %s in the backend's sources", name))
 	}
 	return f
+}
+
+// wave is how many blocks of kernel name, of block threads without dynamic
+// shared memory, the GPU holds at once: its SMs times the blocks an SM
+// holds (cached per kernel and block). A grid of a wave runs in one round
+// where a larger one leaves a partial last round.
+func (b *Backend) wave(name string, block int) int {
+	key := waveKey{name, block}
+	if v, ok := b.waves.Load(key); ok {
+		return v.(int)
+	}
+	per, err := b.kernel(name).ActiveBlocksPerSM(block, 0)
+	devCheck(name, err)
+	n := max(1, per) * b.dev.MultiprocessorCount()
+	b.waves.Store(key, n)
+	return n
+}
+
+type waveKey struct {
+	name  string
+	block int
 }
 
 // hasKernel reports whether the modules hold that kernel: those that need

@@ -80,7 +80,7 @@ func (b *Backend) FromChannelsLast(dst, src tensor.Buffer, n, c, inner int, accu
 // clApply queues a pass of kernels/channels_last.cu over n elements of
 // rows of c channels: batch norm's two passes have a kernel each
 // (ember_cl_bn_rows: a thread's eight channels fixed, two rows at a time,
-// about clRowBlocksPerSM blocks an SM), the others share
+// a wave of blocks: clRowsGrid), the others share
 // ember_cl_pointwise.
 func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.UnaryOp, mode int, training bool, n, c int) {
 	if n == 0 {
@@ -89,29 +89,45 @@ func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.Una
 	n8 := n / 8
 	rows := n / c
 	r := blockSize / (c / 8)
-	grid := Dim3{X: max(1, min((rows+2*r-1)/(2*r), clRowBlocksPerSM*b.dev.MultiprocessorCount())), Y: 1, Z: 1}
 	block := Dim3{X: blockSize, Y: 1, Z: 1}
 	switch mode {
 	case clBN:
-		devCheck(op, b.x.launch(b.kernel("ember_cl_bn_apply"), grid, block, []any{y, x, tab, int32(act), int64(rows), i32arg(op, c)}))
+		const name = "ember_cl_bn_apply"
+		grid := b.clRowsGrid(name, rows, 2*r)
+		devCheck(op, b.x.launch(b.kernel(name), grid, block, []any{y, x, tab, int32(act), int64(rows), i32arg(op, c)}))
 	case clBNDX:
-		devCheck(op, b.x.launch(b.kernel("ember_cl_bn_dx"), grid, block, []any{y, x, dy, tab, int32(act), flag(training), int64(rows), i32arg(op, c)}))
+		const name = "ember_cl_bn_dx"
+		grid := b.clRowsGrid(name, rows, 2*r)
+		devCheck(op, b.x.launch(b.kernel(name), grid, block, []any{y, x, dy, tab, int32(act), flag(training), int64(rows), i32arg(op, c)}))
 	default:
 		b.launch(op, b.kernel("ember_cl_pointwise"), n8, y, x, dy, bias, int32(act), int32(mode), int64(n8), i32arg(op, c))
 	}
 }
 
-// clRowBlocksPerSM bounds batch norm's passes' grids: a wave of 256-thread
-// blocks at eight an SM, each thread then taking rows in pairs.
-const clRowBlocksPerSM = 8
+// clRowsGrid is the grid of a channels-last pass (kernel name, blocks of
+// blockSize threads) whose blocks take perBlock rows at a time, striding
+// over the grid: enough blocks for the rows, at most one wave of them
+// (Backend.wave), so that every block runs from the start and none waits
+// for a second round (airbench's gradient sums, two rounds of 2 blocks an
+// SM before: 10% faster; docs/performance.md, round 35).
+func (b *Backend) clRowsGrid(name string, rows, perBlock int) Dim3 {
+	return Dim3{X: max(1, min((rows+perBlock-1)/perBlock, b.wave(name, blockSize))), Y: 1, Z: 1}
+}
 
 // clSums queues kernels/channels_last.cu's sums of the mode (a kernel
 // each) over rows of c channels into a new workspace of partial sums,
-// and returns it with its block count: four blocks an SM at most, so that
-// ember_cl_bn_finalize adds few partials. Batch norm's gradient sums also
+// and returns it with its block count: four blocks an SM at most (the
+// gradient sums' one wave), so that ember_cl_bn_finalize adds few
+// partials. Batch norm's gradient sums also
 // write g = dy·act'(z) to gout where it is not 0.
 func (b *Backend) clSums(op string, gout, x, dy, mean, inv, w, bias uintptr, act tensor.UnaryOp, rows, c, mode int) (Block, int) {
 	part, nb := b.clPartials(op, rows, c)
+	if mode == clBNGrad {
+		// Its registers leave room for fewer blocks an SM than the others'
+		// (and its partials need not match the pooling's, as the
+		// statistics' must).
+		nb = min(nb, b.clRowsGrid("ember_cl_grad_sums", rows, blockSize/(c/8)).X)
+	}
 	grid, block := Dim3{X: nb, Y: 1, Z: 1}, Dim3{X: blockSize, Y: 1, Z: 1}
 	var err error
 	switch mode {
@@ -304,9 +320,9 @@ func (b *Backend) BatchNormMaxPoolBackwardChannelsLast(dx, dweight, dbias, dy, p
 	defer b.release(tab)
 	b.clFinalize(op, part.Ptr(), nb, c, rows, clBNGrad, 0, pm, pinv, 0, 0, 0, 0, pw, pb, pdw, pdb, accW, accB, tab.Ptr())
 	b.release(part)
-	r := blockSize / (c / 8)
-	grid := Dim3{X: max(1, min((rows+r-1)/r, clRowBlocksPerSM*b.dev.MultiprocessorCount())), Y: 1, Z: 1}
-	devCheck(op, b.x.launch(b.kernel("ember_cl_bn_dx_maxpool_backward"), grid, Dim3{X: blockSize, Y: 1, Z: 1},
+	const name = "ember_cl_bn_dx_maxpool_backward"
+	grid := b.clRowsGrid(name, rows, blockSize/(c/8))
+	devCheck(op, b.x.launch(b.kernel(name), grid, Dim3{X: blockSize, Y: 1, Z: 1},
 		[]any{pdx, pp, gin, pi, tab.Ptr(), flag(training), i32arg(op, pool.H), i32arg(op, pool.W), i32arg(op, c),
 			i32arg(op, pool.OutH()), i32arg(op, pool.OutW()), i32arg(op, pool.KH), i32arg(op, pool.KW), int64(rows)}))
 }

@@ -90,6 +90,8 @@ var cuDrv struct {
 	cuFuncGetName              uintptr // CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 	cuFuncSetAttribute         uintptr // CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 	cuFuncGetAttribute         uintptr // CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+	// CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
+	cuOccupancyMaxActiveBlocksPerMultiprocessor uintptr
 	// CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
 	//     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes,
 	//     CUstream hStream, void **kernelParams, void **extra)
@@ -200,6 +202,7 @@ func loadDriver() error {
 			RequiredSymbol(&d.cuModuleUnload, "cuModuleUnload"),
 			RequiredSymbol(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
 			RequiredSymbol(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
+			RequiredSymbol(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
 			RequiredSymbol(&d.cuLaunchKernel, "cuLaunchKernel"),
 		})
 		if err != nil {

@@ -270,6 +270,19 @@ func (f *Function) NumRegs() (int, error) { return f.attr(cuFuncAttrNumRegs) }
 // MaxThreadsPerBlock is the largest block f can be launched with.
 func (f *Function) MaxThreadsPerBlock() (int, error) { return f.attr(cuFuncAttrMaxThreadsPerBlock) }
 
+// ActiveBlocksPerSM is how many blocks of f, of block threads and
+// dynamicShared bytes of dynamic shared memory each, an SM holds at once
+// (its registers, shared memory and warps permitting).
+func (f *Function) ActiveBlocksPerSM(block, dynamicShared int) (int, error) {
+	if err := f.m.d.enter(); err != nil {
+		return 0, err
+	}
+	var v int32
+	r := CCall(cuDrv.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&v)), f.h, uintptr(block), uintptr(dynamicShared))
+	f.m.d.leave()
+	return int(v), cuCheck("cuOccupancyMaxActiveBlocksPerMultiprocessor", r)
+}
+
 func (f *Function) attr(a int) (int, error) {
 	if err := f.m.d.enter(); err != nil {
 		return 0, err
