@@ -465,6 +465,18 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 	if c.yLen == 0 {
 		return
 	}
+	if name := b.clSmallMMA(c); name != "" {
+		dh, dw := g.Dilation()
+		p := g.N * c.oh * c.ow
+		args := []any{py, px, pw, pbias, flag(g.ReLU),
+			i32arg(op, g.C), i32arg(op, g.H), i32arg(op, g.W), i32arg(op, g.K), i32arg(op, g.R), i32arg(op, g.S),
+			i32arg(op, g.StrideH), i32arg(op, g.StrideW), i32arg(op, g.PadH), i32arg(op, g.PadW),
+			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, p)}
+		// A warp a tile of 16 positions, eight warps a block.
+		grid := b.clRowsGrid(name, (p+15)/16, blockSize/32)
+		devCheck(op, b.x.launch(b.kernel(name), grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, dividerArgs(c.ow, c.oh)...)))
+		return
+	}
 	if clSmallConv(c) {
 		dh, dw := g.Dilation()
 		gb := clSmallGroups(g.K / 8)
@@ -535,6 +547,32 @@ func clSmallKernel(g tensor.ConvGeom, filterGrad bool) string {
 func clSmallConv(c convShape) bool {
 	return c.groups == 1 && c.crs > 0 && c.crs <= 32 && c.g.K*c.crs <= 4096 &&
 		c.xLen <= math.MaxInt32 && c.yLen <= math.MaxInt32
+}
+
+// clSmallMMA is the tensor-core entry point of ember_cl_conv_small that
+// takes c (ember_cl_conv_small_mma{16,32}_n{2,3,4,8}: up to 16 or 32
+// taps, up to 16, 24, 32 or 64 output channels), or "" where c takes the CUDA-core kernel (or none
+// of them) or the device has no bfloat16 tensor cores.
+func (b *Backend) clSmallMMA(c convShape) string {
+	if !clSmallConv(c) || c.g.K > 64 {
+		return ""
+	}
+	taps := 16
+	if c.crs > 16 {
+		taps = 32
+	}
+	nt := 8
+	for _, n := range []int{2, 3, 4} {
+		if c.g.K <= 8*n {
+			nt = n
+			break
+		}
+	}
+	name := fmt.Sprintf("ember_cl_conv_small_mma%d_n%d", taps, nt)
+	if !b.hasKernel(name) {
+		return ""
+	}
+	return name
 }
 
 // mustAlloc is a float32 buffer of n elements, or a panic with the

@@ -44,15 +44,6 @@ struct __attribute__((aligned(8))) ember_attb_u2 {
 };
 
 #ifndef EMBER_HOST_EMU
-// c += a·b for one m16n8k16 tile, bfloat16 operands, float32 accumulation.
-__device__ __forceinline__ void ember_attb_mma(float c[4], const unsigned int a[4], unsigned int b0, unsigned int b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // r = the B fragments (b0, b1) of columns n0..n0+7 and then of n0+8..n0+15,
 // k-rows k0..k0+15, of a product whose B[k][n] is X[k][n] (X row-major in
 // shared memory, stride ld): ldmatrix .trans of four 8x8 tiles, lanes
@@ -402,7 +393,7 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
                 for (int kk = 0; kk < KS; kk++) {
                     unsigned int b0, b1;
                     ember_attb_frag_b(sk, LDS, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(s[j], qa[kk], b0, b1);
+                    ember_mma_bf16(s[j], qa[kk], b0, b1);
                 }
             }
         }
@@ -470,8 +461,8 @@ __device__ __forceinline__ void ember_attb_fwd(float* out, float* lse, const In*
                 for (int j = 0; j < DB; j += 2) {
                     unsigned int b[4];
                     ember_attb_ldsm_t4(b, sv, LDS, 16 * kk, 8 * j);
-                    ember_attb_mma(o[j], a, b[0], b[1]);
-                    ember_attb_mma(o[j + 1], a, b[2], b[3]);
+                    ember_mma_bf16(o[j], a, b[0], b[1]);
+                    ember_mma_bf16(o[j + 1], a, b[2], b[3]);
                 }
             }
         }
@@ -595,9 +586,9 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                 for (int kk = 0; kk < KS; kk++) {
                     unsigned int b0, b1;
                     ember_attb_frag_b(sk, LDS, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(s[j], qa[kk], b0, b1);
+                    ember_mma_bf16(s[j], qa[kk], b0, b1);
                     ember_attb_frag_b(sv, LDS, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(dp[j], ga[kk], b0, b1);
+                    ember_mma_bf16(dp[j], ga[kk], b0, b1);
                 }
             }
         }
@@ -635,8 +626,8 @@ __device__ __forceinline__ void ember_attb_dq(float* dq, float* delta, const In*
                 for (int j = 0; j < DB; j += 2) {
                     unsigned int b[4];
                     ember_attb_ldsm_t4(b, sk, LDS, 16 * kk, 8 * j);
-                    ember_attb_mma(acc[j], a, b[0], b[1]);
-                    ember_attb_mma(acc[j + 1], a, b[2], b[3]);
+                    ember_mma_bf16(acc[j], a, b[0], b[1]);
+                    ember_mma_bf16(acc[j + 1], a, b[2], b[3]);
                 }
             }
         }
@@ -745,9 +736,9 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                 for (int kk = 0; kk < KS; kk++) {
                     unsigned int b0, b1;
                     ember_attb_frag_b(sq, LDS, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(s[j], ka[kk], b0, b1);
+                    ember_mma_bf16(s[j], ka[kk], b0, b1);
                     ember_attb_frag_b(sg, LDS, 8 * j, 16 * kk, b0, b1);
-                    ember_attb_mma(dp[j], va[kk], b0, b1);
+                    ember_mma_bf16(dp[j], va[kk], b0, b1);
                 }
             }
         }
@@ -796,11 +787,11 @@ __device__ __forceinline__ void ember_attb_dkv(float* dk, float* dv, const In* q
                 for (int j = 0; j < DB; j += 2) {
                     unsigned int b[4];
                     ember_attb_ldsm_t4(b, sg, LDS, 16 * kk, 8 * j);
-                    ember_attb_mma(gv[j], a, b[0], b[1]);
-                    ember_attb_mma(gv[j + 1], a, b[2], b[3]);
+                    ember_mma_bf16(gv[j], a, b[0], b[1]);
+                    ember_mma_bf16(gv[j + 1], a, b[2], b[3]);
                     ember_attb_ldsm_t4(b, sq, LDS, 16 * kk, 8 * j);
-                    ember_attb_mma(gk[j], d, b[0], b[1]);
-                    ember_attb_mma(gk[j + 1], d, b[2], b[3]);
+                    ember_mma_bf16(gk[j], d, b[0], b[1]);
+                    ember_mma_bf16(gk[j + 1], d, b[2], b[3]);
                 }
             }
         }

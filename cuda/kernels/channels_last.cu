@@ -1035,6 +1035,184 @@ extern "C" __global__ void ember_cl_conv_small_c3r3s3(unsigned short* y, const u
     ember_cl_conv_small_of<3, 3, 3>(EMBER_CL_CONV_SMALL_ARGS);
 }
 
+// ember_cl_conv_small_mma is ember_cl_conv_small on tensor cores, for K
+// <= 64 output channels and C·R·S <= 16·KS taps (KS k-steps of 16): a
+// warp takes 16 positions at a time as the rows of A [16][taps] (x's
+// values gathered straight into the fragments, 0 past the taps and the
+// image), the filter as B [taps][K] (rounded to bfloat16 and held in
+// registers for the kernel's life), an m16n8k16 product per eight
+// channels and k-step, and the epilogue of ember_cl_conv_small (rounded
+// to bfloat16, then the bias and ReLU) on its float32 sums. Each lane's
+// taps are fixed (A's columns 2t, 2t+1, 2t+8, 2t+9 of each k-step), so
+// their offsets are worked out once. The sums' order is the tensor
+// cores', not (r, s, c): within float32's rounding of the CUDA-core
+// kernel's. The CUDA-core kernel spent its time on a thread's 288
+// multiply-adds and 72 shared reads of weights a position (47 µs for
+// airbench's first layer on the H200; docs/performance.md, round 35).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// ember_cl_mma_gather loads the A values of a lane for the tile's rows g
+// and g + 8 (positions pos0 + g and pos0 + g + 8): its 4·KS taps each,
+// as bfloat16 bits, 0 outside the image and past the taps and positions.
+template <int KS>
+__device__ __forceinline__ void ember_cl_mma_gather(unsigned short v[2][4 * KS], const unsigned short* x, int pos0,
+                                                    int g, int P, int C, int H, int W, int SH, int SW, int PH, int PW,
+                                                    int OH, int OW, const int tdh[4 * KS], const int tdw[4 * KS],
+                                                    const int tc[4 * KS], unsigned int owMul, unsigned int owShift,
+                                                    unsigned int ohMul, unsigned int ohShift) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int pos = pos0 + g + 8 * half;
+        const int q = (int)ember_divide((unsigned int)pos, owMul, owShift), ow = pos - q * OW;
+        const int n = (int)ember_divide((unsigned int)q, ohMul, ohShift), oh = q - n * OH;
+        const int h0 = oh * SH - PH, w0 = ow * SW - PW;
+        const unsigned short* xn = x + (long long)n * H * W * C;
+#pragma unroll
+        for (int j = 0; j < 4 * KS; j++) {
+            const int hh = h0 + tdh[j], ww = w0 + tdw[j];
+            const bool in = pos < P && tc[j] >= 0 && hh >= 0 && hh < H && ww >= 0 && ww < W;
+            v[half][j] = in ? xn[(hh * W + ww) * C + tc[j]] : (unsigned short)0;
+        }
+    }
+}
+
+// KS k-steps of 16 taps, NT tiles of eight output channels (NT·8 >= K;
+// those past K skipped), so that the fragments' arrays hold no more
+// registers than the layer needs. A warp gathers its next tile's values
+// before the products and stores of this one.
+template <int KS, int NT>
+__device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, const unsigned short* x, const float* w,
+                                                           const float* bias, int relu, int C, int H, int W, int K,
+                                                           int R, int S, int SH, int SW, int PH, int PW, int DH, int DW,
+                                                           int OH, int OW, int P, unsigned int owMul,
+                                                           unsigned int owShift, unsigned int ohMul,
+                                                           unsigned int ohShift) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int NTK = K >> 3, RS = R * S, CRS = C * RS;
+    // This lane's taps: j = 4·ks + {0: 2t, 1: 2t+1, 2: 2t+8, 3: 2t+9}.
+    int tdh[4 * KS], tdw[4 * KS], tc[4 * KS];
+#pragma unroll
+    for (int j = 0; j < 4 * KS; j++) {
+        const int kk = (j >> 2) * 16 + 2 * t + (j & 1) + ((j >> 1) & 1) * 8;
+        const int c = kk / RS, rs = kk - c * RS, r = rs / S;
+        tc[j] = kk < CRS ? c : -1;
+        tdh[j] = r * DH;
+        tdw[j] = (rs - r * S) * DW;
+    }
+    unsigned int bw[KS][NT][2];
+    float bb[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int k = nt * 8 + g;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int kk = ks * 16 + 2 * t + h * 8;
+                const float w0 = nt < NTK && kk < CRS ? w[k * CRS + kk] : 0.f;
+                const float w1 = nt < NTK && kk + 1 < CRS ? w[k * CRS + kk + 1] : 0.f;
+                bw[ks][nt][h] = ember_bf16x2_from_f32(w0, w1);
+            }
+        }
+        const int ch = nt * 8 + 2 * t;
+        bb[nt][0] = bias && nt < NTK ? bias[ch] : 0.f;
+        bb[nt][1] = bias && nt < NTK ? bias[ch + 1] : 0.f;
+    }
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    int tile = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    unsigned short v[2][4 * KS];
+    if (tile * 16 < P)
+        ember_cl_mma_gather<KS>(v, x, tile * 16, g, P, C, H, W, SH, SW, PH, PW, OH, OW, tdh, tdw, tc, owMul, owShift,
+                                ohMul, ohShift);
+    for (; tile * 16 < P; tile += warps) {
+        unsigned int a[KS][4];
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {  // a[q]: row g + 8·(q & 1), columns 2t (+8 for q >= 2)
+                const int j = 4 * ks + 2 * (q >> 1);
+                a[ks][q] = (unsigned int)v[q & 1][j] | ((unsigned int)v[q & 1][j + 1] << 16);
+            }
+        const int next = tile + warps;
+        if (next * 16 < P)
+            ember_cl_mma_gather<KS>(v, x, next * 16, g, P, C, H, W, SH, SW, PH, PW, OH, OW, tdh, tdw, tc, owMul,
+                                    owShift, ohMul, ohShift);
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
+            if (nt < NTK)
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) ember_mma_bf16(acc[nt], a[ks], bw[ks][nt][0], bw[ks][nt][1]);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int pos = tile * 16 + g + 8 * half;
+            if (pos >= P) continue;
+            unsigned short* yp = y + (long long)pos * K + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                if (nt >= NTK) break;
+                float o[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float u = ember_bf16_round(acc[nt][2 * half + e]) + bb[nt][e];
+                    if (relu && !(u > 0.f || u != u)) u = 0.f;
+                    o[e] = u;
+                }
+                *reinterpret_cast<unsigned int*>(yp + nt * 8) = ember_bf16x2_from_f32(o[0], o[1]);
+            }
+        }
+    }
+}
+
+#define EMBER_CL_CONV_SMALL_MMA_ARGS \
+    y, x, w, bias, relu, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW, OH, OW, P, owMul, owShift, ohMul, ohShift
+
+// The entry points, _mma{16·KS}_n{NT} (clSmallMMA picks): up to 16 or 32
+// taps; up to 16, 24, 32 or 64 output channels.
+extern "C" __global__ void ember_cl_conv_small_mma16_n2(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<1, 2>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma16_n3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<1, 3>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma16_n4(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<1, 4>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma16_n8(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<1, 8>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma32_n2(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<2, 2>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma32_n3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<2, 3>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma32_n4(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<2, 4>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+extern "C" __global__ void ember_cl_conv_small_mma32_n8(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
+        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+    ember_cl_conv_small_mma_of<2, 8>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+#endif
+
 // ember_cl_conv_dw_small is conv.cu's ember_conv_dw_small (the filter
 // gradient of such a convolution: partial sums per block of positions,
 // which ember_conv_dw_small_join adds into dw) reading x [N, H, W, C] and

@@ -123,6 +123,19 @@ __device__ __forceinline__ void ember_fence_acq_rel() { __atomic_thread_fence(__
 __device__ __forceinline__ void ember_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 #endif
 
+// c += a·b for one m16n8k16 tile of bfloat16 operands with float32 sums
+// (mma.sync, sm_80 on; attention_bf16.cu describes the fragments). The
+// host emulation has its own (host_emu.h).
+#if !defined(EMBER_HOST_EMU) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800)
+__device__ __forceinline__ void ember_mma_bf16(float c[4], const unsigned int a[4], unsigned int b0, unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
 // 2^x and 1/x by the hardware's approximations, subnormal results flushed
 // to zero: one instruction each (ex2.approx.ftz, rcp.approx.ftz), where
 // exp2f's and __fdividef's non-flushing forms add a range fix of a few

@@ -318,6 +318,19 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
         conv(py, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, items, gb, dgi.mul,
              dgi.shift, dow.mul, dow.shift, doh.mul, doh.shift);
     });
+    // The tensor-core kernel where channels_last.go's clSmallMMA takes it:
+    // two blocks of two warps, so that warps stride over the tiles.
+    const bool mma = g.K <= 64 && CRS <= 32;
+    std::vector<unsigned short> ym((size_t)NP * g.K, 0x7fc0);
+    unsigned short* pym = ym.data();
+    if (mma) launch(2, 64, [=] {
+        auto k = CRS <= 16 ? ember_cl_conv_small_mma16_n8 : ember_cl_conv_small_mma32_n8;
+        if (g.K <= 32) k = CRS <= 16 ? ember_cl_conv_small_mma16_n4 : ember_cl_conv_small_mma32_n4;
+        if (g.K <= 24) k = CRS <= 16 ? ember_cl_conv_small_mma16_n3 : ember_cl_conv_small_mma32_n3;
+        if (g.K <= 16) k = CRS <= 16 ? ember_cl_conv_small_mma16_n2 : ember_cl_conv_small_mma32_n2;
+        k(pym, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, NP, dow.mul, dow.shift,
+          doh.mul, doh.shift);
+    });
     const bool dw16 = CRS <= 16; // the filter gradient's kernel takes at most 16 taps (conv_dw_small.go)
     // Its tile (conv_dw_small.go's clDwsTile), per as many tiles as 96
     // positions would be.
@@ -359,14 +372,15 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
                     if (relu && !(v > 0 || v != v)) v = 0;
                     const double want = bf(v);
                     bad += !check(close(widen(y[o]), want, fabs(acc) / 128), "conv y", o, widen(y[o]), want);
+                    if (mma) bad += !check(close(widen(ym[o]), want, fabs(acc) / 128), "conv y (tensor cores)", o, widen(ym[o]), want);
                 }
     for (int i = 0; i < pairs && dw16; i++) {
         const double want = dw0[i] + bf((float)sum[i]);
         bad += !check(fabs(dw[i] - want) <= fabs(want) / 128 + 1e-5 * mag[i] + 1e-30, "conv dw", i, dw[i], want);
     }
-    printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d relu=%d bias=%d, %d blocks%s: %s\n", g.N,
+    printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d relu=%d bias=%d, %d blocks%s%s: %s\n", g.N,
            g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, relu, bias, blocks, dw16 ? "" : " (forward only)",
-           bad ? "FAIL" : "ok");
+           mma ? ", tensor cores too" : "", bad ? "FAIL" : "ok");
 }
 
 static void gelu() {

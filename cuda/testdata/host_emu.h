@@ -94,7 +94,7 @@ inline long long __shfl_xor_sync(unsigned m, long long v, int o) {  // reduce_ax
 struct ember_mma_frag { unsigned a[4], b[2]; };
 extern ember_mma_frag g_mma[1024];
 inline float ember_bf16_bits(unsigned w, int hi) { return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16)); }
-inline void ember_attb_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+inline void ember_mma_bf16(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     int t = threadIdx.x, w = t / 32, l = t % 32, g = l >> 2, tt = l & 3;
     memcpy(g_mma[t].a, a, sizeof g_mma[t].a);
     g_mma[t].b[0] = b0;
