@@ -474,7 +474,7 @@ func (b *Backend) conv2dChannelsLast(y, x, w, wf, bias tensor.Buffer, g tensor.C
 			i32arg(op, dh), i32arg(op, dw), i32arg(op, c.oh), i32arg(op, c.ow), i32arg(op, p)}
 		// A warp a tile of 16 positions, eight warps a block.
 		grid := b.clRowsGrid(name, (p+15)/16, blockSize/32)
-		devCheck(op, b.x.launch(b.kernel(name), grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, dividerArgs(c.ow, c.oh)...)))
+		devCheck(op, b.x.launch(b.kernel(name), grid, Dim3{X: blockSize, Y: 1, Z: 1}, append(args, dividerArgs(c.p, c.ow)...)))
 		return
 	}
 	if clSmallConv(c) {
@@ -561,18 +561,23 @@ func (b *Backend) clSmallMMA(c convShape) string {
 	if c.crs > 16 {
 		taps = 32
 	}
-	nt := 8
-	for _, n := range []int{2, 3, 4} {
-		if c.g.K <= 8*n {
-			nt = n
-			break
-		}
-	}
-	name := fmt.Sprintf("ember_cl_conv_small_mma%d_n%d", taps, nt)
+	name := fmt.Sprintf("ember_cl_conv_small_mma%d_n%d", taps, clMMAChannelTiles(c.g.K))
 	if !b.hasKernel(name) {
 		return ""
 	}
 	return name
+}
+
+// clMMAChannelTiles is how many tiles of eight output channels the
+// tensor-core kernels of a first layer are compiled for that k (<= 64)
+// channels fit: 2, 3, 4 or 8.
+func clMMAChannelTiles(k int) int {
+	for _, n := range []int{2, 3, 4} {
+		if k <= 8*n {
+			return n
+		}
+	}
+	return 8
 }
 
 // mustAlloc is a float32 buffer of n elements, or a panic with the

@@ -1,6 +1,9 @@
 package cuda
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // The filter gradient of convolutions with few taps under autocast
 // (kernels/conv.cu, ember_conv_dw_small and its join): a network's first
@@ -49,9 +52,15 @@ func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c conv
 
 // filterGradSmallChannelsLast is filterGradSmall of x and dy held
 // channels-last (ember_cl_conv_dw_small).
+// On tensor cores (ember_cl_conv_dw_small_mma_n*) where the device has
+// them; the partition of the positions into blocks is the same.
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
 	tile := clDwsTile(c.g.K)
-	b.filterGradSmallOf(op, clSmallKernel(c.g, true), tile, pdw, px, pdy, nil, append(dividerArgs(c.p, c.ow, c.g.C), int32(tile)), c)
+	kernel := fmt.Sprintf("ember_cl_conv_dw_small_mma_n%d", clMMAChannelTiles(c.g.K))
+	if !b.hasKernel(kernel) {
+		kernel = clSmallKernel(c.g, true)
+	}
+	b.filterGradSmallOf(op, kernel, tile, pdw, px, pdy, nil, append(dividerArgs(c.p, c.ow, c.g.C), int32(tile)), c)
 }
 
 // filterGradSmallOf queues kernel (ember_conv_dw_small's parameters, with

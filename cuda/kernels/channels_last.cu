@@ -1050,28 +1050,62 @@ extern "C" __global__ void ember_cl_conv_small_c3r3s3(unsigned short* y, const u
 // multiply-adds and 72 shared reads of weights a position (47 µs for
 // airbench's first layer on the H200; docs/performance.md, round 35).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// A position of a convolution's output as the tensor-core kernels gather
+// its patch: the top-left tap's row and column in x, its image's offset,
+// and whether it is one of the positions (pos < limit). n = pos / P and
+// oh = (pos - n·P) / OW by the host's dividers.
+struct ember_cl_pix {
+    int h0, w0;
+    long long base;
+    bool in;
+};
+__device__ __forceinline__ ember_cl_pix ember_cl_mma_pix(int pos, int limit, int P, int H, int W, int C, int SH, int SW,
+                                                         int PH, int PW, int OW, unsigned int pMul, unsigned int pShift,
+                                                         unsigned int owMul, unsigned int owShift) {
+    const int n = (int)ember_divide((unsigned int)pos, pMul, pShift), p = pos - n * P;
+    const int oh = (int)ember_divide((unsigned int)p, owMul, owShift), ow = p - oh * OW;
+    return {oh * SH - PH, ow * SW - PW, (long long)n * H * W * C, pos < limit};
+}
+
+// ember_cl_mma_tap is x at pixel px's tap (row offset dh, column offset
+// dw, channel c; c < 0 past the taps) as bfloat16 bits, 0 outside.
+__device__ __forceinline__ unsigned short ember_cl_mma_tap(const unsigned short* x, const ember_cl_pix& px, int dh,
+                                                           int dw, int c, int H, int W, int C) {
+    const int h = px.h0 + dh, w = px.w0 + dw;
+    const bool in = px.in && c >= 0 && h >= 0 && h < H && w >= 0 && w < W;
+    return in ? x[px.base + (h * W + w) * C + c] : (unsigned short)0;
+}
+
+// ember_cl_mma_taps sets a lane's tap offsets for its 4·KS columns of a
+// [positions][taps] A (j = 4·ks + {0: 2t, 1: 2t+1, 2: 2t+8, 3: 2t+9}).
+template <int KS>
+__device__ __forceinline__ void ember_cl_mma_taps(int t, int C, int R, int S, int DH, int DW, int tdh[4 * KS],
+                                                  int tdw[4 * KS], int tc[4 * KS]) {
+    const int RS = R * S, CRS = C * RS;
+#pragma unroll
+    for (int j = 0; j < 4 * KS; j++) {
+        const int kk = (j >> 2) * 16 + 2 * t + (j & 1) + ((j >> 1) & 1) * 8;
+        const int c = kk / RS, rs = kk - c * RS, r = rs / S;
+        tc[j] = kk < CRS ? c : -1;
+        tdh[j] = r * DH;
+        tdw[j] = (rs - r * S) * DW;
+    }
+}
+
 // ember_cl_mma_gather loads the A values of a lane for the tile's rows g
-// and g + 8 (positions pos0 + g and pos0 + g + 8): its 4·KS taps each,
-// as bfloat16 bits, 0 outside the image and past the taps and positions.
+// and g + 8 (positions pos0 + g and pos0 + g + 8): its 4·KS taps each.
 template <int KS>
 __device__ __forceinline__ void ember_cl_mma_gather(unsigned short v[2][4 * KS], const unsigned short* x, int pos0,
-                                                    int g, int P, int C, int H, int W, int SH, int SW, int PH, int PW,
-                                                    int OH, int OW, const int tdh[4 * KS], const int tdw[4 * KS],
-                                                    const int tc[4 * KS], unsigned int owMul, unsigned int owShift,
-                                                    unsigned int ohMul, unsigned int ohShift) {
+                                                    int g, int NP, int P, int C, int H, int W, int SH, int SW, int PH,
+                                                    int PW, int OW, const int tdh[4 * KS], const int tdw[4 * KS],
+                                                    const int tc[4 * KS], unsigned int pMul, unsigned int pShift,
+                                                    unsigned int owMul, unsigned int owShift) {
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const int pos = pos0 + g + 8 * half;
-        const int q = (int)ember_divide((unsigned int)pos, owMul, owShift), ow = pos - q * OW;
-        const int n = (int)ember_divide((unsigned int)q, ohMul, ohShift), oh = q - n * OH;
-        const int h0 = oh * SH - PH, w0 = ow * SW - PW;
-        const unsigned short* xn = x + (long long)n * H * W * C;
+        const ember_cl_pix px =
+            ember_cl_mma_pix(pos0 + g + 8 * half, NP, P, H, W, C, SH, SW, PH, PW, OW, pMul, pShift, owMul, owShift);
 #pragma unroll
-        for (int j = 0; j < 4 * KS; j++) {
-            const int hh = h0 + tdh[j], ww = w0 + tdw[j];
-            const bool in = pos < P && tc[j] >= 0 && hh >= 0 && hh < H && ww >= 0 && ww < W;
-            v[half][j] = in ? xn[(hh * W + ww) * C + tc[j]] : (unsigned short)0;
-        }
+        for (int j = 0; j < 4 * KS; j++) v[half][j] = ember_cl_mma_tap(x, px, tdh[j], tdw[j], tc[j], H, W, C);
     }
 }
 
@@ -1083,21 +1117,13 @@ template <int KS, int NT>
 __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, const unsigned short* x, const float* w,
                                                            const float* bias, int relu, int C, int H, int W, int K,
                                                            int R, int S, int SH, int SW, int PH, int PW, int DH, int DW,
-                                                           int OH, int OW, int P, unsigned int owMul,
-                                                           unsigned int owShift, unsigned int ohMul,
-                                                           unsigned int ohShift) {
+                                                           int OH, int OW, int NP, unsigned int pMul,
+                                                           unsigned int pShift, unsigned int owMul,
+                                                           unsigned int owShift) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int NTK = K >> 3, RS = R * S, CRS = C * RS;
-    // This lane's taps: j = 4·ks + {0: 2t, 1: 2t+1, 2: 2t+8, 3: 2t+9}.
+    const int NTK = K >> 3, CRS = C * R * S, P = OH * OW;
     int tdh[4 * KS], tdw[4 * KS], tc[4 * KS];
-#pragma unroll
-    for (int j = 0; j < 4 * KS; j++) {
-        const int kk = (j >> 2) * 16 + 2 * t + (j & 1) + ((j >> 1) & 1) * 8;
-        const int c = kk / RS, rs = kk - c * RS, r = rs / S;
-        tc[j] = kk < CRS ? c : -1;
-        tdh[j] = r * DH;
-        tdw[j] = (rs - r * S) * DW;
-    }
+    ember_cl_mma_taps<KS>(t, C, R, S, DH, DW, tdh, tdw, tc);
     unsigned int bw[KS][NT][2];
     float bb[NT][2];
 #pragma unroll
@@ -1120,10 +1146,10 @@ __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, co
     const int warps = (gridDim.x * blockDim.x) >> 5;
     int tile = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     unsigned short v[2][4 * KS];
-    if (tile * 16 < P)
-        ember_cl_mma_gather<KS>(v, x, tile * 16, g, P, C, H, W, SH, SW, PH, PW, OH, OW, tdh, tdw, tc, owMul, owShift,
-                                ohMul, ohShift);
-    for (; tile * 16 < P; tile += warps) {
+    if (tile * 16 < NP)
+        ember_cl_mma_gather<KS>(v, x, tile * 16, g, NP, P, C, H, W, SH, SW, PH, PW, OW, tdh, tdw, tc, pMul, pShift,
+                                owMul, owShift);
+    for (; tile * 16 < NP; tile += warps) {
         unsigned int a[KS][4];
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
@@ -1133,9 +1159,9 @@ __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, co
                 a[ks][q] = (unsigned int)v[q & 1][j] | ((unsigned int)v[q & 1][j + 1] << 16);
             }
         const int next = tile + warps;
-        if (next * 16 < P)
-            ember_cl_mma_gather<KS>(v, x, next * 16, g, P, C, H, W, SH, SW, PH, PW, OH, OW, tdh, tdw, tc, owMul,
-                                    owShift, ohMul, ohShift);
+        if (next * 16 < NP)
+            ember_cl_mma_gather<KS>(v, x, next * 16, g, NP, P, C, H, W, SH, SW, PH, PW, OW, tdh, tdw, tc, pMul,
+                                    pShift, owMul, owShift);
         float acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -1148,7 +1174,7 @@ __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, co
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int pos = tile * 16 + g + 8 * half;
-            if (pos >= P) continue;
+            if (pos >= NP) continue;
             unsigned short* yp = y + (long long)pos * K + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
@@ -1167,49 +1193,155 @@ __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, co
 }
 
 #define EMBER_CL_CONV_SMALL_MMA_ARGS \
-    y, x, w, bias, relu, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW, OH, OW, P, owMul, owShift, ohMul, ohShift
+    y, x, w, bias, relu, C, H, W, K, R, S, SH, SW, PH, PW, DH, DW, OH, OW, NP, pMul, pShift, owMul, owShift
 
 // The entry points, _mma{16·KS}_n{NT} (clSmallMMA picks): up to 16 or 32
 // taps; up to 16, 24, 32 or 64 output channels.
 extern "C" __global__ void ember_cl_conv_small_mma16_n2(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<1, 2>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma16_n3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<1, 3>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma16_n4(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<1, 4>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma16_n8(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<1, 8>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma32_n2(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<2, 2>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma32_n3(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<2, 3>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma32_n4(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<2, 4>(EMBER_CL_CONV_SMALL_MMA_ARGS);
 }
 extern "C" __global__ void ember_cl_conv_small_mma32_n8(unsigned short* y, const unsigned short* x, const float* w, const float* bias, int relu,
-        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int P,
-        unsigned int owMul, unsigned int owShift, unsigned int ohMul, unsigned int ohShift) {
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int DH, int DW, int OH, int OW, int NP,
+        unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift) {
     ember_cl_conv_small_mma_of<2, 8>(EMBER_CL_CONV_SMALL_MMA_ARGS);
+}
+// ember_cl_conv_dw_small_mma is ember_cl_conv_dw_small (the filter
+// gradient of up to 16 taps and 64 output channels, partial sums per block
+// of positions as ember_conv_dw_small_join adds them) on tensor cores: C
+// [taps][K] = A [taps][positions] · B [positions][K] over the block's
+// positions, 16 a product, the block's eight warps taking every eighth
+// group of 16. A lane gathers x at its two taps (g, g + 8) and four
+// positions (2t, 2t + 1, 2t + 8, 2t + 9) and reads dy at those positions
+// and its channel g of each eight; the warps' sums are added in warp
+// order in shared memory. No tile goes through shared memory and there is
+// no barrier until the end (the CUDA-core kernel's three a tile of 256
+// positions and 16 products for two 16-byte shared reads took 53 µs for
+// airbench's first layer on the H200; docs/performance.md, round 35).
+template <int NT>
+__device__ __forceinline__ void ember_cl_conv_dw_small_mma_of(double* partial, const unsigned short* x,
+                                                              const unsigned short* dy, int N, int C, int H, int W,
+                                                              int K, int R, int S, int SH, int SW, int PH, int PW,
+                                                              int OH, int OW, int DH, int DW, int per,
+                                                              unsigned int pMul, unsigned int pShift,
+                                                              unsigned int owMul, unsigned int owShift) {
+    __shared__ float red[8 * 16 * 64];  // [warp][tap][k], K <= 64
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int NTK = K >> 3, RS = R * S, CRS = C * RS, P = OH * OW, NP = N * P;
+    const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
+    // This lane's two taps, A's rows g and g + 8.
+    int tdh[2], tdw[2], tc[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int kk = g + 8 * i, c = kk / RS, rs = kk - c * RS, r = rs / S;
+        tc[i] = kk < CRS ? c : -1;
+        tdh[i] = r * DH;
+        tdw[i] = (rs - r * S) * DW;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
+    for (int p0 = lo + warp * 16; p0 < hi; p0 += nw * 16) {
+        // Positions p0 + {2t, 2t+1, 2t+8, 2t+9}: A's columns and B's rows.
+        unsigned short xv[2][4], dv[NT][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int pos = p0 + 2 * t + (m & 1) + 8 * (m >> 1);
+            const ember_cl_pix px =
+                ember_cl_mma_pix(pos, hi, P, H, W, C, SH, SW, PH, PW, OW, pMul, pShift, owMul, owShift);
+#pragma unroll
+            for (int i = 0; i < 2; i++) xv[i][m] = ember_cl_mma_tap(x, px, tdh[i], tdw[i], tc[i], H, W, C);
+            const unsigned short* dp = dy + (long long)pos * K + g;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) dv[nt][m] = px.in && nt < NTK ? dp[nt * 8] : (unsigned short)0;
+        }
+        const unsigned int a[4] = {(unsigned int)xv[0][0] | ((unsigned int)xv[0][1] << 16),
+                                   (unsigned int)xv[1][0] | ((unsigned int)xv[1][1] << 16),
+                                   (unsigned int)xv[0][2] | ((unsigned int)xv[0][3] << 16),
+                                   (unsigned int)xv[1][2] | ((unsigned int)xv[1][3] << 16)};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            if (nt < NTK)
+                ember_mma_bf16(acc[nt], a, (unsigned int)dv[nt][0] | ((unsigned int)dv[nt][1] << 16),
+                               (unsigned int)dv[nt][2] | ((unsigned int)dv[nt][3] << 16));
+    }
+    // acc[nt][e]: tap g + 8·(e >> 1), channel nt·8 + 2t + (e & 1).
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[(warp * 16 + g + 8 * (e >> 1)) * 64 + nt * 8 + 2 * t + (e & 1)] = acc[nt][e];
+    __syncthreads();
+    for (int e = threadIdx.x; e < K * CRS; e += blockDim.x) {
+        const int k = e / CRS, tap = e - k * CRS;
+        float sum = 0.f;
+        for (int wi = 0; wi < nw; wi++) sum += red[(wi * 16 + tap) * 64 + k];
+        partial[(long long)e * gridDim.x + blockIdx.x] = (double)sum;
+    }
+}
+
+// The entry points, _n{NT} (conv_dw_small.go picks), with
+// ember_cl_conv_dw_small's parameters (the last three unused); blocks of
+// 256 threads.
+extern "C" __global__ void ember_cl_conv_dw_small_mma_n2(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_mma_of<2>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift,
+                                     owMul, owShift);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_mma_n3(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_mma_of<3>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift,
+                                     owMul, owShift);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_mma_n4(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_mma_of<4>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift,
+                                     owMul, owShift);
+}
+extern "C" __global__ void ember_cl_conv_dw_small_mma_n8(double* partial, const unsigned short* x, const unsigned short* dy, int N,
+        int C, int H, int W, int K, int R, int S, int SH, int SW, int PH, int PW, int OH, int OW, int DH, int DW,
+        int per, unsigned int pMul, unsigned int pShift, unsigned int owMul, unsigned int owShift, unsigned int cMul,
+        unsigned int cShift, int TP) {
+    ember_cl_conv_dw_small_mma_of<8>(partial, x, dy, N, C, H, W, K, R, S, SH, SW, PH, PW, OH, OW, DH, DW, per, pMul, pShift,
+                                     owMul, owShift);
 }
 #endif
 

@@ -328,8 +328,8 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
         if (g.K <= 32) k = CRS <= 16 ? ember_cl_conv_small_mma16_n4 : ember_cl_conv_small_mma32_n4;
         if (g.K <= 24) k = CRS <= 16 ? ember_cl_conv_small_mma16_n3 : ember_cl_conv_small_mma32_n3;
         if (g.K <= 16) k = CRS <= 16 ? ember_cl_conv_small_mma16_n2 : ember_cl_conv_small_mma32_n2;
-        k(pym, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, NP, dow.mul, dow.shift,
-          doh.mul, doh.shift);
+        k(pym, px, pw, pb, relu, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, OH, OW, NP, dp.mul, dp.shift,
+          dow.mul, dow.shift);
     });
     const bool dw16 = CRS <= 16; // the filter gradient's kernel takes at most 16 taps (conv_dw_small.go)
     // Its tile (conv_dw_small.go's clDwsTile), per as many tiles as 96
@@ -347,9 +347,25 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
         dwk(pp, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per,
                                dp.mul, dp.shift, dow.mul, dow.shift, dc.mul, dc.shift, tile);
     });
-    std::vector<float> dw0(dw);
+    std::vector<float> dw0(dw), dwm(dw);
     float* pdw = dw.data();
     if (dw16) launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdw, pp, pairs, blocks); });
+    // The tensor-core filter gradient (conv_dw_small.go's pick) over the
+    // same blocks, joined the same way.
+    std::vector<double> partm((size_t)pairs * blocks);
+    double* ppm = partm.data();
+    float* pdwm = dwm.data();
+    if (dw16) {
+        auto k = ember_cl_conv_dw_small_mma_n8;
+        if (g.K <= 32) k = ember_cl_conv_dw_small_mma_n4;
+        if (g.K <= 24) k = ember_cl_conv_dw_small_mma_n3;
+        if (g.K <= 16) k = ember_cl_conv_dw_small_mma_n2;
+        launch(blocks, 256, [=] {
+            k(ppm, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per, dp.mul, dp.shift,
+              dow.mul, dow.shift, dc.mul, dc.shift, tile);
+        });
+        launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdwm, ppm, pairs, blocks); });
+    }
     int bad = 0;
     std::vector<double> sum(pairs), mag(pairs);
     for (int n = 0; n < g.N; n++)
@@ -377,6 +393,7 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     for (int i = 0; i < pairs && dw16; i++) {
         const double want = dw0[i] + bf((float)sum[i]);
         bad += !check(fabs(dw[i] - want) <= fabs(want) / 128 + 1e-5 * mag[i] + 1e-30, "conv dw", i, dw[i], want);
+        bad += !check(fabs(dwm[i] - want) <= fabs(want) / 128 + 1e-5 * mag[i] + 1e-30, "conv dw (tensor cores)", i, dwm[i], want);
     }
     printf("direct convolution N=%d C=%d %dx%d K=%d %dx%d stride %d,%d pad %d,%d dilation %d,%d relu=%d bias=%d, %d blocks%s%s: %s\n", g.N,
            g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, g.DH, g.DW, relu, bias, blocks, dw16 ? "" : " (forward only)",
