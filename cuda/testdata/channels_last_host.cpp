@@ -350,9 +350,12 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
     std::vector<float> dw0(dw), dwm(dw);
     float* pdw = dw.data();
     if (dw16) launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdw, pp, pairs, blocks); });
-    // The tensor-core filter gradient (conv_dw_small.go's pick) over the
-    // same blocks, joined the same way.
-    std::vector<double> partm((size_t)pairs * blocks);
+    // The tensor-core filter gradient (conv_dw_small.go's pick), joined
+    // the same way, over blocks of four times the positions and two warps
+    // (the host emulation's threads are its cost; any partition sums the
+    // same products).
+    const int perm = 4 * per, blocksm = (NP + perm - 1) / perm;
+    std::vector<double> partm((size_t)pairs * blocksm);
     double* ppm = partm.data();
     float* pdwm = dwm.data();
     if (dw16) {
@@ -360,11 +363,11 @@ static void convsmall(const cgeom& g, bool relu, bool bias, int per) {
         if (g.K <= 32) k = ember_cl_conv_dw_small_mma_n4;
         if (g.K <= 24) k = ember_cl_conv_dw_small_mma_n3;
         if (g.K <= 16) k = ember_cl_conv_dw_small_mma_n2;
-        launch(blocks, 256, [=] {
-            k(ppm, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, per, dp.mul, dp.shift,
+        launch(blocksm, 64, [=] {
+            k(ppm, px, pdy, g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.SH, g.SW, g.PH, g.PW, OH, OW, g.DH, g.DW, perm, dp.mul, dp.shift,
               dow.mul, dow.shift, dc.mul, dc.shift, tile);
         });
-        launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdwm, ppm, pairs, blocks); });
+        launch((pairs + 7) / 8, 256, [=] { ember_conv_dw_small_join(pdwm, ppm, pairs, blocksm); });
     }
     int bad = 0;
     std::vector<double> sum(pairs), mag(pairs);
