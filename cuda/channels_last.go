@@ -551,8 +551,10 @@ func clSmallConv(c convShape) bool {
 
 // clSmallMMA is the tensor-core entry point of ember_cl_conv_small that
 // takes c (ember_cl_conv_small_mma{16,32}_n{2,3,4,8}: up to 16 or 32
-// taps, up to 16, 24, 32 or 64 output channels), or "" where c takes the CUDA-core kernel (or none
-// of them) or the device has no bfloat16 tensor cores.
+// taps, up to 16, 24, 32 or 64 output channels), or "" where c takes the
+// CUDA-core kernel (more channels), neither, or the device has no
+// bfloat16 tensor cores (before sm_80, where the kernels are compiled
+// out).
 func (b *Backend) clSmallMMA(c convShape) string {
 	if !clSmallConv(c) || c.g.K > 64 {
 		return ""

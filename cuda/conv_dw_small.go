@@ -51,9 +51,9 @@ func (b *Backend) filterGradSmall(op string, pdw, px, pdy, pmask uintptr, c conv
 }
 
 // filterGradSmallChannelsLast is filterGradSmall of x and dy held
-// channels-last (ember_cl_conv_dw_small).
-// On tensor cores (ember_cl_conv_dw_small_mma_n*) where the device has
-// them; the partition of the positions into blocks is the same.
+// channels-last: ember_cl_conv_dw_small_mma_n* on tensor cores where the
+// device has them, else ember_cl_conv_dw_small, over the same blocks of
+// positions.
 func (b *Backend) filterGradSmallChannelsLast(op string, pdw, px, pdy uintptr, c convShape) {
 	tile := clDwsTile(c.g.K)
 	kernel := fmt.Sprintf("ember_cl_conv_dw_small_mma_n%d", clMMAChannelTiles(c.g.K))
