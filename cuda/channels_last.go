@@ -99,6 +99,18 @@ func (b *Backend) clApply(op string, y, x, dy, tab, bias uintptr, act tensor.Una
 		const name = "ember_cl_bn_dx"
 		grid := b.clRowsGrid(name, rows, 2*r)
 		devCheck(op, b.x.launch(b.kernel(name), grid, block, []any{y, x, dy, tab, int32(act), flag(training), int64(rows), i32arg(op, c)}))
+	case clAct, clActGrad:
+		if act == tensor.OpGELU {
+			// GELU's own passes (kernels/channels_last.cu's
+			// ember_cl_gelu_pass): the same bits, fewer instructions.
+			if mode == clAct {
+				b.launch(op, b.kernel("ember_cl_gelu_fwd"), n8, y, x, int64(n8))
+			} else {
+				b.launch(op, b.kernel("ember_cl_gelu_bwd"), n8, y, x, dy, int64(n8))
+			}
+			return
+		}
+		fallthrough
 	default:
 		b.launch(op, b.kernel("ember_cl_pointwise"), n8, y, x, dy, bias, int32(act), int32(mode), int64(n8), i32arg(op, c))
 	}

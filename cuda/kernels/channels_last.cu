@@ -550,6 +550,37 @@ extern "C" __global__ void ember_cl_pointwise(unsigned short* y, const unsigned 
     ember_cl_apply(y, x, dy, bias, act, kind, n8, C);
 }
 
+// GELU and its gradient over n8 groups of eight elements, the pass
+// ember_cl_pointwise makes for them with the kind and activation fixed
+// when compiled: no per-group channel or kind to carry (the whitening
+// layer's GELU took 30 instructions an element in the general pass,
+// docs/performance.md, round 35). The same arithmetic, the same bits.
+template <bool Grad>
+__device__ __forceinline__ void ember_cl_gelu_pass(unsigned short* y, const unsigned short* x, const unsigned short* dy,
+                                                   long long n8) {
+    EMBER_LOOP(long long, i, n8) {
+        const long long at = i * 8;
+        float xv[8], gv[8], out[8];
+        ember_cl_load8(x + at, xv);
+        if (Grad) ember_cl_load8(dy + at, gv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const ember_cl_gelu_parts p = ember_cl_gelu(xv[j]);
+            out[j] = Grad ? gv[j] * __fmaf_rn(xv[j] * EMBER_BN_GELU_INV_SQRT2PI, p.e, p.cdf) : xv[j] * p.cdf;
+        }
+        ember_cl_store8(y + at, out);
+    }
+}
+
+extern "C" __global__ void ember_cl_gelu_fwd(unsigned short* y, const unsigned short* x, long long n8) {
+    ember_cl_gelu_pass<false>(y, x, 0, n8);
+}
+
+extern "C" __global__ void ember_cl_gelu_bwd(unsigned short* dx, const unsigned short* x, const unsigned short* dy,
+                                             long long n8) {
+    ember_cl_gelu_pass<true>(dx, x, dy, n8);
+}
+
 // Eight bytes as one 8-byte access.
 struct __attribute__((aligned(8))) ember_cl8b {
     unsigned int lo, hi;
@@ -1179,14 +1210,15 @@ __device__ __forceinline__ void ember_cl_conv_small_mma_of(unsigned short* y, co
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 if (nt >= NTK) break;
-                float o[2];
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float u = ember_bf16_round(acc[nt][2 * half + e]) + bb[nt][e];
-                    if (relu && !(u > 0.f || u != u)) u = 0.f;
-                    o[e] = u;
+                // The pair rounded at once (a NaN stays one through the
+                // bias and ReLU, and the store's rounding makes it 0x7FC0).
+                const unsigned int r = ember_bf16x2_rn(acc[nt][2 * half], acc[nt][2 * half + 1]);
+                float u0 = __uint_as_float(r << 16) + bb[nt][0], u1 = __uint_as_float(r & 0xffff0000u) + bb[nt][1];
+                if (relu) {
+                    if (!(u0 > 0.f || u0 != u0)) u0 = 0.f;
+                    if (!(u1 > 0.f || u1 != u1)) u1 = 0.f;
                 }
-                *reinterpret_cast<unsigned int*>(yp + nt * 8) = ember_bf16x2_from_f32(o[0], o[1]);
+                *reinterpret_cast<unsigned int*>(yp + nt * 8) = ember_bf16x2_from_f32(u0, u1);
             }
         }
     }

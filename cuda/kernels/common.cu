@@ -376,5 +376,18 @@ __device__ __forceinline__ unsigned int ember_bf16x2_from_f32(float lo, float hi
 #endif
 }
 
+// The pair rounded as ember_bf16x2_from_f32 rounds, a NaN left as the
+// conversion gives it (some NaN): for values rounded on their way to
+// another operation rather than to memory.
+__device__ __forceinline__ unsigned int ember_bf16x2_rn(float lo, float hi) {
+#ifdef EMBER_CVT_BF16X2
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return ember_bf16x2_from_f32(lo, hi);
+#endif
+}
+
 // v rounded to bfloat16, as a float32.
 __device__ __forceinline__ float ember_bf16_round(float v) { return __uint_as_float(ember_bf16x2_from_f32(0.0f, v) & 0xffff0000u); }

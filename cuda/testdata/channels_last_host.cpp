@@ -162,6 +162,16 @@ static void pointwise(int rows, int C, int kind, int act) {
     const long long n8 = (long long)rows * C / 8;
     launch(3, 64, [=] { ember_cl_pointwise(py, px, pdy, pb, act, kind, n8, C); });
     int bad = 0;
+    // GELU's own passes (channels_last.go takes them for GELU), bit for
+    // bit against the general one.
+    const bool gelu = act == EMBER_BN_ACT_GELU && (kind == EMBER_CL_ACT || kind == EMBER_CL_ACT_GRAD);
+    std::vector<unsigned short> yg(x.size(), 0x1234);
+    unsigned short* pyg = yg.data();
+    if (gelu) launch(2, 64, [=] {
+        if (kind == EMBER_CL_ACT) ember_cl_gelu_fwd(pyg, px, n8);
+        else ember_cl_gelu_bwd(pyg, px, pdy, n8);
+    });
+    for (size_t i = 0; i < x.size() && gelu; i++) bad += !check(yg[i] == y[i], "GELU pass y", i, widen(yg[i]), widen(y[i]));
     for (size_t i = 0; i < x.size(); i++) {
         const float xv = widen(x[i]), gv = widen(dy[i]);
         float want;
@@ -176,7 +186,7 @@ static void pointwise(int rows, int C, int kind, int act) {
         }
         bad += !check(y[i] == bits(want), "pointwise y", i, widen(y[i]), bf(want));
     }
-    printf("pointwise rows=%d C=%d kind=%d act=%d: %s\n", rows, C, kind, act, bad ? "FAIL" : "ok");
+    printf("pointwise rows=%d C=%d kind=%d act=%d%s: %s\n", rows, C, kind, act, gelu ? ", GELU's passes too" : "", bad ? "FAIL" : "ok");
 }
 
 // batchnorm runs the passes of batch norm over [rows, C]; with gInDx, as
