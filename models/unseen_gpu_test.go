@@ -216,3 +216,93 @@ func TestUnseenSENetGPU(t *testing.T) {
 		t.Errorf("loss %v after 30 steps from %v: seNet does not learn its batch", loss, first)
 	}
 }
+
+// grayGELUNet is a third network none of the package's models is, for the
+// channels-last form under autocast: a strided first layer on one channel
+// with a bias (the form's tensor-core direct convolution, 32 channels),
+// GELU, max pooling into batch norm with GELU (the fused pass), a layer of
+// 40 channels (five groups of eight a row) with batch norm and GELU, and a
+// linear head.
+func grayGELUNet(b tensor.Backend) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(13, 17))
+	conv := func(in, out, stride int, bias bool) *nn.Conv2d {
+		return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Stride: [2]int{stride, stride},
+			Padding: [2]int{1, 1}, NoBias: !bias})
+	}
+	return nn.NewSequential(
+		conv(1, 32, 2, true), nn.GELU{}, // 10x10
+		conv(32, 48, 1, false), nn.NewMaxPool2d(2), nn.NewBatchNorm2d(b, 48), nn.GELU{}, // 5x5
+		conv(48, 40, 1, false), nn.NewBatchNorm2d(b, 40), nn.GELU{},
+		nn.NewMaxPool2d(5), nn.Flatten{},
+		nn.NewLinear(b, rng, 40, 10),
+	)
+}
+
+// TestUnseenChannelsLastNetGPU trains grayGELUNet on the GPU eagerly in
+// bfloat16 autocast with activations held channels-last: the first loss
+// agrees with the CPU's float32 one from the same weights and batch, and
+// the net memorises a few random batches.
+func TestUnseenChannelsLastNetGPU(t *testing.T) {
+	requireGPU(t)
+	const bs, batches, epochs, side = 32, 3, 25, 20
+	rng := rand.New(rand.NewPCG(8, 9))
+	images := make([]float32, batches*bs*side*side)
+	for i := range images {
+		images[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int32, batches*bs)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	batch := func(i int) ([]float32, []int32) {
+		n := bs * side * side
+		return images[i*n : (i+1)*n], labels[i*bs : (i+1)*bs]
+	}
+
+	cpu := tensor.CPU
+	x0, y0 := batch(0)
+	s := tensor.NewScope()
+	want := grayGELUNet(cpu).CrossEntropyLoss(tensor.FromFloat32(cpu, s, x0, bs, 1, side, side), tensor.FromInt32(cpu, s, y0, bs)).Item()
+	s.Release()
+
+	b := newGPU(t, cuda.BackendOptions{})
+	defer b.Close()
+	if _, err := b.CuDNN(); err != nil {
+		t.Skipf("cuDNN: %v", err)
+	}
+	m := grayGELUNet(b)
+	sgd, err := optim.NewSGD(nn.Parameters(m), optim.SGDConfig{LR: 0.05, Momentum: 0.9, Nesterov: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sgd.Release()
+	s = tensor.NewScope()
+	defer s.Release()
+	s.SetAutocast(tensor.BFloat16)
+	s.SetChannelsLast(true)
+	var first, last float64
+	for e := range epochs {
+		var sum float64
+		for i := range batches {
+			xi, yi := batch(i)
+			s.Reset()
+			sgd.ZeroGrad()
+			loss := m.CrossEntropyLoss(tensor.FromFloat32(b, s, xi, bs, 1, side, side), tensor.FromInt32(b, s, yi, bs))
+			loss.Backward()
+			sgd.Step()
+			l := float64(loss.Item())
+			if e == 0 && i == 0 {
+				first = l
+			}
+			sum += l
+		}
+		last = sum / batches
+	}
+	t.Logf("first loss %.5f (CPU float32 %.5f), last epoch's mean %.4f", first, want, last)
+	if d := math.Abs(first - float64(want)); d > 0.02*math.Abs(float64(want)) {
+		t.Errorf("first loss %.5f on the GPU (bfloat16, channels-last), %.5f on the CPU (float32): differ by more than 2%%", first, want)
+	}
+	if !(last < 0.5*first) {
+		t.Errorf("the last epoch's mean loss %.4f is not below half the first loss %.4f: the net does not learn its batches", last, first)
+	}
+}
