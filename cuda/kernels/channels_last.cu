@@ -564,10 +564,8 @@ __device__ __forceinline__ void ember_cl_gelu_pass(unsigned short* y, const unsi
         ember_cl_load8(x + at, xv);
         if (Grad) ember_cl_load8(dy + at, gv);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const ember_cl_gelu_parts p = ember_cl_gelu(xv[j]);
-            out[j] = Grad ? gv[j] * __fmaf_rn(xv[j] * EMBER_BN_GELU_INV_SQRT2PI, p.e, p.cdf) : xv[j] * p.cdf;
-        }
+        for (int j = 0; j < 8; j++)
+            out[j] = Grad ? ember_cl_act_grad(EMBER_BN_ACT_GELU, xv[j], gv[j]) : ember_cl_act(EMBER_BN_ACT_GELU, xv[j]);
         ember_cl_store8(y + at, out);
     }
 }
@@ -1107,20 +1105,25 @@ __device__ __forceinline__ unsigned short ember_cl_mma_tap(const unsigned short*
     return in ? x[px.base + (h * W + w) * C + c] : (unsigned short)0;
 }
 
+// ember_cl_mma_tap_at sets tap kk's row and column offsets and its
+// channel (-1 past the C·R·S taps), taps in the filter's order (c·R·S +
+// r·S + s).
+__device__ __forceinline__ void ember_cl_mma_tap_at(int kk, int C, int R, int S, int DH, int DW, int& dh, int& dw,
+                                                    int& c) {
+    const int RS = R * S, q = kk / RS, rs = kk - q * RS, r = rs / S;
+    c = kk < C * RS ? q : -1;
+    dh = r * DH;
+    dw = (rs - r * S) * DW;
+}
+
 // ember_cl_mma_taps sets a lane's tap offsets for its 4·KS columns of a
 // [positions][taps] A (j = 4·ks + {0: 2t, 1: 2t+1, 2: 2t+8, 3: 2t+9}).
 template <int KS>
 __device__ __forceinline__ void ember_cl_mma_taps(int t, int C, int R, int S, int DH, int DW, int tdh[4 * KS],
                                                   int tdw[4 * KS], int tc[4 * KS]) {
-    const int RS = R * S, CRS = C * RS;
 #pragma unroll
-    for (int j = 0; j < 4 * KS; j++) {
-        const int kk = (j >> 2) * 16 + 2 * t + (j & 1) + ((j >> 1) & 1) * 8;
-        const int c = kk / RS, rs = kk - c * RS, r = rs / S;
-        tc[j] = kk < CRS ? c : -1;
-        tdh[j] = r * DH;
-        tdw[j] = (rs - r * S) * DW;
-    }
+    for (int j = 0; j < 4 * KS; j++)
+        ember_cl_mma_tap_at((j >> 2) * 16 + 2 * t + (j & 1) + ((j >> 1) & 1) * 8, C, R, S, DH, DW, tdh[j], tdw[j], tc[j]);
 }
 
 // ember_cl_mma_gather loads the A values of a lane for the tile's rows g
@@ -1290,17 +1293,12 @@ __device__ __forceinline__ void ember_cl_conv_dw_small_mma_of(double* partial, c
                                                               unsigned int owMul, unsigned int owShift) {
     __shared__ float red[8 * 16 * 64];  // [warp][tap][k], K <= 64
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int NTK = K >> 3, RS = R * S, CRS = C * RS, P = OH * OW, NP = N * P;
+    const int NTK = K >> 3, CRS = C * R * S, P = OH * OW, NP = N * P;
     const int lo = blockIdx.x * per, hi = lo + per < NP ? lo + per : NP;
     // This lane's two taps, A's rows g and g + 8.
     int tdh[2], tdw[2], tc[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int kk = g + 8 * i, c = kk / RS, rs = kk - c * RS, r = rs / S;
-        tc[i] = kk < CRS ? c : -1;
-        tdh[i] = r * DH;
-        tdw[i] = (rs - r * S) * DW;
-    }
+    for (int i = 0; i < 2; i++) ember_cl_mma_tap_at(g + 8 * i, C, R, S, DH, DW, tdh[i], tdw[i], tc[i]);
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
