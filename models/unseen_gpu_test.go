@@ -245,15 +245,7 @@ func grayGELUNet(b tensor.Backend) *nn.Sequential {
 func TestUnseenChannelsLastNetGPU(t *testing.T) {
 	requireGPU(t)
 	const bs, batches, epochs, side = 32, 3, 25, 20
-	rng := rand.New(rand.NewPCG(8, 9))
-	images := make([]float32, batches*bs*side*side)
-	for i := range images {
-		images[i] = float32(rng.NormFloat64())
-	}
-	labels := make([]int32, batches*bs)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(10))
-	}
+	images, labels := randomBatches(8, batches, bs, side)
 	batch := func(i int) ([]float32, []int32) {
 		n := bs * side * side
 		return images[i*n : (i+1)*n], labels[i*bs : (i+1)*bs]
