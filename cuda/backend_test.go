@@ -324,6 +324,7 @@ var nullable = map[string]bool{"bias": true, "dlogits": true, "partial": true, "
 // shuffles, block reductions).
 var blockSized = map[string]bool{
 	"ember_sum": true, "ember_sum_final": true, "ember_reduce_rows_sum4": true, "ember_reduce_rows_sum4_l2": true, "ember_reduce_channel_rows": true, "ember_reduce_channel_rows_l2": true, "ember_reduce_channel_rows_long": true, "ember_reduce_channel_rows_long_l2": true, "ember_bias_grad_rows": true,
+	"ember_reduce_channel_whole4_u2v2": true, "ember_reduce_channel_whole4_u2v2_l2": true, "ember_reduce_channel_whole4_u1v4": true, "ember_reduce_channel_whole4_u1v4_l2": true, "ember_reduce_channel_whole4_u1v7": true, "ember_reduce_channel_whole4_u1v7_l2": true, "ember_reduce_channel_whole1_u4v2": true, "ember_reduce_channel_whole1_u4v2_l2": true, "ember_reduce_channel_whole1_u2v4": true, "ember_reduce_channel_whole1_u2v4_l2": true, "ember_reduce_channel_whole1_u1v8": true, "ember_reduce_channel_whole1_u1v8_l2": true,
 	"ember_bias_grad_cols": true, "ember_bias_grad_finish": true,
 	"ember_cross_entropy": true, "ember_argmax": true,
 	"ember_class_loss_count": true, "ember_class_loss_rows": true, "ember_class_loss_cols": true, "ember_class_loss_final": true,

@@ -162,9 +162,55 @@ func chanSplits(channels, per int) (splits, chunk int) {
 	return (per + chunk - 1) / chunk, chunk
 }
 
-// Rows of at least chanRowsMin floats (a multiple of 4, 16-byte aligned)
-// go to ember_reduce_channel_rows instead: a warp a row, a channel's rows
-// split over blocks so that there are about chanWave blocks, which fits
+// Where there are at least chanWholeMin channels, each of rows of at least
+// chanWholeInnerMin floats, a block sums a whole channel
+// (ember_reduce_channel_whole_*): the channels alone fill the GPU, and no
+// block waits on another's partial sum. On the H200 that read
+// [512,128,14,14] in 14.7 µs and [512,64,28,28] in 26.3, where a channel
+// split over blocks joined by the last to arrive took 16.2 and 27.5
+// (docs/performance.md, round 36). With fewer channels, or shorter rows,
+// the split kernels below.
+const (
+	chanWholeMin      = 64
+	chanWholeInnerMin = 32
+)
+
+// chanWholeKernel is the entry point of the whole-channel sums for rows of
+// inner floats, read as float4 when vec (inner a multiple of 4 from a
+// 16-byte aligned x), with streaming loads (once) and with plain ones (l2);
+// the rows a warp takes at a time; and a row's length in units of its
+// loads. A warp's loads cover about a row, or a few short ones, at once.
+func chanWholeKernel(inner int, vec bool) (once, l2 string, rows, innerV int) {
+	if vec && inner >= 128 {
+		switch v := inner / 4; {
+		case v <= 64:
+			return "ember_reduce_channel_whole4_u2v2", "ember_reduce_channel_whole4_u2v2_l2", 2, v
+		case v > chanRowsLong4 && v <= chanRowsLong7:
+			return "ember_reduce_channel_whole4_u1v7", "ember_reduce_channel_whole4_u1v7_l2", 1, v
+		default:
+			return "ember_reduce_channel_whole4_u1v4", "ember_reduce_channel_whole4_u1v4_l2", 1, v
+		}
+	}
+	switch {
+	case inner <= 64:
+		return "ember_reduce_channel_whole1_u4v2", "ember_reduce_channel_whole1_u4v2_l2", 4, inner
+	case inner <= 128:
+		return "ember_reduce_channel_whole1_u2v4", "ember_reduce_channel_whole1_u2v4_l2", 2, inner
+	default:
+		return "ember_reduce_channel_whole1_u1v8", "ember_reduce_channel_whole1_u1v8_l2", 1, inner
+	}
+}
+
+// chanWholeThreads is the block of the whole-channel sums: a warp for each
+// group of rows a warp takes at once, at most 1,024 threads.
+func chanWholeThreads(outer, rows int) int {
+	return 32 * min(32, max(1, (outer+rows-1)/rows))
+}
+
+// With fewer channels, rows of at least chanRowsMin floats (a multiple of
+// 4, 16-byte aligned) go to ember_reduce_channel_rows: a warp a row, a
+// channel's rows split over blocks so that there are about chanWave
+// blocks, which fits
 // the 1,056 places of 256-thread blocks on 132 SMs in one wave (each
 // block's arrival at its channel's join costs it an L2 round trip). A
 // channel over several blocks takes a counter (chanDone), so a split is
@@ -207,9 +253,10 @@ func rowSplits(channels, outer, wave int) (splits, rowsPer int) {
 }
 
 // ReduceChannels implements tensor.ChannelReduceBackend: one pass of
-// ember_reduce_channel_rows, or of ember_reduce_channels (and its join
-// when a channel spans several blocks), where rows are long enough, else
-// the Reduce stages.
+// ember_reduce_channel_whole_*, ember_reduce_channel_rows, or
+// ember_reduce_channels (and its join when a channel spans several
+// blocks), where rows are long enough (reduceChannels), else the Reduce
+// stages.
 func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer, channels, inner int, accumulate bool) {
 	const name = "reduce_channels"
 	if op != tensor.ReduceSum && op != tensor.ReduceMean {
@@ -252,10 +299,21 @@ func (b *Backend) ReduceChannels(op tensor.ReduceOp, dst, x tensor.Buffer, outer
 }
 
 // reduceChannels queues the per-channel sums over x [outer, channels,
-// inner] into dst [channels] (all positive): ember_reduce_channel_rows for
-// long aligned float4 rows, else ember_reduce_channels, and its join over a
-// workspace of partial sums when a channel spans several blocks.
+// inner] into dst [channels] (all positive): a block a channel
+// (ember_reduce_channel_whole_*) for many channels of rows long enough,
+// else ember_reduce_channel_rows for long aligned float4 rows, else
+// ember_reduce_channels, and its join over a workspace of partial sums when
+// a channel spans several blocks.
 func (b *Backend) reduceChannels(name string, op tensor.ReduceOp, pdst, px uintptr, outer, channels, inner int, accumulate bool) {
+	if channels >= chanWholeMin && inner >= chanWholeInnerMin {
+		kernel, l2, rows, innerV := chanWholeKernel(inner, inner%4 == 0 && aligned16(px))
+		if !b.streamed(4 * outer * channels * inner) {
+			kernel = l2
+		}
+		devCheck(name, b.x.launch(b.kernel(kernel), Dim3{X: int(i32arg(name, channels)), Y: 1, Z: 1}, Dim3{X: chanWholeThreads(outer, rows), Y: 1, Z: 1},
+			[]any{pdst, px, int64(outer), int64(channels), int64(innerV), meanScale(op, outer*inner), flag(accumulate)}))
+		return
+	}
 	if inner >= chanRowsMin && inner%4 == 0 && aligned16(px) {
 		splits, rowsPer := chanRowSplits(channels, outer)
 		var part, counters uintptr

@@ -10,7 +10,7 @@ import (
 )
 
 // TestGPUReduceChannelsMatchesCPU checks SumAxes and MeanAxes over the
-// axes 0, 2, 3 of NCHW tensors (the per-channel reduction, with dozens of
+// axes 0, 2, 3 of NCHW tensors (the per-channel reduction, with a dozen
 // blocks per channel on ResNet-9's first activation) against the CPU on
 // fresh random inputs, within 1e-5 of the sum of |terms| (the conformance
 // suite's tolAcc: float32 groups of four, then double sums), on 16-byte
@@ -20,7 +20,11 @@ func TestGPUReduceChannelsMatchesCPU(t *testing.T) {
 	g := newGPUBackend(t, BackendOptions{})
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 15))
-	for _, dims := range [][]int{{512, 64, 28, 28}, {512, 256, 7, 7}, {3, 5, 1, 1}, {100003, 3, 1, 3}, {2, 3, 200, 301}} {
+	// The rows' kernel on its wave: many blocks a channel ([512,64,28,28],
+	// [512,128,14,14]), a few blocks a channel with most blocks on two
+	// channels ([7,300,16,16]), and more channels than the wave: a block a
+	// channel ([3,2000,8,16]).
+	for _, dims := range [][]int{{512, 64, 28, 28}, {512, 128, 14, 14}, {7, 300, 16, 16}, {3, 2000, 8, 16}, {512, 256, 7, 7}, {3, 5, 1, 1}, {100003, 3, 1, 3}, {2, 3, 200, 301}} {
 		n := dims[0] * dims[1] * dims[2] * dims[3]
 		data := make([]float32, n+1)
 		for i := range data {

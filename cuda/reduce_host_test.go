@@ -8,7 +8,8 @@ import (
 // TestReduceKernelsOnHost runs the reductions' kernels on the CPU through
 // the host emulation of testdata/host_emu.h, and
 // testdata/reduce_host.cpp checks them against double sums on fresh
-// random inputs: the per-channel sums of both kernels with their joins,
+// random inputs: the per-channel sums of the three kernels (the joins of
+// the split ones included),
 // the rows' sums (ember_reduce_rows_sum4) and the whole sum (ember_sum),
 // over odd channel counts, rows no multiple of 4, one outer row, a huge
 // outer axis, channels split over dozens of blocks, aligned and unaligned

@@ -181,6 +181,18 @@ __device__ __forceinline__ ember_f4 ember_ld_once(const ember_f4* p) {
 // input 29.5 and 26.3 (docs/performance.md, round 20).
 __device__ __forceinline__ ember_f4 ember_ld_read(const ember_f4* p, int once) { return once ? ember_ld_once(p) : *p; }
 
+// The same for one float (rows that are no whole float4).
+__device__ __forceinline__ float ember_ld_once(const float* p) {
+#ifdef EMBER_HOST_EMU
+    return *p;
+#else
+    float v;
+    asm("ld.global.nc.L1::no_allocate.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+#endif
+}
+__device__ __forceinline__ float ember_ld_read(const float* p, int once) { return once ? ember_ld_once(p) : *p; }
+
 // ember_block_sum_d sums one double per thread over the block; the result is
 // valid in thread 0 only. blockDim.x must be a multiple of 32 (at most 1024)
 // and every thread of the block must call it (it synchronizes). Warps are

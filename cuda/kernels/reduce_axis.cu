@@ -514,6 +514,127 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
     }
 }
 
+// ember_reduce_channel_whole_*: the sums (scale 1, added to dst when acc)
+// or means (scale 1/(outer*inner)) of each channel of x [outer, channels,
+// inner], block c summing channel c alone: no partial sums, no counter, no
+// join. A warp takes U rows at a time, each lane issuing V loads a row
+// (float4 for the _4 entry points: inner a multiple of 4, x 16-byte
+// aligned; floats for the _1 ones) before it adds them, in float within a
+// float4 and in double across; the block adds its warps in a fixed order,
+// so the bits depend on the shape alone. As the rows' sums, the load is
+// chosen when compiled: ember_ld_once without _l2, a plain load with it
+// (a flag read at run time cost these kernels 3-8%, round 36). The host takes it where there are channels enough to
+// fill the GPU with blocks of up to 1,024 threads (chanWholeMin): on the
+// H200 a channel a block read [512,128,14,14] in 13.7-13.9 us where 8
+// blocks a channel and the join of the last to arrive took 15.7
+// (docs/performance.md, round 36). Any multiple of 32 threads up to 1,024;
+// the entry points declare one block an SM, so that the compiler keeps
+// every load of a batch in flight (53 registers) instead of spending loads
+// to fit two blocks in 32 registers, which cost 15-20%.
+template <typename T>
+__device__ __forceinline__ float ember_lanes_value(const T& v) {
+    return (v.x + v.y) + (v.z + v.w);
+}
+template <>
+__device__ __forceinline__ float ember_lanes_value<float>(const float& v) {
+    return v;
+}
+
+template <typename T, int U, int V, bool Once>
+__device__ __forceinline__ void ember_channel_whole(float* dst, const T* x, long long outer, long long channels,
+                                                    long long innerV, double scale, int acc) {
+    const long long c = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const long long rowStride = channels * innerV;
+    const T* base = x + c * innerV;
+    double s = 0.0;
+    for (long long o0 = (long long)warp * U; o0 < outer; o0 += (long long)nw * U) {
+        for (long long q0 = lane; q0 < innerV; q0 += 32 * V) {
+            T v[U][V];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    v[u][j] = o0 + u < outer && q0 + 32 * j < innerV ? ember_ld_read(base + (o0 + u) * rowStride + q0 + 32 * j, Once) : T{};
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < V; j++) s += (double)ember_lanes_value(v[u][j]);
+        }
+    }
+    s = ember_block_sum_d(s);
+    if (threadIdx.x == 0) ember_scaled_store(dst, c, s, scale, acc);
+}
+
+// The entry points, by row length (chanWholeKernel); the kernel table needs
+// each declared literally.
+// rows of at most 64 float4
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u2v2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 2, 2, true>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u2v2_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 2, 2, false>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+// 65 to 128 float4, and more than 224
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u1v4(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 1, 4, true>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u1v4_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 1, 4, false>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+// 129 to 224 float4 (a 28x28 image: one batch a row)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u1v7(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 1, 7, true>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole4_u1v7_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<ember_f4, 1, 7, false>(dst, reinterpret_cast<const ember_f4*>(x), outer, channels, innerV, scale, acc);
+}
+// rows of floats: at most 64
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u4v2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 4, 2, true>(dst, x, outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u4v2_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 4, 2, false>(dst, x, outer, channels, innerV, scale, acc);
+}
+// 65 to 128 floats
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u2v4(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 2, 4, true>(dst, x, outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u2v4_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 2, 4, false>(dst, x, outer, channels, innerV, scale, acc);
+}
+// more than 128 floats
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u1v8(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 1, 8, true>(dst, x, outer, channels, innerV, scale, acc);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    ember_reduce_channel_whole1_u1v8_l2(float* dst, const float* x, long long outer, long long channels, long long innerV,
+        double scale, int acc) {
+    ember_channel_whole<float, 1, 8, false>(dst, x, outer, channels, innerV, scale, acc);
+}
+
 // ember_reduce_channel_rows / _l2: the sums (scale 1, added to dst when
 // acc) or means (scale 1/(outer*inner)) of each channel of x [outer,
 // channels, inner], for inner a multiple of 4 from a 16-byte aligned x

@@ -8,6 +8,8 @@
 // aligned x, a sum accumulated into dst from an x one float off alignment
 // (the one-float paths), and a mean, NaN around x, and runs
 //   - ember_reduce_channels (and its join when splits > 1): every variant;
+//   - ember_reduce_channel_whole_*: every variant, the float4 entry points
+//     on aligned rows of whole float4;
 //   - ember_reduce_channel_rows, ember_reduce_rows_sum4 (the rows of
 //     inner): the aligned variants with inner a multiple of 4, the means
 //     through the entry points with plain loads (_l2), the sums through
@@ -120,6 +122,30 @@ int main(int argc, char** argv) {
                            [=] { ember_reduce_channels_join(pd, pp, ch, splits, outer * inner, v.op, v.acc); });
                 }
             }, chanIdx, outer * inner);
+            // The whole-channel kernels (a block a channel), every entry point
+            // on every case, the float4 ones where rows are whole float4 from
+            // an aligned x; the sums streamed, the means through plain loads.
+            {
+                using whole = decltype(&ember_reduce_channel_whole1_u4v2);
+                const struct {
+                    const char* name;
+                    whole streamed, l2;
+                    bool vec;
+                } wholes[] = {{"reduce_channel_whole4_u2v2", ember_reduce_channel_whole4_u2v2, ember_reduce_channel_whole4_u2v2_l2, true},
+                              {"reduce_channel_whole4_u1v4", ember_reduce_channel_whole4_u1v4, ember_reduce_channel_whole4_u1v4_l2, true},
+                              {"reduce_channel_whole4_u1v7", ember_reduce_channel_whole4_u1v7, ember_reduce_channel_whole4_u1v7_l2, true},
+                              {"reduce_channel_whole1_u4v2", ember_reduce_channel_whole1_u4v2, ember_reduce_channel_whole1_u4v2_l2, false},
+                              {"reduce_channel_whole1_u2v4", ember_reduce_channel_whole1_u2v4, ember_reduce_channel_whole1_u2v4_l2, false},
+                              {"reduce_channel_whole1_u1v8", ember_reduce_channel_whole1_u1v8, ember_reduce_channel_whole1_u1v8_l2, false}};
+                for (const auto& w : wholes) {
+                    if (w.vec && (inner % 4 != 0 || v.off != 0)) continue;
+                    const long long innerV = w.vec ? inner / 4 : inner;
+                    run(w.name, ch, 0, 0, [&](float* pd, double*, unsigned*) {
+                        const whole k = v.op == EMBER_R_MEAN ? w.l2 : w.streamed;
+                        launch((unsigned)ch, 1, nt, [=] { k(pd, x, outer, ch, innerV, scale(outer * inner), v.acc); });
+                    }, chanIdx, outer * inner);
+                }
+            }
             if (inner % 4 == 0 && v.off == 0) {  // rowGrid 0: not the rows' kernel
                 // Both widths of the per-channel rows' kernel on the same
                 // rows: four float4 a lane, and seven (_long); the means
