@@ -505,13 +505,20 @@ func opCases() []opCase {
 		// the 512-long columns of [512, 64].
 		reduceCase("SumAxes", []int{resnetAct[0] * resnetAct[1], resnetAct[2] * resnetAct[3]}, []int{-1}, tensor.SumAxes),
 		reduceCase("SumAxes", resnetAct[:2], []int{0}, tensor.SumAxes),
-		// What the same bytes cost read flat, and copied: a reduction of 51
-		// MB pays its launch and ramp on a fifth of the time a 1 GiB copy
-		// amortises them over, so its share of the 1 GiB copy's rate is
-		// read beside a copy of its own size.
+		// What the same bytes cost read flat, and copied: an operation of 51
+		// MB or less pays its launch and ramp on a fifth of the time a 1 GiB
+		// copy amortises them over or less, so its share of the 1 GiB
+		// copy's rate is read beside a copy of its own size (ops_table.py's
+		// last column), one for each shape of the elementwise operations,
+		// reductions and normalisations here.
 		sum([]int{512, 128, 14, 14}),
 		copyCase(resnetAct),
 		copyCase([]int{512, 128, 14, 14}),
+		copyCase(gptMLP),
+		copyCase(gptScores),
+		copyCase(gptAct),
+		copyCase(rows),
+		copyCase(gptLogits),
 	}
 	cases = append(cases, softmax(gptScores)...)
 	cases = append(cases, softmax(gptLogits)...)

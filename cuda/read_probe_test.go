@@ -10,9 +10,10 @@ import (
 )
 
 // readProbeSrc holds the probe's kernels: a flat read-and-sum of float4
-// with V loads a lane in flight (as ember_sum reads), and the same read
-// through the tensor memory accelerator's bulk copies into shared-memory
-// stages.
+// with V loads a lane in flight, alone (flat) or with ember_sum's double
+// sums and, optionally, its join by the last block to arrive (flatd); and
+// the same read through the tensor memory accelerator's bulk copies into
+// shared-memory stages.
 const readProbeSrc = `
 __device__ __forceinline__ float4 ld_once(const float4* p) {
     float4 v;
@@ -46,6 +47,57 @@ __device__ void flat(float* out, const float4* x, long long n4) {
     s = block_sum(s);
     if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
+// flatd: flat's loads, each float4 added in float and the sums in double
+// (as ember_sum adds), with or without the join of the last block to
+// arrive (a fence, a counter, the partials read back).
+template <int V, bool Join>
+__device__ void flatd(float* out, double* part, unsigned* counter, const float4* x, long long n4) {
+    const long long T = (long long)gridDim.x * blockDim.x;
+    double s = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += T * V) {
+        float4 v[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) v[j] = i + j * T < n4 ? ld_once(x + i + j * T) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int j = 0; j < V; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
+    }
+    __shared__ double wp[32];
+    __shared__ int last;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) wp[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += wp[w];
+        if (!Join) {
+            out[blockIdx.x] = (float)t;
+        } else {
+            part[blockIdx.x] = t;
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            last = atomicAdd(counter, 1u) == gridDim.x - 1;
+            if (last) *counter = 0;
+        }
+    }
+    if (!Join) return;
+    __syncthreads();
+    if (!last) return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    double t = 0.0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) t += __ldcg(part + b);
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) wp[threadIdx.x >> 5] = t;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double u = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) u += wp[w];
+        out[0] = (float)u;
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, false>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd8(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, false>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, true>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd8_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, true>(o, p, c, x, n4); }
 extern "C" __global__ void probe_flat4(float* out, const float4* x, long long n4) { flat<4>(out, x, n4); }
 extern "C" __global__ void probe_flat8(float* out, const float4* x, long long n4) { flat<8>(out, x, n4); }
 
@@ -113,10 +165,12 @@ extern "C" __global__ void probe_bulk(float* out, const char* x, long long bytes
 
 // TestGPUReadProbe times reads of 25, 51 and 103 MB: the per-channel sums
 // and the flat sum as built, beside what the device reads at best with no
-// output to join: the probe's kernels (plain loads with 4 or 8 in flight a
-// lane, and bulk copies into shared-memory stages) over grids and stage
+// output to join, and what the join costs: the probe's kernels (plain
+// loads with 4 or 8 in flight a lane, with and without the last block's
+// join, and bulk copies into shared-memory stages) over grids and stage
 // sizes (docs/performance.md, round 36). It prints µs a call and GB/s and
-// asserts nothing about time. It runs only with EMBER_READ_PROBE=1.
+// asserts nothing about time, only that the joined sum of ones is their
+// count. It runs only with EMBER_READ_PROBE=1.
 func TestGPUReadProbe(t *testing.T) {
 	if os.Getenv("EMBER_READ_PROBE") != "1" {
 		t.Skip("the read probe runs with EMBER_READ_PROBE=1")
@@ -158,6 +212,23 @@ func TestGPUReadProbe(t *testing.T) {
 		}
 		report("ReduceChannels as built", time1(func() { b.ReduceChannels(tensor.ReduceSum, dst.Buffer(), x.Buffer(), outer, channels, inner, false) }))
 		report("Sum as built", time1(func() { b.Sum(out.Buffer(), x.Buffer()) }))
+		// Sum's work with flat's loads, without and with the join.
+		ws := b.workspace("probe", 8*4096)
+		for _, name := range []string{"probe_flatd4", "probe_flatd8", "probe_flatd4_join", "probe_flatd8_join"} {
+			f := fn(name)
+			for _, g := range []int{1024, 8 * sm} {
+				report(fmt.Sprintf("%s grid %d", name, g), time1(func() {
+					devCheck("probe", f.Launch(driver.Dim3{X: g, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, b.stream,
+						pout, ws.Ptr(), b.tileCounters.Ptr()+4*sumDone, px, int64(n/4)))
+				}))
+			}
+		}
+		got := make([]float32, out.Len())
+		b.Download(got, out.Buffer())
+		if got[0] != float32(n) {
+			t.Errorf("%v: the joined flat sum of ones is %g, want %d", shape, got[0], n)
+		}
+		b.release(ws)
 		for _, g := range []int{1024, 2 * 1024, 8 * sm, 16 * sm} {
 			for _, f := range []*driver.Function{flat4, flat8} {
 				report(fmt.Sprintf("%s grid %d", f.Name, g), time1(func() {

@@ -185,10 +185,10 @@ CASES = [
     reduce("SumAxes", RESNET_ACT, [0, 2, 3], lambda x, a: x.sum(a)),
     reduce("MeanAxes", RESNET_ACT, [0, 2, 3], lambda x, a: x.mean(a)),
     reduce("SumAxes", [512, 128, 14, 14], [0, 2, 3], lambda x, a: x.sum(a)),
-    # the same bytes read flat, and copied (a reference row of its own size)
+    # the same bytes read flat, and a copy of each shape (the reference of its size)
     unary("Sum", shape_name([512, 128, 14, 14]), [512, 128, 14, 14], 1, 1, torch.sum),
-    unary("Copy", shape_name(RESNET_ACT), RESNET_ACT, 2, 0, torch.clone),
-    unary("Copy", shape_name([512, 128, 14, 14]), [512, 128, 14, 14], 2, 0, torch.clone),
+    *[unary("Copy", shape_name(d), d, 2, 0, torch.clone)
+      for d in (RESNET_ACT, [512, 128, 14, 14], GPT_MLP, GPT_SCORES, GPT_ACT, [ROWS, C], [ROWS, VOCAB])],
     *softmax(GPT_SCORES),
     *softmax([ROWS, VOCAB]),
     norm("LayerNorm", shape_name(GPT_ACT) + f" over {C}", GPT_ACT, [C], lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5), False),
