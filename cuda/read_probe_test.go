@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/ember-ml/ember/cuda/driver"
@@ -11,7 +12,8 @@ import (
 
 // readProbeSrc holds the probe's kernels: a flat read-and-sum of float4
 // with V loads a lane in flight, alone (flat) or with ember_sum's double
-// sums and, optionally, its join by the last block to arrive (flatd); and
+// sums and, optionally, its join by the last block to arrive, counted at
+// one address or at 32 and then one (flatd); and
 // the same read through the tensor memory accelerator's bulk copies into
 // shared-memory stages.
 const readProbeSrc = `
@@ -50,7 +52,7 @@ __device__ void flat(float* out, const float4* x, long long n4) {
 // flatd: flat's loads, each float4 added in float and the sums in double
 // (as ember_sum adds), with or without the join of the last block to
 // arrive (a fence, a counter, the partials read back).
-template <int V, bool Join>
+template <int V, bool Join, bool Grouped = false>
 __device__ void flatd(float* out, double* part, unsigned* counter, const float4* x, long long n4) {
     const long long T = (long long)gridDim.x * blockDim.x;
     double s = 0.0;
@@ -74,8 +76,23 @@ __device__ void flatd(float* out, double* part, unsigned* counter, const float4*
         } else {
             part[blockIdx.x] = t;
             asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            last = atomicAdd(counter, 1u) == gridDim.x - 1;
-            if (last) *counter = 0;
+            if (!Grouped) {
+                last = atomicAdd(counter, 1u) == gridDim.x - 1;
+                if (last) *counter = 0;
+            } else {
+                // 32 group counters 128 bytes apart, then the top one: no
+                // more than 32 blocks count at one address.
+                const unsigned g = blockIdx.x & 31, groups = gridDim.x < 32 ? gridDim.x : 32;
+                const unsigned inGroup = (gridDim.x - g + 31) / 32;
+                unsigned* gc = counter + 32 * (1 + g);
+                last = atomicAdd(gc, 1u) == inGroup - 1;
+                if (last) {
+                    *gc = 0;
+                    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                    last = atomicAdd(counter, 1u) == groups - 1;
+                    if (last) *counter = 0;
+                }
+            }
         }
     }
     if (!Join) return;
@@ -97,6 +114,7 @@ __device__ void flatd(float* out, double* part, unsigned* counter, const float4*
 extern "C" __global__ void __launch_bounds__(256) probe_flatd4(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, false>(o, p, c, x, n4); }
 extern "C" __global__ void __launch_bounds__(256) probe_flatd8(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, false>(o, p, c, x, n4); }
 extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, true>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join32(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, true, true>(o, p, c, x, n4); }
 extern "C" __global__ void __launch_bounds__(256) probe_flatd8_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, true>(o, p, c, x, n4); }
 extern "C" __global__ void probe_flat4(float* out, const float4* x, long long n4) { flat<4>(out, x, n4); }
 extern "C" __global__ void probe_flat8(float* out, const float4* x, long long n4) { flat<8>(out, x, n4); }
@@ -214,21 +232,23 @@ func TestGPUReadProbe(t *testing.T) {
 		report("Sum as built", time1(func() { b.Sum(out.Buffer(), x.Buffer()) }))
 		// Sum's work with flat's loads, without and with the join.
 		ws := b.workspace("probe", 8*4096)
-		for _, name := range []string{"probe_flatd4", "probe_flatd8", "probe_flatd4_join", "probe_flatd8_join"} {
+		counters := tensor.Zeros(b, nil, 32*33) // the grouped join's, reset by it
+		for _, name := range []string{"probe_flatd4", "probe_flatd8", "probe_flatd4_join", "probe_flatd8_join", "probe_flatd4_join32"} {
 			f := fn(name)
 			for _, g := range []int{1024, 8 * sm} {
 				report(fmt.Sprintf("%s grid %d", name, g), time1(func() {
 					devCheck("probe", f.Launch(driver.Dim3{X: g, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, b.stream,
-						pout, ws.Ptr(), b.tileCounters.Ptr()+4*sumDone, px, int64(n/4)))
+						pout, ws.Ptr(), b.f32("probe", counters.Buffer()), px, int64(n/4)))
 				}))
+				got := make([]float32, out.Len())
+				b.Download(got, out.Buffer())
+				if strings.Contains(name, "join") && got[0] != float32(n) {
+					t.Errorf("%v %s: the joined flat sum of ones is %g, want %d", shape, name, got[0], n)
+				}
 			}
 		}
-		got := make([]float32, out.Len())
-		b.Download(got, out.Buffer())
-		if got[0] != float32(n) {
-			t.Errorf("%v: the joined flat sum of ones is %g, want %d", shape, got[0], n)
-		}
 		b.release(ws)
+		counters.Release()
 		for _, g := range []int{1024, 2 * 1024, 8 * sm, 16 * sm} {
 			for _, f := range []*driver.Function{flat4, flat8} {
 				report(fmt.Sprintf("%s grid %d", f.Name, g), time1(func() {
