@@ -35,33 +35,21 @@ __device__ __forceinline__ float block_sum(float v) {
     __syncthreads();
     return s;
 }
-template <int V>
-__device__ void flat(float* out, const float4* x, long long n4) {
-    const long long T = (long long)gridDim.x * blockDim.x;
-    float s = 0.f;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += T * V) {
-        float4 v[V];
-#pragma unroll
-        for (int j = 0; j < V; j++) v[j] = i + j * T < n4 ? ld_once(x + i + j * T) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int j = 0; j < V; j++) s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
-    }
-    s = block_sum(s);
-    if (threadIdx.x == 0) out[blockIdx.x] = s;
-}
-// flatd: flat's loads, each float4 added in float and the sums in double
-// (as ember_sum adds), with or without the join of the last block to
-// arrive (a fence, a counter, the partials read back).
-template <int V, bool Join, bool Grouped = false>
+// flatd: each thread's V float4 loads a batch issued before the adds,
+// grid-stride; each float4 added in float and the thread's sums in Acc
+// (double as ember_sum adds), with or without the join of the last block
+// to arrive (a fence, a counter, the partials read back); without it each
+// block writes its own sum.
+template <typename Acc, int V, bool Join, bool Grouped = false>
 __device__ void flatd(float* out, double* part, unsigned* counter, const float4* x, long long n4) {
     const long long T = (long long)gridDim.x * blockDim.x;
-    double s = 0.0;
+    Acc s = 0;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += T * V) {
         float4 v[V];
 #pragma unroll
         for (int j = 0; j < V; j++) v[j] = i + j * T < n4 ? ld_once(x + i + j * T) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int j = 0; j < V; j++) s += (double)((v[j].x + v[j].y) + (v[j].z + v[j].w));
+        for (int j = 0; j < V; j++) s += (Acc)((v[j].x + v[j].y) + (v[j].z + v[j].w));
     }
     __shared__ double wp[32];
     __shared__ int last;
@@ -111,13 +99,13 @@ __device__ void flatd(float* out, double* part, unsigned* counter, const float4*
         out[0] = (float)u;
     }
 }
-extern "C" __global__ void __launch_bounds__(256) probe_flatd4(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, false>(o, p, c, x, n4); }
-extern "C" __global__ void __launch_bounds__(256) probe_flatd8(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, false>(o, p, c, x, n4); }
-extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, true>(o, p, c, x, n4); }
-extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join32(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<4, true, true>(o, p, c, x, n4); }
-extern "C" __global__ void __launch_bounds__(256) probe_flatd8_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<8, true>(o, p, c, x, n4); }
-extern "C" __global__ void probe_flat4(float* out, const float4* x, long long n4) { flat<4>(out, x, n4); }
-extern "C" __global__ void probe_flat8(float* out, const float4* x, long long n4) { flat<8>(out, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<double, 4, false>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd8(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<double, 8, false>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<double, 4, true>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd4_join32(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<double, 4, true, true>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flatd8_join(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<double, 8, true>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flat4(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<float, 4, false>(o, p, c, x, n4); }
+extern "C" __global__ void __launch_bounds__(256) probe_flat8(float* o, double* p, unsigned* c, const float4* x, long long n4) { flatd<float, 8, false>(o, p, c, x, n4); }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void bar_init(unsigned long long* b, unsigned count) {
@@ -252,7 +240,7 @@ func TestGPUReadProbe(t *testing.T) {
 		for _, g := range []int{1024, 2 * 1024, 8 * sm, 16 * sm} {
 			for _, f := range []*driver.Function{flat4, flat8} {
 				report(fmt.Sprintf("%s grid %d", f.Name, g), time1(func() {
-					devCheck("probe", f.Launch(driver.Dim3{X: g, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, b.stream, pout, px, int64(n/4)))
+					devCheck("probe", f.Launch(driver.Dim3{X: g, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, b.stream, pout, uintptr(0), uintptr(0), px, int64(n/4)))
 				}))
 			}
 		}
