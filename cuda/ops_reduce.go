@@ -210,9 +210,9 @@ func chanWholeThreads(outer, rows int) int {
 // With fewer channels, rows of at least chanRowsMin floats (a multiple of
 // 4, 16-byte aligned) go to ember_reduce_channel_rows: a warp a row, a
 // channel's rows split over blocks so that there are about chanWave
-// blocks, which fits
-// the 1,056 places of 256-thread blocks on 132 SMs in one wave (each
-// block's arrival at its channel's join costs it an L2 round trip). A
+// blocks, which fits the 1,056 places of 256-thread blocks on 132 SMs in
+// one wave (each block's arrival at its channel's join costs it an L2
+// round trip). A
 // channel over several blocks takes a counter (chanDone), so a split is
 // chosen only for fewer than chanWave channels. Shorter rows would leave
 // lanes of each warp idle.

@@ -521,16 +521,16 @@ extern "C" __global__ void ember_reduce_channels_join(float* dst, const double* 
 // (float4 for the _4 entry points: inner a multiple of 4, x 16-byte
 // aligned; floats for the _1 ones) before it adds them, in float within a
 // float4 and in double across; the block adds its warps in a fixed order,
-// so the bits depend on the shape alone. As the rows' sums, the load is
-// chosen when compiled: ember_ld_once without _l2, a plain load with it
-// (a flag read at run time cost these kernels 3-8%, round 36). The host takes it where there are channels enough to
-// fill the GPU with blocks of up to 1,024 threads (chanWholeMin): on the
-// H200 a channel a block read [512,128,14,14] in 13.7-13.9 us where 8
-// blocks a channel and the join of the last to arrive took 15.7
-// (docs/performance.md, round 36). Any multiple of 32 threads up to 1,024;
-// the entry points declare one block an SM, so that the compiler keeps
-// every load of a batch in flight (53 registers) instead of spending loads
-// to fit two blocks in 32 registers, which cost 15-20%.
+// so the bits depend on the shape alone. As for the rows' sums, the load
+// is chosen when compiled: ember_ld_once without _l2, a plain load with
+// it. The host takes these where there are channels enough to fill the GPU
+// with blocks of up to 1,024 threads (chanWholeMin): on the H200 they read
+// [512,128,14,14] in 14.7-14.8 us where 8 blocks a channel and the join of
+// the last to arrive took 16.2 (docs/performance.md, round 36). Any
+// multiple of 32 threads up to 1,024; the entry points declare one block
+// an SM, so that the compiler keeps every load of a batch in flight (53
+// registers) instead of adding each load's values before the next loads
+// to fit two blocks in 32 registers, which cost 7-15% (round 36).
 template <typename T>
 __device__ __forceinline__ float ember_lanes_value(const T& v) {
     return (v.x + v.y) + (v.z + v.w);
