@@ -11,11 +11,11 @@ import (
 )
 
 // readProbeSrc holds the probe's kernels: a flat read-and-sum of float4
-// with V loads a lane in flight, alone (flat) or with ember_sum's double
-// sums and, optionally, its join by the last block to arrive, counted at
-// one address or at 32 and then one (flatd); and
-// the same read through the tensor memory accelerator's bulk copies into
-// shared-memory stages.
+// with V loads a lane in flight (flatd), in float with no join
+// (probe_flat*) or with ember_sum's double sums, with or without its join
+// by the last block to arrive, counted at one address or at 32 and then
+// one (probe_flatd*); and the same read through the tensor memory
+// accelerator's bulk copies into shared-memory stages (probe_bulk).
 const readProbeSrc = `
 __device__ __forceinline__ float4 ld_once(const float4* p) {
     float4 v;
