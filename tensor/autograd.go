@@ -24,6 +24,15 @@ type node struct {
 	// its gradient in a pass of its own can apply the mask there for free,
 	// which saves the layer a pass over the gradient.
 	reluOut bool
+	// takesUniform: backward reads a uniform gradient (giveUniform) as it
+	// is (through pass and give, or uniformSource), so it need not be
+	// filled first.
+	takesUniform bool
+	// forward, when set, is a leaf whose gradient this node's output shares:
+	// the output is the leaf itself seen from another scope (Scope.Borrow),
+	// element for element, so every part of its gradient goes straight
+	// into the leaf's rather than into a buffer of its own first.
+	forward *Tensor
 }
 
 // RequiresGrad reports whether gradients flow to this tensor.
@@ -192,6 +201,14 @@ func record(out *Tensor, op string, backward func(g *Tensor, e *engine), inputs 
 	}
 }
 
+// takesUniform marks out's node as one whose backward reads a uniform
+// gradient as it is (node.takesUniform).
+func takesUniform(out *Tensor) {
+	if out.node != nil {
+		out.node.takesUniform = true
+	}
+}
+
 // Backward computes the gradient of the scalar t with respect to every leaf
 // that requires one, adding it into their Grad (as PyTorch accumulates).
 // The graph is consumed: calling Backward twice on it, or on another root
@@ -251,6 +268,11 @@ func (t *Tensor) backwardFrom(seed *Tensor, hooks bool) {
 		u.consumed = true
 		e.gradMasked = e.masked[u]
 		delete(e.masked, u)
+		if g != nil && !g.IsContiguous() && !n.takesUniform {
+			// A uniform gradient held as a view (giveUniform), filled
+			// for a backward function that reads memory.
+			g = filledUniform(g, e.scopeFor(u))
+		}
 		if g != nil {
 			e.current, e.keepCurrent = g.st, false
 			if n.outputUnread {
@@ -267,7 +289,7 @@ func (t *Tensor) backwardFrom(seed *Tensor, hooks bool) {
 		// an input's gradient): give its memory back now rather than at the
 		// end of the step, which keeps the peak of a backward pass near one
 		// activation's gradient at a time.
-		if g != nil && g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent {
+		if g != nil && g != seed && g.scope != nil && g.st != t.st && !e.keepCurrent && g.IsContiguous() {
 			g.st.release()
 		}
 		plan.done(e, u, n)
@@ -395,6 +417,7 @@ func (e *engine) sinkMasked(t *Tensor, masked bool) (Buffer, bool) {
 // sinkAs is sinkMasked for a caller that can overwrite the buffer (whole)
 // or can only add into it (sinkZeroed's callers).
 func (e *engine) sinkAs(t *Tensor, masked, whole bool) (Buffer, bool) {
+	t = forwarded(t)
 	if t == nil || !t.requiresGrad {
 		return Buffer{}, false
 	}
@@ -422,12 +445,78 @@ func (e *engine) sinkAs(t *Tensor, masked, whole bool) (Buffer, bool) {
 		if !masked {
 			delete(e.masked, t)
 		}
+		if !g.IsContiguous() { // uniform: filled before another part adds in
+			g = filledUniform(g, e.scopeFor(t))
+			e.grads[t] = g
+		}
 		return g.buffer(), true
 	}
 	g := Empty(t.st.b, e.scopeFor(t), t.shape...)
 	e.grads[t] = g
 	e.markMasked(t, masked)
 	return g.buffer(), false
+}
+
+// giveUniform hands x the gradient of a reduction of all of x to the one
+// element of g: every element of x's gradient is g's. It goes as a view of
+// g with all strides 0, which a computed x with no gradient yet adopts at
+// no cost: the view is filled only when a backward function reads x's
+// gradient as memory, and Add and Borrow hand it on unfilled, so that the
+// gradient of sum(a + b) for leaves a and b is one pass a leaf. Any other x
+// has it written or added in one pass (Backend.Broadcast). It reports
+// whether x adopted the view, which then needs g's memory.
+func giveUniform(e *engine, x, g *Tensor) (adopted bool) {
+	if x = forwarded(x); x == nil || !x.requiresGrad {
+		return false
+	}
+	adopted = x.node != nil && e.grads[x] == nil
+	e.give(x, g.view(g.off, x.shape, make([]int, len(x.shape))))
+	return adopted
+}
+
+// isUniform says whether t is a view of one element (every stride 0) with
+// more than one element: every element of it is that one.
+func (t *Tensor) isUniform() bool {
+	if t.IsContiguous() || t.DType() != Float32 {
+		return false
+	}
+	for _, s := range t.strides {
+		if s != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// uniformSource is the one element of a uniform t (isUniform), as a
+// one-element buffer.
+func (t *Tensor) uniformSource() (Buffer, bool) {
+	if !t.isUniform() {
+		return Buffer{}, false
+	}
+	t.mustBeLive()
+	t.fillPendingOnes()
+	return t.st.buf.Slice(t.off, 1), true
+}
+
+// filledUniform is a dense copy of t (made for a uniform one) in scope s.
+func filledUniform(t *Tensor, s *Scope) *Tensor {
+	src, ok := t.uniformSource()
+	if !ok {
+		return t.copyDense(s)
+	}
+	out := newTensor(t.st.b, Float32, s, t.shape...)
+	Complete(t.st.b).Broadcast(out.buffer(), src, false)
+	return out
+}
+
+// forwarded is the tensor whose gradient t's is: the leaf that a
+// borrowed view of it stands for (node.forward), else t.
+func forwarded(t *Tensor) *Tensor {
+	for t != nil && t.node != nil && t.node.forward != nil {
+		t = t.node.forward
+	}
+	return t
 }
 
 // markMasked records whether the first part of t's gradient came through
@@ -467,6 +556,11 @@ func (e *engine) passMasked(t *Tensor, g *Tensor, masked bool) {
 		return
 	}
 	b := t.st.b
+	if src, ok := g.uniformSource(); ok {
+		dst, acc := e.sinkMasked(t, masked)
+		Complete(b).Broadcast(dst, src, acc)
+		return
+	}
 	if !g.IsContiguous() {
 		// A dense copy for this pass alone: its memory goes back once the
 		// addition is queued.
@@ -488,10 +582,11 @@ func (e *engine) give(t *Tensor, g *Tensor) { e.giveMasked(t, g, false) }
 // giveMasked is give for a gradient already through t's ReLU mask when
 // masked (sinkMasked).
 func (e *engine) giveMasked(t *Tensor, g *Tensor, masked bool) {
+	t = forwarded(t)
 	if t == nil || !t.requiresGrad {
 		return
 	}
-	if t.node != nil && e.grads[t] == nil && g.IsContiguous() && !g.isOne {
+	if t.node != nil && e.grads[t] == nil && (g.IsContiguous() || g.isUniform()) && !g.isOne {
 		e.grads[t] = g
 		e.markMasked(t, masked)
 		if g.st == e.current {

@@ -232,6 +232,7 @@ func releaseTemp(t *Tensor) {
 // finish adds into t's gradient (in the form, or widened into a plain
 // one) and releases. dst is empty when t needs no gradient.
 func (e *engine) sinkChannelsLast(cl ChannelsLastBackend, t *Tensor) (dst Buffer, finish func()) {
+	t = forwarded(t)
 	if t == nil || !t.requiresGrad {
 		return Buffer{}, func() {}
 	}

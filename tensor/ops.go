@@ -25,6 +25,7 @@ func Add(a, b *Tensor) *Tensor {
 		e.pass(b, g)
 		e.give(a, g)
 	}, a, b)
+	takesUniform(out)
 	readsNot(out, true, a, b)
 	return out
 }
@@ -41,14 +42,21 @@ func Mul(a, b *Tensor) *Tensor {
 	out := Empty(be, scopeOf(a, b), a.shape...)
 	Complete(be).Mul(out.buffer(), a.buffer(), b.buffer())
 	record(out, "mul", func(g *Tensor, e *engine) {
+		src, uniform := g.uniformSource()
 		for _, p := range [][2]*Tensor{{a, b}, {b, a}} {
-			if p[0].requiresGrad {
+			switch {
+			case !p[0].requiresGrad:
+			case uniform: // g's one element times the other operand, in one pass
+				dst, acc := e.sink(p[0])
+				Complete(be).ScaleBy(dst, p[1].buffer(), src, acc)
+			default:
 				ga := Empty(be, e.scopeFor(p[0]), p[0].shape...)
 				Complete(be).Mul(ga.buffer(), g.buffer(), p[1].buffer())
 				e.give(p[0], ga)
 			}
 		}
 	}, a, b)
+	takesUniform(out)
 	return out
 }
 
@@ -58,10 +66,7 @@ func Sum(x *Tensor) *Tensor {
 	be := x.st.b
 	out := Empty(be, x.scope, 1)
 	Complete(be).Sum(out.buffer(), x.buffer())
-	record(out, "sum", func(g *Tensor, e *engine) {
-		dst, acc := e.sink(x)
-		Complete(be).Broadcast(dst, g.buffer(), acc)
-	}, x)
+	record(out, "sum", func(g *Tensor, e *engine) { giveUniform(e, x, g) }, x)
 	return out
 }
 

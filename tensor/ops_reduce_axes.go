@@ -136,6 +136,10 @@ func SumAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	out := reshapedView(reduceRaw(x, ax, ReduceSum, Float32, x.scope), reducedShape(x.shape, ax, keepdim))
 	keepShape := reducedShape(x.shape, ax, true)
 	record(out, "sum_axes", func(g *Tensor, e *engine) {
+		if g.Len() == 1 {
+			giveUniform(e, x, g)
+			return
+		}
 		dst, acc := e.sink(x)
 		gk := reshapedView(g, keepShape)
 		x.st.b.CopyView(Dense(dst, x.shape), viewOf(gk, x.shape), x.shape, acc)
@@ -167,12 +171,18 @@ func MeanAxes(x *Tensor, axes []int, keepdim bool) *Tensor {
 	keepShape := reducedShape(x.shape, ax, true)
 	inv := 1 / float32(axesCount(x.shape, ax))
 	record(out, "mean_axes", func(g *Tensor, e *engine) {
-		dst, acc := e.sink(x)
-		if dst.Empty() {
+		if !x.requiresGrad {
 			return
 		}
 		be := x.st.b
 		gs := rawUnary(e.scopeFor(x), be, OpMulScalar, denseView(g), g.shape, inv, 0)
+		if g.Len() == 1 {
+			if !giveUniform(e, x, gs) {
+				gs.Release() // else x's gradient is a view of it
+			}
+			return
+		}
+		dst, acc := e.sink(x)
 		defer gs.Release()
 		be.CopyView(Dense(dst, x.shape), viewOf(reshapedView(gs, keepShape), x.shape), x.shape, acc)
 	}, x)

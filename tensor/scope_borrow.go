@@ -8,7 +8,8 @@ package tensor
 // them each step; without it every output would wait for Go's collector.
 //
 // In a scope that records gradients, the gradient reaching the view flows
-// on to t as through any view (a leaf adds it into its Grad); in a no-grad
+// on to t as through any view; for a leaf t it is added into t's Grad
+// directly, with no buffer of the view's own in between. In a no-grad
 // scope the view records nothing. A nil s returns t itself.
 func (s *Scope) Borrow(t *Tensor) *Tensor {
 	if s == nil {
@@ -18,5 +19,10 @@ func (s *Scope) Borrow(t *Tensor) *Tensor {
 	out.scope = s
 	in := t
 	record(out, "borrow", func(g *Tensor, e *engine) { e.give(in, g) }, in)
+	takesUniform(out)
+	if out.node != nil && in.node == nil {
+		// A leaf's gradient is written where the view's would be.
+		out.node.forward = in
+	}
 	return out
 }

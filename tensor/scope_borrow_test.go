@@ -52,3 +52,57 @@ func TestScopeBorrow(t *testing.T) {
 		t.Errorf("a nil scope's Borrow is not the tensor itself")
 	}
 }
+
+// TestScopeBorrowGradientIntoTheLeaf checks that the gradient reaching a
+// borrowed view of a leaf is the leaf's, as an unborrowed leaf's is, when
+// the view is read by several operations, and that it is written into the
+// leaf's Grad with no buffer of the view's own on the way.
+func TestScopeBorrowGradientIntoTheLeaf(t *testing.T) {
+	const n = 1 << 12
+	c := tensor.NewCountingCPU()
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i%7) - 3
+	}
+	f := func(x, y *tensor.Tensor) *tensor.Tensor {
+		return tensor.Sum(tensor.Add(tensor.Mul(x, y), tensor.Add(tensor.ReLU(x), y)))
+	}
+	// The reference: the leaves read directly, two steps.
+	ra := tensor.FromFloat32(c, nil, vals, n).SetRequiresGrad(true)
+	rb := tensor.FromFloat32(c, nil, vals[:n], n).SetRequiresGrad(true)
+	for range 2 {
+		s := tensor.NewScope()
+		f(ra, rb).Backward()
+		s.Release()
+	}
+	a := tensor.FromFloat32(c, nil, vals, n).SetRequiresGrad(true)
+	b := tensor.FromFloat32(c, nil, vals, n).SetRequiresGrad(true)
+	s := tensor.NewScope()
+	defer s.Release()
+	for step := range 2 {
+		s.Reset()
+		loss := f(s.Borrow(a), s.Borrow(b))
+		loss.Backward()
+		_ = step
+	}
+	for _, p := range [][2]*tensor.Tensor{{a, ra}, {b, rb}} {
+		if got, want := p[0].Grad().Float32s(), p[1].Grad().Float32s(); !slices.Equal(got, want) {
+			t.Fatalf("borrowed leaf's gradient %v..., want %v... (unborrowed)", got[:8], want[:8])
+		}
+	}
+	// One step of a + b: Sum's backward writes one gradient of n floats
+	// (Add's output's); Add's hands it on to both leaves, whose gradients
+	// exist. A view with a gradient of its own would add another n.
+	s.Reset()
+	loss := tensor.Sum(tensor.Add(s.Borrow(a), s.Borrow(b)))
+	before := c.Live()
+	c.ResetPeak()
+	loss.Backward()
+	if extra := c.Peak() - before; extra > 4*n+64 {
+		t.Errorf("Backward through borrowed leaves held %d bytes more at its peak, want at most %d (one gradient)", extra, 4*n+64)
+	}
+	for _, x := range []*tensor.Tensor{a, b, ra, rb} {
+		x.Grad().Release()
+		x.Release()
+	}
+}
