@@ -9,36 +9,49 @@ import (
 	"unsafe"
 )
 
-// placementProbeSrc holds the probe's kernels: a copy of 16-byte groups,
-// two a thread with both loads issued before the stores (as ember_copy16),
-// a ReLU of float4 the same way, and a read of float4 with eight loads a
-// lane in flight, summed a block.
-const placementProbeSrc = `
-struct __align__(16) pp_u4 { unsigned x, y, z, w; };
-extern "C" __global__ void pp_copy(pp_u4* dst, const pp_u4* src, long long n) {
-    const long long step = (long long)gridDim.x * blockDim.x * 2;
-    for (long long q0 = (long long)blockIdx.x * blockDim.x * 2 + threadIdx.x; q0 < n; q0 += step) {
-        pp_u4 v[2];
-#pragma unroll
-        for (int u = 0; u < 2; u++) if (q0 + u * blockDim.x < n) v[u] = src[q0 + u * blockDim.x];
-#pragma unroll
-        for (int u = 0; u < 2; u++) if (q0 + u * blockDim.x < n) dst[q0 + u * blockDim.x] = v[u];
-    }
+// streamProbeSrc holds the probes' kernels. sp_*: one read and one write
+// of float4 (a copy, or a ReLU), U float4 a thread with all U loads issued
+// before the stores (sp_copy and sp_u2 as ember_copy16 and ember_relu),
+// each load plain, read-only (ld.global.nc) or not kept in L1
+// (L1::no_allocate), each store plain or streaming (st.global.cs).
+// sp_read: a read of float4 with eight loads a lane in flight, summed a
+// block.
+const streamProbeSrc = `
+template <int LD>
+__device__ __forceinline__ float4 sp_ld(const float4* p) {
+    if (LD == 0) return *p;
+    if (LD == 1) return __ldg(p);
+    float4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
 }
-extern "C" __global__ void pp_relu(float4* dst, const float4* src, long long n) {
-    const long long step = (long long)gridDim.x * blockDim.x * 2;
-    for (long long q0 = (long long)blockIdx.x * blockDim.x * 2 + threadIdx.x; q0 < n; q0 += step) {
-        float4 v[2];
+template <int U, int LD, bool CS, bool RELU>
+__device__ __forceinline__ void sp_stream(float4* y, const float4* x, long long n) {
+    const long long step = (long long)gridDim.x * blockDim.x * U;
+    for (long long q0 = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; q0 < n; q0 += step) {
+        float4 v[U];
 #pragma unroll
-        for (int u = 0; u < 2; u++) if (q0 + u * blockDim.x < n) v[u] = src[q0 + u * blockDim.x];
+        for (int u = 0; u < U; u++) if (q0 + u * blockDim.x < n) v[u] = sp_ld<LD>(x + q0 + u * blockDim.x);
 #pragma unroll
-        for (int u = 0; u < 2; u++) if (q0 + u * blockDim.x < n) {
-            const float4 a = v[u];
-            dst[q0 + u * blockDim.x] = make_float4(fmaxf(a.x, 0.f), fmaxf(a.y, 0.f), fmaxf(a.z, 0.f), fmaxf(a.w, 0.f));
+        for (int u = 0; u < U; u++) if (q0 + u * blockDim.x < n) {
+            float4 r = v[u];
+            if (RELU) r = make_float4(fmaxf(r.x, 0.f), fmaxf(r.y, 0.f), fmaxf(r.z, 0.f), fmaxf(r.w, 0.f));
+            if (CS) __stcs(y + q0 + u * blockDim.x, r); else y[q0 + u * blockDim.x] = r;
         }
     }
 }
-extern "C" __global__ void pp_read(float* out, const float4* x, long long n) {
+#define SP(name, U, LD, CS, RELU) extern "C" __global__ void name(float4* y, const float4* x, long long n) { sp_stream<U, LD, CS, RELU>(y, x, n); }
+SP(sp_copy, 2, 0, false, false)
+SP(sp_u1, 1, 0, false, true)
+SP(sp_u2, 2, 0, false, true)
+SP(sp_u4, 4, 0, false, true)
+SP(sp_u8, 8, 0, false, true)
+SP(sp_u2_nc, 2, 1, false, true)
+SP(sp_u2_na, 2, 2, false, true)
+SP(sp_u2_cs, 2, 0, true, true)
+SP(sp_u2_na_cs, 2, 2, true, true)
+SP(sp_u4_na_cs, 4, 2, true, true)
+extern "C" __global__ void sp_read(float* out, const float4* x, long long n) {
     const long long T = (long long)gridDim.x * blockDim.x;
     float s = 0.f;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += 8 * T) {
@@ -137,7 +150,7 @@ func TestGPUPlacementProbe(t *testing.T) {
 	if !d.VirtualMemorySupported() {
 		t.Skip("no virtual memory management")
 	}
-	m, err := d.Compile(placementProbeSrc)
+	m, err := d.Compile(streamProbeSrc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +161,7 @@ func TestGPUPlacementProbe(t *testing.T) {
 		}
 		return f
 	}
-	cp, relu, read := fn("pp_copy"), fn("pp_relu"), fn("pp_read")
+	cp, relu, read := fn("sp_copy"), fn("sp_u2"), fn("sp_read")
 	page := d.PageSize()
 	timeIt := func(launch func() error) float64 { return probeTime(t, d, launch) }
 	type placement struct {
@@ -217,48 +230,8 @@ func TestGPUPlacementProbe(t *testing.T) {
 	}
 }
 
-// streamShapeSrc: a float4 ReLU (one read, one write) in several shapes:
-// U float4 a thread with all U loads issued before the stores, each load
-// plain, read-only (ld.global.nc) or not kept in L1 (L1::no_allocate),
-// each store plain or streaming (st.global.cs).
-const streamShapeSrc = `
-template <int LD>
-__device__ __forceinline__ float4 sp_ld(const float4* p) {
-    if (LD == 0) return *p;
-    if (LD == 1) return __ldg(p);
-    float4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
-}
-template <int U, int LD, bool CS>
-__device__ __forceinline__ void sp_relu(float4* y, const float4* x, long long n) {
-    const long long step = (long long)gridDim.x * blockDim.x * U;
-    for (long long q0 = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; q0 < n; q0 += step) {
-        float4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) if (q0 + u * blockDim.x < n) v[u] = sp_ld<LD>(x + q0 + u * blockDim.x);
-#pragma unroll
-        for (int u = 0; u < U; u++) if (q0 + u * blockDim.x < n) {
-            const float4 a = v[u];
-            const float4 r = make_float4(fmaxf(a.x, 0.f), fmaxf(a.y, 0.f), fmaxf(a.z, 0.f), fmaxf(a.w, 0.f));
-            if (CS) __stcs(y + q0 + u * blockDim.x, r); else y[q0 + u * blockDim.x] = r;
-        }
-    }
-}
-#define SP(name, U, LD, CS) extern "C" __global__ void name(float4* y, const float4* x, long long n) { sp_relu<U, LD, CS>(y, x, n); }
-SP(sp_u1, 1, 0, false)
-SP(sp_u2, 2, 0, false)
-SP(sp_u4, 4, 0, false)
-SP(sp_u8, 8, 0, false)
-SP(sp_u2_nc, 2, 1, false)
-SP(sp_u2_na, 2, 2, false)
-SP(sp_u2_cs, 2, 0, true)
-SP(sp_u2_na_cs, 2, 2, true)
-SP(sp_u4_na_cs, 4, 2, true)
-`
-
 // TestGPUStreamShapeProbe times a ReLU of 100 MB and of 25 MB over the
-// shapes of streamShapeSrc and block sizes, each grid one pass (and, for
+// shapes of streamProbeSrc's sp_* kernels and block sizes, each grid one pass (and, for
 // some, a grid-stride grid of a few blocks an SM), beside the same ReLU as
 // ember_stream runs it (two float4 a thread, 256 threads: sp_u2 at 256).
 // It prints µs a call and GB/s and asserts only the results. It runs only
@@ -268,7 +241,7 @@ func TestGPUStreamShapeProbe(t *testing.T) {
 		t.Skip("the stream probe runs with EMBER_STREAM_PROBE=1")
 	}
 	d := requireGPU(t)
-	m, err := d.Compile(streamShapeSrc)
+	m, err := d.Compile(streamProbeSrc)
 	if err != nil {
 		t.Fatal(err)
 	}
