@@ -29,7 +29,11 @@
 //     channels_last.go and ops_channels_last.go (autocast's convolution
 //     activations held as bfloat16 [N, H, W, C] between the layers of a
 //     convolution net, Scope.SetChannelsLast).
-//   - autograd.go: Backward, gradient accumulation, ZeroGrad; release.go:
+//   - autograd.go: Backward, gradient accumulation, ZeroGrad. A gradient
+//     that is the same value everywhere (a whole-tensor sum's or mean's)
+//     travels as a view of its one element until a backward function
+//     reads it as memory, and a leaf borrowed into a scope
+//     (scope_borrow.go) takes its gradient where it is made; release.go:
 //     Scope.SetReleaseInBackward, under which Backward gives each
 //     activation back once the pass is through with it (Retain keeps one),
 //     and ReleaseInput, which gives back a layer's input once the next
