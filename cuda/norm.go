@@ -74,10 +74,11 @@ func channelArgs(total, c, inner int) []any {
 }
 
 // BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):
-// in training, where a channel fits in a block's shared memory and the
-// channels fill the GPU, one launch (bnOnePass); otherwise each part's sum
-// and squared deviations from its mean, then the statistics per channel,
-// then y elementwise.
+// in training, where a channel fits in the shared memory of a cluster of
+// blocks, one launch with a cluster a channel (bnCluster); where it fits
+// in one block's and the channels fill the GPU, one launch with a block a
+// channel (bnOnePass); otherwise each part's sum and squared deviations
+// from its mean, then the statistics per channel, then y elementwise.
 func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32) {
 	b.batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias, n, c, inner, training, momentum, eps, tensor.OpIdentity)
 }
@@ -109,6 +110,11 @@ func (b *Backend) batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight,
 	px := b.f32(op, x)
 	py, pw, pb := b.f32(op, y), b.f32Opt(op, "weight", weight, c), b.f32Opt(op, "bias", bias, c)
 	if training {
+		if sl, name, k, threads, shared, ok := b.bnCluster(n, c, inner); ok {
+			devCheck(op, sl.launchShared(b.kernel(name), Dim3{X: c * k, Y: 1, Z: 1}, Dim3{X: threads, Y: 1, Z: 1}, shared,
+				[]any{py, pm, pi, prm, prv, px, pw, pb, int32(n), int32(c), int32(inner), momentum, eps, int32(act)}))
+			return
+		}
 		if sl, threads, shared, ok := b.bnOnePass(n, c, inner); ok {
 			devCheck(op, sl.launchShared(b.kernel(b.bnOne.kernel()), Dim3{X: min(c, maxGrid), Y: 1, Z: 1},
 				Dim3{X: threads, Y: 1, Z: 1}, shared, []any{py, pm, pi, prm, prv, px, pw, pb,
@@ -236,6 +242,51 @@ type bnOnePassState struct {
 	// threads and unroll, when set, replace the choice of block size and
 	// of loads in flight per thread (8 or 16): tests and benchmarks.
 	threads, unroll int
+	// cluster and clusterThreads, when set, replace bnCluster's blocks a
+	// channel (2, 4 or 8; for any channel that fits) and block size:
+	// tests and benchmarks.
+	cluster, clusterThreads int
+}
+
+// bnClusterBytes is the most of a channel a block of the cluster batch
+// norm holds: eight such blocks of 256 threads fit on an SM.
+const bnClusterBytes = 28 << 10
+
+// bnCluster says whether a training batch norm of [n, c, inner] runs as
+// ember_batch_norm_cluster{K} (sm_90, tensors of fewer than 2^31
+// elements), and with what kernel, K, threads and bytes of shared memory:
+// where a channel is more than one block of bnClusterBytes holds and at
+// most 8 such blocks (a thread block cluster's portable size) hold it all.
+// Smaller channels keep the one-pass kernel (bnOnePass), larger ones the
+// split path.
+func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k, threads, shared int, ok bool) {
+	m := n * inner
+	sl, ok = b.x.(sharedLauncher)
+	if !ok || b.opt.NoBatchNormOnePass || b.noClusters || m == 0 || n*c*inner > math.MaxInt32 {
+		return nil, "", 0, 0, 0, false
+	}
+	st := &b.bnOne
+	k = st.cluster
+	if k == 0 {
+		if 4*m <= bnClusterBytes {
+			return nil, "", 0, 0, 0, false
+		}
+		for k = 2; k <= 8 && 4*((m+k-1)/k) > bnClusterBytes; k *= 2 {
+		}
+		if k > 8 {
+			return nil, "", 0, 0, 0, false
+		}
+	}
+	name = fmt.Sprintf("ember_batch_norm_cluster%d", k)
+	shared = 4 * ((m + k - 1) / k)
+	if shared > 48<<10 || !b.hasKernel(name) { // 48 KiB: the dynamic shared memory a launch takes unasked
+		return nil, "", 0, 0, 0, false
+	}
+	threads = 256
+	if st.clusterThreads > 0 {
+		threads = st.clusterThreads
+	}
+	return sl, name, k, threads, shared, true
 }
 
 // kernel is the one-pass kernel's name.

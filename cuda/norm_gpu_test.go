@@ -2,9 +2,12 @@ package cuda
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ember-ml/ember/nn/nntest"
+	"github.com/ember-ml/ember/tensor"
 	"github.com/ember-ml/ember/tensor/tensortest"
 )
 
@@ -38,18 +41,28 @@ func TestGPUBackendConformanceBNOnePass(t *testing.T) {
 	}
 }
 
-// TestGPUBatchNormOnePassShapes: the one-pass path takes the shapes it is
-// for (ResNet-9's and airbench's 7x7 and 3x3 planes) and leaves those
-// whose channels do not fit, or are too few, to the split path.
+// TestGPUBatchNormOnePassShapes: the cluster path takes the channels
+// that fit the shared memory of 2 to 8 blocks of 28 KiB (ResNet-9's 7x7
+// planes: clusters of 4 at batch 512, 8 at 1024); the one-pass path those
+// that fit in one block, when there are enough of them (airbench's 3x3
+// planes; it is checked for the larger ones too, which it would take
+// without clusters); the rest the split path.
 func TestGPUBatchNormOnePassShapes(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
+	if _, _, _, _, _, ok := b.bnCluster(512, 256, 49); !ok {
+		t.Skipf("no cluster batch norm on %s", b.Name())
+	}
 	for _, c := range []struct {
 		n, c, inner int
 		want        bool
+		cluster     int
 	}{
-		{512, 256, 49, true}, {1024, 256, 49, true}, {512, 512, 9, true}, {1024, 256, 9, true},
-		{512, 128, 196, false}, {512, 64, 784, false}, {64, 3, 49, false},
+		{512, 256, 49, true, 4}, {1024, 256, 49, true, 8}, {512, 512, 9, true, 0}, {1024, 256, 9, true, 0},
+		{512, 128, 196, false, 0}, {512, 64, 784, false, 0}, {64, 3, 49, false, 0}, {256, 64, 196, false, 8},
 	} {
+		if _, _, k, _, _, ok := b.bnCluster(c.n, c.c, c.inner); ok != (c.cluster > 0) || k != c.cluster {
+			t.Errorf("[%d, %d, %d]: clusters of %d (%v), want %d", c.n, c.c, c.inner, k, ok, c.cluster)
+		}
 		_, threads, shared, ok := b.bnOnePass(c.n, c.c, c.inner)
 		t.Logf("[%d, %d, %d]: one pass %v (%d threads, %d bytes of %d)", c.n, c.c, c.inner, ok, threads, shared, b.bnOne.bytes)
 		if ok != c.want {
@@ -66,4 +79,88 @@ func TestGPUBatchNormFusion(t *testing.T) {
 		nntest.RunBatchNormFusion(t, newGPUBackend(t, BackendOptions{NoBatchNormOnePass: true}))
 	})
 	t.Run("one pass", func(t *testing.T) { nntest.RunBatchNormFusion(t, newOnePassBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { nntest.RunBatchNormFusion(t, newClusterBackend(t, 4, 0)) })
+}
+
+// newClusterBackend is a backend whose training batch norm takes the
+// cluster kernel with k blocks a channel of threads threads for every
+// channel that fits (0, 0: bnCluster's own choice); it skips where the
+// device has no thread block clusters.
+func newClusterBackend(t *testing.T, k, threads int) *Backend {
+	b := newGPUBackend(t, BackendOptions{})
+	b.bnOne.cluster, b.bnOne.clusterThreads = k, threads
+	n, c, inner := 512, 256, 49 // a shape bnCluster takes by itself
+	if k > 0 {
+		n, c, inner = 64, 3, 49
+	}
+	if _, _, _, _, _, ok := b.bnCluster(n, c, inner); !ok {
+		t.Skipf("no cluster batch norm on %s", b.Name())
+	}
+	return b
+}
+
+// TestGPUBackendConformanceBNCluster runs the conformance suite (its
+// BatchNorm and BatchNormAct cases are the point) with the cluster batch
+// norm for every channel, at each cluster size, so that tiny channels
+// leave some blocks of a cluster with nothing to hold.
+func TestGPUBackendConformanceBNCluster(t *testing.T) {
+	for _, v := range [][2]int{{2, 256}, {4, 512}, {8, 256}} {
+		t.Run(fmt.Sprintf("%dx%d", v[0], v[1]), func(t *testing.T) {
+			tensortest.RunBackend(t, newClusterBackend(t, v[0], v[1]))
+		})
+	}
+}
+
+// TestGPUBatchNormClusterMatchesCPU: the cluster batch norm's output,
+// statistics and running statistics against the CPU's (float64 sums) on
+// fresh random inputs, at the shapes it is chosen for and at forced
+// cluster sizes with odd rows, within 2e-6 of each value's magnitude (the
+// float32 rounding of x̂·w + b and of the statistics).
+func TestGPUBatchNormClusterMatchesCPU(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
+	for _, c := range []struct{ n, c, inner, k int }{
+		{512, 256, 49, 0}, {1024, 256, 49, 0}, {100, 40, 60, 2}, {300, 40, 143, 8}, {7, 3, 5, 8},
+	} {
+		g := newClusterBackend(t, c.k, 0)
+		_, _, k, threads, shared, ok := g.bnCluster(c.n, c.c, c.inner)
+		if !ok {
+			t.Fatalf("[%d, %d, %d]: not the cluster path", c.n, c.c, c.inner)
+		}
+		m := c.n * c.inner
+		x := make([]float32, m*c.c)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64()*1.5 + 0.3)
+		}
+		w, bias, rm, rv := make([]float32, c.c), make([]float32, c.c), make([]float32, c.c), make([]float32, c.c)
+		for i := range w {
+			w[i], bias[i], rm[i], rv[i] = float32(rng.Float64()+0.5), float32(rng.NormFloat64()), float32(rng.NormFloat64()), float32(rng.Float64()+0.5)
+		}
+		run := func(be tensor.Backend) (y, mean, inv, runMean, runVar []float32) {
+			up := func(v []float32) *tensor.Tensor { return tensor.FromFloat32(be, nil, v, len(v)) }
+			tx, tw, tb, trm, trv := up(x), up(w), up(bias), up(rm), up(rv)
+			ty, tm, ti := tensor.Empty(be, nil, len(x)), tensor.Empty(be, nil, c.c), tensor.Empty(be, nil, c.c)
+			be.(tensor.NormBackend).BatchNorm(ty.Buffer(), tm.Buffer(), ti.Buffer(), trm.Buffer(), trv.Buffer(), tx.Buffer(), tw.Buffer(), tb.Buffer(), c.n, c.c, c.inner, true, 0.1, 1e-5)
+			y, mean, inv, runMean, runVar = ty.Float32s(), tm.Float32s(), ti.Float32s(), trm.Float32s(), trv.Float32s()
+			for _, v := range []*tensor.Tensor{tx, tw, tb, trm, trv, ty, tm, ti} {
+				v.Release()
+			}
+			return
+		}
+		gy, gm, gi, grm, grv := run(g)
+		cy, cm, ci, crm, crv := run(tensor.CPU)
+		for _, p := range []struct {
+			what      string
+			got, want []float32
+		}{{"y", gy, cy}, {"saveMean", gm, cm}, {"saveInvStd", gi, ci}, {"runMean", grm, crm}, {"runVar", grv, crv}} {
+			bad := 0
+			for i := range p.want {
+				if d := math.Abs(float64(p.got[i] - p.want[i])); d > 2e-6*max(1, math.Abs(float64(p.want[i]))) {
+					if bad++; bad <= 3 {
+						t.Errorf("[%d, %d, %d] K=%d: %s[%d] = %g, CPU %g", c.n, c.c, c.inner, k, p.what, i, p.got[i], p.want[i])
+					}
+				}
+			}
+		}
+		t.Logf("[%d, %d, %d]: clusters of %d blocks of %d threads, %d bytes each", c.n, c.c, c.inner, k, threads, shared)
+	}
 }

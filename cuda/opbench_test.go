@@ -92,6 +92,18 @@ func TestGPUOpBench(t *testing.T) {
 			t.Fatalf("EMBER_OPBENCH_BN=%q: want THREADSxUNROLL, e.g. 512x16", v)
 		}
 	}
+	// EMBER_OPBENCH_BN_CLUSTER=KxTHREADS picks the cluster batch norm's
+	// blocks a channel and block size (0x0: its own choice; -1x0: none,
+	// so that the one-pass or split path runs).
+	if v := os.Getenv("EMBER_OPBENCH_BN_CLUSTER"); v != "" {
+		if _, err := fmt.Sscanf(v, "%dx%d", &b.bnOne.cluster, &b.bnOne.clusterThreads); err != nil {
+			t.Fatalf("EMBER_OPBENCH_BN_CLUSTER=%q: want KxTHREADS, e.g. 4x256", v)
+		}
+		if b.bnOne.cluster < 0 {
+			b.noClusters = true
+			b.bnOne.cluster = 0
+		}
+	}
 	// EMBER_OPBENCH_CHAN=BLOCKSxCHUNK picks the per-channel reduction's
 	// aimed block count and least chunk (chanBlocks, chanChunkMin).
 	if v := os.Getenv("EMBER_OPBENCH_CHAN"); v != "" {

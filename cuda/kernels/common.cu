@@ -213,6 +213,32 @@ __device__ double ember_block_sum_d(double v) {
     return s;
 }
 
+#if __CUDA_ARCH__ >= 900
+// Thread block clusters (sm_90). ember_cluster_sync is a barrier of every
+// thread of the cluster's blocks (release and acquire: shared-memory
+// writes before it are seen by the other blocks' reads after it).
+__device__ __forceinline__ void ember_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// ember_cluster_rank is this block's rank in its cluster.
+__device__ __forceinline__ unsigned ember_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// ember_cluster_ld_f64 reads the double at local's place in the shared
+// memory of the cluster's block rank.
+__device__ __forceinline__ double ember_cluster_ld_f64(const double* local, unsigned rank) {
+    unsigned long long generic = (unsigned long long)local, shared;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)shared), "r"(rank));
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+    return v;
+}
+#endif
+
 // ember_last_arrival counts this block in at *counter once thread 0 has
 // stored the block's partial result, and tells every thread of the block
 // whether it is the last of the count blocks to arrive; the last one

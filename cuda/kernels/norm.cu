@@ -342,16 +342,17 @@ extern "C" __global__ void ember_batch_norm_apply4(float* y, const float* x, con
     }
 }
 
-// ember_bn_walk calls f(k, a, count) for this thread's elements k =
-// threadIdx.x, threadIdx.x + blockDim.x, ... < m of channel ch of [n, c,
-// inner] (m = n·inner), U at a time (count of them, at the flat indices
-// a): the U indices first (additions only), then one call, so that their
-// loads are in flight together.
+// ember_bn_walk calls f(k - k0, a, count) for this thread's elements k =
+// k0 + threadIdx.x, k0 + threadIdx.x + blockDim.x, ... < k1 of channel ch
+// of [n, c, inner] (k counts the channel's n·inner elements in order), U
+// at a time (count of them, at the flat indices a): the U indices first
+// (additions only), then one call, so that their loads are in flight
+// together.
 template <int U, typename F>
-__device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F f) {
+__device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int k0, int k1, F f) {
     const int step = blockDim.x;
-    int k = threadIdx.x;
-    if (k >= m) return;
+    int k = k0 + threadIdx.x;
+    if (k >= k1) return;
     int o = k / inner, i = k - o * inner;
     int at = (o * c + ch) * inner + i;
     const int dq = step / inner, dr = step - dq * inner;
@@ -364,19 +365,19 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int m, F
             at += wrap;
         }
     };
-    for (; k + (U - 1) * step < m; k += U * step) {
+    for (; k + (U - 1) * step < k1; k += U * step) {
         int a[U];
 #pragma unroll
         for (int j = 0; j < U; j++) {
             a[j] = at;
             next();
         }
-        f(k, a, U);
+        f(k - k0, a, U);
     }
-    for (; k < m; k += step) {
+    for (; k < k1; k += step) {
         int a[1] = {at};
         next();
-        f(k, a, 1);
+        f(k - k0, a, 1);
     }
 }
 
@@ -400,7 +401,7 @@ __device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* s
     const int m = n * inner;
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
         double s = 0.0;
-        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
+        ember_bn_walk<U>(c, inner, ch, 0, m, [&](int k, const int* a, int count) {
             float v[U];
 #pragma unroll
             for (int j = 0; j < U; j++) {
@@ -434,7 +435,7 @@ __device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* s
         }
         const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
         const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-        ember_bn_walk<U>(c, inner, ch, m, [&](int k, const int* a, int count) {
+        ember_bn_walk<U>(c, inner, ch, 0, m, [&](int k, const int* a, int count) {
 #pragma unroll
             for (int j = 0; j < U; j++) {
                 if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
@@ -458,6 +459,103 @@ extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
     ember_batch_norm_onepass_body<16>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
                                       biasOrNull, n, c, inner, momentum, eps, act);
 }
+
+#if __CUDA_ARCH__ >= 900
+// ember_batch_norm_cluster is the one-pass batch norm with a thread block
+// cluster of K blocks a channel (sm_90; norm.go's bnCluster decides): block
+// rank r holds the r-th of K runs of the channel's m elements in shared
+// memory. Each block sums its run, then its squared deviations from the
+// mean; every block adds the K sums in rank order through distributed
+// shared memory, so all hold the same statistics, and they are the same
+// bits run to run. Where the one-pass kernel's block a channel walks its
+// load, reduce and store phases in step with every other block of its one
+// wave, K times as many blocks of a K-th of the memory fill each SM with
+// several channels' blocks, whose loads keep the memory busy. Dynamic
+// shared memory: ceil(m / K) floats.
+template <int K, int U>
+__device__ __forceinline__ void ember_batch_norm_cluster_body(float* y, float* saveMean, float* saveInvStd,
+                                                              float* runMeanOrNull, float* runVarOrNull,
+                                                              const float* x, const float* weightOrNull,
+                                                              const float* biasOrNull, int n, int c, int inner,
+                                                              float momentum, float eps, int act) {
+    extern __shared__ float held[];
+    __shared__ double part[2];  // this block's sum, then its squared deviations
+    const int m = n * inner, per = (m + K - 1) / K, ch = blockIdx.x / K;
+    const unsigned rank = ember_cluster_rank();
+    const int k0 = ember_imin(m, (int)rank * per), k1 = ember_imin(m, k0 + per);
+    double s = 0.0;
+    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
+        float v[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) v[j] = x[a[j]];
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) {
+                held[k + j * (int)blockDim.x] = v[j];
+                s += (double)v[j];
+            }
+        }
+    });
+    s = ember_block_sum_d(s);
+    if (threadIdx.x == 0) part[0] = s;
+    ember_cluster_sync();
+    double total = 0.0;
+    for (unsigned r = 0; r < K; r++) total += ember_cluster_ld_f64(&part[0], r);
+    const double mean = total / (double)m;
+    double q = 0.0;
+    for (int k = threadIdx.x; k < k1 - k0; k += blockDim.x) {
+        const double d = (double)held[k] - mean;
+        q += d * d;
+    }
+    q = ember_block_sum_d(q);
+    if (threadIdx.x == 0) part[1] = q;
+    ember_cluster_sync();
+    double sq = 0.0;
+    for (unsigned r = 0; r < K; r++) sq += ember_cluster_ld_f64(&part[1], r);
+    const double var = sq / (double)m;
+    const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
+    if (rank == 0 && threadIdx.x == 0) {
+        saveMean[ch] = mean32;
+        saveInvStd[ch] = inv32;
+        if (runMeanOrNull != 0) {
+            const double mom = (double)momentum;
+            runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
+            runVarOrNull[ch] = (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
+        }
+    }
+    const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+    const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
+        }
+    });
+    // No block leaves while another may still read its part.
+    ember_cluster_sync();
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) ember_batch_norm_cluster2(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_cluster_body<2, 8>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                        biasOrNull, n, c, inner, momentum, eps, act);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) ember_batch_norm_cluster4(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_cluster_body<4, 8>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                        biasOrNull, n, c, inner, momentum, eps, act);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512) ember_batch_norm_cluster8(
+    float* y, float* saveMean, float* saveInvStd, float* runMeanOrNull, float* runVarOrNull, const float* x,
+    const float* weightOrNull, const float* biasOrNull, int n, int c, int inner, float momentum, float eps, int act) {
+    ember_batch_norm_cluster_body<8, 8>(y, saveMean, saveInvStd, runMeanOrNull, runVarOrNull, x, weightOrNull,
+                                        biasOrNull, n, c, inner, momentum, eps, act);
+}
+#endif
 
 // d = v, or d + v when acc, in double rounded once (store in cpu_norm.go).
 __device__ __forceinline__ void ember_store(float* d, double v, int acc) {
