@@ -74,11 +74,12 @@ func channelArgs(total, c, inner int) []any {
 }
 
 // BatchNorm normalises x [n, c, inner] per channel (tensor.NormBackend):
-// in training, where a channel fits in the shared memory of a cluster of
-// blocks, one launch with a cluster a channel (bnCluster); where it fits
-// in one block's and the channels fill the GPU, one launch with a block a
-// channel (bnOnePass); otherwise each part's sum and squared deviations
-// from its mean, then the statistics per channel, then y elementwise.
+// in training, where a channel fits in a block's shared memory and the
+// channels fill the GPU, one launch: with a block a channel (bnOnePass),
+// or a thread block cluster a channel where one block would take most of
+// an SM's shared memory (bnCluster); otherwise each part's sum and squared
+// deviations from its mean, then the statistics per channel, then y
+// elementwise.
 func (b *Backend) BatchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias tensor.Buffer, n, c, inner int, training bool, momentum, eps float32) {
 	b.batchNorm(y, saveMean, saveInvStd, runMean, runVar, x, weight, bias, n, c, inner, training, momentum, eps, tensor.OpIdentity)
 }
@@ -255,10 +256,12 @@ const bnClusterBytes = 28 << 10
 // bnCluster says whether a training batch norm of [n, c, inner] runs as
 // ember_batch_norm_cluster{K} (sm_90, tensors of fewer than 2^31
 // elements), and with what kernel, K, threads and bytes of shared memory:
-// where a channel is more than one block of bnClusterBytes holds and at
-// most 8 such blocks (a thread block cluster's portable size) hold it all.
-// Smaller channels keep the one-pass kernel (bnOnePass), larger ones the
-// split path.
+// where the one-pass kernel would hold a channel in one block an SM (more
+// than half its shared memory) and at most 8 blocks of bnClusterBytes (a
+// thread block cluster's portable size) hold it. Measured on the H200:
+// [1024,256,7,7] 68.3 µs in one pass, 58.5 in clusters of 8; where the
+// one-pass kernel fits two blocks an SM ([512,256,7,7]: 29.6 µs) clusters
+// of 4 or 8 took 32.8-42.3, so it keeps those.
 func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k, threads, shared int, ok bool) {
 	m := n * inner
 	sl, ok = b.x.(sharedLauncher)
@@ -268,7 +271,7 @@ func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k,
 	st := &b.bnOne
 	k = st.cluster
 	if k == 0 {
-		if 4*m <= bnClusterBytes {
+		if _, one, _, ok := b.bnOnePass(n, c, inner); !ok || one < 1024 {
 			return nil, "", 0, 0, 0, false
 		}
 		for k = 2; k <= 8 && 4*((m+k-1)/k) > bnClusterBytes; k *= 2 {

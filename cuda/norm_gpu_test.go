@@ -41,15 +41,14 @@ func TestGPUBackendConformanceBNOnePass(t *testing.T) {
 	}
 }
 
-// TestGPUBatchNormOnePassShapes: the cluster path takes the channels
-// that fit the shared memory of 2 to 8 blocks of 28 KiB (ResNet-9's 7x7
-// planes: clusters of 4 at batch 512, 8 at 1024); the one-pass path those
-// that fit in one block, when there are enough of them (airbench's 3x3
-// planes; it is checked for the larger ones too, which it would take
-// without clusters); the rest the split path.
+// TestGPUBatchNormOnePassShapes: the one-pass path takes the channels
+// that fit in one block, when there are enough of them (ResNet-9's 7x7 and
+// airbench's 3x3 planes); of those, the ones that would take one block an
+// SM go to the cluster path ([1024,256,7,7]: clusters of 8); the rest the
+// split path.
 func TestGPUBatchNormOnePassShapes(t *testing.T) {
 	b := newGPUBackend(t, BackendOptions{})
-	if _, _, _, _, _, ok := b.bnCluster(512, 256, 49); !ok {
+	if _, _, _, _, _, ok := b.bnCluster(1024, 256, 49); !ok {
 		t.Skipf("no cluster batch norm on %s", b.Name())
 	}
 	for _, c := range []struct {
@@ -57,8 +56,8 @@ func TestGPUBatchNormOnePassShapes(t *testing.T) {
 		want        bool
 		cluster     int
 	}{
-		{512, 256, 49, true, 4}, {1024, 256, 49, true, 8}, {512, 512, 9, true, 0}, {1024, 256, 9, true, 0},
-		{512, 128, 196, false, 0}, {512, 64, 784, false, 0}, {64, 3, 49, false, 0}, {256, 64, 196, false, 8},
+		{512, 256, 49, true, 0}, {1024, 256, 49, true, 8}, {512, 512, 9, true, 0}, {1024, 256, 9, true, 0},
+		{512, 128, 196, false, 0}, {512, 64, 784, false, 0}, {64, 3, 49, false, 0}, {256, 64, 196, false, 0},
 	} {
 		if _, _, k, _, _, ok := b.bnCluster(c.n, c.c, c.inner); ok != (c.cluster > 0) || k != c.cluster {
 			t.Errorf("[%d, %d, %d]: clusters of %d (%v), want %d", c.n, c.c, c.inner, k, ok, c.cluster)
@@ -89,7 +88,7 @@ func TestGPUBatchNormFusion(t *testing.T) {
 func newClusterBackend(t *testing.T, k, threads int) *Backend {
 	b := newGPUBackend(t, BackendOptions{})
 	b.bnOne.cluster, b.bnOne.clusterThreads = k, threads
-	n, c, inner := 512, 256, 49 // a shape bnCluster takes by itself
+	n, c, inner := 1024, 256, 49 // a shape bnCluster takes by itself
 	if k > 0 {
 		n, c, inner = 64, 3, 49
 	}
@@ -119,7 +118,7 @@ func TestGPUBackendConformanceBNCluster(t *testing.T) {
 func TestGPUBatchNormClusterMatchesCPU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
 	for _, c := range []struct{ n, c, inner, k int }{
-		{512, 256, 49, 0}, {1024, 256, 49, 0}, {100, 40, 60, 2}, {300, 40, 143, 8}, {7, 3, 5, 8},
+		{1024, 256, 49, 0}, {512, 256, 49, 4}, {100, 40, 60, 2}, {300, 40, 143, 8}, {7, 3, 5, 8},
 	} {
 		g := newClusterBackend(t, c.k, 0)
 		_, _, k, threads, shared, ok := g.bnCluster(c.n, c.c, c.inner)

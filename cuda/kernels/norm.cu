@@ -467,11 +467,10 @@ extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
 // memory. Each block sums its run, then its squared deviations from the
 // mean; every block adds the K sums in rank order through distributed
 // shared memory, so all hold the same statistics, and they are the same
-// bits run to run. Where the one-pass kernel's block a channel walks its
-// load, reduce and store phases in step with every other block of its one
-// wave, K times as many blocks of a K-th of the memory fill each SM with
-// several channels' blocks, whose loads keep the memory busy. Dynamic
-// shared memory: ceil(m / K) floats.
+// bits run to run. Where the one-pass kernel's channel takes a block of
+// 1024 threads an SM, K times as many blocks of a K-th of the memory keep
+// more loads in flight on each SM. Dynamic shared memory: ceil(m / K)
+// floats.
 template <int K, int U>
 __device__ __forceinline__ void ember_batch_norm_cluster_body(float* y, float* saveMean, float* saveInvStd,
                                                               float* runMeanOrNull, float* runVarOrNull,
