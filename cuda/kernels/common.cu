@@ -226,15 +226,25 @@ __device__ __forceinline__ unsigned ember_cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-// ember_cluster_ld_f64 reads the double at local's place in the shared
-// memory of the cluster's block rank.
-__device__ __forceinline__ double ember_cluster_ld_f64(const double* local, unsigned rank) {
+// ember_cluster_map is the distributed shared memory address of local's
+// place in the shared memory of the cluster's block rank.
+__device__ __forceinline__ unsigned ember_cluster_map(const void* local, unsigned rank) {
     unsigned long long generic = (unsigned long long)local, shared;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)shared), "r"(rank));
+    return remote;
+}
+// ember_cluster_ld_f32 and ember_cluster_ld_f64 read the value at local's
+// place in the shared memory of the cluster's block rank.
+__device__ __forceinline__ float ember_cluster_ld_f32(const float* local, unsigned rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ember_cluster_map(local, rank)) : "memory");
+    return v;
+}
+__device__ __forceinline__ double ember_cluster_ld_f64(const double* local, unsigned rank) {
     double v;
-    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(ember_cluster_map(local, rank)) : "memory");
     return v;
 }
 #endif

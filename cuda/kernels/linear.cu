@@ -162,20 +162,6 @@ __device__ __forceinline__ void lt_each(int i0, int j0, int M, int N, F f) {
 // through L2 cost more than the slices themselves at batch 64.
 #if __CUDA_ARCH__ >= 900
 #define LT_CLUSTER 8
-__device__ __forceinline__ void lt_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-// lt_cluster_load reads the float at local's offset in the shared memory of
-// the cluster's block rank.
-__device__ __forceinline__ float lt_cluster_load(const float* local, unsigned rank) {
-    unsigned long long generic = (unsigned long long)local, shared;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)shared), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
 #endif
 
 // lt_tile computes block `blk` of problem p: tile blk / splits over split
@@ -256,20 +242,20 @@ __device__ __forceinline__ void lt_tile(const lt_problem p, int blk) {
             ember_f4 v = {acc[r][0], acc[r][1], acc[r][2], acc[r][3]};
             *reinterpret_cast<ember_f4*>(&part[(ti - i0 + r) * LT_BN + tx * 4]) = v;
         }
-        lt_cluster_sync();
+        ember_cluster_sync();
         const int rows = LT_BM / C;
         for (int e = threadIdx.x; e < rows * LT_BN; e += LT_THREADS) {
             const int il = split * rows + e / LT_BN, jl = e % LT_BN;
             float v[C];
 #pragma unroll
-            for (int t = 0; t < C; t++) v[t] = lt_cluster_load(&part[il * LT_BN + jl], t);
+            for (int t = 0; t < C; t++) v[t] = ember_cluster_ld_f32(&part[il * LT_BN + jl], t);
             float sum = v[0];
 #pragma unroll
             for (int t = 1; t < C; t++) sum += v[t];
             const int i = i0 + il, j = j0 + jl;
             if (i < p.M && j < p.N) lt_put(p, i, j, sum);
         }
-        lt_cluster_sync();  // no block leaves while others read its tile
+        ember_cluster_sync();  // no block leaves while others read its tile
         return;
     }
 #endif

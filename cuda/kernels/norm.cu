@@ -381,6 +381,70 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int k0, 
     }
 }
 
+// The one-pass kernels' steps over elements [k0, k1) of channel ch of
+// [n, c, inner], held in shared memory from the k0-th on.
+// ember_bn_hold loads them into held, U loads in flight a thread, and
+// returns this thread's sum of them in double.
+template <int U>
+__device__ __forceinline__ double ember_bn_hold(float* held, const float* x, int c, int inner, int ch, int k0, int k1) {
+    double s = 0.0;
+    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
+        float v[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) v[j] = x[a[j]];
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) {
+                held[k + j * (int)blockDim.x] = v[j];
+                s += (double)v[j];
+            }
+        }
+    });
+    return s;
+}
+
+// ember_bn_sq_dev is this thread's sum of the squared deviations of
+// held[0, len) from mean.
+__device__ __forceinline__ double ember_bn_sq_dev(const float* held, int len, double mean) {
+    double q = 0.0;
+    for (int k = threadIdx.x; k < len; k += blockDim.x) {
+        const double d = (double)held[k] - mean;
+        q += d * d;
+    }
+    return q;
+}
+
+// ember_bn_save writes channel ch's statistics and updates the running ones
+// (as ember_batch_norm_finish does): var is the biased variance over m.
+__device__ __forceinline__ void ember_bn_save(float* saveMean, float* saveInvStd, float* runMeanOrNull,
+                                              float* runVarOrNull, int ch, double mean, double var, int m,
+                                              float momentum, float mean32, float inv32) {
+    saveMean[ch] = mean32;
+    saveInvStd[ch] = inv32;
+    if (runMeanOrNull != 0) {
+        const double mom = (double)momentum;
+        runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
+        runVarOrNull[ch] = (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
+    }
+}
+
+// ember_bn_emit writes y = act(x̂·w + b) from held.
+template <int U>
+__device__ __forceinline__ void ember_bn_emit(float* y, const float* held, const float* weightOrNull,
+                                              const float* biasOrNull, int c, int inner, int ch, int k0, int k1,
+                                              float mean32, float inv32, int act) {
+    const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
+    const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
+    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
+        }
+    });
+}
+
 // ember_batch_norm_onepass is batch norm in training in one launch, for
 // channels that fit in a block's shared memory (tensors of fewer than 2^31
 // elements; norm.go decides): one block per channel reads its m elements
@@ -400,47 +464,11 @@ __device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* s
     extern __shared__ float held[];
     const int m = n * inner;
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        double s = 0.0;
-        ember_bn_walk<U>(c, inner, ch, 0, m, [&](int k, const int* a, int count) {
-            float v[U];
-#pragma unroll
-            for (int j = 0; j < U; j++) {
-                if (j < count) v[j] = x[a[j]];
-            }
-#pragma unroll
-            for (int j = 0; j < U; j++) {
-                if (j < count) {
-                    held[k + j * (int)blockDim.x] = v[j];
-                    s += (double)v[j];
-                }
-            }
-        });
-        const double mean = ember_block_sum_all(s) / (double)m;
-        double q = 0.0;
-        for (int k = threadIdx.x; k < m; k += blockDim.x) {
-            const double d = (double)held[k] - mean;
-            q += d * d;
-        }
-        const double var = ember_block_sum_all(q) / (double)m;
+        const double mean = ember_block_sum_all(ember_bn_hold<U>(held, x, c, inner, ch, 0, m)) / (double)m;
+        const double var = ember_block_sum_all(ember_bn_sq_dev(held, m, mean)) / (double)m;
         const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
-        if (threadIdx.x == 0) {
-            saveMean[ch] = mean32;
-            saveInvStd[ch] = inv32;
-            if (runMeanOrNull != 0) {
-                const double mom = (double)momentum;
-                runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
-                runVarOrNull[ch] =
-                    (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
-            }
-        }
-        const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
-        const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-        ember_bn_walk<U>(c, inner, ch, 0, m, [&](int k, const int* a, int count) {
-#pragma unroll
-            for (int j = 0; j < U; j++) {
-                if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
-            }
-        });
+        if (threadIdx.x == 0) ember_bn_save(saveMean, saveInvStd, runMeanOrNull, runVarOrNull, ch, mean, var, m, momentum, mean32, inv32);
+        ember_bn_emit<U>(y, held, weightOrNull, biasOrNull, c, inner, ch, 0, m, mean32, inv32, act);
         // The next channel overwrites held.
         __syncthreads();
     }
@@ -482,56 +510,21 @@ __device__ __forceinline__ void ember_batch_norm_cluster_body(float* y, float* s
     const int m = n * inner, per = (m + K - 1) / K, ch = blockIdx.x / K;
     const unsigned rank = ember_cluster_rank();
     const int k0 = ember_imin(m, (int)rank * per), k1 = ember_imin(m, k0 + per);
-    double s = 0.0;
-    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
-        float v[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            if (j < count) v[j] = x[a[j]];
-        }
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            if (j < count) {
-                held[k + j * (int)blockDim.x] = v[j];
-                s += (double)v[j];
-            }
-        }
-    });
-    s = ember_block_sum_d(s);
+    const double s = ember_block_sum_d(ember_bn_hold<U>(held, x, c, inner, ch, k0, k1));
     if (threadIdx.x == 0) part[0] = s;
     ember_cluster_sync();
     double total = 0.0;
     for (unsigned r = 0; r < K; r++) total += ember_cluster_ld_f64(&part[0], r);
     const double mean = total / (double)m;
-    double q = 0.0;
-    for (int k = threadIdx.x; k < k1 - k0; k += blockDim.x) {
-        const double d = (double)held[k] - mean;
-        q += d * d;
-    }
-    q = ember_block_sum_d(q);
+    const double q = ember_block_sum_d(ember_bn_sq_dev(held, k1 - k0, mean));
     if (threadIdx.x == 0) part[1] = q;
     ember_cluster_sync();
     double sq = 0.0;
     for (unsigned r = 0; r < K; r++) sq += ember_cluster_ld_f64(&part[1], r);
     const double var = sq / (double)m;
     const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
-    if (rank == 0 && threadIdx.x == 0) {
-        saveMean[ch] = mean32;
-        saveInvStd[ch] = inv32;
-        if (runMeanOrNull != 0) {
-            const double mom = (double)momentum;
-            runMeanOrNull[ch] = (float)((1.0 - mom) * (double)runMeanOrNull[ch] + mom * mean);
-            runVarOrNull[ch] = (float)((1.0 - mom) * (double)runVarOrNull[ch] + mom * var * (double)m / (double)(m - 1));
-        }
-    }
-    const float w = weightOrNull != 0 ? weightOrNull[ch] : 1.0f;
-    const float b = biasOrNull != 0 ? biasOrNull[ch] : 0.0f;
-    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            if (j < count) y[a[j]] = ember_bn_act(act, ember_normalized(held[k + j * (int)blockDim.x], mean32, inv32, w, b));
-        }
-    });
+    if (rank == 0 && threadIdx.x == 0) ember_bn_save(saveMean, saveInvStd, runMeanOrNull, runVarOrNull, ch, mean, var, m, momentum, mean32, inv32);
+    ember_bn_emit<U>(y, held, weightOrNull, biasOrNull, c, inner, ch, k0, k1, mean32, inv32, act);
     // No block leaves while another may still read its part.
     ember_cluster_sync();
 }
