@@ -149,6 +149,19 @@ func giveSummed(e *engine, x, g *Tensor, owned bool) {
 		}
 		return
 	}
+	if g.isUniform() && !owned {
+		// A uniform gradient summed is uniform: its one value times the
+		// elements each of x's takes (float32 rounds that product once, as
+		// the float64 sums of the reductions round theirs).
+		one := g.view(g.off, []int{1}, []int{1})
+		if count := g.Len() / max(x.Len(), 1); count != 1 {
+			one = rawUnary(e.scopeFor(x), g.st.b, OpMulScalar, denseView(one), []int{1}, float32(count), 0)
+		}
+		if !giveUniform(e, x, one) && one.st != g.st {
+			one.Release()
+		}
+		return
+	}
 	r := sumTo(g, x.shape, e.scopeFor(x))
 	if r == g && !owned {
 		e.pass(x, g)
@@ -202,6 +215,7 @@ func addBroadcast(a, b *Tensor) *Tensor {
 		giveSummed(e, a, g, false)
 		giveSummed(e, b, g, false)
 	}, a, b)
+	takesUniform(out)
 	readsNot(out, true, a, b)
 	return out
 }

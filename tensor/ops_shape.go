@@ -204,6 +204,7 @@ func (t *Tensor) Expand(shape ...int) *Tensor {
 	record(out, "expand", func(g *Tensor, e *engine) {
 		giveSummed(e, in, g, false)
 	}, in)
+	takesUniform(out)
 	return out
 }
 
