@@ -153,7 +153,7 @@ func giveSummed(e *engine, x, g *Tensor, owned bool) {
 		// A uniform gradient summed is uniform: its one value times the
 		// elements each of x's takes (float32 rounds that product once, as
 		// the float64 sums of the reductions round theirs).
-		one := g.view(g.off, []int{1}, []int{1})
+		one := g.rawView(g.off, []int{1}, []int{1}) // giveUniform's view of it is what stays
 		if count := g.Len() / max(x.Len(), 1); count != 1 {
 			one = rawUnary(e.scopeFor(x), g.st.b, OpMulScalar, denseView(one), []int{1}, float32(count), 0)
 		}
