@@ -249,6 +249,10 @@ type bnOnePassState struct {
 	cluster, clusterThreads int
 }
 
+// bnClusterKernels are the cluster batch norm's kernels by blocks a
+// channel.
+var bnClusterKernels = [...]string{2: "ember_batch_norm_cluster2", 4: "ember_batch_norm_cluster4", 8: "ember_batch_norm_cluster8"}
+
 // bnClusterBytes is the most of a channel a block of the cluster batch
 // norm holds: eight such blocks of 256 threads fit on an SM.
 const bnClusterBytes = 28 << 10
@@ -280,9 +284,11 @@ func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k,
 			return nil, "", 0, 0, 0, false
 		}
 	}
-	name = fmt.Sprintf("ember_batch_norm_cluster%d", k)
+	if k > 0 && k < len(bnClusterKernels) {
+		name = bnClusterKernels[k]
+	}
 	shared = 4 * ((m + k - 1) / k)
-	if shared > 48<<10 || !b.hasKernel(name) { // 48 KiB: the dynamic shared memory a launch takes unasked
+	if name == "" || shared > 48<<10 || !b.hasKernel(name) { // 48 KiB: the dynamic shared memory a launch takes unasked
 		return nil, "", 0, 0, 0, false
 	}
 	threads = 256
