@@ -257,15 +257,32 @@ var bnClusterKernels = [...]string{2: "ember_batch_norm_cluster2", 4: "ember_bat
 // norm holds: eight such blocks of 256 threads fit on an SM.
 const bnClusterBytes = 28 << 10
 
+// bnClusterChannelBytes is the smallest channel that fewer channels than
+// two thirds of the SMs split over a cluster: below it one block a channel
+// was as fast (H200: [128,64,8,8], 32 KiB a channel, 6.3 µs in one pass
+// against 6.7 in clusters of 2 or 4; [256,32,8,8], 64 KiB, 8.2 against 7.0
+// in clusters of 4).
+const bnClusterChannelBytes = 64 << 10
+
 // bnCluster says whether a training batch norm of [n, c, inner] runs as
 // ember_batch_norm_cluster{K} (sm_90, tensors of fewer than 2^31
-// elements), and with what kernel, K, threads and bytes of shared memory:
-// where the one-pass kernel would hold a channel in one block an SM (more
-// than half its shared memory) and at most 8 blocks of bnClusterBytes (a
-// thread block cluster's portable size) hold it. Measured on the H200:
+// elements), and with what kernel, K, threads and bytes of shared memory.
+// Where the one-pass kernel takes a shape (bnOnePass), clusters take it
+//
+//   - with as many channels as SMs, where the one-pass kernel would hold a
+//     channel in one block an SM (more than half its shared memory);
+//   - with fewer channels than two thirds of the SMs and channels of
+//     bnClusterChannelBytes or more, K enough for c·K to reach two
+//     thirds of the SMs;
+//
+// K then doubled until a block holds at most bnClusterBytes, and at most
+// 8 (a thread block cluster's portable size). Measured on the H200:
 // [1024,256,7,7] 68.3 µs in one pass, 58.5 in clusters of 8; where the
 // one-pass kernel fits two blocks an SM ([512,256,7,7]: 29.6 µs) clusters
-// of 4 or 8 took 32.8-42.3, so it keeps those.
+// of 4 or 8 took 32.8-42.3, so it keeps those; [512,64,8,8] 11.7 in one
+// pass, 10.8 in clusters of 8; [512,16,8,8] 11.5 and 7.3; [1024,96,7,7]
+// (96 channels, a block of 1024 threads each) 21.5 in one pass and 23.4 in
+// clusters of 8, so it keeps one pass.
 func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k, threads, shared int, ok bool) {
 	m := n * inner
 	sl, ok = b.x.(sharedLauncher)
@@ -275,10 +292,20 @@ func (b *Backend) bnCluster(n, c, inner int) (sl sharedLauncher, name string, k,
 	st := &b.bnOne
 	k = st.cluster
 	if k == 0 {
-		if _, one, _, ok := b.bnOnePass(n, c, inner); !ok || one < 1024 {
+		_, one, _, ok := b.bnOnePass(n, c, inner)
+		sms := b.dev.MultiprocessorCount()
+		switch {
+		case !ok:
+			return nil, "", 0, 0, 0, false
+		case c >= sms && one == 1024:
+			k = 2
+		case 3*c < 2*sms && 4*m >= bnClusterChannelBytes:
+			for k = 2; 3*c*k < 2*sms; k *= 2 {
+			}
+		default:
 			return nil, "", 0, 0, 0, false
 		}
-		for k = 2; k <= 8 && 4*((m+k-1)/k) > bnClusterBytes; k *= 2 {
+		for ; k <= 8 && 4*((m+k-1)/k) > bnClusterBytes; k *= 2 {
 		}
 		if k > 8 {
 			return nil, "", 0, 0, 0, false
@@ -311,14 +338,19 @@ func (st *bnOnePassState) kernel() string {
 // less 1 KiB for the kernel's static shared memory (the block sums).
 var bnSharedCandidates = []int{227<<10 - 1<<10, 163<<10 - 1<<10, 99<<10 - 1<<10}
 
+// bnOnePassMinChannels is the fewest channels the one-pass kernel takes
+// (a block each): on the H200 16 channels of 128 KiB ([512,16,8,8]) took
+// 11.5 µs in one pass against 14.0 split, and from 32 to 128 channels one
+// pass was 1.3-2.8 times as fast as the split path's three launches.
+const bnOnePassMinChannels = 16
+
 // bnOnePass says whether a training batch norm of [n, c, inner] runs as
-// ember_batch_norm_onepass, and with how many threads and bytes of shared
-// memory: where a channel's n·inner floats fit in the shared memory a block
-// may take and there are at least as many channels as SMs (one block per
-// channel: fewer would leave SMs idle, where the split path spreads every
-// channel over many blocks). Blocks of 512 threads, or 1024 when a channel
-// takes more than half the shared memory (then one block fits on an SM, and
-// it alone must keep enough loads in flight).
+// ember_batch_norm_onepass (or, bnCluster's choice, in clusters), and with
+// how many threads and bytes of shared memory: where a channel's n·inner
+// floats fit in the shared memory a block may take and there are at least
+// bnOnePassMinChannels channels. Blocks of 512 threads, or 1024 when a
+// channel takes more than half the shared memory (then one block fits on
+// an SM, and it alone must keep enough loads in flight).
 func (b *Backend) bnOnePass(n, c, inner int) (sl sharedLauncher, threads, shared int, ok bool) {
 	if b.opt.NoBatchNormOnePass {
 		return nil, 0, 0, false
@@ -347,7 +379,7 @@ func (b *Backend) bnOnePass(n, c, inner int) (sl sharedLauncher, threads, shared
 		}
 	})
 	shared = 4 * n * inner
-	if shared > st.bytes || (c < b.dev.MultiprocessorCount() && !st.anyChannels) {
+	if shared > st.bytes || (c < bnOnePassMinChannels && !st.anyChannels) {
 		return nil, 0, 0, false
 	}
 	threads = 512

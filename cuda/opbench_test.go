@@ -542,6 +542,9 @@ func opCases() []opCase {
 		batchNormCase([]int{512, 128, 14, 14}),
 		batchNormCase([]int{512, 256, 7, 7}),
 		batchNormCase([]int{1024, 256, 7, 7}),
+		// fewer channels than SMs (a CIFAR ResNet's last stage)
+		batchNormCase([]int{512, 64, 8, 8}),
+		batchNormCase([]int{256, 32, 8, 8}),
 		batchNormActCase([]int{512, 128, 14, 14}, tensor.OpReLU),
 		batchNormActCase([]int{512, 256, 7, 7}, tensor.OpReLU),
 		batchNormActCase([]int{1024, 256, 7, 7}, tensor.OpGELU),

@@ -195,6 +195,9 @@ CASES = [
     batch_norm(RESNET_ACT),
     batch_norm([512, 128, 14, 14]),
     batch_norm([512, 256, 7, 7]),
+    # fewer channels than SMs (a CIFAR ResNet's last stage)
+    batch_norm([512, 64, 8, 8]),
+    batch_norm([256, 32, 8, 8]),
     cross_entropy(0.1),
     cross_entropy(0.0),
     unary("Dropout", shape_name(GPT_ACT) + " p=0.2", GPT_ACT, 2, 2, lambda x: F.dropout(x, 0.2, training=True)),
