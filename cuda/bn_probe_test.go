@@ -29,66 +29,22 @@ __device__ __forceinline__ void probe_stamp(unsigned long long* st, int k) {
     __syncthreads();
     if (threadIdx.x == 0 && st != 0) st[blockIdx.x * 8 + k] = probe_gtime();
 }
-// The one-pass kernel's sums in float with their rounding errors carried
-// (TwoSum) instead of converted to double an element at a time: the same
-// accuracy, an eighth of the conversions' issue slots.
-__device__ __forceinline__ void probe_two_sum(float& s, float& e, float v) {
-    const float t = s + v, bp = t - s;
-    e += (s - (t - bp)) + (v - bp);
-    s = t;
-}
-template <int U>
-__device__ __forceinline__ double probe_hold_f(float* held, const float* x, int c, int inner, int ch, int k0, int k1) {
-    float s = 0.0f, e = 0.0f;
-    ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
-        float v[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            if (j < count) v[j] = x[a[j]];
-        }
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            if (j < count) {
-                held[k + j * (int)blockDim.x] = v[j];
-                probe_two_sum(s, e, v[j]);
-            }
-        }
-    });
-    return (double)s + (double)e;
-}
-__device__ __forceinline__ double probe_sq_dev_f(const float* held, int len, float mean) {
-    float s = 0.0f, e = 0.0f;
-    for (int k = threadIdx.x; k < len; k += blockDim.x) {
-        const float d = held[k] - mean;
-        probe_two_sum(s, e, d * d);
-    }
-    return (double)s + (double)e;
-}
-template <bool F>
-__device__ __forceinline__ void probe_bn_onepass_timed_body(unsigned long long* st, float* y, float* saveMean,
-        float* saveInvStd, const float* x, int n, int c, int inner, float eps) {
+extern "C" __global__ void __launch_bounds__(1024) probe_bn_onepass_timed(unsigned long long* st, float* y,
+        float* saveMean, float* saveInvStd, const float* x, int n, int c, int inner, float eps) {
     extern __shared__ float held[];
     const int m = n * inner, ch = blockIdx.x;
     probe_stamp(st, 0);
-    const double s = F ? probe_hold_f<8>(held, x, c, inner, ch, 0, m) : ember_bn_hold<8>(held, x, c, inner, ch, 0, m);
+    const double x0 = ember_bn_shift(x, n, inner, ch);
+    double s1, s2, mean, var;
+    ember_bn_hold<8>(held, x, c, inner, ch, 0, m, x0, &s1, &s2);
     probe_stamp(st, 1);
-    const double mean = ember_block_sum_all(s) / (double)m;
-    const double q = F ? probe_sq_dev_f(held, m, (float)mean) : ember_bn_sq_dev(held, m, mean);
-    probe_stamp(st, 2);
-    const double var = ember_block_sum_all(q) / (double)m;
+    ember_block_sum2_all(&s1, &s2);
+    ember_bn_moments(x0, s1, s2, m, &mean, &var);
     const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
     if (threadIdx.x == 0) ember_bn_save(saveMean, saveInvStd, 0, 0, ch, mean, var, m, 0.f, mean32, inv32);
-    probe_stamp(st, 3);
+    probe_stamp(st, 2);
     ember_bn_emit<8>(y, held, 0, 0, c, inner, ch, 0, m, mean32, inv32, 0);
-    probe_stamp(st, 4);
-}
-extern "C" __global__ void __launch_bounds__(1024) probe_bn_onepass_timed(unsigned long long* st, float* y,
-        float* saveMean, float* saveInvStd, const float* x, int n, int c, int inner, float eps) {
-    probe_bn_onepass_timed_body<false>(st, y, saveMean, saveInvStd, x, n, c, inner, eps);
-}
-extern "C" __global__ void __launch_bounds__(1024) probe_bn_onepass_timed_f(unsigned long long* st, float* y,
-        float* saveMean, float* saveInvStd, const float* x, int n, int c, int inner, float eps) {
-    probe_bn_onepass_timed_body<true>(st, y, saveMean, saveInvStd, x, n, c, inner, eps);
+    probe_stamp(st, 3);
 }
 `
 
@@ -96,8 +52,7 @@ extern "C" __global__ void __launch_bounds__(1024) probe_bn_onepass_timed_f(unsi
 // paths that a shape fits (as built; split; one pass, a block a channel;
 // clusters of 2, 4 and 8 blocks a channel) beside a copy of its size,
 // and prints, for the one-pass kernel, when the first, median and last
-// block ends each phase: loads and sum, squared deviations, statistics,
-// y. The shapes include fewer channels than SMs.
+// block ends each phase: loads and sums, statistics, y. The shapes include fewer channels than SMs.
 func TestGPUBatchNormProbe(t *testing.T) {
 	if os.Getenv("EMBER_BN_PROBE") != "1" {
 		t.Skip("the batch norm probe runs with EMBER_BN_PROBE=1")
@@ -111,14 +66,12 @@ func TestGPUBatchNormProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var timed [2]*driver.Function
-	for i, name := range []string{"probe_bn_onepass_timed", "probe_bn_onepass_timed_f"} {
-		if timed[i], err = m.Function(name); err != nil {
-			t.Fatal(err)
-		}
-		if err := timed[i].SetMaxDynamicSharedMemory(probeShared); err != nil {
-			t.Fatal(err)
-		}
+	timed, err := m.Function("probe_bn_onepass_timed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := timed.SetMaxDynamicSharedMemory(probeShared); err != nil {
+		t.Fatal(err)
 	}
 	const eps = 1e-5
 	for _, shape := range [][3]int{
@@ -180,19 +133,15 @@ func TestGPUBatchNormProbe(t *testing.T) {
 			}
 		}
 		b.opt.NoBatchNormOnePass, b.bnOne.anyChannels, b.noClusters, b.bnOne.cluster = false, false, false, 0
-		for i, what := range []string{"one pass x512", "one pass x512, float TwoSum"} {
-			shared := 4 * n * inner
-			if shared > probeShared {
-				break
-			}
+		if shared := 4 * n * inner; shared <= probeShared {
 			launch := func(st uintptr) {
-				devCheck("probe", timed[i].Launch(driver.Dim3{X: c, Y: 1, Z: 1}, driver.Dim3{X: 512, Y: 1, Z: 1}, shared, b.stream,
+				devCheck("probe", timed.Launch(driver.Dim3{X: c, Y: 1, Z: 1}, driver.Dim3{X: 512, Y: 1, Z: 1}, shared, b.stream,
 					st, f(yp), f(pMean), f(pInv), f(x), int32(n), int32(c), int32(inner), float32(eps)))
 			}
-			report(what+", time stamps", time1(func() { launch(0) }))
+			report("one pass x512, time stamps", time1(func() { launch(0) }))
 			launch(f(stamps))
-			bnTimeline(b, stamps, fmt.Sprintf("bnprobe %v %s", shape, what), c, 5)
-			compareProbe(t, b, what, y, yp, sMean, pMean, sInv, pInv)
+			bnTimeline(b, stamps, fmt.Sprintf("bnprobe %v one pass", shape), c, 4)
+			compareProbe(t, b, "one pass x512, time stamps", y, yp, sMean, pMean, sInv, pInv)
 		}
 		for _, v := range []*tensor.Tensor{x, y, yp, sMean, sInv, pMean, pInv, rm, rv, w, bias, stamps} {
 			v.Release()

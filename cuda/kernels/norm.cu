@@ -383,11 +383,29 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int k0, 
 
 // The one-pass kernels' steps over elements [k0, k1) of channel ch of
 // [n, c, inner], held in shared memory from the k0-th on.
-// ember_bn_hold loads them into held, U loads in flight a thread, and
-// returns this thread's sum of them in double.
+//
+// Their statistics come from one pass, as the elements are loaded: the
+// sums of d = x - x0 and of d² in double, x0 the channel's first element
+// (a shift every block of a channel shares). Then mean = x0 + Σd/m and
+// var = Σd²/m - (Σd/m)². Each d is exact in double, and each d² is
+// rounded once (a fused multiply-add), so the variance carries a relative
+// error of about m·2^-53·(1 + (mean - x0)²/var) against the two exact
+// passes of cpu_norm.go: 1e-12 where x0 lies within a few deviations of
+// the mean. A second pass over shared memory for the squared deviations
+// took a sixth of the kernel on the H200 ([512,256,7,7]: 3.5-4 of 29 µs),
+// while the loads left the double units idle.
+
+// ember_bn_shift is x0: the first element of channel ch (0 for none).
+__device__ __forceinline__ double ember_bn_shift(const float* x, int n, int inner, int ch) {
+    return n > 0 && inner > 0 ? (double)x[(long long)ch * inner] : 0.0;
+}
+
+// ember_bn_hold loads the run into held, U loads in flight a thread, and
+// returns this thread's sums of d = x - x0 (*s1) and d² (*s2).
 template <int U>
-__device__ __forceinline__ double ember_bn_hold(float* held, const float* x, int c, int inner, int ch, int k0, int k1) {
-    double s = 0.0;
+__device__ __forceinline__ void ember_bn_hold(float* held, const float* x, int c, int inner, int ch, int k0, int k1,
+                                              double x0, double* s1, double* s2) {
+    double s = 0.0, q = 0.0;
     ember_bn_walk<U>(c, inner, ch, k0, k1, [&](int k, const int* a, int count) {
         float v[U];
 #pragma unroll
@@ -398,22 +416,48 @@ __device__ __forceinline__ double ember_bn_hold(float* held, const float* x, int
         for (int j = 0; j < U; j++) {
             if (j < count) {
                 held[k + j * (int)blockDim.x] = v[j];
-                s += (double)v[j];
+                const double d = (double)v[j] - x0;
+                s += d;
+                q = __fma_rn(d, d, q);
             }
         }
     });
-    return s;
+    *s1 = s;
+    *s2 = q;
 }
 
-// ember_bn_sq_dev is this thread's sum of the squared deviations of
-// held[0, len) from mean.
-__device__ __forceinline__ double ember_bn_sq_dev(const float* held, int len, double mean) {
-    double q = 0.0;
-    for (int k = threadIdx.x; k < len; k += blockDim.x) {
-        const double d = (double)held[k] - mean;
-        q += d * d;
+// ember_bn_moments turns the channel's sums of d and d² over its m
+// elements into its mean and biased variance.
+__device__ __forceinline__ void ember_bn_moments(double x0, double s1, double s2, int m, double* mean, double* var) {
+    const double md = s1 / (double)m;
+    *mean = x0 + md;
+    *var = fmax(s2 / (double)m - md * md, 0.0);
+}
+
+// ember_block_sum2_all sums two doubles a thread over the block, with the
+// totals in every thread: ember_block_sum_d's fixed order, both at once.
+__device__ __forceinline__ void ember_block_sum2_all(double* a, double* b) {
+    __shared__ double part[2][32], total[2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const double wa = ember_warp_sum_d(*a), wb = ember_warp_sum_d(*b);
+    if (lane == 0) {
+        part[0][warp] = wa;
+        part[1][warp] = wb;
     }
-    return q;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sa = 0.0, sb = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+            sa += part[0][w];
+            sb += part[1][w];
+        }
+        total[0] = sa;
+        total[1] = sb;
+    }
+    __syncthreads();
+    *a = total[0];
+    *b = total[1];
+    __syncthreads();
 }
 
 // ember_bn_save writes channel ch's statistics and updates the running ones
@@ -448,9 +492,9 @@ __device__ __forceinline__ void ember_bn_emit(float* y, const float* held, const
 // ember_batch_norm_onepass is batch norm in training in one launch, for
 // channels that fit in a block's shared memory (tensors of fewer than 2^31
 // elements; norm.go decides): one block per channel reads its m elements
-// once into shared memory, sums them and then their squared deviations
-// from the mean there (the two passes of cpu_norm.go, exact, in a fixed
-// order: deterministic), writes the statistics and updates the running
+// once into shared memory, with its statistics from the shifted sums
+// (ember_bn_hold; in a fixed order: deterministic), writes them and
+// updates the running
 // ones as ember_batch_norm_finish does, and writes y = act(x̂·w + b) from
 // shared memory. One read and one write of x's size instead of the three
 // launches' two reads (the second from the L2 where it still holds it).
@@ -464,8 +508,11 @@ __device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* s
     extern __shared__ float held[];
     const int m = n * inner;
     for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
-        const double mean = ember_block_sum_all(ember_bn_hold<U>(held, x, c, inner, ch, 0, m)) / (double)m;
-        const double var = ember_block_sum_all(ember_bn_sq_dev(held, m, mean)) / (double)m;
+        const double x0 = ember_bn_shift(x, n, inner, ch);
+        double s1, s2, mean, var;
+        ember_bn_hold<U>(held, x, c, inner, ch, 0, m, x0, &s1, &s2);
+        ember_block_sum2_all(&s1, &s2);
+        ember_bn_moments(x0, s1, s2, m, &mean, &var);
         const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
         if (threadIdx.x == 0) ember_bn_save(saveMean, saveInvStd, runMeanOrNull, runVarOrNull, ch, mean, var, m, momentum, mean32, inv32);
         ember_bn_emit<U>(y, held, weightOrNull, biasOrNull, c, inner, ch, 0, m, mean32, inv32, act);
@@ -492,8 +539,8 @@ extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
 // ember_batch_norm_cluster is the one-pass batch norm with a thread block
 // cluster of K blocks a channel (sm_90; norm.go's bnCluster decides): block
 // rank r holds the r-th of K runs of the channel's m elements in shared
-// memory. Each block sums its run, then its squared deviations from the
-// mean; every block adds the K sums in rank order through distributed
+// memory. Each block sums its run's shifted values and their squares
+// (ember_bn_hold); every block adds the K pairs in rank order through distributed
 // shared memory, so all hold the same statistics, and they are the same
 // bits run to run. Where the one-pass kernel's channel takes a block of
 // 1024 threads an SM, K times as many blocks of a K-th of the memory keep
@@ -506,22 +553,26 @@ __device__ __forceinline__ void ember_batch_norm_cluster_body(float* y, float* s
                                                               const float* biasOrNull, int n, int c, int inner,
                                                               float momentum, float eps, int act) {
     extern __shared__ float held[];
-    __shared__ double part[2];  // this block's sum, then its squared deviations
+    __shared__ double part[2];  // this block's sums of d and d²
     const int m = n * inner, per = (m + K - 1) / K, ch = blockIdx.x / K;
     const unsigned rank = ember_cluster_rank();
     const int k0 = ember_imin(m, (int)rank * per), k1 = ember_imin(m, k0 + per);
-    const double s = ember_block_sum_d(ember_bn_hold<U>(held, x, c, inner, ch, k0, k1));
-    if (threadIdx.x == 0) part[0] = s;
+    const double x0 = ember_bn_shift(x, n, inner, ch);
+    double s1, s2;
+    ember_bn_hold<U>(held, x, c, inner, ch, k0, k1, x0, &s1, &s2);
+    ember_block_sum2_all(&s1, &s2);
+    if (threadIdx.x == 0) {
+        part[0] = s1;
+        part[1] = s2;
+    }
     ember_cluster_sync();
-    double total = 0.0;
-    for (unsigned r = 0; r < K; r++) total += ember_cluster_ld_f64(&part[0], r);
-    const double mean = total / (double)m;
-    const double q = ember_block_sum_d(ember_bn_sq_dev(held, k1 - k0, mean));
-    if (threadIdx.x == 0) part[1] = q;
-    ember_cluster_sync();
-    double sq = 0.0;
-    for (unsigned r = 0; r < K; r++) sq += ember_cluster_ld_f64(&part[1], r);
-    const double var = sq / (double)m;
+    double t1 = 0.0, t2 = 0.0;
+    for (unsigned r = 0; r < K; r++) {
+        t1 += ember_cluster_ld_f64(&part[0], r);
+        t2 += ember_cluster_ld_f64(&part[1], r);
+    }
+    double mean, var;
+    ember_bn_moments(x0, t1, t2, m, &mean, &var);
     const float mean32 = (float)mean, inv32 = (float)(1.0 / sqrt(var + (double)eps));
     if (rank == 0 && threadIdx.x == 0) ember_bn_save(saveMean, saveInvStd, runMeanOrNull, runVarOrNull, ch, mean, var, m, momentum, mean32, inv32);
     ember_bn_emit<U>(y, held, weightOrNull, biasOrNull, c, inner, ch, k0, k1, mean32, inv32, act);

@@ -15,6 +15,8 @@ __device__ float __int_as_float(int);
 __device__ float __uint_as_float(unsigned int);
 __device__ unsigned int __float_as_uint(float);
 __device__ float __fmaf_rn(float, float, float);
+__device__ double __fma_rn(double, double, double);
+__device__ double fmax(double, double);
 __device__ float __fadd_rn(float, float);
 __device__ float __shfl_xor_sync(unsigned, float, int);
 __device__ double __shfl_xor_sync(unsigned, double, int);
