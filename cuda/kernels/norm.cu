@@ -391,9 +391,8 @@ __device__ __forceinline__ void ember_bn_walk(int c, int inner, int ch, int k0, 
 // rounded once (a fused multiply-add), so the variance carries a relative
 // error of about m·2^-53·(1 + (mean - x0)²/var) against the two exact
 // passes of cpu_norm.go: 1e-12 where x0 lies within a few deviations of
-// the mean. A second pass over shared memory for the squared deviations
-// took a sixth of the kernel on the H200 ([512,256,7,7]: 3.5-4 of 29 µs),
-// while the loads left the double units idle.
+// the mean. The double units are idle while the loads are in flight; a
+// second pass over shared memory for the squared deviations was not.
 
 // ember_bn_shift is x0: the first element of channel ch (0 for none).
 __device__ __forceinline__ double ember_bn_shift(const float* x, int n, int inner, int ch) {
@@ -492,13 +491,12 @@ __device__ __forceinline__ void ember_bn_emit(float* y, const float* held, const
 // ember_batch_norm_onepass is batch norm in training in one launch, for
 // channels that fit in a block's shared memory (tensors of fewer than 2^31
 // elements; norm.go decides): one block per channel reads its m elements
-// once into shared memory, with its statistics from the shifted sums
-// (ember_bn_hold; in a fixed order: deterministic), writes them and
-// updates the running
-// ones as ember_batch_norm_finish does, and writes y = act(x̂·w + b) from
-// shared memory. One read and one write of x's size instead of the three
-// launches' two reads (the second from the L2 where it still holds it).
-// Dynamic shared memory: m floats.
+// once into shared memory, adding the shifted sums of its statistics as
+// it goes (ember_bn_hold; in a fixed order: deterministic), writes the
+// statistics and updates the running ones as ember_batch_norm_finish
+// does, and writes y = act(x̂·w + b) from shared memory. One read and one
+// write of x's size instead of the three launches' two reads (the second
+// from the L2 where it still holds it). Dynamic shared memory: m floats.
 template <int U>
 __device__ __forceinline__ void ember_batch_norm_onepass_body(float* y, float* saveMean, float* saveInvStd,
                                                               float* runMeanOrNull, float* runVarOrNull,
@@ -540,12 +538,12 @@ extern "C" __global__ void __launch_bounds__(1024) ember_batch_norm_onepass16(
 // cluster of K blocks a channel (sm_90; norm.go's bnCluster decides): block
 // rank r holds the r-th of K runs of the channel's m elements in shared
 // memory. Each block sums its run's shifted values and their squares
-// (ember_bn_hold); every block adds the K pairs in rank order through distributed
-// shared memory, so all hold the same statistics, and they are the same
-// bits run to run. Where the one-pass kernel's channel takes a block of
-// 1024 threads an SM, K times as many blocks of a K-th of the memory keep
-// more loads in flight on each SM. Dynamic shared memory: ceil(m / K)
-// floats.
+// (ember_bn_hold); every block adds the K pairs of sums in rank order
+// through distributed shared memory, so all hold the same statistics, and
+// they are the same bits run to run. Where the one-pass kernel's channel
+// takes a block of 1024 threads an SM, K times as many blocks of a K-th of
+// the memory keep more loads in flight on each SM. Dynamic shared memory:
+// ceil(m / K) floats.
 template <int K, int U>
 __device__ __forceinline__ void ember_batch_norm_cluster_body(float* y, float* saveMean, float* saveInvStd,
                                                               float* runMeanOrNull, float* runVarOrNull,
