@@ -19,7 +19,6 @@ const probeShared = 227<<10 - 1<<10
 // bnProbeSrc follows norm.cu (compiled with it): the one-pass batch norm
 // with a time stamp after each of its phases.
 const bnProbeSrc = `
-__device__ __forceinline__ int probe_imax(int a, int b) { return a > b ? a : b; }
 __device__ __forceinline__ unsigned long long probe_gtime() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -52,7 +51,8 @@ extern "C" __global__ void __launch_bounds__(1024) probe_bn_onepass_timed(unsign
 // paths that a shape fits (as built; split; one pass, a block a channel;
 // clusters of 2, 4 and 8 blocks a channel) beside a copy of its size,
 // and prints, for the one-pass kernel, when the first, median and last
-// block ends each phase: loads and sums, statistics, y. The shapes include fewer channels than SMs.
+// block ends each phase: loads and sums, statistics, y. The shapes
+// include fewer channels than SMs.
 func TestGPUBatchNormProbe(t *testing.T) {
 	if os.Getenv("EMBER_BN_PROBE") != "1" {
 		t.Skip("the batch norm probe runs with EMBER_BN_PROBE=1")
