@@ -13,6 +13,13 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
+// squareConv is a convolution of k×k kernels drawn from rng, padded by
+// k/2, without a bias: the unseen networks' layers.
+func squareConv(b tensor.Backend, rng *rand.Rand, in, out, k, stride, groups int) *nn.Conv2d {
+	return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{k, k}, Stride: [2]int{stride, stride},
+		Padding: [2]int{k / 2, k / 2}, Groups: groups, NoBias: true})
+}
+
 // mobileNetLike is a network none of the package's models is: a strided
 // stem, depthwise-separable blocks (a depthwise 3x3 of one channel per
 // group, then a pointwise 1x1) with a residual connection, SiLU, odd
@@ -21,10 +28,7 @@ import (
 // on any backend (one seeded generator).
 func mobileNetLike(b tensor.Backend) *nn.Sequential {
 	rng := rand.New(rand.NewPCG(7, 11))
-	conv := func(in, out, k, stride, groups int) *nn.Conv2d {
-		return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{k, k}, Stride: [2]int{stride, stride},
-			Padding: [2]int{k / 2, k / 2}, Groups: groups, NoBias: true})
-	}
+	conv := func(in, out, k, stride, groups int) *nn.Conv2d { return squareConv(b, rng, in, out, k, stride, groups) }
 	separable := func(in, out, stride int) *nn.Sequential {
 		return nn.NewSequential(conv(in, in, 3, stride, in), nn.NewBatchNorm2d(b, in), nn.SiLU{},
 			conv(in, out, 1, 1, 1), nn.NewBatchNorm2d(b, out), nn.SiLU{})

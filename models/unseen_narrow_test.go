@@ -20,12 +20,8 @@ import (
 // backend (one seeded generator).
 func narrowResNet(b tensor.Backend) *nn.Sequential {
 	rng := rand.New(rand.NewPCG(31, 37))
-	conv := func(in, out, stride int) *nn.Conv2d {
-		return nn.NewConv2dWith(b, rng, in, out, nn.Conv2dOptions{Kernel: [2]int{3, 3}, Stride: [2]int{stride, stride},
-			Padding: [2]int{1, 1}, NoBias: true})
-	}
 	block := func(in, out, stride int) *nn.Sequential {
-		return nn.NewSequential(conv(in, out, stride), nn.NewBatchNorm2d(b, out), nn.ReLU{})
+		return nn.NewSequential(squareConv(b, rng, in, out, 3, stride, 1), nn.NewBatchNorm2d(b, out), nn.ReLU{})
 	}
 	return nn.NewSequential(
 		block(3, 16, 1),
