@@ -12,9 +12,9 @@ import (
 	"github.com/ember-ml/ember/tensor"
 )
 
-// probeShared is the dynamic shared memory the probes may take (the H200's
-// 227 KiB less the kernels' static shared memory).
-const probeShared = 227<<10 - 1<<10
+// probeShared is the dynamic shared memory the probe's kernel may take:
+// the one-pass batch norm's largest (the H200's).
+var probeShared = bnSharedCandidates[0]
 
 // bnProbeSrc follows norm.cu (compiled with it): the one-pass batch norm
 // with a time stamp after each of its phases.
